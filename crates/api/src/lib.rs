@@ -1,0 +1,1 @@
+//! HTTP and WebSocket API (axum): `/v1` native routes, auth, events.

@@ -1,0 +1,1 @@
+//! Chrome pool and page capture over CDP (chromiumoxide).

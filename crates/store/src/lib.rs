@@ -1,0 +1,1 @@
+//! Postgres persistence (sqlx): repositories, queue claim/lease, LISTEN/NOTIFY.

@@ -1,0 +1,1 @@
+//! Shared domain types: ids, task status, events. No I/O.
