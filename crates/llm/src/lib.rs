@@ -1,1 +1,42 @@
-//! Chat model providers behind one `ChatModel` trait.
+//! Chat model providers behind one [`ChatModel`] trait: this crate owns every byte browserd sends
+//! to or receives from an LLM. It speaks three wire formats over `reqwest` — OpenAI-compatible
+//! chat completions (OpenAI, Ollama, vLLM, llama.cpp, Groq, DeepSeek, OpenRouter…), Anthropic
+//! Messages and Gemini `generateContent` — always asking for structured JSON output described by a
+//! JSON Schema, and returns the parsed value with token usage, cost and latency.
+//!
+//! Layout:
+//! - [`request`] / [`response`]: what goes in (messages with text and image parts, the output
+//!   schema, options) and what comes out ([`ChatResponse`], [`TokenUsage`], [`Price`]).
+//! - [`providers`]: the three wire formats, one HTTP request per call.
+//! - [`layers`]: retry with backoff, per-model timeout, fallback, schema validation with one
+//!   corrective retry — each a `ChatModel` wrapping another.
+//! - [`config`] / [`ModelRegistry`]: models configured by name (TOML + `BROWSERD_LLM_*` env),
+//!   built into a layered `Arc<dyn ChatModel>` per task.
+//! - [`schema`] / [`output`]: provider schema rewrites (OpenAI strict, Gemini subset) and reply
+//!   parsing (`<think>` stripping, code-fence extraction).
+//!
+//! Invariants: base URLs come only from configuration; API keys live in [`secrecy::SecretString`]
+//! and are redacted from every error; every HTTP call has a timeout; redirects are not followed.
+
+pub mod config;
+mod error;
+mod http;
+pub mod layers;
+mod model;
+pub mod output;
+pub mod providers;
+mod registry;
+pub mod request;
+pub mod response;
+pub mod schema;
+
+pub use config::{ConfigError, ModelConfig, ModelsConfig, ProviderKind};
+pub use error::LlmError;
+pub use http::{ProviderSettings, http_client};
+pub use model::ChatModel;
+pub use registry::ModelRegistry;
+pub use request::{
+    ChatRequest, ContentPart, ImageData, ImageDetail, ImagePart, Message, OutputSchema,
+    RequestOptions, Role,
+};
+pub use response::{ChatResponse, Price, TokenUsage};
