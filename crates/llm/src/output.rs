@@ -147,7 +147,7 @@ fn prune(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
                 .unwrap_or_default();
             let properties = schema_obj.get("properties").and_then(Value::as_object);
             if properties.is_some() {
-                members.retain(|k, v| !(v.is_null() && !required.contains(&k.as_str())));
+                members.retain(|k, v| !v.is_null() || required.contains(&k.as_str()));
             }
             if let Some(properties) = properties {
                 for (k, v) in members.iter_mut() {

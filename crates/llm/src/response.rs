@@ -24,10 +24,11 @@ pub struct TokenUsage {
     pub output_tokens: u64,
 }
 
-impl TokenUsage {
+impl std::ops::Add for TokenUsage {
+    type Output = Self;
+
     /// Sum of two usages (a corrective retry is billed too).
-    #[must_use]
-    pub fn add(self, other: Self) -> Self {
+    fn add(self, other: Self) -> Self {
         Self {
             input_tokens: self.input_tokens + other.input_tokens,
             cached_input_tokens: self.cached_input_tokens + other.cached_input_tokens,
@@ -35,6 +36,12 @@ impl TokenUsage {
                 + other.cache_creation_input_tokens,
             output_tokens: self.output_tokens + other.output_tokens,
         }
+    }
+}
+
+impl std::ops::AddAssign for TokenUsage {
+    fn add_assign(&mut self, other: Self) {
+        *self = *self + other;
     }
 }
 

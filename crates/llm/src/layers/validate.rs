@@ -155,7 +155,7 @@ impl ChatModel for ValidatingModel {
         let retry_request = corrective_request(request, &first);
         match self.attempt(&retry_request, &validator).await {
             Ok(Checked::Accepted(mut response)) => {
-                response.usage = first.usage.add(response.usage);
+                response.usage = first.usage + response.usage;
                 response.cost_usd = add_cost(first.cost_usd, response.cost_usd);
                 response.latency = started.elapsed();
                 Ok(response)
@@ -164,7 +164,7 @@ impl ChatModel for ValidatingModel {
                 model: second.model,
                 reason: format!("{} (after one corrective retry)", second.reason),
                 raw_output: second.reply_text,
-                usage: first.usage.add(second.usage),
+                usage: first.usage + second.usage,
             }),
             Err(error) => Err(error),
         }
