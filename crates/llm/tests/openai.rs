@@ -513,3 +513,57 @@ async fn truncated_output_is_reported_as_such() {
         .unwrap_err();
     assert!(error.to_string().contains("max_tokens"), "{error}");
 }
+
+#[tokio::test]
+async fn an_invalid_output_schema_is_rejected_before_any_request() {
+    let server = MockServer::start().await;
+    let mut request = text_request();
+    request.output_schema.schema =
+        json!({"type": "object", "properties": {"a": {"type": "not-a-type"}}});
+    let error = build(&config(&server, ""), "gpt-4.1-mini")
+        .complete(&request)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LlmError::InvalidRequest { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("not a valid JSON Schema"),
+        "{error}"
+    );
+    let mut request = text_request();
+    request.output_schema.name = "has spaces".into();
+    let error = build(&config(&server, ""), "gpt-4.1-mini")
+        .complete(&request)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("output schema name"), "{error}");
+    assert!(received(&server).await.is_empty());
+}
+
+#[tokio::test]
+async fn one_stack_serves_changing_schemas() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(PATH))
+        .respond_with(ok(completion(
+            "{\"done\": {\"text\": \"ok\", \"success\": true}}",
+            "stop",
+        )))
+        .mount(&server)
+        .await;
+    let model = build(&config(&server, ""), "gpt-4.1-mini");
+    // The agent's schema rejects this reply; a done-only schema accepts it.
+    let error = model.complete(&text_request()).await.unwrap_err();
+    assert!(matches!(error, LlmError::InvalidOutput { .. }));
+    let mut done_only = text_request();
+    done_only.output_schema.schema = json!({"type": "object", "properties": {"done": {
+        "type": "object", "properties": {"text": {"type": "string"}, "success": {"type": "boolean"}},
+        "required": ["text", "success"]}}, "required": ["done"]});
+    let response = model
+        .complete(&done_only)
+        .await
+        .expect("valid under the new schema");
+    assert_eq!(response.value["done"]["success"], true);
+}

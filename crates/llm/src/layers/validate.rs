@@ -1,7 +1,8 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use serde_json::Value;
 
 use crate::error::truncate_chars;
 use crate::output::prune_optional_nulls;
@@ -22,12 +23,39 @@ const MAX_LISTED_VIOLATIONS: usize = 5;
 /// and cost of both calls are summed.
 pub struct ValidatingModel {
     inner: Arc<dyn ChatModel>,
+    /// The last compiled schema: an agent sends the same schema every step, and compiling it
+    /// costs more than comparing it.
+    compiled: Mutex<Option<(Value, Arc<jsonschema::Validator>)>>,
 }
 
 impl ValidatingModel {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ChatModel>) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            compiled: Mutex::new(None),
+        }
+    }
+
+    fn validator(&self, schema: &Value) -> Result<Arc<jsonschema::Validator>, LlmError> {
+        let mut cache = self
+            .compiled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((cached_schema, validator)) = cache.as_ref()
+            && cached_schema == schema
+        {
+            return Ok(validator.clone());
+        }
+        let validator =
+            Arc::new(
+                jsonschema::validator_for(schema).map_err(|e| LlmError::InvalidRequest {
+                    model: self.inner.name().to_owned(),
+                    message: format!("the output schema is not a valid JSON Schema: {e}"),
+                })?,
+            );
+        *cache = Some((schema.clone(), validator.clone()));
+        Ok(validator)
     }
 }
 
@@ -134,12 +162,7 @@ impl ChatModel for ValidatingModel {
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
-        let validator = jsonschema::validator_for(&request.output_schema.schema).map_err(|e| {
-            LlmError::InvalidRequest {
-                model: self.inner.name().to_owned(),
-                message: format!("the output schema is not a valid JSON Schema: {e}"),
-            }
-        })?;
+        let validator = self.validator(&request.output_schema.schema)?;
         let first = match self.attempt(request, &validator).await? {
             Checked::Accepted(mut response) => {
                 response.latency = started.elapsed();
