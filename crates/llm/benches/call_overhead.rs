@@ -120,21 +120,25 @@ fn stats(mut samples: Vec<Duration>) -> Stats {
     }
 }
 
-async fn measure<F, Fut>(mut call: F) -> Stats
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
+/// One call of a variant.
+type Call<'a> = Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>> + 'a>;
+
+/// Runs the variants round-robin (so machine load hits them alike) and returns their stats.
+async fn measure_interleaved(variants: &[Call<'_>]) -> Vec<Stats> {
     for _ in 0..WARMUP {
-        call().await;
+        for call in variants {
+            call().await;
+        }
     }
-    let mut samples = Vec::with_capacity(ITERATIONS);
+    let mut samples = vec![Vec::with_capacity(ITERATIONS); variants.len()];
     for _ in 0..ITERATIONS {
-        let started = Instant::now();
-        call().await;
-        samples.push(started.elapsed());
+        for (i, call) in variants.iter().enumerate() {
+            let started = Instant::now();
+            call().await;
+            samples[i].push(started.elapsed());
+        }
     }
-    stats(samples)
+    samples.into_iter().map(stats).collect()
 }
 
 fn main() {
@@ -173,17 +177,6 @@ async fn run() {
     );
     let prebuilt = Value::Object(prebuilt);
     let url = format!("{base_url}/chat/completions");
-    let baseline = measure(|| {
-        let client = client.clone();
-        let url = url.clone();
-        let body = &prebuilt;
-        async move {
-            let response = client.post(url).json(body).send().await.expect("send");
-            let value: Value = response.json().await.expect("json");
-            assert!(value.get("choices").is_some());
-        }
-    })
-    .await;
 
     let settings = ProviderSettings {
         name: "bench".into(),
@@ -198,15 +191,6 @@ async fn run() {
     };
     let provider: Arc<dyn ChatModel> =
         Arc::new(OpenAiModel::new(settings, StructuredOutputMode::JsonSchema));
-    let provider_stats = measure(|| {
-        let provider = provider.clone();
-        let request = &request;
-        async move {
-            provider.complete(request).await.expect("provider call");
-        }
-    })
-    .await;
-
     let config = ModelsConfig::from_toml_str(&format!(
         "[models.bench]\nprovider = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"bench-model\"\n\
          fallback = \"backup\"\n[models.backup]\nprovider = \"openai\"\nbase_url = \"{base_url}\"\nmodel = \"b\"\n"
@@ -214,15 +198,40 @@ async fn run() {
     .expect("config");
     let registry = ModelRegistry::new(config).expect("registry");
     let stack = registry.build("bench").expect("build");
-    let stack_stats = measure(|| {
-        let stack = stack.clone();
-        let request = &request;
-        async move {
-            let response = stack.complete(request).await.expect("stack call");
-            assert_eq!(response.model, "bench");
-        }
-    })
-    .await;
+
+    let variants: Vec<Call<'_>> = vec![
+        Box::new(|| {
+            let client = client.clone();
+            let url = url.clone();
+            let body = &prebuilt;
+            Box::pin(async move {
+                let response = client.post(url).json(body).send().await.expect("send");
+                let value: Value = response.json().await.expect("json");
+                assert!(value.get("choices").is_some());
+            })
+        }),
+        Box::new(|| {
+            let provider = provider.clone();
+            let request = &request;
+            Box::pin(async move {
+                provider.complete(request).await.expect("provider call");
+            })
+        }),
+        Box::new(|| {
+            let stack = stack.clone();
+            let request = &request;
+            Box::pin(async move {
+                let response = stack.complete(request).await.expect("stack call");
+                assert_eq!(response.model, "bench");
+            })
+        }),
+    ];
+    let mut results = measure_interleaved(&variants).await.into_iter();
+    let (baseline, provider_stats, stack_stats) = (
+        results.next().unwrap(),
+        results.next().unwrap(),
+        results.next().unwrap(),
+    );
 
     let ratio = |s: &Stats| s.median.as_secs_f64() / baseline.median.as_secs_f64();
     println!(

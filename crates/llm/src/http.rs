@@ -263,6 +263,15 @@ fn gemini_retry_delay(body: &Value) -> Option<Duration> {
     })
 }
 
+/// A temperature as JSON with its shortest decimal form (`0.2`, not `0.20000000298023224`).
+pub(crate) fn temperature_json(temperature: f32) -> Value {
+    let shortest: f64 = temperature
+        .to_string()
+        .parse()
+        .unwrap_or(f64::from(temperature));
+    Value::from(shortest)
+}
+
 /// Reads a JSON number as u64 (absent or negative → 0).
 pub(crate) fn count(value: Option<&Value>) -> u64 {
     value.and_then(Value::as_u64).unwrap_or(0)

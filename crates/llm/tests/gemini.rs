@@ -103,7 +103,7 @@ async fn response_schema_success_with_inline_image_and_usage() {
     let generation = &body["generationConfig"];
     assert_eq!(generation["responseMimeType"], "application/json");
     assert_eq!(generation["maxOutputTokens"], 1024);
-    assert!((generation["temperature"].as_f64().unwrap() - 0.2).abs() < 1e-6);
+    assert_eq!(generation["temperature"], json!(0.2));
     let schema = &generation["responseSchema"];
     let text = schema.to_string();
     for banned in ["additionalProperties", "$ref", "$defs"] {

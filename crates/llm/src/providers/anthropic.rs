@@ -107,7 +107,7 @@ impl AnthropicModel {
             body["system"] = Value::Array(system_blocks);
         }
         if let Some(temperature) = request.options.temperature.or(self.settings.temperature) {
-            body["temperature"] = json!(temperature);
+            body["temperature"] = crate::http::temperature_json(temperature);
         }
         Ok(body)
     }

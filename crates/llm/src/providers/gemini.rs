@@ -68,7 +68,7 @@ impl GeminiModel {
             generation_config["maxOutputTokens"] = json!(max_tokens);
         }
         if let Some(temperature) = request.options.temperature.or(self.settings.temperature) {
-            generation_config["temperature"] = json!(temperature);
+            generation_config["temperature"] = crate::http::temperature_json(temperature);
         }
         let mut body = json!({
             "contents": contents,

@@ -93,7 +93,7 @@ impl OpenAiModel {
             body[self.max_tokens_field()] = json!(max_tokens);
         }
         if let Some(temperature) = request.options.temperature.or(self.settings.temperature) {
-            body["temperature"] = json!(temperature);
+            body["temperature"] = crate::http::temperature_json(temperature);
         }
         body
     }
