@@ -103,9 +103,13 @@ impl ModelRegistry {
         Ok(Arc::new(ValidatingModel::new(model)))
     }
 
-    /// [`build`](Self::build) for `name`, or for the default model when `name` is `None`.
+    /// [`build`](Self::build) for `name`; when `name` is `None`, for `default_model`, or for the
+    /// only configured model when there is exactly one.
     pub fn build_or_default(&self, name: Option<&str>) -> Result<Arc<dyn ChatModel>, ConfigError> {
-        match name.or(self.default_model()) {
+        let only = (self.config.models.len() == 1)
+            .then(|| self.config.models.keys().next().map(String::as_str))
+            .flatten();
+        match name.or(self.default_model()).or(only) {
             Some(name) => self.build(name),
             None => Err(ConfigError::NoDefaultModel),
         }

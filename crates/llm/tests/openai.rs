@@ -567,3 +567,31 @@ async fn one_stack_serves_changing_schemas() {
         .expect("valid under the new schema");
     assert_eq!(response.value["done"]["success"], true);
 }
+
+#[tokio::test]
+async fn default_model_selection() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(PATH))
+        .respond_with(ok(completion(&good_reply().to_string(), "stop")))
+        .mount(&server)
+        .await;
+    // default_model set → used when the task names none.
+    let with_default = registry(&config(&server, ""));
+    let model = with_default.build_or_default(None).unwrap();
+    assert_eq!(
+        model.complete(&text_request()).await.unwrap().model,
+        "gpt-4.1-mini"
+    );
+    // Two models, no default → a clear error; a named model still works.
+    let two = registry(&format!(
+        "[models.a]\nprovider = \"openai\"\nbase_url = \"{0}/v1\"\nmodel = \"x\"\n\
+         [models.b]\nprovider = \"openai\"\nbase_url = \"{0}/v1\"\nmodel = \"y\"\n",
+        server.uri()
+    ));
+    let error = two.build_or_default(None).err().unwrap().to_string();
+    assert!(error.contains("default_model"), "{error}");
+    let named = two.build_or_default(Some("b")).unwrap();
+    assert_eq!(named.complete(&text_request()).await.unwrap().model, "b");
+    assert_eq!(received_bodies(&server).await[1]["model"], "y");
+}
