@@ -55,50 +55,41 @@ where
     }
 }
 
-/// Deserializes `bytes`, reporting syntax errors as 400 and shape errors (unknown field,
-/// missing field, wrong type) as 422 naming the field.
+/// Deserializes `bytes`: invalid JSON is a 400; valid JSON of the wrong shape (not an object,
+/// unknown field, missing field, wrong type) is a 422 naming the field.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|err| ApiError::BadRequest {
+            code: "malformed_json",
+            message: format!("request body is not valid JSON: {err}"),
+        })?;
+    if !value.is_object() {
+        return Err(ApiError::Validation {
+            field: None,
+            message: "request body must be a JSON object".to_owned(),
+        });
+    }
+    serde_path_to_error::deserialize(value).map_err(|err| {
         let path = err.path().to_string();
-        let inner = err.into_inner();
-        match inner.classify() {
-            serde_json::error::Category::Data => {
-                let message = inner.to_string();
-                let field = backticked_field(&message)
-                    .filter(|_| {
-                        message.starts_with("unknown field") || message.starts_with("missing field")
-                    })
-                    .map(|name| {
-                        if path == "." {
-                            name.to_owned()
-                        } else if path == name || path.ends_with(&format!(".{name}")) {
-                            path.clone()
-                        } else {
-                            format!("{path}.{name}")
-                        }
-                    })
-                    .or_else(|| (path != ".").then(|| path.clone()));
-                let message = strip_position(&message);
-                let message = match &field {
-                    Some(field) if !message.contains(field.as_str()) => {
-                        format!("{field}: {message}")
-                    }
-                    _ => message.to_owned(),
-                };
-                ApiError::Validation { field, message }
-            }
-            _ => ApiError::BadRequest {
-                code: "malformed_json",
-                message: format!("request body is not valid JSON: {inner}"),
-            },
-        }
-    })?;
-    deserializer.end().map_err(|err| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("request body is not valid JSON: {err}"),
-    })?;
-    Ok(value)
+        let message = err.into_inner().to_string();
+        let field = backticked_field(&message)
+            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"))
+            .map(|name| {
+                if path == "." {
+                    name.to_owned()
+                } else if path == name || path.ends_with(&format!(".{name}")) {
+                    path.clone()
+                } else {
+                    format!("{path}.{name}")
+                }
+            })
+            .or_else(|| (path != ".").then(|| path.clone()));
+        let message = match &field {
+            Some(field) if !message.contains(field.as_str()) => format!("{field}: {message}"),
+            _ => message,
+        };
+        ApiError::Validation { field, message }
+    })
 }
 
 /// `unknown field `foo`, expected ...` → `foo`.
@@ -106,13 +97,6 @@ fn backticked_field(message: &str) -> Option<&str> {
     let start = message.find('`')? + 1;
     let end = start + message[start..].find('`')?;
     Some(&message[start..end])
-}
-
-/// Drops serde_json's " at line 1 column 2" suffix.
-fn strip_position(message: &str) -> &str {
-    message
-        .rfind(" at line ")
-        .map_or(message, |index| &message[..index])
 }
 
 /// The `{id}` path segment as a task id.
@@ -282,8 +266,15 @@ mod tests {
     }
 
     #[test]
+    fn non_objects_are_unprocessable() {
+        for body in [&b"[1, 2]"[..], b"\"task\"", b"null"] {
+            assert!(matches!(parse_json::<Body>(body), Err(ApiError::Validation { field: None, .. })));
+        }
+    }
+
+    #[test]
     fn syntax_errors_are_bad_requests() {
-        for body in [&b"{"[..], b"", b"{\"task\":\"x\"} trailing", b"nul"] {
+        for body in [&b"{"[..], b"", b"{\"task\":\"x\"} trailing", b"nul", b"[1, 2"] {
             match parse_json::<Body>(body) {
                 Err(ApiError::BadRequest { code, .. }) => assert_eq!(code, "malformed_json"),
                 other => panic!("{body:?}: {other:?}"),
