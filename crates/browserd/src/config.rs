@@ -17,7 +17,34 @@ struct ConfigFile {
 
 pub fn parse_model_catalog(text: &str) -> anyhow::Result<ModelCatalog> {
     let file: ConfigFile = toml::from_str(text)?;
-    Ok(ModelCatalog::new(file.models.into_keys(), file.default_model)?)
+    let mut names = Vec::new();
+    for (name, table) in &file.models {
+        collect_model_names(name, table, &mut names)?;
+    }
+    Ok(ModelCatalog::new(names, file.default_model)?)
+}
+
+/// A model entry is a table with a `provider` key. TOML reads an unquoted
+/// `[models.gpt-4.1-mini]` as nested tables `gpt-4` → `1-mini`, so tables without `provider`
+/// are walked and their names joined with `.` again (`[models."gpt-4.1-mini"]` works as well).
+fn collect_model_names(
+    name: &str,
+    table: &toml::Table,
+    names: &mut Vec<String>,
+) -> anyhow::Result<()> {
+    if table.contains_key("provider") {
+        names.push(name.to_owned());
+        return Ok(());
+    }
+    let mut found = false;
+    for (part, value) in table {
+        if let toml::Value::Table(inner) = value {
+            collect_model_names(&format!("{name}.{part}"), inner, names)?;
+            found = true;
+        }
+    }
+    anyhow::ensure!(found, "model `{name}` has no `provider`");
+    Ok(())
 }
 
 pub fn load_model_catalog(path: &Path) -> anyhow::Result<ModelCatalog> {
@@ -40,7 +67,9 @@ provider = "openai"
 base_url = "https://api.openai.com/v1"
 model = "gpt-4.1-mini"
 api_key_env = "OPENAI_API_KEY"
-[models.claude]
+[models.gpt-4.1-mini.price]
+input = 0.4
+[models."claude-4.5"]
 provider = "anthropic"
 model = "claude-sonnet-4-5"
 api_key_env = "ANTHROPIC_API_KEY"
@@ -48,7 +77,7 @@ api_key_env = "ANTHROPIC_API_KEY"
         )
         .unwrap();
         assert_eq!(catalog.default_model(), Some("gpt-4.1-mini"));
-        assert_eq!(catalog.names().collect::<Vec<_>>(), ["claude", "gpt-4.1-mini"]);
+        assert_eq!(catalog.names().collect::<Vec<_>>(), ["claude-4.5", "gpt-4.1-mini"]);
     }
 
     #[test]
@@ -56,5 +85,7 @@ api_key_env = "ANTHROPIC_API_KEY"
         let err = parse_model_catalog("default_model = \"nope\"\n").unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
         assert!(parse_model_catalog("").unwrap().default_model().is_none());
+        let err = parse_model_catalog("[models.x]\nmodel = \"m\"\n").unwrap_err();
+        assert!(err.to_string().contains("provider"), "{err}");
     }
 }
