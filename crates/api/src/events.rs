@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use browserd_store::{Signal, Store, StoreError};
 use browserd_types::TaskId;
@@ -65,7 +65,10 @@ pub async fn task_events(
     owned_task(&state, &caller, id).await?;
     let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
         code: "websocket_upgrade_required",
-        message: format!("this endpoint needs a WebSocket upgrade: {}", rejection.body_text()),
+        message: format!(
+            "this endpoint needs a WebSocket upgrade: {}",
+            rejection.body_text()
+        ),
     })?;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_websocket_connections").increment(1.0);

@@ -39,18 +39,16 @@ where
                 "expected a body with `Content-Type: application/json`".to_owned(),
             ));
         }
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge("request body is too large".to_owned())
-                } else {
-                    ApiError::BadRequest {
-                        code: "invalid_body",
-                        message: format!("could not read request body: {}", rejection.body_text()),
-                    }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge("request body is too large".to_owned())
+            } else {
+                ApiError::BadRequest {
+                    code: "invalid_body",
+                    message: format!("could not read request body: {}", rejection.body_text()),
                 }
-            })?;
+            }
+        })?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -73,7 +71,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let path = err.path().to_string();
         let message = err.into_inner().to_string();
         let field = backticked_field(&message)
-            .filter(|_| message.starts_with("unknown field") || message.starts_with("missing field"))
+            .filter(|_| {
+                message.starts_with("unknown field") || message.starts_with("missing field")
+            })
             .map(|name| {
                 if path == "." {
                     name.to_owned()
@@ -112,7 +112,9 @@ impl<S: Send + Sync> FromRequestParts<S> for TaskPath {
                 code: "invalid_path",
                 message: rejection.body_text(),
             })?;
-        let raw = params.get("id").ok_or_else(|| ApiError::Internal("route without {id}".into()))?;
+        let raw = params
+            .get("id")
+            .ok_or_else(|| ApiError::Internal("route without {id}".into()))?;
         raw.parse::<TaskId>()
             .map(TaskPath)
             .map_err(|_| ApiError::BadRequest {
@@ -135,7 +137,9 @@ impl<S: Send + Sync> FromRequestParts<S> for StepPath {
                 code: "invalid_path",
                 message: rejection.body_text(),
             })?;
-        let raw = params.get("n").ok_or_else(|| ApiError::Internal("route without {n}".into()))?;
+        let raw = params
+            .get("n")
+            .ok_or_else(|| ApiError::Internal("route without {n}".into()))?;
         raw.parse::<i32>()
             .ok()
             .filter(|n| *n >= 1)
@@ -268,13 +272,22 @@ mod tests {
     #[test]
     fn non_objects_are_unprocessable() {
         for body in [&b"[1, 2]"[..], b"\"task\"", b"null"] {
-            assert!(matches!(parse_json::<Body>(body), Err(ApiError::Validation { field: None, .. })));
+            assert!(matches!(
+                parse_json::<Body>(body),
+                Err(ApiError::Validation { field: None, .. })
+            ));
         }
     }
 
     #[test]
     fn syntax_errors_are_bad_requests() {
-        for body in [&b"{"[..], b"", b"{\"task\":\"x\"} trailing", b"nul", b"[1, 2"] {
+        for body in [
+            &b"{"[..],
+            b"",
+            b"{\"task\":\"x\"} trailing",
+            b"nul",
+            b"[1, 2",
+        ] {
             match parse_json::<Body>(body) {
                 Err(ApiError::BadRequest { code, .. }) => assert_eq!(code, "malformed_json"),
                 other => panic!("{body:?}: {other:?}"),

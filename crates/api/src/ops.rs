@@ -42,7 +42,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>,
             tracing::warn!(%err, "readiness check failed");
             Err(ApiError::Unavailable("database unreachable".to_owned()))
         }
-        Err(_) => Err(ApiError::Unavailable("database did not answer in time".to_owned())),
+        Err(_) => Err(ApiError::Unavailable(
+            "database did not answer in time".to_owned(),
+        )),
     }
 }
 
@@ -51,7 +53,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>,
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics_text(State(state): State<AppState>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.render(),
     )
         .into_response()

@@ -156,7 +156,12 @@ async fn control(
 ) -> Result<Json<TaskView>, ApiError> {
     let task = state
         .store
-        .transition_task(Some(caller.key_id), id, transition, TransitionDetails::default())
+        .transition_task(
+            Some(caller.key_id),
+            id,
+            transition,
+            TransitionDetails::default(),
+        )
         .await?;
     tracing::info!(task_id = %id, transition = transition.name(), status = %task.status, "task transition");
     Ok(Json(task.into()))
@@ -302,19 +307,19 @@ pub async fn step_screenshot(
         })?;
     let bytes = match screenshot.content {
         ArtifactContent::Inline(bytes) => bytes,
-        ArtifactContent::Path(path) => tokio::fs::read(&path).await.map_err(|err| {
-            ApiError::Internal(format!("reading screenshot file {path}: {err}"))
-        })?,
+        ArtifactContent::Path(path) => tokio::fs::read(&path)
+            .await
+            .map_err(|err| ApiError::Internal(format!("reading screenshot file {path}: {err}")))?,
     };
     let content_type = HeaderValue::try_from(screenshot.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "private, max-age=86400, immutable")
         .header("x-content-type-options", "nosniff")
         .body(Body::from(bytes))
-        .map_err(|err| ApiError::Internal(err.to_string()))?)
+        .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
 /// The task if it exists and belongs to the caller; 404 otherwise (another key's task is

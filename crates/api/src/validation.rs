@@ -66,10 +66,7 @@ pub fn validate_create_task(
                     if known.is_empty() {
                         format!("unknown model `{shown}`: no models are configured")
                     } else {
-                        format!(
-                            "unknown model `{shown}` (configured: {})",
-                            known.join(", ")
-                        )
+                        format!("unknown model `{shown}` (configured: {})", known.join(", "))
                     },
                 ));
             }
@@ -166,7 +163,10 @@ fn validate_start_url(raw: &str) -> Result<(), ApiError> {
     if raw.chars().count() > limits::URL_MAX_CHARS {
         return Err(ApiError::validation(
             "start_url",
-            format!("start_url must be at most {} characters", limits::URL_MAX_CHARS),
+            format!(
+                "start_url must be at most {} characters",
+                limits::URL_MAX_CHARS
+            ),
         ));
     }
     let url = url::Url::parse(raw).map_err(|err| {
@@ -175,11 +175,17 @@ fn validate_start_url(raw: &str) -> Result<(), ApiError> {
     if !matches!(url.scheme(), "http" | "https") {
         return Err(ApiError::validation(
             "start_url",
-            format!("start_url must be an http or https URL, got scheme `{}`", url.scheme()),
+            format!(
+                "start_url must be an http or https URL, got scheme `{}`",
+                url.scheme()
+            ),
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(ApiError::validation("start_url", "start_url must have a host"));
+        return Err(ApiError::validation(
+            "start_url",
+            "start_url must have a host",
+        ));
     }
     Ok(())
 }
@@ -200,14 +206,17 @@ fn validate_domains(field: &str, domains: Option<Vec<String>>) -> Result<Vec<Str
         let pattern = pattern.trim().to_ascii_lowercase();
         let host = pattern
             .split_once("://")
-            .map_or(pattern.as_str(), |(scheme, host)| {
-                if scheme.is_empty() { "" } else { host }
-            });
+            .map_or(
+                pattern.as_str(),
+                |(scheme, host)| {
+                    if scheme.is_empty() { "" } else { host }
+                },
+            );
         let valid = !host.is_empty()
             && host.len() <= limits::DOMAIN_MAX_CHARS
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '*' | ':' | '[' | ']' | '_'))
+            && host.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '*' | ':' | '[' | ']' | '_')
+            })
             && !host.starts_with('.')
             && !host.contains("..");
         if !valid {

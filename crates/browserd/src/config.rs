@@ -77,7 +77,10 @@ api_key_env = "ANTHROPIC_API_KEY"
         )
         .unwrap();
         assert_eq!(catalog.default_model(), Some("gpt-4.1-mini"));
-        assert_eq!(catalog.names().collect::<Vec<_>>(), ["claude-4.5", "gpt-4.1-mini"]);
+        assert_eq!(
+            catalog.names().collect::<Vec<_>>(),
+            ["claude-4.5", "gpt-4.1-mini"]
+        );
     }
 
     #[test]

@@ -96,7 +96,8 @@ struct ServeArgs {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -194,7 +195,8 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%address, "listening");
 
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let grace = Duration::from_secs(args.shutdown_grace_s);
     tokio::select! {
         result = server => result.context("serving http")?,

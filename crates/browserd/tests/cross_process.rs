@@ -22,12 +22,18 @@ const BIN: &str = env!("CARGO_BIN_EXE_browserd");
 /// DATABASE_URL with its database name replaced.
 fn url_for(database: &str) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL must be set for tests");
-    let (server, _) = base.rsplit_once('/').expect("DATABASE_URL has a database path");
+    let (server, _) = base
+        .rsplit_once('/')
+        .expect("DATABASE_URL has a database path");
     format!("{server}/{database}")
 }
 
 fn database_url(pool: &PgPool) -> String {
-    url_for(pool.connect_options().get_database().expect("test database name"))
+    url_for(
+        pool.connect_options()
+            .get_database()
+            .expect("test database name"),
+    )
 }
 
 async fn create_key(url: &str) -> String {
@@ -37,7 +43,11 @@ async fn create_key(url: &str) -> String {
         .output()
         .await
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
     assert!(key.starts_with("bd_"), "stdout is exactly the key: {key}");
     assert!(
@@ -98,8 +108,13 @@ where
     S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     loop {
-        match tokio::time::timeout(Duration::from_secs(20), ws.next()).await.expect("frame within 20 s") {
-            Some(Ok(Message::Text(text))) => return Some(serde_json::from_str(text.as_str()).unwrap()),
+        match tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("frame within 20 s")
+        {
+            Some(Ok(Message::Text(text))) => {
+                return Some(serde_json::from_str(text.as_str()).unwrap());
+            }
             Some(Ok(Message::Close(frame))) => {
                 assert_eq!(frame.map(|f| f.code), Some(CloseCode::Normal));
                 return None;
@@ -137,38 +152,56 @@ async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
         .headers_mut()
         .insert("authorization", format!("Bearer {key}").parse().unwrap());
     let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
-    assert_eq!(next_event(&mut ws).await.unwrap().seq, 1, "replayed creation event");
+    assert_eq!(
+        next_event(&mut ws).await.unwrap().seq,
+        1,
+        "replayed creation event"
+    );
 
     // This test process plays the worker: it writes straight to Postgres.
     let store = Store::from_pool(pool.clone());
-    store.transition_task(None, id, Transition::Start, Default::default()).await.unwrap();
+    store
+        .transition_task(None, id, Transition::Start, Default::default())
+        .await
+        .unwrap();
     let mut expected = vec![(2, "status".to_owned())];
     for i in 0..3 {
-        let event = store.append_event(id, event_kind::LOG, json!({"line": i})).await.unwrap();
+        let event = store
+            .append_event(id, event_kind::LOG, json!({"line": i}))
+            .await
+            .unwrap();
         expected.push((event.seq, event.kind));
     }
     let now = time::OffsetDateTime::now_utc();
     store
-        .insert_step(id, NewStep {
-            number: 1,
-            url: Some("http://127.0.0.1/".into()),
-            title: None,
-            model_output: None,
-            results: json!([]),
-            usage: None,
-            screenshot: None,
-            started_at: now,
-            finished_at: now,
-        })
+        .insert_step(
+            id,
+            NewStep {
+                number: 1,
+                url: Some("http://127.0.0.1/".into()),
+                title: None,
+                model_output: None,
+                results: json!([]),
+                usage: None,
+                screenshot: None,
+                started_at: now,
+                finished_at: now,
+            },
+        )
         .await
         .unwrap();
     expected.push((6, "step".to_owned()));
     store
-        .transition_task(None, id, Transition::Finish, browserd_store::TransitionDetails {
-            output: Some("done".into()),
-            is_success: Some(true),
-            error: None,
-        })
+        .transition_task(
+            None,
+            id,
+            Transition::Finish,
+            browserd_store::TransitionDetails {
+                output: Some("done".into()),
+                is_success: Some(true),
+                error: None,
+            },
+        )
         .await
         .unwrap();
     expected.push((7, "status".to_owned()));
@@ -181,11 +214,18 @@ async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
             assert_eq!(event.payload["output"], "done");
         }
     }
-    assert_eq!(received, expected, "closed normally right after the final event");
+    assert_eq!(
+        received, expected,
+        "closed normally right after the final event"
+    );
 
     // Graceful shutdown on SIGTERM.
     let pid = server.child.id().unwrap().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().await.unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
     assert!(status.success());
     let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
         .await
@@ -195,8 +235,14 @@ async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let logs = server.logs.lock().unwrap().join("\n");
     assert!(logs.contains("create task"), "debug logging was on");
-    assert!(!logs.contains(&secret), "secret leaked into the server's logs");
-    assert!(!logs.contains(&key), "API key leaked into the server's logs");
+    assert!(
+        !logs.contains(&secret),
+        "secret leaked into the server's logs"
+    );
+    assert!(
+        !logs.contains(&key),
+        "API key leaked into the server's logs"
+    );
 }
 
 #[tokio::test]
@@ -209,7 +255,11 @@ async fn migrate_creates_a_missing_database() {
         .output()
         .await
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let pool = PgPool::connect(&url).await.unwrap();
     let tables: Vec<String> = sqlx::query_scalar(
         "select table_name::text from information_schema.tables
@@ -218,21 +268,41 @@ async fn migrate_creates_a_missing_database() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(tables, ["api_keys", "artifacts", "task_events", "task_steps", "tasks"]);
+    assert_eq!(
+        tables,
+        [
+            "api_keys",
+            "artifacts",
+            "task_events",
+            "task_steps",
+            "tasks"
+        ]
+    );
     // Idempotent.
-    let again = Command::new(BIN).arg("migrate").env("DATABASE_URL", &url).status().await.unwrap();
+    let again = Command::new(BIN)
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .status()
+        .await
+        .unwrap();
     assert!(again.success());
     pool.close().await;
     let admin = PgPool::connect(&url_for("postgres")).await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!("drop database if exists {name} with (force)")))
-        .execute(&admin)
-        .await
-        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {name} with (force)"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
 async fn cli_rejects_bad_input_without_panicking() {
-    let output = Command::new(BIN).args(["keys", "create", "--name", "  "]).output().await.unwrap();
+    let output = Command::new(BIN)
+        .args(["keys", "create", "--name", "  "])
+        .output()
+        .await
+        .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--name"), "{stderr}");

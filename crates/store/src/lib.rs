@@ -99,7 +99,11 @@ pub async fn ensure_database(database_url: &str) -> Result<(), StoreError> {
         match Postgres::create_database(database_url).await {
             Ok(()) => tracing::info!("created database"),
             // Another process created it between the check and the create.
-            Err(err) if Postgres::database_exists(database_url).await.unwrap_or(false) => {
+            Err(err)
+                if Postgres::database_exists(database_url)
+                    .await
+                    .unwrap_or(false) =>
+            {
                 tracing::debug!(%err, "database appeared concurrently");
             }
             Err(err) => return Err(err.into()),

@@ -125,7 +125,14 @@ impl Store {
             "has_screenshot": step.screenshot.is_some(),
         });
         // The event first: it locks the task row and refuses ended tasks.
-        append_event_in(&mut tx, task_id, event_kind::STEP, payload, EventGuard::Live).await?;
+        append_event_in(
+            &mut tx,
+            task_id,
+            event_kind::STEP,
+            payload,
+            EventGuard::Live,
+        )
+        .await?;
         let inserted = sqlx::query!(
             "insert into task_steps (task_id, number, url, title, model_output, results, usage,
                  screenshot_artifact_id, started_at, finished_at)

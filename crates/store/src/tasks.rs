@@ -442,14 +442,8 @@ impl Store {
             payload["is_success"] = json!(record.is_success);
             payload["error"] = json!(record.error);
         }
-        let event = append_event_in(
-            &mut tx,
-            id,
-            event_kind::STATUS,
-            payload,
-            EventGuard::Any,
-        )
-        .await?;
+        let event =
+            append_event_in(&mut tx, id, event_kind::STATUS, payload, EventGuard::Any).await?;
         tx.commit().await?;
         record.last_event_seq = event.seq;
         Ok(record)
@@ -457,7 +451,11 @@ impl Store {
 
     /// Deletes `owner`'s task `id` with its steps, events and artifacts. Refused while a
     /// worker holds the task (running, or paused after it started).
-    pub async fn delete_task(&self, owner: ApiKeyId, id: TaskId) -> Result<DeletedTask, StoreError> {
+    pub async fn delete_task(
+        &self,
+        owner: ApiKeyId,
+        id: TaskId,
+    ) -> Result<DeletedTask, StoreError> {
         let mut tx = self.pool.begin().await?;
         let current = sqlx::query!(
             "select status, started_at from tasks where id = $1 and api_key_id = $2 for update",
@@ -503,7 +501,12 @@ mod tests {
             id: TaskId::new(),
         };
         assert_eq!(TaskCursor::decode(&cursor.encode()).unwrap(), cursor);
-        for bad in ["", "!!!", "bm9wZQ", &URL_SAFE_NO_PAD.encode("12:not-a-uuid")] {
+        for bad in [
+            "",
+            "!!!",
+            "bm9wZQ",
+            &URL_SAFE_NO_PAD.encode("12:not-a-uuid"),
+        ] {
             assert!(TaskCursor::decode(bad).is_err(), "{bad}");
         }
     }

@@ -62,9 +62,21 @@ async fn api_keys_authenticate_by_hash_only(pool: PgPool) {
     let mut wrong = key.clone();
     wrong.pop();
     wrong.push(if key.ends_with('A') { 'B' } else { 'A' });
-    assert!(store.authenticate_api_key(&wrong.into()).await.unwrap().is_none());
+    assert!(
+        store
+            .authenticate_api_key(&wrong.into())
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(store.revoke_api_key(created.record.id).await.unwrap());
-    assert!(store.authenticate_api_key(&created.key).await.unwrap().is_none());
+    assert!(
+        store
+            .authenticate_api_key(&created.key)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
@@ -74,14 +86,32 @@ async fn tasks_are_scoped_to_their_key(pool: PgPool) {
     let task = store.create_task(alice, new_task("a")).await.unwrap();
     assert_eq!(task.status, TaskStatus::Queued);
     assert_eq!(task.last_event_seq, 1);
-    assert!(store.get_task(Some(alice), task.id).await.unwrap().is_some());
+    assert!(
+        store
+            .get_task(Some(alice), task.id)
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert!(store.get_task(Some(bob), task.id).await.unwrap().is_none());
-    assert!(store.list_tasks(bob, None, 10, None).await.unwrap().items.is_empty());
+    assert!(
+        store
+            .list_tasks(bob, None, 10, None)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
     assert!(matches!(
-        store.transition_task(Some(bob), task.id, Transition::Stop, Default::default()).await,
+        store
+            .transition_task(Some(bob), task.id, Transition::Stop, Default::default())
+            .await,
         Err(StoreError::TaskNotFound(_))
     ));
-    assert!(matches!(store.delete_task(bob, task.id).await, Err(StoreError::TaskNotFound(_))));
+    assert!(matches!(
+        store.delete_task(bob, task.id).await,
+        Err(StoreError::TaskNotFound(_))
+    ));
     let events = store.events_after(task.id, 0, 10).await.unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].payload, json!({"status": "queued"}));
@@ -94,11 +124,19 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let go = |t| store.transition_task(Some(owner), id, t, TransitionDetails::default());
 
-    assert_eq!(go(Transition::Pause).await.unwrap().status, TaskStatus::Paused);
+    assert_eq!(
+        go(Transition::Pause).await.unwrap().status,
+        TaskStatus::Paused
+    );
     // Never started: resume goes back to the queue.
-    assert_eq!(go(Transition::Resume).await.unwrap().status, TaskStatus::Queued);
+    assert_eq!(
+        go(Transition::Resume).await.unwrap().status,
+        TaskStatus::Queued
+    );
     match go(Transition::Finish).await {
-        Err(StoreError::IllegalTransition { current, .. }) => assert_eq!(current, TaskStatus::Queued),
+        Err(StoreError::IllegalTransition { current, .. }) => {
+            assert_eq!(current, TaskStatus::Queued)
+        }
         other => panic!("{other:?}"),
     }
     let running = store
@@ -107,9 +145,15 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
         .unwrap();
     assert_eq!(running.status, TaskStatus::Running);
     assert!(running.started_at.is_some());
-    assert_eq!(go(Transition::Pause).await.unwrap().status, TaskStatus::Paused);
+    assert_eq!(
+        go(Transition::Pause).await.unwrap().status,
+        TaskStatus::Paused
+    );
     // Started: resume goes back to running.
-    assert_eq!(go(Transition::Resume).await.unwrap().status, TaskStatus::Running);
+    assert_eq!(
+        go(Transition::Resume).await.unwrap().status,
+        TaskStatus::Running
+    );
     assert!(secrets_present(&store, id).await);
 
     let finished = store
@@ -128,7 +172,12 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
     assert_eq!(finished.status, TaskStatus::Finished);
     assert!(finished.finished_at.is_some());
     assert!(!secrets_present(&store, id).await, "secrets must be wiped");
-    for t in [Transition::Stop, Transition::Resume, Transition::Pause, Transition::Fail] {
+    for t in [
+        Transition::Stop,
+        Transition::Resume,
+        Transition::Pause,
+        Transition::Fail,
+    ] {
         match go(t).await {
             Err(StoreError::IllegalTransition { current, .. }) => {
                 assert_eq!(current, TaskStatus::Finished)
@@ -137,18 +186,29 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
         }
     }
     let events = store.events_after(id, 0, 100).await.unwrap();
-    let statuses: Vec<&str> = events.iter().map(|e| e.payload["status"].as_str().unwrap()).collect();
+    let statuses: Vec<&str> = events
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap())
+        .collect();
     assert_eq!(
         statuses,
-        ["queued", "paused", "queued", "running", "paused", "running", "finished"]
+        [
+            "queued", "paused", "queued", "running", "paused", "running", "finished"
+        ]
     );
-    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=7).collect::<Vec<_>>());
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=7).collect::<Vec<_>>()
+    );
     assert!(events.last().unwrap().is_final());
     assert_eq!(events.last().unwrap().payload["output"], "42");
     // Nothing may follow the final event.
     assert!(matches!(
         store.append_event(id, event_kind::LOG, json!({})).await,
-        Err(StoreError::TaskEnded { status: TaskStatus::Finished, .. })
+        Err(StoreError::TaskEnded {
+            status: TaskStatus::Finished,
+            ..
+        })
     ));
 }
 
@@ -186,7 +246,9 @@ async fn concurrent_appends_get_unique_gap_free_seqs(pool: PgPool) {
         Err(StoreError::ReservedEventKind(_))
     ));
     assert!(matches!(
-        store.append_event(TaskId::new(), event_kind::LOG, json!({})).await,
+        store
+            .append_event(TaskId::new(), event_kind::LOG, json!({}))
+            .await,
         Err(StoreError::TaskNotFound(_))
     ));
 }
@@ -200,12 +262,26 @@ async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let other = store.create_task(owner, new_task("u")).await.unwrap().id;
     let mut subscription = hub.subscribe(id);
-    store.append_event(other, event_kind::LOG, json!({})).await.unwrap();
-    store.append_event(id, event_kind::LOG, json!({})).await.unwrap();
-    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv()).await.unwrap();
-    assert_eq!(signal, Some(Signal::Appended { seq: 2 }), "only this task's events");
+    store
+        .append_event(other, event_kind::LOG, json!({}))
+        .await
+        .unwrap();
+    store
+        .append_event(id, event_kind::LOG, json!({}))
+        .await
+        .unwrap();
+    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
+        .await
+        .unwrap();
+    assert_eq!(
+        signal,
+        Some(Signal::Appended { seq: 2 }),
+        "only this task's events"
+    );
     store.delete_task(owner, id).await.unwrap();
-    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv()).await.unwrap();
+    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
+        .await
+        .unwrap();
     assert_eq!(signal, Some(Signal::Deleted));
     assert_eq!(hub.watched_tasks(), 1);
     drop(subscription);
@@ -245,7 +321,10 @@ async fn steps_artifacts_and_delete(pool: PgPool) {
         started_at: now,
         finished_at: now,
     };
-    store.insert_step(id, step(1, Some(artifact))).await.unwrap();
+    store
+        .insert_step(id, step(1, Some(artifact)))
+        .await
+        .unwrap();
     store.insert_step(id, step(2, None)).await.unwrap();
     assert!(matches!(
         store.insert_step(id, step(2, None)).await,
@@ -264,21 +343,35 @@ async fn steps_artifacts_and_delete(pool: PgPool) {
         .into_iter()
         .map(|e| e.kind)
         .collect();
-    assert_eq!(kinds, ["status", "step", "step"], "a failed insert announces nothing");
+    assert_eq!(
+        kinds,
+        ["status", "step", "step"],
+        "a failed insert announces nothing"
+    );
 
     // Running tasks cannot be deleted; stopped ones can, with everything they own.
-    store.transition_task(None, id, Transition::Start, Default::default()).await.unwrap();
+    store
+        .transition_task(None, id, Transition::Start, Default::default())
+        .await
+        .unwrap();
     assert!(matches!(
         store.delete_task(owner, id).await,
-        Err(StoreError::TaskActive { status: TaskStatus::Running, .. })
+        Err(StoreError::TaskActive {
+            status: TaskStatus::Running,
+            ..
+        })
     ));
-    store.transition_task(None, id, Transition::Stop, Default::default()).await.unwrap();
+    store
+        .transition_task(None, id, Transition::Stop, Default::default())
+        .await
+        .unwrap();
     store.delete_task(owner, id).await.unwrap();
     for table in ["tasks", "task_steps", "task_events", "artifacts"] {
-        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {table}")))
-            .fetch_one(store.pool())
-            .await
-            .unwrap();
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {table}")))
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
         assert_eq!(count, 0, "{table}");
     }
 }
@@ -289,15 +382,30 @@ async fn listing_pages_are_stable_across_inserts(pool: PgPool) {
     let owner = key(&store).await;
     let mut created = Vec::new();
     for i in 0..7 {
-        created.push(store.create_task(owner, new_task(&format!("{i}"))).await.unwrap().id);
+        created.push(
+            store
+                .create_task(owner, new_task(&format!("{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
     }
     let first = store.list_tasks(owner, None, 3, None).await.unwrap();
     // Newer tasks must not shift the following pages.
     for i in 0..3 {
-        store.create_task(owner, new_task(&format!("late {i}"))).await.unwrap();
+        store
+            .create_task(owner, new_task(&format!("late {i}")))
+            .await
+            .unwrap();
     }
-    let second = store.list_tasks(owner, None, 3, first.next_cursor).await.unwrap();
-    let third = store.list_tasks(owner, None, 3, second.next_cursor).await.unwrap();
+    let second = store
+        .list_tasks(owner, None, 3, first.next_cursor)
+        .await
+        .unwrap();
+    let third = store
+        .list_tasks(owner, None, 3, second.next_cursor)
+        .await
+        .unwrap();
     assert!(third.next_cursor.is_none());
     let seen: Vec<TaskId> = [first.items, second.items, third.items]
         .concat()

@@ -81,7 +81,9 @@ impl fmt::Display for TaskStatus {
 
 /// A string that is not one of the known statuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown task status `{0}` (expected one of queued, running, paused, finished, failed, stopped)")]
+#[error(
+    "unknown task status `{0}` (expected one of queued, running, paused, finished, failed, stopped)"
+)]
 pub struct UnknownStatus(pub String);
 
 impl FromStr for TaskStatus {
