@@ -1,1 +1,222 @@
-//! HTTP and WebSocket API (axum): `/v1` native routes, auth, events.
+//! The HTTP and WebSocket API of browserd (axum): the native `/v1` task routes, bearer-key auth
+//! with per-key rate limits, the event WebSocket, health/readiness/metrics endpoints and the
+//! OpenAPI document generated from the handlers.
+//!
+//! The api is stateless: every request reads and writes Postgres through
+//! [`browserd_store::Store`], and live events arrive through the process's shared
+//! [`browserd_store::EventHub`]. It never touches a browser.
+
+mod auth;
+mod error;
+mod events;
+mod extract;
+mod models;
+mod ops;
+mod tasks;
+mod validation;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::Request;
+use axum::http::header::AUTHORIZATION;
+use axum::middleware;
+use browserd_store::{EventHub, Store};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub use auth::RateLimit;
+pub use error::ApiError;
+pub use models::{ModelCatalog, UnknownDefaultModel};
+
+/// Default maximum request body size.
+pub const DEFAULT_BODY_LIMIT_BYTES: usize = 1024 * 1024;
+
+/// Settings of the api role.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// Larger request bodies get 413.
+    pub body_limit_bytes: usize,
+    /// Per-key request budget; `None` disables rate limiting.
+    pub rate_limit: Option<RateLimit>,
+    /// Models a task may name.
+    pub models: ModelCatalog,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
+            rate_limit: None,
+            models: ModelCatalog::default(),
+        }
+    }
+}
+
+/// Shared state of all handlers. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    store: Store,
+    hub: EventHub,
+    models: Arc<ModelCatalog>,
+    rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
+    shutdown: CancellationToken,
+    metrics: PrometheusHandle,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "browserd",
+        description = "Self-hosted service running LLM browser agents. Every `/v1` call needs `Authorization: Bearer <key>`. Errors are `{\"error\":{\"code\",\"message\"}}`.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(browserd_types::TaskEvent)),
+    tags(
+        (name = "tasks", description = "Create, inspect and control agent tasks"),
+        (name = "events", description = "Live task events over WebSocket"),
+        (name = "ops", description = "Health, readiness, metrics"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+fn v1_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(tasks::create_task, tasks::list_tasks))
+        .routes(routes!(tasks::get_task, tasks::delete_task))
+        .routes(routes!(tasks::stop_task))
+        .routes(routes!(tasks::pause_task))
+        .routes(routes!(tasks::resume_task))
+        .routes(routes!(tasks::list_steps))
+        .routes(routes!(tasks::step_screenshot))
+        .routes(routes!(events::task_events))
+}
+
+fn ops_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics_text))
+        .routes(routes!(ops::openapi_yaml))
+}
+
+/// The OpenAPI document of every route.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    OpenApiRouter::<AppState>::with_openapi(ApiDoc::openapi())
+        .merge(v1_routes())
+        .merge(ops_routes())
+        .into_openapi()
+}
+
+/// [`openapi`] as YAML (the content of `openapi.yaml`).
+pub fn openapi_yaml() -> String {
+    openapi()
+        .to_yaml()
+        .unwrap_or_else(|err| format!("# could not render OpenAPI document: {err}\n"))
+}
+
+/// Builds the application. `shutdown` closes open WebSockets (code 1001) when cancelled.
+pub fn router(
+    store: Store,
+    hub: EventHub,
+    config: ApiConfig,
+    shutdown: CancellationToken,
+) -> Router {
+    let rate_limiter = config.rate_limit.map(auth::KeyRateLimiter::new);
+    let metrics = ops::prometheus();
+    spawn_housekeeping(metrics.clone(), rate_limiter.clone(), shutdown.clone());
+    let state = AppState {
+        store,
+        hub,
+        models: Arc::new(config.models),
+        rate_limiter,
+        shutdown,
+        metrics,
+    };
+
+    let (v1, _) = v1_routes()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key,
+        ))
+        .split_for_parts();
+    let (ops, _) = ops_routes().split_for_parts();
+
+    Router::new()
+        .merge(v1)
+        .merge(ops)
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+        .layer(middleware::from_fn(ops::track_metrics))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request<axum::body::Body>| {
+                let route = request
+                    .extensions()
+                    .get::<axum::extract::MatchedPath>()
+                    .map_or("unmatched", |p| p.as_str());
+                let request_id = request
+                    .headers()
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!(
+                    "request",
+                    method = %request.method(),
+                    route,
+                    request_id,
+                    api_key_id = tracing::field::Empty,
+                )
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
+        .layer(CatchPanicLayer::custom(ops::panic_response))
+}
+
+/// Periodic upkeep: drains histogram buffers and forgets idle rate-limit buckets.
+fn spawn_housekeeping(
+    metrics: PrometheusHandle,
+    rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
+    shutdown: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {
+                    metrics.run_upkeep();
+                    if let Some(limiter) = &rate_limiter {
+                        limiter.retain_recent();
+                    }
+                }
+            }
+        }
+    });
+}

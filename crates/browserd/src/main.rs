@@ -1,5 +1,235 @@
-//! The browserd binary: CLI, configuration and wiring of the api and worker roles.
+//! The browserd binary: CLI, configuration and wiring of the api (and, later, worker) roles.
 
-fn main() -> anyhow::Result<()> {
+mod config;
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use browserd_api::{ApiConfig, RateLimit};
+use browserd_store::{EventHub, Store, StoreOptions};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::ExposeSecret;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/browserd";
+
+/// Self-hosted service running LLM browser agents.
+#[derive(Debug, Parser)]
+#[command(name = "browserd", version, about)]
+struct Cli {
+    /// Postgres URL; the database is created when missing.
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
+    database_url: String,
+
+    /// TOML file with the model catalog (`default_model`, `[models.<name>]`).
+    #[arg(long, env = "BROWSERD_CONFIG", global = true)]
+    config: Option<PathBuf>,
+
+    /// Log output format (filter with RUST_LOG, default `info`).
+    #[arg(long, env = "BROWSERD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every role of a single node (today: the api; the worker joins later).
+    Serve(ServeArgs),
+    /// Run the HTTP/WebSocket api only.
+    Api(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key and print it once on stdout.
+    Create {
+        /// A label for the key (who or what uses it).
+        #[arg(long)]
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "BROWSERD_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+
+    /// Maximum request body size in bytes (larger bodies get 413).
+    #[arg(long, env = "BROWSERD_BODY_LIMIT_BYTES", default_value_t = browserd_api::DEFAULT_BODY_LIMIT_BYTES)]
+    body_limit_bytes: usize,
+
+    /// Requests per second allowed per API key (0 disables rate limiting).
+    #[arg(long, env = "BROWSERD_RATE_LIMIT_PER_SECOND", default_value_t = 20)]
+    rate_limit_per_second: u32,
+
+    /// Burst size per API key.
+    #[arg(long, env = "BROWSERD_RATE_LIMIT_BURST", default_value_t = 40)]
+    rate_limit_burst: u32,
+
+    /// Maximum Postgres connections of this process.
+    #[arg(long, env = "BROWSERD_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    db_max_connections: u32,
+
+    /// Seconds to wait for in-flight requests on shutdown.
+    #[arg(long, env = "BROWSERD_SHUTDOWN_GRACE_S", default_value_t = 10)]
+    shutdown_grace_s: u64,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match &cli.command {
+        Command::Serve(args) | Command::Api(args) => serve(&cli, args).await,
+        Command::Migrate => {
+            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
+            store.migrate().await.context("applying migrations")?;
+            tracing::info!("migrations applied");
+            Ok(())
+        }
+        Command::Keys {
+            command: KeysCommand::Create { name },
+        } => {
+            let name = name.trim();
+            anyhow::ensure!(
+                (1..=200).contains(&name.chars().count()),
+                "--name must be 1–200 characters"
+            );
+            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
+            store.migrate().await.context("applying migrations")?;
+            let created = store.create_api_key(name).await?;
+            eprintln!(
+                "Created API key `{}` (id {}, prefix {}). It is shown once; store it now:",
+                created.record.name, created.record.id, created.record.prefix
+            );
+            println!("{}", created.key.expose_secret());
+            Ok(())
+        }
+    }
+}
+
+async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<Store> {
+    // The URL may hold a password: never print it.
+    Store::connect(database_url, options)
+        .await
+        .context("connecting to the database (DATABASE_URL)")
+}
+
+async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+    let models = match &cli.config {
+        Some(path) => config::load_model_catalog(path)?,
+        None => browserd_api::ModelCatalog::default(),
+    };
+    let rate_limit = match (
+        NonZeroU32::new(args.rate_limit_per_second),
+        NonZeroU32::new(args.rate_limit_burst),
+    ) {
+        (Some(per_second), burst) => Some(RateLimit {
+            per_second,
+            burst: burst.unwrap_or(per_second),
+        }),
+        (None, _) => None,
+    };
+    let store = connect(
+        &cli.database_url,
+        &StoreOptions {
+            max_connections: args.db_max_connections,
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    store.migrate().await.context("applying migrations")?;
+
+    let shutdown = CancellationToken::new();
+    let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
+        .await
+        .context("listening for task events")?;
+    let app = browserd_api::router(
+        store,
+        hub,
+        ApiConfig {
+            body_limit_bytes: args.body_limit_bytes,
+            rate_limit,
+            models,
+        },
+        shutdown.clone(),
+    );
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "listening");
+
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let grace = Duration::from_secs(args.shutdown_grace_s);
+    tokio::select! {
+        result = server => result.context("serving http")?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!("shutdown grace period elapsed; exiting with requests in flight");
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
+    tracing::info!("stopped");
     Ok(())
+}
+
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(err) => {
+                    tracing::error!(%err, "cannot listen for SIGTERM");
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
 }

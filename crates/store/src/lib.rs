@@ -1,1 +1,113 @@
-//! Postgres persistence (sqlx): repositories, queue claim/lease, LISTEN/NOTIFY.
+//! Postgres persistence for browserd (sqlx): the schema migrations, API keys, tasks and their
+//! status machine, steps, artifacts and the per-task event log with its LISTEN/NOTIFY fan-out.
+//!
+//! All SQL of the service lives in this crate. Every status change is one guarded `UPDATE`, and
+//! every event gets its per-task `seq` inside the inserting transaction, so any number of api and
+//! worker processes can share one database safely.
+
+mod api_keys;
+mod error;
+mod events;
+mod hub;
+mod steps;
+mod tasks;
+
+use std::time::Duration;
+
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+pub use api_keys::{ApiKeyRecord, CreatedApiKey, KEY_PREFIX, hash_api_key};
+pub use error::StoreError;
+pub use events::NOTIFY_CHANNEL;
+pub use hub::{EventHub, Signal, Subscription};
+pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
+pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
+
+/// The embedded migrations (`migrations/` at the repository root).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// How to reach the database.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    /// Statement timeout set on every pooled connection.
+    pub statement_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    /// Connects to `database_url`, creating the database first when it does not exist.
+    /// Does not run migrations (see [`Store::migrate`]).
+    pub async fn connect(database_url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        ensure_database(database_url).await?;
+        let connect: PgConnectOptions = database_url.parse()?;
+        let statement_timeout_ms = options.statement_timeout.as_millis().to_string();
+        let connect = connect.options([("statement_timeout", statement_timeout_ms.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests use the per-test pool of `#[sqlx::test]`).
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Applies pending migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Round-trips a trivial query (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query_scalar!("select 1 as \"one!\"")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+/// Creates the database named in `database_url` when it does not exist yet.
+pub async fn ensure_database(database_url: &str) -> Result<(), StoreError> {
+    if !Postgres::database_exists(database_url).await? {
+        match Postgres::create_database(database_url).await {
+            Ok(()) => tracing::info!("created database"),
+            // Another process created it between the check and the create.
+            Err(err)
+                if Postgres::database_exists(database_url)
+                    .await
+                    .unwrap_or(false) =>
+            {
+                tracing::debug!(%err, "database appeared concurrently");
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}

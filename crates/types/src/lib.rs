@@ -1,1 +1,11 @@
-//! Shared domain types: ids, task status, events. No I/O.
+//! Shared domain types: ids, the task status machine, events and the wire DTOs exchanged by the
+//! api and the worker. No I/O lives here; everything is plain data plus pure rules.
+
+pub mod dto;
+pub mod event;
+pub mod ids;
+pub mod status;
+
+pub use event::{TaskEvent, event_kind};
+pub use ids::{ApiKeyId, ArtifactId, TaskId};
+pub use status::{TaskStatus, Transition};

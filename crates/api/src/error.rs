@@ -1,0 +1,155 @@
+//! The one error type of the api: every failure becomes `{"error":{"code","message"}}` with the
+//! right status. Internal details are logged, never sent.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use browserd_store::StoreError;
+use browserd_types::TaskStatus;
+use browserd_types::dto::{ErrorBody, ErrorDetail};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    /// 422: a request value breaks a rule; `field` names it when known.
+    #[error("{message}")]
+    Validation {
+        field: Option<String>,
+        message: String,
+    },
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{message}")]
+    Conflict {
+        code: &'static str,
+        message: String,
+        current_status: Option<TaskStatus>,
+    },
+    #[error("rate limit exceeded; retry in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{0}")]
+    Unavailable(String),
+    /// Logged with its detail; the client only sees a generic message.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn validation(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Validation {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    pub fn task_not_found() -> Self {
+        ApiError::NotFound {
+            code: "task_not_found",
+            message: "task not found".to_owned(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::Validation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            ApiError::Unauthorized { code, .. }
+            | ApiError::NotFound { code, .. }
+            | ApiError::BadRequest { code, .. }
+            | ApiError::Conflict { code, .. } => code,
+            ApiError::Validation { .. } => "validation_failed",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(error = %detail, "internal error");
+        }
+        let status = self.status();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_owned(),
+                message: self.to_string(),
+                field: match &self {
+                    ApiError::Validation { field, .. } => field.clone(),
+                    _ => None,
+                },
+                current_status: match &self {
+                    ApiError::Conflict { current_status, .. } => *current_status,
+                    _ => None,
+                },
+            },
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after_secs } = self {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs.max(1)),
+            );
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::TaskNotFound(_) => ApiError::task_not_found(),
+            StoreError::IllegalTransition {
+                transition,
+                current,
+            } => ApiError::Conflict {
+                code: "illegal_transition",
+                message: format!("cannot {transition} a task that is {current}"),
+                current_status: Some(current),
+            },
+            StoreError::TaskActive { status, .. } => ApiError::Conflict {
+                code: "task_active",
+                message: format!("task is {status} on a worker; stop it before deleting it"),
+                current_status: Some(status),
+            },
+            StoreError::TaskEnded { status, .. } => ApiError::Conflict {
+                code: "task_ended",
+                message: format!("task has ended ({status})"),
+                current_status: Some(status),
+            },
+            StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}

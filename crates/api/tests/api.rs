@@ -1,0 +1,1350 @@
+//! The `/v1` API end to end: a real server on 127.0.0.1:0 over a fresh Postgres database per
+//! test (`#[sqlx::test]`, needs DATABASE_URL), driven with reqwest and tokio-tungstenite.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
+use browserd_store::{ArtifactContent, EventHub, NewArtifact, NewStep, Store};
+use browserd_types::{TaskEvent, TaskId, Transition, event_kind};
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_util::sync::CancellationToken;
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+/// Every log line of this test binary (all tests), captured at TRACE level.
+static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(|| LogWriter)
+        .try_init();
+}
+
+fn captured_logs() -> String {
+    String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned()
+}
+
+struct TestApp {
+    addr: SocketAddr,
+    store: Store,
+    key: String,
+    http: reqwest::Client,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn models() -> ModelCatalog {
+    ModelCatalog::new(
+        ["gpt-4.1-mini".to_owned(), "claude".to_owned()],
+        Some("gpt-4.1-mini".to_owned()),
+    )
+    .unwrap()
+}
+
+impl TestApp {
+    async fn start(pool: PgPool) -> Self {
+        Self::start_with(
+            pool,
+            ApiConfig {
+                models: models(),
+                ..ApiConfig::default()
+            },
+        )
+        .await
+    }
+
+    async fn start_with(pool: PgPool, config: ApiConfig) -> Self {
+        capture_logs();
+        let store = Store::from_pool(pool);
+        let shutdown = CancellationToken::new();
+        let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
+        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(token.cancelled_owned())
+                .await
+                .unwrap();
+        });
+        let mut app = TestApp {
+            addr,
+            store,
+            key: String::new(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            shutdown,
+        };
+        app.key = app.new_key().await;
+        app
+    }
+
+    async fn new_key(&self) -> String {
+        let created = self.store.create_api_key("test").await.unwrap();
+        secrecy::ExposeSecret::expose_secret(&created.key).to_owned()
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(self.url(path)).bearer_auth(&self.key)
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(self.url(path)).bearer_auth(&self.key)
+    }
+
+    async fn create(&self, body: Value) -> Value {
+        let response = self.post("/v1/tasks").json(&body).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        response.json().await.unwrap()
+    }
+
+    async fn ws(
+        &self,
+        key: &str,
+        task: &str,
+        after_seq: i64,
+    ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>
+    {
+        let mut request = format!(
+            "ws://{}/v1/tasks/{task}/events?after_seq={after_seq}",
+            self.addr
+        )
+        .into_client_request()
+        .unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {key}").parse().unwrap());
+        tokio_tungstenite::connect_async(request).await.unwrap().0
+    }
+}
+
+/// Asserts the `{"error":{"code","message"}}` shape and returns the body.
+async fn error(response: reqwest::Response, status: StatusCode, code: &str) -> Value {
+    let got = response.status();
+    let body: Value = response.json().await.expect("error bodies are JSON");
+    assert_eq!(got, status, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    body
+}
+
+fn task_id(task: &Value) -> TaskId {
+    task["id"].as_str().unwrap().parse().unwrap()
+}
+
+enum Frame {
+    Event(TaskEvent),
+    Closed(Option<CloseCode>),
+}
+
+async fn next_frame<S>(ws: &mut S) -> Frame
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("websocket frame within 20 s");
+        match message {
+            Some(Ok(Message::Text(text))) => {
+                return Frame::Event(serde_json::from_str(text.as_str()).unwrap());
+            }
+            Some(Ok(Message::Close(frame))) => return Frame::Closed(frame.map(|f| f.code)),
+            None => return Frame::Closed(None),
+            Some(Ok(_)) => continue,
+            Some(Err(err)) => panic!("websocket error: {err}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ops and auth
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn ops_endpoints_need_no_key(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    for path in ["/healthz", "/readyz"] {
+        let response = app.http.get(app.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(response.json::<Value>().await.unwrap()["status"], "ok");
+    }
+    // Generate traffic on a matched route, then read the metrics.
+    app.get("/v1/tasks").send().await.unwrap();
+    let metrics = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("browserd_http_requests_total")
+                && l.contains("path=\"/v1/tasks\"")
+                && l.contains("status=\"200\"")),
+        "{text}"
+    );
+    assert!(
+        text.contains("browserd_http_request_duration_seconds_bucket"),
+        "{text}"
+    );
+    let spec = app.http.get(app.url("/openapi.yaml")).send().await.unwrap();
+    assert_eq!(spec.status(), StatusCode::OK);
+    assert!(spec.text().await.unwrap().contains("/v1/tasks/{id}/events"));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn v1_requires_a_valid_bearer_key(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let url = app.url("/v1/tasks");
+    let response = app.http.get(&url).send().await.unwrap();
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    error(response, StatusCode::UNAUTHORIZED, "missing_api_key").await;
+    for header in [
+        "Basic abc".to_owned(),
+        "Bearer ".to_owned(),
+        "Bearer bd_not-a-real-key".to_owned(),
+        format!("Token {}", app.key),
+    ] {
+        let response = app
+            .http
+            .get(&url)
+            .header("authorization", header)
+            .send()
+            .await
+            .unwrap();
+        error(response, StatusCode::UNAUTHORIZED, "invalid_api_key").await;
+    }
+    // Also on POST with a body and on the WebSocket route.
+    let response = app
+        .http
+        .post(&url)
+        .json(&json!({"task": "x"}))
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::UNAUTHORIZED, "missing_api_key").await;
+    let response = app
+        .http
+        .get(app.url(&format!("/v1/tasks/{}/events", TaskId::new())))
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::UNAUTHORIZED, "missing_api_key").await;
+    assert_eq!(
+        app.get("/v1/tasks").send().await.unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn unknown_routes_methods_and_ids_get_json_errors(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    error(
+        app.get("/v2/nothing").send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "route_not_found",
+    )
+    .await;
+    let response = app
+        .http
+        .put(app.url("/v1/tasks"))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    error(
+        response,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    )
+    .await;
+    error(
+        app.get("/v1/tasks/not-a-uuid").send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_task_id",
+    )
+    .await;
+    let missing = TaskId::new();
+    error(
+        app.get(&format!("/v1/tasks/{missing}"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "task_not_found",
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Create
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn create_task_applies_defaults(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "find the price"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let task: Value = response.json().await.unwrap();
+    assert_eq!(
+        location,
+        format!("/v1/tasks/{}", task["id"].as_str().unwrap())
+    );
+    assert_eq!(task["status"], "queued");
+    assert_eq!(task["task"], "find the price");
+    assert_eq!(task["max_steps"], 100);
+    assert_eq!(task["max_actions_per_step"], 5);
+    assert_eq!(task["max_failures"], 5);
+    assert_eq!(task["use_vision"], true);
+    assert_eq!(task["model"], "gpt-4.1-mini", "the configured default");
+    assert_eq!(task["last_event_seq"], 1);
+    assert_eq!(task["metadata"], json!({}));
+    assert!(task.get("secrets").is_none());
+    uuid::Uuid::parse_str(task["id"].as_str().unwrap()).unwrap();
+
+    let full = app
+        .create(json!({
+            "task": "t",
+            "start_url": "https://example.com/a?b=c",
+            "max_steps": 500,
+            "model": "claude",
+            "allowed_domains": ["example.com", "*.Example.org", "https://docs.rs"],
+            "prohibited_domains": ["evil.test"],
+            "output_schema": {"type": "object", "properties": {"price": {"type": "number"}}, "required": ["price"]},
+            "use_vision": false,
+            "max_actions_per_step": 1,
+            "max_failures": 0,
+            "timeout_s": 600,
+            "metadata": {"team": "growth"},
+        }))
+        .await;
+    assert_eq!(full["model"], "claude");
+    assert_eq!(
+        full["allowed_domains"],
+        json!(["example.com", "*.example.org", "https://docs.rs"])
+    );
+    assert_eq!(full["output_schema"]["required"], json!(["price"]));
+    assert_eq!(full["timeout_s"], 600);
+    assert_eq!(full["use_vision"], false);
+    let fetched: Value = app
+        .get(&location)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fetched, task);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let metadata: serde_json::Map<String, Value> =
+        (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({}), "task"),
+        (json!({"task": ""}), "task"),
+        (json!({"task": "   "}), "task"),
+        (json!({"task": "x".repeat(20_001)}), "task"),
+        (json!({"task": 5}), "task"),
+        (json!({"task": "t", "surprise": true}), "surprise"),
+        (json!({"task": "t", "max_steps": 0}), "max_steps"),
+        (json!({"task": "t", "max_steps": 501}), "max_steps"),
+        (json!({"task": "t", "max_steps": 1.5}), "max_steps"),
+        (json!({"task": "t", "max_steps": "10"}), "max_steps"),
+        (
+            json!({"task": "t", "start_url": "ftp://example.com"}),
+            "start_url",
+        ),
+        (json!({"task": "t", "start_url": "not a url"}), "start_url"),
+        (json!({"task": "t", "model": "gpt-99"}), "model"),
+        (
+            json!({"task": "t", "allowed_domains": ["exa mple.com"]}),
+            "allowed_domains[0]",
+        ),
+        (
+            json!({"task": "t", "prohibited_domains": ["ok.com", "bad/path"]}),
+            "prohibited_domains[1]",
+        ),
+        (
+            json!({"task": "t", "allowed_domains": "example.com"}),
+            "allowed_domains",
+        ),
+        (
+            json!({"task": "t", "secrets": {"bad name": "v"}}),
+            "secrets",
+        ),
+        (json!({"task": "t", "secrets": {"pw": ""}}), "secrets.pw"),
+        (json!({"task": "t", "secrets": {"pw": 5}}), "secrets.pw"),
+        (
+            json!({"task": "t", "output_schema": {"type": "nonsense"}}),
+            "output_schema",
+        ),
+        (
+            json!({"task": "t", "output_schema": {"$ref": "https://example.com/s.json"}}),
+            "output_schema",
+        ),
+        (
+            json!({"task": "t", "output_schema": "object"}),
+            "output_schema",
+        ),
+        (json!({"task": "t", "use_vision": "yes"}), "use_vision"),
+        (
+            json!({"task": "t", "max_actions_per_step": 0}),
+            "max_actions_per_step",
+        ),
+        (
+            json!({"task": "t", "max_actions_per_step": 21}),
+            "max_actions_per_step",
+        ),
+        (json!({"task": "t", "max_failures": -1}), "max_failures"),
+        (json!({"task": "t", "timeout_s": 0}), "timeout_s"),
+        (json!({"task": "t", "timeout_s": 86_401}), "timeout_s"),
+        (json!({"task": "t", "metadata": metadata}), "metadata"),
+        (json!({"task": "t", "metadata": {"k": 1}}), "metadata.k"),
+        (
+            json!({"task": "t", "metadata": {"k": "v".repeat(513)}}),
+            "metadata.k",
+        ),
+    ];
+    for (body, field) in cases {
+        let response = app.post("/v1/tasks").json(&body).send().await.unwrap();
+        let error = error(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(error["error"]["field"], field, "{body:.200}: {error}");
+        assert!(
+            error["error"]["message"].as_str().unwrap().len() > field.len(),
+            "the message states the rule: {error}"
+        );
+    }
+    let list: Value = app
+        .get("/v1/tasks")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"], json!([]), "nothing was created");
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn malformed_and_oversized_bodies_get_json_errors(pool: PgPool) {
+    let app = TestApp::start_with(
+        pool,
+        ApiConfig {
+            body_limit_bytes: 4096,
+            ..ApiConfig::default()
+        },
+    )
+    .await;
+    let post = |body: &'static str, content_type: Option<&str>| {
+        let mut request = app.post("/v1/tasks").body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        request.send()
+    };
+    for body in [
+        "{",
+        "{\"task\": }",
+        "",
+        "[1, 2",
+        "{\"task\":\"x\"} trailing",
+    ] {
+        let response = post(body, Some("application/json")).await.unwrap();
+        error(response, StatusCode::BAD_REQUEST, "malformed_json").await;
+    }
+    error(
+        post("{\"task\":\"x\"}", None).await.unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    error(
+        post("{\"task\":\"x\"}", Some("text/plain")).await.unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    // A JSON body as such is fine with parameters in the content type.
+    let response = post("{\"task\":\"x\"}", Some("application/json; charset=utf-8"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let big = json!({"task": "x".repeat(5000)});
+    let response = app.post("/v1/tasks").json(&big).send().await.unwrap();
+    error(response, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+    // Streamed (no Content-Length) oversized bodies too.
+    let chunks = futures::stream::iter(
+        (0..10).map(|_| Ok::<_, std::io::Error>(bytes_of(&"y".repeat(1000)))),
+    );
+    let response = app
+        .post("/v1/tasks")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    error(response, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+}
+
+fn bytes_of(text: &str) -> Vec<u8> {
+    text.as_bytes().to_vec()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads, tenancy, control, delete
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn tenants_cannot_see_each_others_tasks(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let task = app.create(json!({"task": "alice's"})).await;
+    let id = task["id"].as_str().unwrap();
+    let bob = app.new_key().await;
+    let as_bob = |method: reqwest::Method, path: String| {
+        app.http
+            .request(method, app.url(&path))
+            .bearer_auth(&bob)
+            .send()
+    };
+    for (method, path) in [
+        (reqwest::Method::GET, format!("/v1/tasks/{id}")),
+        (reqwest::Method::POST, format!("/v1/tasks/{id}/stop")),
+        (reqwest::Method::POST, format!("/v1/tasks/{id}/pause")),
+        (reqwest::Method::POST, format!("/v1/tasks/{id}/resume")),
+        (reqwest::Method::GET, format!("/v1/tasks/{id}/steps")),
+        (
+            reqwest::Method::GET,
+            format!("/v1/tasks/{id}/steps/1/screenshot"),
+        ),
+        (reqwest::Method::GET, format!("/v1/tasks/{id}/events")),
+        (reqwest::Method::DELETE, format!("/v1/tasks/{id}")),
+    ] {
+        let response = as_bob(method.clone(), path.clone()).await.unwrap();
+        error(response, StatusCode::NOT_FOUND, "task_not_found").await;
+    }
+    let list: Value = as_bob(reqwest::Method::GET, "/v1/tasks".into())
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["items"], json!([]));
+    // Alice's task is untouched.
+    let fetched: Value = app
+        .get(&format!("/v1/tasks/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(fetched["status"], "queued");
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn listing_paginates_across_inserts_and_filters(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let mut created = Vec::new();
+    for i in 0..12 {
+        created.push(app.create(json!({"task": format!("task {i}")})).await["id"].clone());
+    }
+    let app_ref = &app;
+    let page = |query: String| async move {
+        let response = app_ref
+            .get(&format!("/v1/tasks?{query}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.json::<Value>().await.unwrap()
+    };
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let query = match &cursor {
+            Some(cursor) => format!("limit=5&cursor={cursor}"),
+            None => "limit=5".to_owned(),
+        };
+        let body = page(query).await;
+        pages += 1;
+        seen.extend(
+            body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].clone()),
+        );
+        // Tasks created while paging must neither appear later nor shift pages.
+        app.create(json!({"task": format!("late {pages}")})).await;
+        match body["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    created.reverse();
+    assert_eq!(seen, created, "every task exactly once, newest first");
+
+    let first = page("limit=1".into()).await;
+    assert_eq!(first["items"][0]["task"], "late 3");
+    let default = page(String::new()).await;
+    assert_eq!(default["items"].as_array().unwrap().len(), 15);
+    assert!(default["next_cursor"].is_null());
+
+    // Status filter.
+    let victim = created[3].as_str().unwrap();
+    app.post(&format!("/v1/tasks/{victim}/stop"))
+        .send()
+        .await
+        .unwrap();
+    let stopped = page("status=stopped".into()).await;
+    assert_eq!(stopped["items"].as_array().unwrap().len(), 1);
+    assert_eq!(stopped["items"][0]["id"], victim);
+    assert_eq!(
+        page("status=queued&limit=100".into()).await["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        14
+    );
+
+    for (query, field) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("limit=ten", "limit"),
+        ("cursor=garbage", "cursor"),
+        ("status=started", "status"),
+        ("sort=asc", "sort"),
+    ] {
+        let response = app.get(&format!("/v1/tasks?{query}")).send().await.unwrap();
+        let body = error(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(body["error"]["field"], field, "{query}");
+    }
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn control_endpoints_follow_the_status_machine(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let id = app.create(json!({"task": "t"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let act = |action: &'static str| app.post(&format!("/v1/tasks/{id}/{action}")).send();
+
+    let conflict = error(
+        act("resume").await.unwrap(),
+        StatusCode::CONFLICT,
+        "illegal_transition",
+    )
+    .await;
+    assert_eq!(conflict["error"]["current_status"], "queued");
+    assert!(
+        conflict["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queued")
+    );
+
+    let paused: Value = act("pause").await.unwrap().json().await.unwrap();
+    assert_eq!(paused["status"], "paused");
+    let conflict = error(
+        act("pause").await.unwrap(),
+        StatusCode::CONFLICT,
+        "illegal_transition",
+    )
+    .await;
+    assert_eq!(conflict["error"]["current_status"], "paused");
+    let resumed: Value = act("resume").await.unwrap().json().await.unwrap();
+    assert_eq!(
+        resumed["status"], "queued",
+        "never started, so back to the queue"
+    );
+
+    // A worker starts it: pause/resume now go running ⇄ paused.
+    app.store
+        .transition_task(
+            None,
+            task_id(&resumed),
+            Transition::Start,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        act("pause").await.unwrap().json::<Value>().await.unwrap()["status"],
+        "paused"
+    );
+    assert_eq!(
+        act("resume").await.unwrap().json::<Value>().await.unwrap()["status"],
+        "running"
+    );
+
+    let stopped: Value = act("stop").await.unwrap().json().await.unwrap();
+    assert_eq!(stopped["status"], "stopped");
+    assert!(stopped["finished_at"].is_string());
+    for action in ["stop", "pause", "resume"] {
+        let body = error(
+            act(action).await.unwrap(),
+            StatusCode::CONFLICT,
+            "illegal_transition",
+        )
+        .await;
+        assert_eq!(body["error"]["current_status"], "stopped", "{action}");
+    }
+    let events = app
+        .store
+        .events_after(task_id(&stopped), 0, 100)
+        .await
+        .unwrap();
+    let statuses: Vec<&str> = events
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "queued", "paused", "queued", "running", "paused", "running", "stopped"
+        ]
+    );
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn steps_and_screenshots_are_served(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let task = app.create(json!({"task": "t"})).await;
+    let id = task_id(&task);
+    let steps: Value = app
+        .get(&format!("/v1/tasks/{id}/steps"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(steps["items"], json!([]));
+
+    let png: Vec<u8> = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 7, 7, 7];
+    let inline = app
+        .store
+        .insert_artifact(
+            id,
+            NewArtifact {
+                kind: "screenshot",
+                name: None,
+                content_type: "image/png".into(),
+                size_bytes: png.len() as i64,
+                content: ArtifactContent::Inline(png.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    let jpeg_path = std::env::temp_dir().join(format!("browserd-test-{}.jpg", TaskId::new()));
+    std::fs::write(&jpeg_path, b"\xff\xd8\xff jpeg bytes").unwrap();
+    let on_disk = app
+        .store
+        .insert_artifact(
+            id,
+            NewArtifact {
+                kind: "screenshot",
+                name: Some("step2.jpg".into()),
+                content_type: "image/jpeg".into(),
+                size_bytes: 14,
+                content: ArtifactContent::Path(jpeg_path.to_string_lossy().into_owned()),
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    for (number, screenshot) in [(1, Some(inline)), (2, Some(on_disk)), (3, None)] {
+        app.store
+            .insert_step(id, NewStep {
+                number,
+                url: Some(format!("http://127.0.0.1/page{number}")),
+                title: Some(format!("Page {number}")),
+                model_output: Some(json!({"memory": format!("m{number}"), "action": [{"click": {"index": number}}]})),
+                results: json!([{"extracted_content": "ok"}]),
+                usage: Some(json!({"input_tokens": 10})),
+                screenshot,
+                started_at: now,
+                finished_at: now,
+            })
+            .await
+            .unwrap();
+    }
+    let steps: Value = app
+        .get(&format!("/v1/tasks/{id}/steps"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = steps["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0]["number"], 1);
+    assert_eq!(items[0]["model_output"]["memory"], "m1");
+    assert_eq!(
+        items[0]["screenshot_url"],
+        format!("/v1/tasks/{id}/steps/1/screenshot")
+    );
+    assert!(items[2]["screenshot_url"].is_null());
+
+    let shot = app
+        .get(items[0]["screenshot_url"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shot.status(), StatusCode::OK);
+    assert_eq!(shot.headers()["content-type"], "image/png");
+    assert_eq!(shot.bytes().await.unwrap().to_vec(), png);
+    let shot = app
+        .get(&format!("/v1/tasks/{id}/steps/2/screenshot"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shot.headers()["content-type"], "image/jpeg");
+    assert_eq!(
+        shot.bytes().await.unwrap().as_ref(),
+        b"\xff\xd8\xff jpeg bytes"
+    );
+
+    error(
+        app.get(&format!("/v1/tasks/{id}/steps/3/screenshot"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "screenshot_not_found",
+    )
+    .await;
+    error(
+        app.get(&format!("/v1/tasks/{id}/steps/9/screenshot"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "screenshot_not_found",
+    )
+    .await;
+    error(
+        app.get(&format!("/v1/tasks/{id}/steps/0/screenshot"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_step_number",
+    )
+    .await;
+    error(
+        app.get(&format!("/v1/tasks/{id}/steps/x/screenshot"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "invalid_step_number",
+    )
+    .await;
+
+    // Deleting the task removes its artifacts, including files on disk.
+    let response = app
+        .http
+        .delete(app.url(&format!("/v1/tasks/{id}")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert!(!jpeg_path.exists(), "artifact file removed");
+    let artifacts: i64 = sqlx::query_scalar("select count(*) from artifacts")
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(artifacts, 0);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn delete_removes_the_task_but_not_while_running(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let delete = |id: String| {
+        app.http
+            .delete(app.url(&format!("/v1/tasks/{id}")))
+            .bearer_auth(&app.key)
+            .send()
+    };
+    let queued = app.create(json!({"task": "q"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        delete(queued.clone()).await.unwrap().status(),
+        StatusCode::NO_CONTENT
+    );
+    error(
+        app.get(&format!("/v1/tasks/{queued}"))
+            .send()
+            .await
+            .unwrap(),
+        StatusCode::NOT_FOUND,
+        "task_not_found",
+    )
+    .await;
+    error(
+        delete(queued).await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "task_not_found",
+    )
+    .await;
+
+    let running = app.create(json!({"task": "r"})).await;
+    app.store
+        .transition_task(
+            None,
+            task_id(&running),
+            Transition::Start,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let id = running["id"].as_str().unwrap().to_owned();
+    let body = error(
+        delete(id.clone()).await.unwrap(),
+        StatusCode::CONFLICT,
+        "task_active",
+    )
+    .await;
+    assert_eq!(body["error"]["current_status"], "running");
+    app.post(&format!("/v1/tasks/{id}/stop"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(delete(id).await.unwrap().status(), StatusCode::NO_CONTENT);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn rate_limit_is_per_key_with_retry_after(pool: PgPool) {
+    let app = TestApp::start_with(
+        pool,
+        ApiConfig {
+            rate_limit: Some(RateLimit {
+                per_second: NonZeroU32::new(1).unwrap(),
+                burst: NonZeroU32::new(3).unwrap(),
+            }),
+            ..ApiConfig::default()
+        },
+    )
+    .await;
+    let mut statuses = Vec::new();
+    let mut limited = None;
+    for _ in 0..6 {
+        let response = app.get("/v1/tasks").send().await.unwrap();
+        statuses.push(response.status());
+        if response.status() == StatusCode::TOO_MANY_REQUESTS && limited.is_none() {
+            limited = Some(response);
+        }
+    }
+    assert_eq!(&statuses[..3], &[StatusCode::OK; 3], "{statuses:?}");
+    let limited = limited.expect("the burst is exhausted");
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry_after), "{retry_after}");
+    error(limited, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    // Another key has its own budget; unauthenticated ops routes are not limited.
+    let other = app.new_key().await;
+    let response = app
+        .http
+        .get(app.url("/v1/tasks"))
+        .bearer_auth(other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        app.http
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn secret_values_never_leave_the_database(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let secret = format!("hunter2-{}", TaskId::new());
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "log in with <secret>password</secret>", "secrets": {"password": secret}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let mut seen = response.text().await.unwrap();
+    let id: TaskId = serde_json::from_str::<Value>(&seen).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The value is stored (the worker needs it) ...
+    let stored: Option<Value> = sqlx::query_scalar("select secrets from tasks where id = $1")
+        .bind(id.0)
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored.unwrap()["password"], secret.as_str());
+    // ... but appears in no response, event or log line.
+    for path in [
+        format!("/v1/tasks/{id}"),
+        "/v1/tasks".to_owned(),
+        format!("/v1/tasks/{id}/steps"),
+    ] {
+        seen.push_str(&app.get(&path).send().await.unwrap().text().await.unwrap());
+    }
+    seen.push_str(
+        &app.post(&format!("/v1/tasks/{id}/stop"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    );
+    let mut ws = app.ws(&app.key, &id.to_string(), 0).await;
+    while let Frame::Event(event) = next_frame(&mut ws).await {
+        seen.push_str(&serde_json::to_string(&event).unwrap());
+    }
+    // An invalid request carrying a secret does not echo it either.
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "t", "secrets": {"pw": secret, "bad name": secret}}))
+        .send()
+        .await
+        .unwrap();
+    seen.push_str(&response.text().await.unwrap());
+    assert!(
+        seen.contains("\"stopped\""),
+        "the stop and its event were checked too"
+    );
+    assert!(
+        !seen.contains(&secret),
+        "secret leaked into API output: {seen}"
+    );
+    let logs = captured_logs();
+    assert!(
+        logs.contains("create task"),
+        "request logging is on, so the check is meaningful"
+    );
+    assert!(!logs.contains(&secret), "secret leaked into logs");
+    // Terminal status wiped it.
+    let stored: Option<Value> = sqlx::query_scalar("select secrets from tasks where id = $1")
+        .bind(id.0)
+        .fetch_one(app.store.pool())
+        .await
+        .unwrap();
+    assert!(stored.is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebSocket
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn websocket_replays_streams_live_and_closes_after_the_final_event(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let task = app.create(json!({"task": "t"})).await;
+    let id = task_id(&task);
+    app.store
+        .append_event(id, event_kind::LOG, json!({"n": 1}))
+        .await
+        .unwrap();
+
+    let mut ws = app.ws(&app.key, &id.to_string(), 0).await;
+    let mut seqs = Vec::new();
+    for _ in 0..2 {
+        let Frame::Event(event) = next_frame(&mut ws).await else {
+            panic!("closed early")
+        };
+        assert_eq!(event.task_id, id);
+        seqs.push(event.seq);
+    }
+    assert_eq!(seqs, [1, 2], "replay");
+    // Live: written after the client connected.
+    let written = app
+        .store
+        .append_event(id, event_kind::LOG, json!({"n": 2}))
+        .await
+        .unwrap();
+    let Frame::Event(live) = next_frame(&mut ws).await else {
+        panic!("closed early")
+    };
+    assert_eq!(live, written, "same event on the wire as in the table");
+    let raw: Value = serde_json::to_value(&live).unwrap();
+    let keys: BTreeSet<&str> = raw
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["task_id", "seq", "kind", "payload", "created_at"])
+    );
+
+    app.post(&format!("/v1/tasks/{id}/stop"))
+        .send()
+        .await
+        .unwrap();
+    let Frame::Event(last) = next_frame(&mut ws).await else {
+        panic!("closed early")
+    };
+    assert_eq!((last.seq, last.kind.as_str()), (4, "status"));
+    assert_eq!(last.payload["status"], "stopped");
+    assert!(matches!(
+        next_frame(&mut ws).await,
+        Frame::Closed(Some(CloseCode::Normal))
+    ));
+
+    // A finished task replays to its final event and closes; after it, closes at once.
+    let mut ws = app.ws(&app.key, &id.to_string(), 2).await;
+    let mut replay = Vec::new();
+    while let Frame::Event(event) = next_frame(&mut ws).await {
+        replay.push(event.seq);
+    }
+    assert_eq!(replay, [3, 4]);
+    let mut ws = app.ws(&app.key, &id.to_string(), 4).await;
+    assert!(matches!(
+        next_frame(&mut ws).await,
+        Frame::Closed(Some(CloseCode::Normal))
+    ));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn websocket_reconnects_with_after_seq_without_gaps_or_duplicates(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let id = task_id(&app.create(json!({"task": "t"})).await);
+    let writer_store = app.store.clone();
+    let writer = tokio::spawn(async move {
+        for i in 0..150 {
+            writer_store
+                .append_event(id, event_kind::LOG, json!({"i": i}))
+                .await
+                .unwrap();
+            if i % 10 == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        writer_store
+            .transition_task(None, id, Transition::Stop, Default::default())
+            .await
+            .unwrap();
+    });
+
+    let mut received: Vec<i64> = Vec::new();
+    let mut connections = 0;
+    let chunk_sizes = [5usize, 17, 1, 30, 3];
+    'outer: loop {
+        let after = received.last().copied().unwrap_or(0);
+        let mut ws = app.ws(&app.key, &id.to_string(), after).await;
+        let chunk = chunk_sizes[connections % chunk_sizes.len()];
+        connections += 1;
+        for _ in 0..chunk {
+            match next_frame(&mut ws).await {
+                Frame::Event(event) => {
+                    let final_event = event.is_final();
+                    received.push(event.seq);
+                    if final_event {
+                        assert!(matches!(
+                            next_frame(&mut ws).await,
+                            Frame::Closed(Some(CloseCode::Normal))
+                        ));
+                        break 'outer;
+                    }
+                }
+                Frame::Closed(code) => panic!("closed before the final event: {code:?}"),
+            }
+        }
+        // Hang up abruptly every other time, politely otherwise.
+        if connections % 2 == 0 {
+            ws.close(None).await.ok();
+        }
+        drop(ws);
+    }
+    writer.await.unwrap();
+    assert!(connections > 5, "the test reconnected ({connections})");
+    assert_eq!(received, (1..=152).collect::<Vec<_>>());
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn websocket_catches_up_after_the_listener_reconnects(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let id = task_id(&app.create(json!({"task": "t"})).await);
+    let mut ws = app.ws(&app.key, &id.to_string(), 0).await;
+    assert!(matches!(next_frame(&mut ws).await, Frame::Event(e) if e.seq == 1));
+    // Kill the LISTEN connection behind the hub's back, then write while it reconnects.
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "select pg_terminate_backend(pid) from pg_stat_activity
+         where datname = current_database() and query ilike 'listen%'",
+    )
+    .fetch_all(app.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(killed, [true], "exactly one listener connection");
+    for i in 0..5 {
+        app.store
+            .append_event(id, event_kind::LOG, json!({"i": i}))
+            .await
+            .unwrap();
+    }
+    let mut seqs = Vec::new();
+    for _ in 0..5 {
+        let Frame::Event(event) = next_frame(&mut ws).await else {
+            panic!("closed")
+        };
+        seqs.push(event.seq);
+    }
+    assert_eq!(seqs, [2, 3, 4, 5, 6]);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn websocket_route_rejects_bad_requests(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let id = app.create(json!({"task": "t"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Plain GET without upgrade headers.
+    let response = app
+        .get(&format!("/v1/tasks/{id}/events"))
+        .send()
+        .await
+        .unwrap();
+    error(
+        response,
+        StatusCode::BAD_REQUEST,
+        "websocket_upgrade_required",
+    )
+    .await;
+    for query in ["after_seq=-1", "after_seq=x", "from=3"] {
+        let response = app
+            .get(&format!("/v1/tasks/{id}/events?{query}"))
+            .send()
+            .await
+            .unwrap();
+        error(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        )
+        .await;
+    }
+    // Deleting a task ends its streams.
+    let mut ws = app.ws(&app.key, &id, 1).await;
+    let response = app
+        .http
+        .delete(app.url(&format!("/v1/tasks/{id}")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert!(matches!(
+        next_frame(&mut ws).await,
+        Frame::Closed(Some(CloseCode::Normal))
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAPI
+
+#[test]
+fn openapi_yaml_is_up_to_date() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml");
+    let generated = browserd_api::openapi_yaml();
+    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
+        std::fs::write(path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "openapi.yaml is stale; regenerate it with `UPDATE_OPENAPI=1 cargo test -p browserd-api --test api openapi`"
+    );
+    for route in [
+        "/v1/tasks:",
+        "/v1/tasks/{id}:",
+        "/v1/tasks/{id}/stop:",
+        "/v1/tasks/{id}/pause:",
+        "/v1/tasks/{id}/resume:",
+        "/v1/tasks/{id}/steps:",
+        "/v1/tasks/{id}/steps/{n}/screenshot:",
+        "/v1/tasks/{id}/events:",
+        "/healthz:",
+        "/readyz:",
+        "/metrics:",
+    ] {
+        assert!(generated.contains(route), "{route} missing from the spec");
+    }
+}

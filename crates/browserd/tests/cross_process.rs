@@ -1,0 +1,319 @@
+//! The real `browserd` binary as a child process: events written by this (other) process reach
+//! a WebSocket client of the child through Postgres LISTEN/NOTIFY; keys come from the CLI; the
+//! database is created when missing. Needs DATABASE_URL (a server reachable with it).
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use browserd_store::{NewStep, Store};
+use browserd_types::{TaskEvent, TaskId, Transition, event_kind};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+const BIN: &str = env!("CARGO_BIN_EXE_browserd");
+
+/// DATABASE_URL with its database name replaced.
+fn url_for(database: &str) -> String {
+    let base = std::env::var("DATABASE_URL").expect("DATABASE_URL must be set for tests");
+    let (server, _) = base
+        .rsplit_once('/')
+        .expect("DATABASE_URL has a database path");
+    format!("{server}/{database}")
+}
+
+fn database_url(pool: &PgPool) -> String {
+    url_for(
+        pool.connect_options()
+            .get_database()
+            .expect("test database name"),
+    )
+}
+
+async fn create_key(url: &str) -> String {
+    let output = Command::new(BIN)
+        .args(["keys", "create", "--name", "cross-process"])
+        .env("DATABASE_URL", url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("bd_"), "stdout is exactly the key: {key}");
+    assert!(
+        !String::from_utf8_lossy(&output.stderr).contains(&key),
+        "the key goes to stdout only"
+    );
+    key
+}
+
+struct Server {
+    child: Child,
+    address: String,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+async fn start_server(url: &str) -> Server {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .env("DATABASE_URL", url)
+        .env("BROWSERD_LISTEN", "127.0.0.1:0")
+        .env("BROWSERD_LOG_FORMAT", "json")
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let address = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            logs.lock().unwrap().push(line.clone());
+            if let Ok(entry) = serde_json::from_str::<Value>(&line)
+                && entry["message"] == "listening"
+            {
+                return entry["address"].as_str().unwrap().to_owned();
+            }
+        }
+        panic!("server exited: {:?}", logs.lock().unwrap());
+    })
+    .await
+    .expect("server listening within 60 s");
+    let sink = logs.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Server {
+        child,
+        address,
+        logs,
+    }
+}
+
+async fn next_event<S>(ws: &mut S) -> Option<TaskEvent>
+where
+    S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("frame within 20 s")
+        {
+            Some(Ok(Message::Text(text))) => {
+                return Some(serde_json::from_str(text.as_str()).unwrap());
+            }
+            Some(Ok(Message::Close(frame))) => {
+                assert_eq!(frame.map(|f| f.code), Some(CloseCode::Normal));
+                return None;
+            }
+            Some(Ok(_)) => {}
+            other => panic!("unexpected: {other:?}"),
+        }
+    }
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
+    let url = database_url(&pool);
+    let key = create_key(&url).await;
+    let mut server = start_server(&url).await;
+    let http = reqwest::Client::new();
+    let secret = format!("pa55-{}", TaskId::new());
+
+    let created: Value = http
+        .post(format!("http://{}/v1/tasks", server.address))
+        .bearer_auth(&key)
+        .json(&json!({"task": "cross-process", "secrets": {"pw": secret}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id: TaskId = created["id"].as_str().unwrap().parse().unwrap();
+
+    let mut request = format!("ws://{}/v1/tasks/{id}/events", server.address)
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(
+        next_event(&mut ws).await.unwrap().seq,
+        1,
+        "replayed creation event"
+    );
+
+    // This test process plays the worker: it writes straight to Postgres.
+    let store = Store::from_pool(pool.clone());
+    store
+        .transition_task(None, id, Transition::Start, Default::default())
+        .await
+        .unwrap();
+    let mut expected = vec![(2, "status".to_owned())];
+    for i in 0..3 {
+        let event = store
+            .append_event(id, event_kind::LOG, json!({"line": i}))
+            .await
+            .unwrap();
+        expected.push((event.seq, event.kind));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    store
+        .insert_step(
+            id,
+            NewStep {
+                number: 1,
+                url: Some("http://127.0.0.1/".into()),
+                title: None,
+                model_output: None,
+                results: json!([]),
+                usage: None,
+                screenshot: None,
+                started_at: now,
+                finished_at: now,
+            },
+        )
+        .await
+        .unwrap();
+    expected.push((6, "step".to_owned()));
+    store
+        .transition_task(
+            None,
+            id,
+            Transition::Finish,
+            browserd_store::TransitionDetails {
+                output: Some("done".into()),
+                is_success: Some(true),
+                error: None,
+            },
+        )
+        .await
+        .unwrap();
+    expected.push((7, "status".to_owned()));
+
+    let mut received = Vec::new();
+    while let Some(event) = next_event(&mut ws).await {
+        received.push((event.seq, event.kind.clone()));
+        if event.seq == 7 {
+            assert_eq!(event.payload["status"], "finished");
+            assert_eq!(event.payload["output"], "done");
+        }
+    }
+    assert_eq!(
+        received, expected,
+        "closed normally right after the final event"
+    );
+
+    // Graceful shutdown on SIGTERM.
+    let pid = server.child.id().unwrap().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), server.child.wait())
+        .await
+        .expect("exits within 20 s")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let logs = server.logs.lock().unwrap().join("\n");
+    assert!(logs.contains("create task"), "debug logging was on");
+    assert!(
+        !logs.contains(&secret),
+        "secret leaked into the server's logs"
+    );
+    assert!(
+        !logs.contains(&key),
+        "API key leaked into the server's logs"
+    );
+}
+
+#[tokio::test]
+async fn migrate_creates_a_missing_database() {
+    let name = format!("browserd_cli_{}", TaskId::new().0.simple());
+    let url = url_for(&name);
+    let output = Command::new(BIN)
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pool = PgPool::connect(&url).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "select table_name::text from information_schema.tables
+         where table_schema = 'public' and table_name not like '\\_sqlx%' order by 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        [
+            "api_keys",
+            "artifacts",
+            "task_events",
+            "task_steps",
+            "tasks"
+        ]
+    );
+    // Idempotent.
+    let again = Command::new(BIN)
+        .arg("migrate")
+        .env("DATABASE_URL", &url)
+        .status()
+        .await
+        .unwrap();
+    assert!(again.success());
+    pool.close().await;
+    let admin = PgPool::connect(&url_for("postgres")).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "drop database if exists {name} with (force)"
+    )))
+    .execute(&admin)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn cli_rejects_bad_input_without_panicking() {
+    let output = Command::new(BIN)
+        .args(["keys", "create", "--name", "  "])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--name"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let output = Command::new(BIN)
+        .arg("serve")
+        .env("BROWSERD_CONFIG", "/nonexistent/browserd.toml")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent/browserd.toml"), "{stderr}");
+}

@@ -1,0 +1,32 @@
+use browserd_types::{TaskId, TaskStatus};
+
+/// Everything the store can fail with. Messages never contain secrets or key material.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("task {0} not found")]
+    TaskNotFound(TaskId),
+    #[error("cannot {transition} a task that is {current}")]
+    IllegalTransition {
+        transition: &'static str,
+        current: TaskStatus,
+    },
+    /// The task is being worked on (running, or paused on a worker) and cannot be deleted.
+    #[error("task {id} is {status} on a worker; stop it first")]
+    TaskActive { id: TaskId, status: TaskStatus },
+    /// The task has ended; its final event was written and no event may follow it.
+    #[error("task {id} has ended ({status}); no further events are accepted")]
+    TaskEnded { id: TaskId, status: TaskStatus },
+    #[error("event kind `{0}` is reserved for status transitions")]
+    ReservedEventKind(String),
+    #[error("step {number} of task {id} already exists")]
+    StepExists { id: TaskId, number: i32 },
+    #[error("invalid cursor")]
+    InvalidCursor,
+    /// A row that violates an invariant the schema cannot express (e.g. an unknown status).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}

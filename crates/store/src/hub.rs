@@ -1,0 +1,203 @@
+//! One shared `LISTEN task_events` connection per process, fanned out to in-process
+//! subscribers (one `broadcast` channel per watched task).
+//!
+//! Notifications only carry `(task_id, seq)`; subscribers read the events themselves from
+//! `task_events`, so a lost or lagging notification can never lose an event: whenever a
+//! subscriber may have missed something (channel lag, listener reconnect) it gets
+//! [`Signal::Resync`] and re-reads everything after the last seq it delivered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use browserd_types::TaskId;
+use sqlx::postgres::PgListener;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::NOTIFY_CHANNEL;
+use crate::{Store, StoreError};
+
+/// Buffered signals per watched task before a slow subscriber is told to resync.
+const CHANNEL_CAPACITY: usize = 256;
+
+/// What a subscriber is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// Event `seq` of the task was committed.
+    Appended { seq: i64 },
+    /// The task was deleted.
+    Deleted,
+    /// Notifications may have been missed; re-read from the database.
+    Resync,
+}
+
+type Channels = Arc<Mutex<HashMap<TaskId, broadcast::Sender<Signal>>>>;
+
+/// The per-process fan-out of task event notifications. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct EventHub {
+    channels: Channels,
+}
+
+/// A live subscription to one task's signals; unsubscribes on drop.
+#[derive(Debug)]
+pub struct Subscription {
+    task_id: TaskId,
+    channels: Channels,
+    receiver: broadcast::Receiver<Signal>,
+}
+
+impl Subscription {
+    /// The next signal. A lagging receiver gets `Resync`; `None` means the hub shut down.
+    pub async fn recv(&mut self) -> Option<Signal> {
+        match self.receiver.recv().await {
+            Ok(signal) => Some(signal),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Signal::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        // Our own receiver is still alive here, so 1 means "only us".
+        if channels
+            .get(&self.task_id)
+            .is_some_and(|sender| sender.receiver_count() <= 1)
+        {
+            channels.remove(&self.task_id);
+        }
+    }
+}
+
+impl EventHub {
+    /// Starts listening on [`NOTIFY_CHANNEL`] and returns once the first `LISTEN` is active, so
+    /// every event committed after this returns is signalled. The listener task reconnects
+    /// with backoff and sends [`Signal::Resync`] to everyone after each reconnect. It stops
+    /// when `shutdown` is cancelled.
+    pub async fn start(
+        store: &Store,
+        shutdown: CancellationToken,
+    ) -> Result<(EventHub, JoinHandle<()>), StoreError> {
+        let listener = listen(store).await?;
+        let hub = EventHub::default();
+        let task = tokio::spawn(hub.clone().run(store.clone(), listener, shutdown));
+        Ok((hub, task))
+    }
+
+    /// Subscribes to task `task_id`. Subscribe before reading the task's stored events so
+    /// nothing committed in between is missed.
+    pub fn subscribe(&self, task_id: TaskId) -> Subscription {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let receiver = channels
+            .entry(task_id)
+            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe();
+        Subscription {
+            task_id,
+            channels: self.channels.clone(),
+            receiver,
+        }
+    }
+
+    /// Number of tasks with at least one subscriber.
+    pub fn watched_tasks(&self) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn dispatch(&self, payload: &str) {
+        let Some((task_id, what)) = payload.split_once(':') else {
+            tracing::warn!(payload, "malformed task event notification");
+            return;
+        };
+        let Ok(task_id) = task_id.parse::<TaskId>() else {
+            tracing::warn!(payload, "malformed task id in notification");
+            return;
+        };
+        let signal = if what == "deleted" {
+            Signal::Deleted
+        } else if let Ok(seq) = what.parse() {
+            Signal::Appended { seq }
+        } else {
+            tracing::warn!(payload, "malformed seq in notification");
+            return;
+        };
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = channels.get(&task_id) {
+            // No receivers left is fine: the entry is removed by the last Subscription.
+            let _ = sender.send(signal);
+        }
+    }
+
+    fn resync_all(&self) {
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        for sender in channels.values() {
+            let _ = sender.send(Signal::Resync);
+        }
+    }
+
+    async fn run(self, store: Store, mut listener: PgListener, shutdown: CancellationToken) {
+        loop {
+            let received = tokio::select! {
+                () = shutdown.cancelled() => break,
+                received = listener.try_recv() => received,
+            };
+            match received {
+                Ok(Some(notification)) => self.dispatch(notification.payload()),
+                Ok(None) | Err(_) => {
+                    if let Err(err) = &received {
+                        tracing::warn!(%err, "event listener failed; reconnecting");
+                    } else {
+                        tracing::warn!("event listener connection lost; reconnecting");
+                    }
+                    let Some(reconnected) = reconnect(&store, &shutdown).await else {
+                        break;
+                    };
+                    listener = reconnected;
+                    // Anything committed while we were away was not signalled.
+                    self.resync_all();
+                }
+            }
+        }
+        // Dropping the senders ends every subscription.
+        self.channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+async fn listen(store: &Store) -> Result<PgListener, StoreError> {
+    let mut listener = PgListener::connect_with(store.pool()).await?;
+    listener.listen(NOTIFY_CHANNEL).await?;
+    Ok(listener)
+}
+
+async fn reconnect(store: &Store, shutdown: &CancellationToken) -> Option<PgListener> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        let attempt = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            attempt = tokio::time::timeout(Duration::from_secs(10), listen(store)) => attempt,
+        };
+        match attempt {
+            Ok(Ok(listener)) => {
+                tracing::info!("event listener reconnected");
+                return Some(listener);
+            }
+            Ok(Err(err)) => tracing::warn!(%err, ?delay, "event listener reconnect failed"),
+            Err(_) => tracing::warn!(?delay, "event listener reconnect timed out"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,513 @@
+//! Tasks: creation, reads scoped to their API key, keyset pagination, the guarded status
+//! transitions and deletion.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use browserd_types::dto::TaskView;
+use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::json;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::events::{EventGuard, append_event_in, notify_deleted};
+use crate::{Store, StoreError};
+
+/// A validated task to insert.
+pub struct NewTask {
+    pub task: String,
+    pub start_url: Option<String>,
+    pub max_steps: i32,
+    pub model: Option<String>,
+    pub allowed_domains: Vec<String>,
+    pub prohibited_domains: Vec<String>,
+    pub secrets: BTreeMap<String, SecretString>,
+    pub output_schema: Option<serde_json::Value>,
+    pub use_vision: bool,
+    pub max_actions_per_step: i32,
+    pub max_failures: i32,
+    pub timeout_s: Option<i32>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for NewTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewTask")
+            .field("task", &self.task)
+            .field("start_url", &self.start_url)
+            .field("max_steps", &self.max_steps)
+            .field("model", &self.model)
+            .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task row without its secrets (they are never read back through this type).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskRecord {
+    pub id: TaskId,
+    pub api_key_id: ApiKeyId,
+    pub status: TaskStatus,
+    pub task: String,
+    pub start_url: Option<String>,
+    pub max_steps: i32,
+    pub model: Option<String>,
+    pub allowed_domains: Vec<String>,
+    pub prohibited_domains: Vec<String>,
+    pub output_schema: Option<serde_json::Value>,
+    pub use_vision: bool,
+    pub max_actions_per_step: i32,
+    pub max_failures: i32,
+    pub timeout_s: Option<i32>,
+    pub metadata: BTreeMap<String, String>,
+    pub output: Option<String>,
+    pub is_success: Option<bool>,
+    pub error: Option<String>,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<OffsetDateTime>,
+    pub attempts: i32,
+    pub last_event_seq: i64,
+    pub created_at: OffsetDateTime,
+    pub updated_at: OffsetDateTime,
+    pub started_at: Option<OffsetDateTime>,
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+impl From<TaskRecord> for TaskView {
+    fn from(t: TaskRecord) -> Self {
+        TaskView {
+            id: t.id,
+            status: t.status,
+            task: t.task,
+            start_url: t.start_url,
+            max_steps: t.max_steps,
+            model: t.model,
+            allowed_domains: t.allowed_domains,
+            prohibited_domains: t.prohibited_domains,
+            output_schema: t.output_schema,
+            use_vision: t.use_vision,
+            max_actions_per_step: t.max_actions_per_step,
+            max_failures: t.max_failures,
+            timeout_s: t.timeout_s,
+            metadata: t.metadata,
+            output: t.output,
+            is_success: t.is_success,
+            error: t.error,
+            last_event_seq: t.last_event_seq,
+            created_at: t.created_at,
+            updated_at: t.updated_at,
+            started_at: t.started_at,
+            finished_at: t.finished_at,
+        }
+    }
+}
+
+struct TaskRow {
+    id: Uuid,
+    api_key_id: Uuid,
+    status: String,
+    task: String,
+    start_url: Option<String>,
+    max_steps: i32,
+    model: Option<String>,
+    allowed_domains: Vec<String>,
+    prohibited_domains: Vec<String>,
+    output_schema: Option<serde_json::Value>,
+    use_vision: bool,
+    max_actions_per_step: i32,
+    max_failures: i32,
+    timeout_s: Option<i32>,
+    metadata: serde_json::Value,
+    output: Option<String>,
+    is_success: Option<bool>,
+    error: Option<String>,
+    lease_owner: Option<String>,
+    lease_expires_at: Option<OffsetDateTime>,
+    attempts: i32,
+    last_event_seq: i64,
+    created_at: OffsetDateTime,
+    updated_at: OffsetDateTime,
+    started_at: Option<OffsetDateTime>,
+    finished_at: Option<OffsetDateTime>,
+}
+
+impl TryFrom<TaskRow> for TaskRecord {
+    type Error = StoreError;
+    fn try_from(row: TaskRow) -> Result<Self, StoreError> {
+        Ok(TaskRecord {
+            id: TaskId(row.id),
+            api_key_id: ApiKeyId(row.api_key_id),
+            status: parse_status(&row.status)?,
+            task: row.task,
+            start_url: row.start_url,
+            max_steps: row.max_steps,
+            model: row.model,
+            allowed_domains: row.allowed_domains,
+            prohibited_domains: row.prohibited_domains,
+            output_schema: row.output_schema,
+            use_vision: row.use_vision,
+            max_actions_per_step: row.max_actions_per_step,
+            max_failures: row.max_failures,
+            timeout_s: row.timeout_s,
+            metadata: serde_json::from_value(row.metadata)
+                .map_err(|err| StoreError::Corrupt(format!("task metadata: {err}")))?,
+            output: row.output,
+            is_success: row.is_success,
+            error: row.error,
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at,
+            attempts: row.attempts,
+            last_event_seq: row.last_event_seq,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
+        })
+    }
+}
+
+pub(crate) fn parse_status(status: &str) -> Result<TaskStatus, StoreError> {
+    status
+        .parse()
+        .map_err(|err| StoreError::Corrupt(format!("{err}")))
+}
+
+/// Position in the newest-first task listing: the last task of the previous page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskCursor {
+    pub created_at: OffsetDateTime,
+    pub id: TaskId,
+}
+
+impl TaskCursor {
+    /// Opaque text form (base64url of `<unix micros>:<uuid>`).
+    pub fn encode(&self) -> String {
+        let micros = self.created_at.unix_timestamp_nanos() / 1_000;
+        URL_SAFE_NO_PAD.encode(format!("{micros}:{}", self.id))
+    }
+
+    pub fn decode(text: &str) -> Result<Self, StoreError> {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(text)
+            .map_err(|_| StoreError::InvalidCursor)?;
+        let text = String::from_utf8(bytes).map_err(|_| StoreError::InvalidCursor)?;
+        let (micros, id) = text.split_once(':').ok_or(StoreError::InvalidCursor)?;
+        let micros: i128 = micros.parse().map_err(|_| StoreError::InvalidCursor)?;
+        let created_at = OffsetDateTime::from_unix_timestamp_nanos(micros * 1_000)
+            .map_err(|_| StoreError::InvalidCursor)?;
+        let id = id.parse().map_err(|_| StoreError::InvalidCursor)?;
+        Ok(Self { created_at, id })
+    }
+}
+
+/// One page of a listing.
+#[derive(Clone, Debug)]
+pub struct TaskPage {
+    pub items: Vec<TaskRecord>,
+    pub next_cursor: Option<TaskCursor>,
+}
+
+/// Outcome data written together with a transition (for `finish` / `fail`).
+#[derive(Clone, Debug, Default)]
+pub struct TransitionDetails {
+    pub output: Option<String>,
+    pub is_success: Option<bool>,
+    pub error: Option<String>,
+}
+
+/// What a deletion removed outside the database: artifact files to delete from disk.
+#[derive(Clone, Debug, Default)]
+pub struct DeletedTask {
+    pub artifact_paths: Vec<String>,
+}
+
+impl Store {
+    /// Inserts a task in status `queued` owned by `owner` and writes its first event
+    /// (`status: queued`, seq 1) in the same transaction.
+    pub async fn create_task(
+        &self,
+        owner: ApiKeyId,
+        new: NewTask,
+    ) -> Result<TaskRecord, StoreError> {
+        let id = TaskId::new();
+        let secrets = (!new.secrets.is_empty()).then(|| {
+            serde_json::Value::Object(
+                new.secrets
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.expose_secret().into()))
+                    .collect(),
+            )
+        });
+        let metadata = serde_json::to_value(&new.metadata)
+            .map_err(|err| StoreError::Corrupt(format!("metadata: {err}")))?;
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query_as!(
+            TaskRow,
+            "insert into tasks (id, api_key_id, task, start_url, max_steps, model,
+                 allowed_domains, prohibited_domains, output_schema, use_vision,
+                 max_actions_per_step, max_failures, timeout_s, metadata, secrets)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+             returning id, api_key_id, status, task, start_url, max_steps, model,
+                 allowed_domains, prohibited_domains, output_schema, use_vision,
+                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
+                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
+                 updated_at, started_at, finished_at",
+            id.0,
+            owner.0,
+            new.task,
+            new.start_url,
+            new.max_steps,
+            new.model,
+            &new.allowed_domains,
+            &new.prohibited_domains,
+            new.output_schema,
+            new.use_vision,
+            new.max_actions_per_step,
+            new.max_failures,
+            new.timeout_s,
+            metadata,
+            secrets,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let event = append_event_in(
+            &mut tx,
+            id,
+            event_kind::STATUS,
+            json!({ "status": TaskStatus::Queued }),
+            EventGuard::Any,
+        )
+        .await?;
+        tx.commit().await?;
+        let mut record = TaskRecord::try_from(row)?;
+        record.last_event_seq = event.seq;
+        Ok(record)
+    }
+
+    /// The task `id` if it exists and (when `owner` is given) belongs to `owner`.
+    pub async fn get_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let row = sqlx::query_as!(
+            TaskRow,
+            "select id, api_key_id, status, task, start_url, max_steps, model,
+                 allowed_domains, prohibited_domains, output_schema, use_vision,
+                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
+                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
+                 updated_at, started_at, finished_at
+             from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
+            id.0,
+            owner.map(|o| o.0),
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(TaskRecord::try_from).transpose()
+    }
+
+    /// `owner`'s tasks, newest first, optionally only those in `status`. `limit` is clamped
+    /// to 1..=100 by the caller.
+    pub async fn list_tasks(
+        &self,
+        owner: ApiKeyId,
+        status: Option<TaskStatus>,
+        limit: i64,
+        after: Option<TaskCursor>,
+    ) -> Result<TaskPage, StoreError> {
+        let rows = sqlx::query_as!(
+            TaskRow,
+            "select id, api_key_id, status, task, start_url, max_steps, model,
+                 allowed_domains, prohibited_domains, output_schema, use_vision,
+                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
+                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
+                 updated_at, started_at, finished_at
+             from tasks
+             where api_key_id = $1
+               and ($2::text is null or status = $2)
+               and ($3::timestamptz is null or (created_at, id) < ($3, $4::uuid))
+             order by created_at desc, id desc
+             limit $5",
+            owner.0,
+            status.map(|s| s.as_str()),
+            after.map(|c| c.created_at),
+            after.map(|c| c.id.0),
+            limit + 1,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut items = rows
+            .into_iter()
+            .map(TaskRecord::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let has_more = items.len() as i64 > limit;
+        items.truncate(limit.max(0) as usize);
+        let next_cursor = if has_more {
+            items.last().map(|t| TaskCursor {
+                created_at: t.created_at,
+                id: t.id,
+            })
+        } else {
+            None
+        };
+        Ok(TaskPage { items, next_cursor })
+    }
+
+    /// Applies `transition` to task `id` with one guarded `UPDATE` and writes the matching
+    /// `status` event in the same transaction. Reaching a terminal status wipes the task's
+    /// secrets and lease, and that status event is the task's final event.
+    ///
+    /// Errors: [`StoreError::TaskNotFound`] (absent or not `owner`'s) and
+    /// [`StoreError::IllegalTransition`] carrying the current status.
+    pub async fn transition_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError> {
+        let allowed: Vec<String> = transition
+            .allowed_from()
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect();
+        let target_if_new = transition.target(false);
+        let target_if_started = transition.target(true);
+        let terminal = target_if_new.is_terminal();
+        let clear_lease = terminal || transition == Transition::Requeue;
+
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query_as!(
+            TaskRow,
+            "update tasks set
+                 status = case when started_at is null then $3 else $4 end,
+                 started_at = case when started_at is null and $3 = 'running'
+                                   then now() else started_at end,
+                 finished_at = case when $5 then now() else finished_at end,
+                 secrets = case when $5 then null else secrets end,
+                 lease_owner = case when $6 then null else lease_owner end,
+                 lease_expires_at = case when $6 then null else lease_expires_at end,
+                 output = coalesce($7, output),
+                 is_success = coalesce($8, is_success),
+                 error = coalesce($9, error),
+                 updated_at = now()
+             where id = $1 and ($2::uuid is null or api_key_id = $2) and status = any($10)
+             returning id, api_key_id, status, task, start_url, max_steps, model,
+                 allowed_domains, prohibited_domains, output_schema, use_vision,
+                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
+                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
+                 updated_at, started_at, finished_at",
+            id.0,
+            owner.map(|o| o.0),
+            target_if_new.as_str(),
+            target_if_started.as_str(),
+            terminal,
+            clear_lease,
+            details.output,
+            details.is_success,
+            details.error,
+            &allowed,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+
+        let Some(row) = row else {
+            drop(tx);
+            let current = sqlx::query_scalar!(
+                "select status from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
+                id.0,
+                owner.map(|o| o.0),
+            )
+            .fetch_optional(&self.pool)
+            .await?;
+            return match current {
+                None => Err(StoreError::TaskNotFound(id)),
+                Some(current) => Err(StoreError::IllegalTransition {
+                    transition: transition.name(),
+                    current: parse_status(&current)?,
+                }),
+            };
+        };
+        let mut record = TaskRecord::try_from(row)?;
+
+        let mut payload = json!({
+            "status": record.status,
+            "transition": transition.name(),
+        });
+        if terminal {
+            payload["output"] = json!(record.output);
+            payload["is_success"] = json!(record.is_success);
+            payload["error"] = json!(record.error);
+        }
+        let event =
+            append_event_in(&mut tx, id, event_kind::STATUS, payload, EventGuard::Any).await?;
+        tx.commit().await?;
+        record.last_event_seq = event.seq;
+        Ok(record)
+    }
+
+    /// Deletes `owner`'s task `id` with its steps, events and artifacts. Refused while a
+    /// worker holds the task (running, or paused after it started).
+    pub async fn delete_task(
+        &self,
+        owner: ApiKeyId,
+        id: TaskId,
+    ) -> Result<DeletedTask, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let current = sqlx::query!(
+            "select status, started_at from tasks where id = $1 and api_key_id = $2 for update",
+            id.0,
+            owner.0,
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::TaskNotFound(id))?;
+        let status = parse_status(&current.status)?;
+        let on_worker = status == TaskStatus::Running
+            || (status == TaskStatus::Paused && current.started_at.is_some());
+        if on_worker {
+            return Err(StoreError::TaskActive { id, status });
+        }
+        let artifact_paths = sqlx::query_scalar!(
+            "delete from artifacts where task_id = $1 returning path",
+            id.0
+        )
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+        sqlx::query!("delete from tasks where id = $1", id.0)
+            .execute(&mut *tx)
+            .await?;
+        notify_deleted(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(DeletedTask { artifact_paths })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let cursor = TaskCursor {
+            created_at: OffsetDateTime::from_unix_timestamp_nanos(1_700_000_000_123_456_000)
+                .unwrap(),
+            id: TaskId::new(),
+        };
+        assert_eq!(TaskCursor::decode(&cursor.encode()).unwrap(), cursor);
+        for bad in [
+            "",
+            "!!!",
+            "bm9wZQ",
+            &URL_SAFE_NO_PAD.encode("12:not-a-uuid"),
+        ] {
+            assert!(TaskCursor::decode(bad).is_err(), "{bad}");
+        }
+    }
+}

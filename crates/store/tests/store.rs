@@ -1,0 +1,417 @@
+//! Store behaviour against a real Postgres (one fresh database per test via `#[sqlx::test]`;
+//! needs DATABASE_URL at run time).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use browserd_store::{
+    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, Signal, Store, StoreError,
+    TransitionDetails,
+};
+use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
+use secrecy::SecretString;
+use serde_json::json;
+use sqlx::PgPool;
+use time::OffsetDateTime;
+use tokio_util::sync::CancellationToken;
+
+fn new_task(text: &str) -> NewTask {
+    NewTask {
+        task: text.to_owned(),
+        start_url: None,
+        max_steps: 100,
+        model: None,
+        allowed_domains: vec![],
+        prohibited_domains: vec![],
+        secrets: BTreeMap::from([("pw".to_owned(), SecretString::from("s3cr3t-value"))]),
+        output_schema: None,
+        use_vision: true,
+        max_actions_per_step: 5,
+        max_failures: 5,
+        timeout_s: None,
+        metadata: BTreeMap::new(),
+    }
+}
+
+async fn key(store: &Store) -> ApiKeyId {
+    store.create_api_key("test").await.unwrap().record.id
+}
+
+async fn secrets_present(store: &Store, id: TaskId) -> bool {
+    sqlx::query_scalar::<_, bool>("select secrets is not null from tasks where id = $1")
+        .bind(id.0)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn api_keys_authenticate_by_hash_only(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let created = store.create_api_key("ci").await.unwrap();
+    let key = secrecy::ExposeSecret::expose_secret(&created.key).to_owned();
+    assert!(key.starts_with("bd_") && key.len() == 46, "{key}");
+    let found = store.authenticate_api_key(&created.key).await.unwrap();
+    assert_eq!(found.map(|k| k.id), Some(created.record.id));
+    // Nothing in the table contains the key itself.
+    let stored: String = sqlx::query_scalar("select row_to_json(k)::text from api_keys k")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(!stored.contains(&key[3..]), "key stored in clear: {stored}");
+    let mut wrong = key.clone();
+    wrong.pop();
+    wrong.push(if key.ends_with('A') { 'B' } else { 'A' });
+    assert!(
+        store
+            .authenticate_api_key(&wrong.into())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.revoke_api_key(created.record.id).await.unwrap());
+    assert!(
+        store
+            .authenticate_api_key(&created.key)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn tasks_are_scoped_to_their_key(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let (alice, bob) = (key(&store).await, key(&store).await);
+    let task = store.create_task(alice, new_task("a")).await.unwrap();
+    assert_eq!(task.status, TaskStatus::Queued);
+    assert_eq!(task.last_event_seq, 1);
+    assert!(
+        store
+            .get_task(Some(alice), task.id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(store.get_task(Some(bob), task.id).await.unwrap().is_none());
+    assert!(
+        store
+            .list_tasks(bob, None, 10, None)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(matches!(
+        store
+            .transition_task(Some(bob), task.id, Transition::Stop, Default::default())
+            .await,
+        Err(StoreError::TaskNotFound(_))
+    ));
+    assert!(matches!(
+        store.delete_task(bob, task.id).await,
+        Err(StoreError::TaskNotFound(_))
+    ));
+    let events = store.events_after(task.id, 0, 10).await.unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].payload, json!({"status": "queued"}));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let go = |t| store.transition_task(Some(owner), id, t, TransitionDetails::default());
+
+    assert_eq!(
+        go(Transition::Pause).await.unwrap().status,
+        TaskStatus::Paused
+    );
+    // Never started: resume goes back to the queue.
+    assert_eq!(
+        go(Transition::Resume).await.unwrap().status,
+        TaskStatus::Queued
+    );
+    match go(Transition::Finish).await {
+        Err(StoreError::IllegalTransition { current, .. }) => {
+            assert_eq!(current, TaskStatus::Queued)
+        }
+        other => panic!("{other:?}"),
+    }
+    let running = store
+        .transition_task(None, id, Transition::Start, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(running.status, TaskStatus::Running);
+    assert!(running.started_at.is_some());
+    assert_eq!(
+        go(Transition::Pause).await.unwrap().status,
+        TaskStatus::Paused
+    );
+    // Started: resume goes back to running.
+    assert_eq!(
+        go(Transition::Resume).await.unwrap().status,
+        TaskStatus::Running
+    );
+    assert!(secrets_present(&store, id).await);
+
+    let finished = store
+        .transition_task(
+            None,
+            id,
+            Transition::Finish,
+            TransitionDetails {
+                output: Some("42".into()),
+                is_success: Some(true),
+                error: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(finished.status, TaskStatus::Finished);
+    assert!(finished.finished_at.is_some());
+    assert!(!secrets_present(&store, id).await, "secrets must be wiped");
+    for t in [
+        Transition::Stop,
+        Transition::Resume,
+        Transition::Pause,
+        Transition::Fail,
+    ] {
+        match go(t).await {
+            Err(StoreError::IllegalTransition { current, .. }) => {
+                assert_eq!(current, TaskStatus::Finished)
+            }
+            other => panic!("{t:?}: {other:?}"),
+        }
+    }
+    let events = store.events_after(id, 0, 100).await.unwrap();
+    let statuses: Vec<&str> = events
+        .iter()
+        .map(|e| e.payload["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "queued", "paused", "queued", "running", "paused", "running", "finished"
+        ]
+    );
+    assert_eq!(
+        events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=7).collect::<Vec<_>>()
+    );
+    assert!(events.last().unwrap().is_final());
+    assert_eq!(events.last().unwrap().payload["output"], "42");
+    // Nothing may follow the final event.
+    assert!(matches!(
+        store.append_event(id, event_kind::LOG, json!({})).await,
+        Err(StoreError::TaskEnded {
+            status: TaskStatus::Finished,
+            ..
+        })
+    ));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn concurrent_appends_get_unique_gap_free_seqs(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..25 {
+                    store
+                        .append_event(id, event_kind::LOG, json!({"writer": w, "i": i}))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let seqs: Vec<i64> = store
+        .events_after(id, 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, (1..=101).collect::<Vec<_>>());
+    assert!(matches!(
+        store.append_event(id, event_kind::STATUS, json!({})).await,
+        Err(StoreError::ReservedEventKind(_))
+    ));
+    assert!(matches!(
+        store
+            .append_event(TaskId::new(), event_kind::LOG, json!({}))
+            .await,
+        Err(StoreError::TaskNotFound(_))
+    ));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key(&store).await;
+    let shutdown = CancellationToken::new();
+    let (hub, listener) = EventHub::start(&store, shutdown.clone()).await.unwrap();
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let other = store.create_task(owner, new_task("u")).await.unwrap().id;
+    let mut subscription = hub.subscribe(id);
+    store
+        .append_event(other, event_kind::LOG, json!({}))
+        .await
+        .unwrap();
+    store
+        .append_event(id, event_kind::LOG, json!({}))
+        .await
+        .unwrap();
+    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
+        .await
+        .unwrap();
+    assert_eq!(
+        signal,
+        Some(Signal::Appended { seq: 2 }),
+        "only this task's events"
+    );
+    store.delete_task(owner, id).await.unwrap();
+    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
+        .await
+        .unwrap();
+    assert_eq!(signal, Some(Signal::Deleted));
+    assert_eq!(hub.watched_tasks(), 1);
+    drop(subscription);
+    assert_eq!(hub.watched_tasks(), 0);
+    shutdown.cancel();
+    listener.await.unwrap();
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn steps_artifacts_and_delete(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let png = vec![0x89, b'P', b'N', b'G', 1, 2, 3];
+    let artifact = store
+        .insert_artifact(
+            id,
+            NewArtifact {
+                kind: "screenshot",
+                name: None,
+                content_type: "image/png".into(),
+                size_bytes: png.len() as i64,
+                content: ArtifactContent::Inline(png.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    let now = OffsetDateTime::now_utc();
+    let step = |number, screenshot| NewStep {
+        number,
+        url: Some("http://127.0.0.1/".into()),
+        title: Some("t".into()),
+        model_output: Some(json!({"memory": "m"})),
+        results: json!([{"is_done": false}]),
+        usage: None,
+        screenshot,
+        started_at: now,
+        finished_at: now,
+    };
+    store
+        .insert_step(id, step(1, Some(artifact)))
+        .await
+        .unwrap();
+    store.insert_step(id, step(2, None)).await.unwrap();
+    assert!(matches!(
+        store.insert_step(id, step(2, None)).await,
+        Err(StoreError::StepExists { number: 2, .. })
+    ));
+    let steps = store.list_steps(id).await.unwrap();
+    assert_eq!(steps.iter().map(|s| s.number).collect::<Vec<_>>(), [1, 2]);
+    let shot = store.step_screenshot(id, 1).await.unwrap().unwrap();
+    assert_eq!(shot.content_type, "image/png");
+    assert_eq!(shot.content, ArtifactContent::Inline(png));
+    assert!(store.step_screenshot(id, 2).await.unwrap().is_none());
+    let kinds: Vec<String> = store
+        .events_after(id, 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        ["status", "step", "step"],
+        "a failed insert announces nothing"
+    );
+
+    // Running tasks cannot be deleted; stopped ones can, with everything they own.
+    store
+        .transition_task(None, id, Transition::Start, Default::default())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.delete_task(owner, id).await,
+        Err(StoreError::TaskActive {
+            status: TaskStatus::Running,
+            ..
+        })
+    ));
+    store
+        .transition_task(None, id, Transition::Stop, Default::default())
+        .await
+        .unwrap();
+    store.delete_task(owner, id).await.unwrap();
+    for table in ["tasks", "task_steps", "task_events", "artifacts"] {
+        let count: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {table}")))
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(count, 0, "{table}");
+    }
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn listing_pages_are_stable_across_inserts(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key(&store).await;
+    let mut created = Vec::new();
+    for i in 0..7 {
+        created.push(
+            store
+                .create_task(owner, new_task(&format!("{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let first = store.list_tasks(owner, None, 3, None).await.unwrap();
+    // Newer tasks must not shift the following pages.
+    for i in 0..3 {
+        store
+            .create_task(owner, new_task(&format!("late {i}")))
+            .await
+            .unwrap();
+    }
+    let second = store
+        .list_tasks(owner, None, 3, first.next_cursor)
+        .await
+        .unwrap();
+    let third = store
+        .list_tasks(owner, None, 3, second.next_cursor)
+        .await
+        .unwrap();
+    assert!(third.next_cursor.is_none());
+    let seen: Vec<TaskId> = [first.items, second.items, third.items]
+        .concat()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    created.reverse();
+    assert_eq!(seen, created);
+}

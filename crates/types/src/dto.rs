@@ -1,0 +1,209 @@
+//! Request and response bodies of the native `/v1` API.
+//!
+//! These are pure wire shapes; the api crate validates requests and the store produces the views.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+
+use crate::{TaskId, TaskStatus};
+
+/// Limits and defaults of `POST /v1/tasks`.
+pub mod limits {
+    pub const TASK_MAX_CHARS: usize = 20_000;
+    pub const MAX_STEPS_DEFAULT: i64 = 100;
+    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = 1..=500;
+    pub const MAX_ACTIONS_PER_STEP_DEFAULT: i64 = 5;
+    pub const MAX_ACTIONS_PER_STEP_RANGE: std::ops::RangeInclusive<i64> = 1..=20;
+    pub const MAX_FAILURES_DEFAULT: i64 = 5;
+    pub const MAX_FAILURES_RANGE: std::ops::RangeInclusive<i64> = 0..=50;
+    /// Wall-clock budget: one second to one day.
+    pub const TIMEOUT_S_RANGE: std::ops::RangeInclusive<i64> = 1..=86_400;
+    pub const METADATA_MAX_PAIRS: usize = 16;
+    pub const METADATA_KEY_MAX_CHARS: usize = 64;
+    pub const METADATA_VALUE_MAX_CHARS: usize = 512;
+    pub const URL_MAX_CHARS: usize = 2_048;
+    pub const DOMAINS_MAX: usize = 100;
+    pub const DOMAIN_MAX_CHARS: usize = 253;
+    pub const SECRETS_MAX: usize = 32;
+    pub const SECRET_NAME_MAX_CHARS: usize = 64;
+    pub const SECRET_VALUE_MAX_CHARS: usize = 4_096;
+    pub const MODEL_MAX_CHARS: usize = 200;
+    pub const LIST_LIMIT_DEFAULT: i64 = 20;
+    pub const LIST_LIMIT_MAX: i64 = 100;
+}
+
+/// Body of `POST /v1/tasks`. Unknown fields are rejected.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTaskRequest {
+    /// What the agent should do, in plain words (1–20 000 characters).
+    pub task: String,
+    /// An http(s) URL the browser opens before the first step.
+    #[serde(default)]
+    pub start_url: Option<String>,
+    /// Step budget, 1–500 (default 100).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 500, default = 100)]
+    pub max_steps: Option<i64>,
+    /// Name of a configured model; the server's default model when omitted.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Only these domains may be visited (patterns like `example.com`, `*.example.com`).
+    #[serde(default)]
+    pub allowed_domains: Option<Vec<String>>,
+    /// These domains may never be visited.
+    #[serde(default)]
+    pub prohibited_domains: Option<Vec<String>>,
+    /// Write-only secrets (name → value) the agent can use as `<secret>name</secret>`. Never
+    /// returned, logged or put in events.
+    #[serde(default)]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub secrets: Option<BTreeMap<String, SecretString>>,
+    /// A JSON Schema the final output must satisfy.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<serde_json::Value>,
+    /// Send screenshots to the model (default true).
+    #[serde(default)]
+    pub use_vision: Option<bool>,
+    /// Actions per step, 1–20 (default 5).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 20, default = 5)]
+    pub max_actions_per_step: Option<i64>,
+    /// Consecutive failures tolerated, 0–50 (default 5).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 50, default = 5)]
+    pub max_failures: Option<i64>,
+    /// Wall-clock budget in seconds, 1–86 400.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 86400)]
+    pub timeout_s: Option<i64>,
+    /// Free-form string pairs (at most 16).
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+impl fmt::Debug for CreateTaskRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Secrets are shown by name only.
+        let secret_names: Option<Vec<&String>> = self.secrets.as_ref().map(|s| s.keys().collect());
+        f.debug_struct("CreateTaskRequest")
+            .field("task", &self.task)
+            .field("start_url", &self.start_url)
+            .field("max_steps", &self.max_steps)
+            .field("model", &self.model)
+            .field("allowed_domains", &self.allowed_domains)
+            .field("prohibited_domains", &self.prohibited_domains)
+            .field("secrets", &secret_names.map(|names| (names, "[REDACTED]")))
+            .field("output_schema", &self.output_schema)
+            .field("use_vision", &self.use_vision)
+            .field("max_actions_per_step", &self.max_actions_per_step)
+            .field("max_failures", &self.max_failures)
+            .field("timeout_s", &self.timeout_s)
+            .field("metadata", &self.metadata)
+            .finish()
+    }
+}
+
+/// A task as returned by the API. Secrets are never part of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskView {
+    #[schema(value_type = uuid::Uuid)]
+    pub id: TaskId,
+    pub status: TaskStatus,
+    pub task: String,
+    pub start_url: Option<String>,
+    pub max_steps: i32,
+    pub model: Option<String>,
+    pub allowed_domains: Vec<String>,
+    pub prohibited_domains: Vec<String>,
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<serde_json::Value>,
+    pub use_vision: bool,
+    pub max_actions_per_step: i32,
+    pub max_failures: i32,
+    pub timeout_s: Option<i32>,
+    pub metadata: BTreeMap<String, String>,
+    /// Final result (a JSON string when `output_schema` was given).
+    pub output: Option<String>,
+    pub is_success: Option<bool>,
+    pub error: Option<String>,
+    /// Seq of the newest event; a WebSocket client can resume from any seq up to this one.
+    pub last_event_seq: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<OffsetDateTime>,
+}
+
+/// A page of tasks, newest first.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct TaskList {
+    pub items: Vec<TaskView>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One agent step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StepView {
+    pub number: i32,
+    pub url: Option<String>,
+    pub title: Option<String>,
+    /// The model's output for this step (browser-use `AgentOutput`).
+    #[schema(value_type = Option<Object>)]
+    pub model_output: Option<serde_json::Value>,
+    /// Results of the executed actions.
+    #[schema(value_type = Vec<Object>)]
+    pub results: serde_json::Value,
+    /// Token usage of the step.
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<serde_json::Value>,
+    /// Path of the step's screenshot, when one was taken.
+    pub screenshot_url: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub finished_at: OffsetDateTime,
+}
+
+/// All steps of a task, in order.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct StepList {
+    pub items: Vec<StepView>,
+}
+
+/// Every error response: `{"error":{"code":...,"message":...}}`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `task_not_found`, `validation_failed`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+    /// The offending request field, for validation errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The task's status, for illegal status transitions (409).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_status: Option<TaskStatus>,
+}

@@ -1,0 +1,44 @@
+# Shared helpers for scripts/run and scripts/test (sourced, not executed).
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/browserd}"
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Installs Debian packages that are missing.
+ensure_packages() {
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        echo "==> apt-get install ${missing[*]}"
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    fi
+}
+
+ensure_rust() {
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo not found: install Rust first (https://rustup.rs), e.g." >&2
+        echo "  curl --proto '=https' -sSf https://sh.rustup.rs | sh" >&2
+        exit 1
+    fi
+}
+
+# Fails with a clear message when the Postgres server in DATABASE_URL does not answer.
+check_postgres() {
+    local hostport host port
+    hostport="$(printf '%s' "$DATABASE_URL" | sed -E 's#^[a-z]+://([^@/]*@)?([^/?]*).*#\2#')"
+    host="${hostport%:*}"
+    port="${hostport##*:}"
+    [ "$port" = "$hostport" ] && port=5432
+    if ! timeout 5 bash -c "exec 3<>/dev/tcp/${host}/${port}" 2>/dev/null; then
+        echo "Postgres is not reachable at ${host}:${port} (DATABASE_URL)." >&2
+        echo "Start one, e.g.: apt-get install postgresql && service postgresql start" >&2
+        echo "or: docker compose up -d postgres" >&2
+        exit 1
+    fi
+}
