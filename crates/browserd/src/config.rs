@@ -1,56 +1,32 @@
-//! The optional TOML config file. This binary only reads the model names and the default
-//! model; the llm crate owns the full `[models.<name>]` format.
+//! The optional TOML config file. The llm crate owns its format (`default_model`,
+//! `[models.<name>]`, `BROWSERD_LLM_*` overrides); this module turns it into the api's model
+//! catalog.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
 use browserd_api::ModelCatalog;
-use serde::Deserialize;
+use browserd_llm::ModelsConfig;
 
-#[derive(Debug, Deserialize)]
-struct ConfigFile {
-    default_model: Option<String>,
-    #[serde(default)]
-    models: BTreeMap<String, toml::Table>,
+/// Reads the model configuration: the file when given, then `BROWSERD_LLM_*` overrides.
+pub fn load_models(path: Option<&Path>) -> anyhow::Result<ModelsConfig> {
+    let mut models = match path {
+        Some(path) => ModelsConfig::from_file(path)
+            .with_context(|| format!("in config file {}", path.display()))?,
+        None => ModelsConfig::default(),
+    };
+    models
+        .apply_process_env()
+        .context("in BROWSERD_LLM_* environment variables")?;
+    Ok(models)
 }
 
-pub fn parse_model_catalog(text: &str) -> anyhow::Result<ModelCatalog> {
-    let file: ConfigFile = toml::from_str(text)?;
-    let mut names = Vec::new();
-    for (name, table) in &file.models {
-        collect_model_names(name, table, &mut names)?;
-    }
-    Ok(ModelCatalog::new(names, file.default_model)?)
-}
-
-/// A model entry is a table with a `provider` key. TOML reads an unquoted
-/// `[models.gpt-4.1-mini]` as nested tables `gpt-4` → `1-mini`, so tables without `provider`
-/// are walked and their names joined with `.` again (`[models."gpt-4.1-mini"]` works as well).
-fn collect_model_names(
-    name: &str,
-    table: &toml::Table,
-    names: &mut Vec<String>,
-) -> anyhow::Result<()> {
-    if table.contains_key("provider") {
-        names.push(name.to_owned());
-        return Ok(());
-    }
-    let mut found = false;
-    for (part, value) in table {
-        if let toml::Value::Table(inner) = value {
-            collect_model_names(&format!("{name}.{part}"), inner, names)?;
-            found = true;
-        }
-    }
-    anyhow::ensure!(found, "model `{name}` has no `provider`");
-    Ok(())
-}
-
-pub fn load_model_catalog(path: &Path) -> anyhow::Result<ModelCatalog> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading config file {}", path.display()))?;
-    parse_model_catalog(&text).with_context(|| format!("in config file {}", path.display()))
+/// The names a task may pick, and the default.
+pub fn model_catalog(models: &ModelsConfig) -> anyhow::Result<ModelCatalog> {
+    Ok(ModelCatalog::new(
+        models.models.keys().cloned(),
+        models.default_model.clone(),
+    )?)
 }
 
 #[cfg(test)]
@@ -59,7 +35,7 @@ mod tests {
 
     #[test]
     fn reads_model_names_and_default() {
-        let catalog = parse_model_catalog(
+        let models = ModelsConfig::from_toml_str(
             r#"
 default_model = "gpt-4.1-mini"
 [models.gpt-4.1-mini]
@@ -69,6 +45,7 @@ model = "gpt-4.1-mini"
 api_key_env = "OPENAI_API_KEY"
 [models.gpt-4.1-mini.price]
 input = 0.4
+output = 1.6
 [models."claude-4.5"]
 provider = "anthropic"
 model = "claude-sonnet-4-5"
@@ -76,6 +53,7 @@ api_key_env = "ANTHROPIC_API_KEY"
 "#,
         )
         .unwrap();
+        let catalog = model_catalog(&models).unwrap();
         assert_eq!(catalog.default_model(), Some("gpt-4.1-mini"));
         assert_eq!(
             catalog.names().collect::<Vec<_>>(),
@@ -85,10 +63,11 @@ api_key_env = "ANTHROPIC_API_KEY"
 
     #[test]
     fn rejects_a_default_that_is_not_configured() {
-        let err = parse_model_catalog("default_model = \"nope\"\n").unwrap_err();
+        let err = ModelsConfig::from_toml_str("default_model = \"nope\"\n").unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
-        assert!(parse_model_catalog("").unwrap().default_model().is_none());
-        let err = parse_model_catalog("[models.x]\nmodel = \"m\"\n").unwrap_err();
+        let empty = ModelsConfig::from_toml_str("").unwrap();
+        assert!(model_catalog(&empty).unwrap().default_model().is_none());
+        let err = ModelsConfig::from_toml_str("[models.x]\nmodel = \"m\"\n").unwrap_err();
         assert!(err.to_string().contains("provider"), "{err}");
     }
 }

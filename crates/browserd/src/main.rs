@@ -149,10 +149,7 @@ async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<S
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
-    let models = match &cli.config {
-        Some(path) => config::load_model_catalog(path)?,
-        None => browserd_api::ModelCatalog::default(),
-    };
+    let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
     let rate_limit = match (
         NonZeroU32::new(args.rate_limit_per_second),
         NonZeroU32::new(args.rate_limit_burst),
