@@ -179,7 +179,7 @@ mod tests {
             .unwrap()
             .trim_end_matches(';')
             .to_owned();
-        assert!(short.starts_with("https://shop.test/search?q=a-very-long-query-str..."));
+        assert!(short.starts_with("https://shop.test/search?q=a-very-long-query-stri..."));
         let mut v = json!({"action": [{"navigate": {"url": short}}]});
         s.restore(&mut v);
         assert_eq!(v["action"][0]["navigate"]["url"], long);
