@@ -140,7 +140,9 @@ impl Agent {
         let workspace = Workspace::open(config.workspace_dir.as_deref())?;
         let mut task_text = config.task.clone();
         if let Some(schema) = &config.output_schema {
-            task_text.push_str("\nExpected output format (the `data` of done must match this JSON Schema):\n");
+            task_text.push_str(
+                "\nExpected output format (the `data` of done must match this JSON Schema):\n",
+            );
             task_text.push_str(&schema.to_string());
         }
         Ok(Self {
@@ -216,7 +218,8 @@ impl Agent {
                 }
                 self.sink.emit(AgentEvent::Resumed).await;
             }
-            let limit = self.config.max_failures + u32::from(self.config.final_response_after_failure);
+            let limit =
+                self.config.max_failures + u32::from(self.config.final_response_after_failure);
             if self.consecutive_failures >= limit {
                 end_error = Some(format!(
                     "Stopped due to {} consecutive failures",
@@ -248,8 +251,17 @@ impl Agent {
                     );
                     self.consecutive_failures += 1;
                     let result = vec![ActionResult::error(error)];
-                    self.record(step, None, result, BrowserStateHistory::default(), started, StepAcc::default(), (0, 0), None)
-                        .await;
+                    self.record(
+                        step,
+                        None,
+                        result,
+                        BrowserStateHistory::default(),
+                        started,
+                        StepAcc::default(),
+                        (0, 0),
+                        None,
+                    )
+                    .await;
                 }
             }
             if self.history.is_done() {
@@ -294,7 +306,10 @@ impl Agent {
         let Some(url) = url else { return Ok(()) };
         let started = epoch_secs();
         self.sink
-            .emit(AgentEvent::StepStarted { step: 0, url: String::new() })
+            .emit(AgentEvent::StepStarted {
+                step: 0,
+                url: String::new(),
+            })
             .await;
         let action = ActionCall::new("navigate", json!({"url": url, "new_tab": false}));
         let t = Instant::now();
@@ -343,8 +358,17 @@ impl Agent {
             ..BrowserStateHistory::default()
         };
         let actions_ms = millis(t.elapsed());
-        self.record_item(0, Some(output), vec![result], state, started, StepAcc::default(), (0, actions_ms), None)
-            .await;
+        self.record_item(
+            0,
+            Some(output),
+            vec![result],
+            state,
+            started,
+            StepAcc::default(),
+            (0, actions_ms),
+            None,
+        )
+        .await;
         fatal.map_or(Ok(()), Err)
     }
 
@@ -374,7 +398,10 @@ impl Agent {
                     .as_object()
                     .map(|p| p.keys().cloned().collect::<Vec<_>>().join(", "))
                     .unwrap_or_default();
-                page_specific.push(format!("{}: {} (params: {params})", spec.name, spec.description));
+                page_specific.push(format!(
+                    "{}: {} (params: {params})",
+                    spec.name, spec.description
+                ));
             }
             specs.push(spec);
         }
@@ -408,7 +435,11 @@ impl Agent {
                 .iter()
                 .enumerate()
                 .map(|(i, t)| {
-                    let status = if i == 0 { PlanStatus::Current } else { PlanStatus::Pending };
+                    let status = if i == 0 {
+                        PlanStatus::Current
+                    } else {
+                        PlanStatus::Pending
+                    };
                     (t.clone(), status)
                 })
                 .collect();
@@ -570,7 +601,10 @@ explain what went wrong, and set success to false unless the task is really comp
         };
         let capture_ms = millis(t_capture.elapsed());
         self.sink
-            .emit(AgentEvent::StepStarted { step, url: self.secrets.redact(&state.url) })
+            .emit(AgentEvent::StepStarted {
+                step,
+                url: self.secrets.redact(&state.url),
+            })
             .await;
         for file in &state.downloaded_files {
             if !self.available_file_paths.contains(file) {
@@ -648,10 +682,11 @@ explain what went wrong, and set success to false unless the task is really comp
             VisionMode::Auto => self.screenshot_requested,
         };
         self.screenshot_requested = false;
-        if send_image
-            && let Some(shot) = state.screenshot.as_ref().filter(|s| s.bytes.len() > 100)
+        if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.bytes.len() > 100)
         {
-            state_message.content.push(browserd_llm::ContentPart::Text("Current screenshot:".into()));
+            state_message.content.push(browserd_llm::ContentPart::Text(
+                "Current screenshot:".into(),
+            ));
             state_message = state_message.with_image(ImagePart {
                 media_type: shot.mime.clone(),
                 data: ImageData::Bytes(shot.bytes.clone()),
@@ -669,7 +704,10 @@ explain what went wrong, and set success to false unless the task is really comp
         let mut output = None;
         let mut failure = None;
         for attempt in 0..2 {
-            match self.call_model(&self.model.clone(), &request, &mut acc).await {
+            match self
+                .call_model(&self.model.clone(), &request, &mut acc)
+                .await
+            {
                 ModelCall::Stopped => return StepEnd::Stopped,
                 ModelCall::Failed(e) => {
                     failure = Some(e);
@@ -704,14 +742,27 @@ call done if the task is finished.",
         let Some(mut output) = output else {
             self.consecutive_failures += 1;
             let error = failure.unwrap_or_else(|| "the model returned nothing".to_owned());
-            self.record(step, None, vec![ActionResult::error(error)], state_history, started, acc, (capture_ms, 0), state_message_text)
-                .await;
+            self.record(
+                step,
+                None,
+                vec![ActionResult::error(error)],
+                state_history,
+                started,
+                acc,
+                (capture_ms, 0),
+                state_message_text,
+            )
+            .await;
             return StepEnd::Continue;
         };
         output.action.truncate(self.config.max_actions_per_step);
         let shown_output = self.redact_output(&output);
         self.sink
-            .emit(AgentEvent::ModelOutput { step, output: shown_output.clone(), usage: acc.usage })
+            .emit(AgentEvent::ModelOutput {
+                step,
+                output: shown_output.clone(),
+                usage: acc.usage,
+            })
             .await;
         if self.control.is_stopped() {
             return StepEnd::Stopped;
@@ -719,7 +770,9 @@ call done if the task is finished.",
 
         // 3. Run the actions.
         let t_actions = Instant::now();
-        let (results, interacted, fatal) = self.multi_act(step, &output.action, &specs, &state, &mut acc).await;
+        let (results, interacted, fatal) = self
+            .multi_act(step, &output.action, &specs, &state, &mut acc)
+            .await;
         state_history.interacted_element = interacted;
         let actions_ms = millis(t_actions.elapsed());
 
@@ -731,8 +784,17 @@ call done if the task is finished.",
         }
         self.loop_detector.record_actions(&output.action);
         self.update_plan(&output);
-        self.record(step, Some(shown_output), results, state_history, started, acc, (capture_ms, actions_ms), state_message_text)
-            .await;
+        self.record(
+            step,
+            Some(shown_output),
+            results,
+            state_history,
+            started,
+            acc,
+            (capture_ms, actions_ms),
+            state_message_text,
+        )
+        .await;
         match fatal {
             Some(message) => StepEnd::Fatal(message),
             None => StepEnd::Continue,
@@ -751,8 +813,17 @@ call done if the task is finished.",
         (capture_ms, actions_ms): (u64, u64),
         state_message: Option<String>,
     ) {
-        self.record_item(step, output, results, state, started, acc, (capture_ms, actions_ms), state_message)
-            .await;
+        self.record_item(
+            step,
+            output,
+            results,
+            state,
+            started,
+            acc,
+            (capture_ms, actions_ms),
+            state_message,
+        )
+        .await;
         self.n_steps += 1;
     }
 
@@ -796,7 +867,9 @@ call done if the task is finished.",
         self.last_step_end = Some(ended);
         self.history.history.push(record.clone());
         self.sink
-            .emit(AgentEvent::StepFinished { record: Box::new(record) })
+            .emit(AgentEvent::StepFinished {
+                record: Box::new(record),
+            })
             .await;
     }
 
@@ -808,7 +881,11 @@ call done if the task is finished.",
         specs: &[ActionSpec],
         state: &BrowserState,
         acc: &mut StepAcc,
-    ) -> (Vec<ActionResult>, Vec<Option<crate::views::InteractedElement>>, Option<String>) {
+    ) -> (
+        Vec<ActionResult>,
+        Vec<Option<crate::views::InteractedElement>>,
+        Option<String>,
+    ) {
         let mut results = Vec::new();
         let mut interacted = Vec::new();
         let mut current_url = state.url.clone();
@@ -926,7 +1003,9 @@ call done if the task is finished.",
         if action.name == "extract" {
             return (self.extract(&params, acc).await, None);
         }
-        match tokio::time::timeout(ACTION_TIMEOUT, self.browser.execute(&action.name, &params)).await {
+        match tokio::time::timeout(ACTION_TIMEOUT, self.browser.execute(&action.name, &params))
+            .await
+        {
             Ok(Ok(result)) => (result, None),
             Ok(Err(BrowserError { message, fatal })) => {
                 let error = format!("Error executing action {}: {message}", action.name);
@@ -945,7 +1024,10 @@ call done if the task is finished.",
     }
 
     fn done(&self, params: &Value) -> ActionResult {
-        let success = params.get("success").and_then(Value::as_bool).unwrap_or(true);
+        let success = params
+            .get("success")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
         let (text, attachments) = if let Some(validator) = &self.output_validator {
             let Some(data) = params.get("data") else {
                 return ActionResult::error(
@@ -957,7 +1039,11 @@ call done if the task is finished.",
                 .take(10)
                 .map(|e| {
                     let path = e.instance_path().to_string();
-                    let at = if path.is_empty() { "/".to_owned() } else { path };
+                    let at = if path.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        path
+                    };
                     format!("at {at}: {e}")
                 })
                 .collect();
@@ -981,7 +1067,12 @@ call done if the task is finished.",
             let names: Vec<String> = params
                 .get("files_to_display")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
                 .unwrap_or_default();
             let files = self.workspace.resolve_display_files(&names);
             let mut full = text.to_owned();
@@ -1009,20 +1100,37 @@ call done if the task is finished.",
     }
 
     async fn extract(&mut self, params: &Value, acc: &mut StepAcc) -> ActionResult {
-        let Some(query) = params.get("query").and_then(Value::as_str).filter(|q| !q.trim().is_empty()) else {
+        let Some(query) = params
+            .get("query")
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+        else {
             return ActionResult::error("extract needs a non-empty `query`");
         };
         let lower = query.to_lowercase();
         let options = MarkdownOptions {
-            extract_links: params.get("extract_links").and_then(Value::as_bool).unwrap_or(false),
-            extract_images: params.get("extract_images").and_then(Value::as_bool).unwrap_or(false)
-                || ["image", "photo", "picture", "logo"].iter().any(|w| lower.contains(w)),
+            extract_links: params
+                .get("extract_links")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            extract_images: params
+                .get("extract_images")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                || ["image", "photo", "picture", "logo"]
+                    .iter()
+                    .any(|w| lower.contains(w)),
         };
-        let page = match tokio::time::timeout(ACTION_TIMEOUT, self.browser.extract_markdown(&options)).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => return ActionResult::error(format!("Error executing action extract: {e}")),
-            Err(_) => return ActionResult::error("extract: reading the page timed out"),
-        };
+        let page =
+            match tokio::time::timeout(ACTION_TIMEOUT, self.browser.extract_markdown(&options))
+                .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => {
+                    return ActionResult::error(format!("Error executing action extract: {e}"));
+                }
+                Err(_) => return ActionResult::error("extract: reading the page timed out"),
+            };
         let start = params
             .get("start_from_char")
             .and_then(Value::as_u64)
@@ -1033,27 +1141,45 @@ call done if the task is finished.",
                 "start_from_char {start} is beyond the end of the page content ({total} characters)"
             ));
         }
-        let chunk: String = page.markdown.chars().skip(start).take(EXTRACT_CHUNK).collect();
+        let chunk: String = page
+            .markdown
+            .chars()
+            .skip(start)
+            .take(EXTRACT_CHUNK)
+            .collect();
         let end = start + chunk.chars().count();
         let truncated = end < total;
         let stats = if truncated {
-            format!("characters {start}..{end} of {total}; call extract again with start_from_char={end} for the rest")
+            format!(
+                "characters {start}..{end} of {total}; call extract again with start_from_char={end} for the rest"
+            )
         } else {
             format!("characters {start}..{end} of {total} (complete)")
         };
         let already: Vec<String> = params
             .get("already_collected")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default();
         let mut user = format!(
             "<query>\n{query}\n</query>\n<content_stats>\n{stats}\n</content_stats>\n<webpage_content>\n{chunk}\n</webpage_content>"
         );
         if !already.is_empty() {
-            user.push_str(&format!("\n<already_collected>\n{}\n</already_collected>", already.join("\n")));
+            user.push_str(&format!(
+                "\n<already_collected>\n{}\n</already_collected>",
+                already.join("\n")
+            ));
         }
         let user = self.secrets.redact(&user);
-        let structured = params.get("output_schema").filter(|s| s.is_object()).cloned();
+        let structured = params
+            .get("output_schema")
+            .filter(|s| s.is_object())
+            .cloned();
         let schema = structured.clone().unwrap_or_else(|| {
             json!({
                 "type": "object",
@@ -1070,7 +1196,9 @@ call done if the task is finished.",
         let response = match self.call_model(&model, &request, acc).await {
             ModelCall::Reply(r) => r,
             ModelCall::Failed(e) => return ActionResult::error(format!("extract failed: {e}")),
-            ModelCall::Stopped => return ActionResult::error("extract was interrupted: the agent is stopping"),
+            ModelCall::Stopped => {
+                return ActionResult::error("extract was interrupted: the agent is stopping");
+            }
         };
         let answer = if structured.is_some() {
             response.value.to_string()
@@ -1080,12 +1208,21 @@ call done if the task is finished.",
                 None => response.value.to_string(),
             }
         };
-        let content = format!("<url>\n{}\n</url>\n<query>\n{query}\n</query>\n<result>\n{answer}\n</result>", page.url);
+        let content = format!(
+            "<url>\n{}\n</url>\n<query>\n{query}\n</query>\n<result>\n{answer}\n</result>",
+            page.url
+        );
         if content.chars().count() >= EXTRACT_TO_FILE {
             let saved = self.workspace.write_unique("extracted_content", &content);
             let memory = match &saved {
-                Some(name) => format!("Extracted content from {} for query \"{query}\"; saved in full to {name} (shown once in read_state).", page.url),
-                None => format!("Extracted content from {} for query \"{query}\" (shown once in read_state).", page.url),
+                Some(name) => format!(
+                    "Extracted content from {} for query \"{query}\"; saved in full to {name} (shown once in read_state).",
+                    page.url
+                ),
+                None => format!(
+                    "Extracted content from {} for query \"{query}\" (shown once in read_state).",
+                    page.url
+                ),
             };
             return ActionResult {
                 extracted_content: Some(content),
@@ -1098,7 +1235,9 @@ call done if the task is finished.",
     }
 
     async fn compact(&mut self, step: u32, acc: &mut StepAcc) -> StepEnd {
-        let input = self.secrets.redact(&self.messages.compaction_input(&self.config.task));
+        let input = self
+            .secrets
+            .redact(&self.messages.compaction_input(&self.config.task));
         let system = prompts::COMPACTION.replace(
             "{max_chars}",
             &self.config.compaction_summary_max_chars.to_string(),

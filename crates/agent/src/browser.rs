@@ -190,8 +190,10 @@ pub trait AgentBrowser: Send + Sync {
     async fn focused_tab(&self) -> Result<FocusInfo, BrowserError>;
 
     /// The focused page as markdown, for `extract`.
-    async fn extract_markdown(&self, options: &MarkdownOptions)
-    -> Result<PageMarkdown, BrowserError>;
+    async fn extract_markdown(
+        &self,
+        options: &MarkdownOptions,
+    ) -> Result<PageMarkdown, BrowserError>;
 
     /// The element behind `index` in the last capture, for the history record.
     async fn describe_element(&self, _index: u64) -> Option<InteractedElement> {

@@ -34,7 +34,11 @@ pub fn url_matches_pattern(url: &str, pattern: &str) -> bool {
         _ => (host_pattern, None),
     };
     if let Some(port) = port_pattern
-        && parsed.port_or_known_default().map(|p| p.to_string()).as_deref() != Some(port)
+        && parsed
+            .port_or_known_default()
+            .map(|p| p.to_string())
+            .as_deref()
+            != Some(port)
     {
         return false;
     }
@@ -55,13 +59,28 @@ mod tests {
     fn patterns_match_hosts_schemes_and_ports() {
         assert!(url_matches_pattern("https://example.com/a", "example.com"));
         assert!(url_matches_pattern("http://example.com/a", "example.com"));
-        assert!(!url_matches_pattern("https://evil-example.com", "example.com"));
-        assert!(url_matches_pattern("https://a.b.example.com", "*.example.com"));
+        assert!(!url_matches_pattern(
+            "https://evil-example.com",
+            "example.com"
+        ));
+        assert!(url_matches_pattern(
+            "https://a.b.example.com",
+            "*.example.com"
+        ));
         assert!(url_matches_pattern("https://example.com", "*.example.com"));
-        assert!(!url_matches_pattern("http://example.com", "https://example.com"));
+        assert!(!url_matches_pattern(
+            "http://example.com",
+            "https://example.com"
+        ));
         assert!(url_matches_pattern("http://127.0.0.1:8080/x", "127.0.0.1"));
-        assert!(url_matches_pattern("http://127.0.0.1:8080/x", "http://127.0.0.1:8080"));
-        assert!(!url_matches_pattern("http://127.0.0.1:9090/x", "127.0.0.1:8080"));
+        assert!(url_matches_pattern(
+            "http://127.0.0.1:8080/x",
+            "http://127.0.0.1:8080"
+        ));
+        assert!(!url_matches_pattern(
+            "http://127.0.0.1:9090/x",
+            "127.0.0.1:8080"
+        ));
         assert!(!url_matches_pattern("about:blank", "*"));
         assert!(!url_matches_pattern("not a url", "example.com"));
     }

@@ -65,7 +65,10 @@ fn normalise(action: &ActionCall) -> String {
             let mut tokens: Vec<&str> = cleaned.split_whitespace().collect();
             tokens.sort_unstable();
             tokens.dedup();
-            let engine = p.get("engine").and_then(Value::as_str).unwrap_or("duckduckgo");
+            let engine = p
+                .get("engine")
+                .and_then(Value::as_str)
+                .unwrap_or("duckduckgo");
             format!("search|{engine}|{}", tokens.join("|"))
         }
         "click" => format!("click|{}", idx("index")),
@@ -192,7 +195,10 @@ mod tests {
         );
         assert_eq!(
             normalise(&call("input", json!({"index": 3, "text": " Hello "}))),
-            normalise(&call("input", json!({"index": 3, "text": "hello", "clear": false})))
+            normalise(&call(
+                "input",
+                json!({"index": 3, "text": "hello", "clear": false})
+            ))
         );
         assert_eq!(
             normalise(&call("scroll", json!({"down": true, "pages": 1.0}))),

@@ -195,7 +195,9 @@ check the current page before relying on it. -->\n{summary}\n</compacted_memory>
                 parts.push(items[0].render());
                 let keep = max.saturating_sub(1);
                 let omitted = items.len() - 1 - keep;
-                parts.push(format!("<sys>[... {omitted} previous steps omitted...]</sys>"));
+                parts.push(format!(
+                    "<sys>[... {omitted} previous steps omitted...]</sys>"
+                ));
                 parts.extend(items[items.len() - keep..].iter().map(HistoryItem::render));
             }
             _ => parts.extend(items.iter().map(HistoryItem::render)),
@@ -428,7 +430,10 @@ mod tests {
     #[test]
     fn errors_keep_head_and_tail() {
         let e = format!("{}{}{}", "a".repeat(100), "b".repeat(50), "c".repeat(100));
-        assert_eq!(shorten_error(&e), format!("{}......{}", "a".repeat(100), "c".repeat(100)));
+        assert_eq!(
+            shorten_error(&e),
+            format!("{}......{}", "a".repeat(100), "c".repeat(100))
+        );
         assert_eq!(shorten_error("short"), "short");
     }
 
@@ -443,7 +448,9 @@ mod tests {
             m.add_step(HistoryItem::from_step(step, Some(&out), &[]), &[]);
         }
         let text = m.history_text();
-        assert!(text.starts_with("Agent initialized\n<sys>[... 5 previous steps omitted...]</sys>"));
+        assert!(
+            text.starts_with("Agent initialized\n<sys>[... 5 previous steps omitted...]</sys>")
+        );
         assert!(!text.contains("mem 5\n") && text.contains("mem 6") && text.contains("mem 10"));
     }
 
@@ -451,7 +458,13 @@ mod tests {
     fn compaction_keeps_first_and_last() {
         let mut m = MessageManager::new(None);
         for step in 1..=30 {
-            m.add_step(HistoryItem::Failed { step, error: "x".repeat(2000) }, &[]);
+            m.add_step(
+                HistoryItem::Failed {
+                    step,
+                    error: "x".repeat(2000),
+                },
+                &[],
+            );
         }
         assert!(m.compaction_due(30, 25, 40_000));
         assert!(!m.compaction_due(30, 25, 100_000));

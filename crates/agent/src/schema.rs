@@ -126,7 +126,11 @@ mod tests {
         let done = done_spec(None);
         let full = agent_output_schema(
             &[&done, &click],
-            SchemaMode { thinking: true, flash: false, planning: true },
+            SchemaMode {
+                thinking: true,
+                flash: false,
+                planning: true,
+            },
         );
         assert_eq!(
             full["required"],
@@ -139,12 +143,21 @@ mod tests {
         assert_eq!(items[1]["description"], "click it");
         let flash = agent_output_schema(
             &[&done],
-            SchemaMode { thinking: true, flash: true, planning: true },
+            SchemaMode {
+                thinking: true,
+                flash: true,
+                planning: true,
+            },
         );
         let keys: Vec<&String> = flash["properties"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["memory", "action"]);
-        let structured = done_spec(Some(&json!({"type": "object", "properties": {"n": {"type": "integer"}}})));
-        assert_eq!(structured.params_schema["properties"]["data"]["properties"]["n"]["type"], "integer");
+        let structured = done_spec(Some(
+            &json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        ));
+        assert_eq!(
+            structured.params_schema["properties"]["data"]["properties"]["n"]["type"],
+            "integer"
+        );
         // The schema compiles as a JSON Schema.
         assert!(jsonschema::validator_for(&full).is_ok());
     }

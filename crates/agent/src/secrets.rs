@@ -26,7 +26,10 @@ impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Secrets")
             .field("global", &self.global.keys().collect::<Vec<_>>())
-            .field("scoped", &self.scoped.iter().map(|(p, _)| p).collect::<Vec<_>>())
+            .field(
+                "scoped",
+                &self.scoped.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -220,9 +223,7 @@ fn redact_value_with(value: &mut Value, pairs: &[(String, String)]) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| redact_value_with(v, pairs)),
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|v| redact_value_with(v, pairs)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact_value_with(v, pairs)),
         _ => {}
     }
 }

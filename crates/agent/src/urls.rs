@@ -9,8 +9,10 @@ use regex::Regex;
 use serde_json::Value;
 
 static URL: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?:https?://|www\.)[^\s<>"'`]+|\b[a-zA-Z0-9][a-zA-Z0-9.-]*\.[a-zA-Z]{2,}/[^\s<>"'`]*"#)
-        .expect("valid regex")
+    Regex::new(
+        r#"(?:https?://|www\.)[^\s<>"'`]+|\b[a-zA-Z0-9][a-zA-Z0-9.-]*\.[a-zA-Z]{2,}/[^\s<>"'`]*"#,
+    )
+    .expect("valid regex")
 });
 
 /// Shortened URL → original, kept for the whole task.
@@ -67,12 +69,10 @@ impl UrlShortener {
             return;
         }
         match value {
-            Value::String(text) => {
-                if text.contains("...") {
-                    for (short, original) in &self.originals {
-                        if text.contains(short.as_str()) {
-                            *text = text.replace(short.as_str(), original);
-                        }
+            Value::String(text) if text.contains("...") => {
+                for (short, original) in &self.originals {
+                    if text.contains(short.as_str()) {
+                        *text = text.replace(short.as_str(), original);
                     }
                 }
             }
@@ -132,19 +132,24 @@ pub fn single_url_in_task(task: &str) -> Option<String> {
         {
             continue;
         }
-        if ["example.com", "example.org", "your-", "yourdomain", "domain.com"]
-            .iter()
-            .any(|p| lower.contains(p))
+        if [
+            "example.com",
+            "example.org",
+            "your-",
+            "yourdomain",
+            "domain.com",
+        ]
+        .iter()
+        .any(|p| lower.contains(p))
         {
             continue;
         }
-        let window_start = before
-            .char_indices()
-            .rev()
-            .nth(19)
-            .map_or(0, |(i, _)| i);
+        let window_start = before.char_indices().rev().nth(19).map_or(0, |(i, _)| i);
         let window = before[window_start..].to_ascii_lowercase();
-        if ["never", "dont", "don't", "not "].iter().any(|w| window.contains(w)) {
+        if ["never", "dont", "don't", "not "]
+            .iter()
+            .any(|w| window.contains(w))
+        {
             continue;
         }
         let url = if lower.starts_with("http") {

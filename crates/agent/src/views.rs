@@ -241,17 +241,21 @@ impl AgentHistoryList {
 
     /// The run ended with `done(success=true)`.
     pub fn is_successful(&self) -> Option<bool> {
-        self.last_result().filter(|r| r.is_done).and_then(|r| r.success)
+        self.last_result()
+            .filter(|r| r.is_done)
+            .and_then(|r| r.success)
     }
 
     /// Output of the last action (the `done` text or JSON).
     pub fn final_result(&self) -> Option<&str> {
-        self.last_result().and_then(|r| r.extracted_content.as_deref())
+        self.last_result()
+            .and_then(|r| r.extracted_content.as_deref())
     }
 
     /// The final result parsed as JSON (structured output).
     pub fn structured_output(&self) -> Option<Value> {
-        self.final_result().and_then(|t| serde_json::from_str(t).ok())
+        self.final_result()
+            .and_then(|t| serde_json::from_str(t).ok())
     }
 
     /// First error of each step.

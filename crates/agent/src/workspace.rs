@@ -60,9 +60,9 @@ impl Workspace {
         let name = file_name.trim();
         let valid_chars = !name.is_empty()
             && name.len() <= 120
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | '(' | ')'))
+            && name.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | '(' | ')')
+            })
             && !name.starts_with('.');
         if !valid_chars {
             return Err(format!(
@@ -167,7 +167,8 @@ impl Workspace {
                 )
             }
             "replace_file" => {
-                let (Some(file), Some(old), Some(new)) = (s("file_name"), s("old_str"), s("new_str"))
+                let (Some(file), Some(old), Some(new)) =
+                    (s("file_name"), s("old_str"), s("new_str"))
                 else {
                     return Some(ActionResult::error(
                         "replace_file needs `file_name`, `old_str` and `new_str`",
@@ -210,11 +211,15 @@ impl Workspace {
         };
         full.push_str(&text);
         if full.len() > MAX_FILE_BYTES {
-            return Err(format!("{file} would exceed the {MAX_FILE_BYTES}-byte limit"));
+            return Err(format!(
+                "{file} would exceed the {MAX_FILE_BYTES}-byte limit"
+            ));
         }
         std::fs::write(&path, full).map_err(|e| format!("could not write {file}: {e}"))?;
         let verb = if append { "appended to" } else { "written to" };
-        Ok(ActionResult::memory(format!("Data {verb} file {file} successfully.")))
+        Ok(ActionResult::memory(format!(
+            "Data {verb} file {file} successfully."
+        )))
     }
 
     fn replace(&self, file: &str, old: &str, new: &str) -> Result<ActionResult, String> {
@@ -334,7 +339,11 @@ mod tests {
         let ws = Workspace::open(None).unwrap();
         assert_eq!(ws.todo(), "");
         let r = ws
-            .execute("write_file", &json!({"file_name": "notes.md", "content": "a"}), &[])
+            .execute(
+                "write_file",
+                &json!({"file_name": "notes.md", "content": "a"}),
+                &[],
+            )
             .unwrap();
         assert!(r.error.is_none(), "{r:?}");
         ws.execute(
@@ -342,7 +351,10 @@ mod tests {
             &json!({"file_name": "notes.md", "content": "b", "append": true}),
             &[],
         );
-        assert_eq!(std::fs::read_to_string(ws.dir().join("notes.md")).unwrap(), "a\nb\n");
+        assert_eq!(
+            std::fs::read_to_string(ws.dir().join("notes.md")).unwrap(),
+            "a\nb\n"
+        );
         let r = ws
             .execute(
                 "replace_file",
@@ -351,12 +363,18 @@ mod tests {
             )
             .unwrap();
         assert!(r.error.is_none());
-        let r = ws.execute("read_file", &json!({"file_name": "notes.md"}), &[]).unwrap();
+        let r = ws
+            .execute("read_file", &json!({"file_name": "notes.md"}), &[])
+            .unwrap();
         assert!(r.extracted_content.unwrap().contains("a\nc"));
         assert!(r.include_extracted_content_only_once);
         for bad in ["../x.md", "/etc/passwd", "x.exe", ".hidden.md", ""] {
             let r = ws
-                .execute("write_file", &json!({"file_name": bad, "content": "x"}), &[])
+                .execute(
+                    "write_file",
+                    &json!({"file_name": bad, "content": "x"}),
+                    &[],
+                )
                 .unwrap();
             assert!(r.error.is_some(), "{bad} accepted");
         }

@@ -12,9 +12,7 @@ use browserd_agent::{
     FocusInfo, InteractedElement, MarkdownOptions, PageInfo, PageMarkdown, PageStats, Screenshot,
     TabInfo,
 };
-use browserd_llm::{
-    ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, Role, TokenUsage,
-};
+use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, Role, TokenUsage};
 use serde_json::{Value, json};
 
 /// One scripted reply.
@@ -23,6 +21,8 @@ pub enum Reply {
     Error(String),
     /// Never answers (until the agent gives up on it).
     Hang,
+    /// Computed from the request (e.g. to echo something the model was shown).
+    With(Box<dyn Fn(&ChatRequest) -> Value + Send>),
 }
 
 /// A `ChatModel` that answers from a queue and records every request.
@@ -96,6 +96,15 @@ impl ChatModel for ScriptedModel {
                 status: 500,
                 message,
             }),
+            Some(Reply::With(f)) => Ok(ChatResponse {
+                value: f(request),
+                usage: TokenUsage::default(),
+                cost_usd: None,
+                latency: Duration::ZERO,
+                model: "scripted".into(),
+                provider_model: "scripted".into(),
+                stop_reason: None,
+            }),
             Some(Reply::Hang) => {
                 std::future::pending::<()>().await;
                 unreachable!()
@@ -134,7 +143,9 @@ pub fn state_of(request: &ChatRequest) -> String {
 
 /// Nudge messages (after the state message).
 pub fn nudges_of(request: &ChatRequest) -> Vec<String> {
-    (2..request.messages.len()).map(|i| text_of(request, i)).collect()
+    (2..request.messages.len())
+        .map(|i| text_of(request, i))
+        .collect()
 }
 
 /// Action names the request's schema allows.
@@ -159,7 +170,10 @@ pub fn reply(goal: &str, actions: Value) -> Value {
 }
 
 pub fn done(text: &str, success: bool) -> Value {
-    reply("finish", json!([{"done": {"text": text, "success": success}}]))
+    reply(
+        "finish",
+        json!([{"done": {"text": text, "success": success}}]),
+    )
 }
 
 #[derive(Clone, Debug)]
@@ -167,7 +181,11 @@ pub enum Element {
     Link(String),
     Input(String),
     /// Submits the form: goes to `ok` when every (input index, value) matches, else `fail`.
-    Submit { checks: Vec<(u64, String)>, ok: String, fail: String },
+    Submit {
+        checks: Vec<(u64, String)>,
+        ok: String,
+        fail: String,
+    },
     /// Opens a new tab on the URL.
     NewTab(String),
     Text,
@@ -232,17 +250,74 @@ fn spec(name: &str, description: &str, params: Value, terminates: bool) -> Actio
 /// browser-use's main actions with their parameter names.
 pub fn browser_specs() -> Vec<ActionSpec> {
     vec![
-        spec("search", "", obj(json!({"query": {"type": "string"}, "engine": {"type": "string"}}), &["query"]), true),
-        spec("navigate", "", obj(json!({"url": {"type": "string"}, "new_tab": {"type": "boolean"}}), &["url"]), true),
+        spec(
+            "search",
+            "",
+            obj(
+                json!({"query": {"type": "string"}, "engine": {"type": "string"}}),
+                &["query"],
+            ),
+            true,
+        ),
+        spec(
+            "navigate",
+            "",
+            obj(
+                json!({"url": {"type": "string"}, "new_tab": {"type": "boolean"}}),
+                &["url"],
+            ),
+            true,
+        ),
         spec("go_back", "Go back", obj(json!({}), &[]), true),
-        spec("wait", "Wait", obj(json!({"seconds": {"type": "integer"}}), &[]), false),
-        spec("click", "Click element by index.", obj(json!({"index": {"type": "integer"}}), &["index"]), false),
-        spec("input", "Input text into element by index.", obj(json!({"index": {"type": "integer"}, "text": {"type": "string"}, "clear": {"type": "boolean"}}), &["index", "text"]), false),
-        spec("scroll", "Scroll", obj(json!({"down": {"type": "boolean"}, "pages": {"type": "number"}, "index": {"type": "integer"}}), &[]), false),
-        spec("switch", "Switch tab", obj(json!({"tab_id": {"type": "string"}}), &["tab_id"]), true),
-        spec("extract", "Extract", obj(json!({"query": {"type": "string"}}), &["query"]), false),
+        spec(
+            "wait",
+            "Wait",
+            obj(json!({"seconds": {"type": "integer"}}), &[]),
+            false,
+        ),
+        spec(
+            "click",
+            "Click element by index.",
+            obj(json!({"index": {"type": "integer"}}), &["index"]),
+            false,
+        ),
+        spec(
+            "input",
+            "Input text into element by index.",
+            obj(
+                json!({"index": {"type": "integer"}, "text": {"type": "string"}, "clear": {"type": "boolean"}}),
+                &["index", "text"],
+            ),
+            false,
+        ),
+        spec(
+            "scroll",
+            "Scroll",
+            obj(
+                json!({"down": {"type": "boolean"}, "pages": {"type": "number"}, "index": {"type": "integer"}}),
+                &[],
+            ),
+            false,
+        ),
+        spec(
+            "switch",
+            "Switch tab",
+            obj(json!({"tab_id": {"type": "string"}}), &["tab_id"]),
+            true,
+        ),
+        spec(
+            "extract",
+            "Extract",
+            obj(json!({"query": {"type": "string"}}), &["query"]),
+            false,
+        ),
         spec("screenshot", "Screenshot", obj(json!({}), &[]), false),
-        spec("evaluate", "Run JS", obj(json!({"code": {"type": "string"}}), &["code"]), true),
+        spec(
+            "evaluate",
+            "Run JS",
+            obj(json!({"code": {"type": "string"}}), &["code"]),
+            true,
+        ),
     ]
 }
 
@@ -306,7 +381,11 @@ pub fn login_pages() -> Vec<(&'static str, Page)> {
             "http://app.test/login",
             Page::new("Login", "Please sign in")
                 .el(1, "input name=username", Element::Input("username".into()))
-                .el(2, "input name=password type=password", Element::Input("password".into()))
+                .el(
+                    2,
+                    "input name=password type=password",
+                    Element::Input("password".into()),
+                )
                 .el(
                     3,
                     "button",
@@ -317,7 +396,10 @@ pub fn login_pages() -> Vec<(&'static str, Page)> {
                     },
                 ),
         ),
-        ("http://app.test/welcome", Page::new("Welcome", "Welcome alice! Your balance is 42.")),
+        (
+            "http://app.test/welcome",
+            Page::new("Welcome", "Welcome alice! Your balance is 42."),
+        ),
     ]
 }
 
@@ -330,8 +412,16 @@ impl AgentBrowser for FakeBrowser {
         let page = self.page(&url);
         let mut llm_text = String::new();
         for (index, (tag, element)) in &page.elements {
-            let value = s.inputs.get(index).map(|v| format!(" value={v}")).unwrap_or_default();
-            let value = if tag.contains("password") { String::new() } else { value };
+            let value = s
+                .inputs
+                .get(index)
+                .map(|v| format!(" value={v}"))
+                .unwrap_or_default();
+            let value = if tag.contains("password") {
+                String::new()
+            } else {
+                value
+            };
             let label = match element {
                 Element::Link(u) | Element::NewTab(u) => format!(" href={u}"),
                 _ => String::new(),
@@ -344,7 +434,11 @@ impl AgentBrowser for FakeBrowser {
             .iter()
             .map(|(id, hist)| {
                 let u = hist.last().cloned().unwrap_or_default();
-                TabInfo { tab_id: id.clone(), title: self.page(&u).title, url: u }
+                TabInfo {
+                    tab_id: id.clone(),
+                    title: self.page(&u).title,
+                    url: u,
+                }
             })
             .collect();
         Ok(BrowserState {
@@ -397,7 +491,9 @@ impl AgentBrowser for FakeBrowser {
             "navigate" => {
                 let target = params["url"].as_str().unwrap_or_default().to_owned();
                 if target.contains("unreachable") {
-                    return Ok(ActionResult::error(format!("Navigation failed - site unavailable: {target}")));
+                    return Ok(ActionResult::error(format!(
+                        "Navigation failed - site unavailable: {target}"
+                    )));
                 }
                 Self::go(&mut s, target.clone());
                 ActionResult::memory(format!("Navigated to {target}"))
@@ -450,9 +546,9 @@ impl AgentBrowser for FakeBrowser {
                             ActionResult::memory(format!("Clicked element {index}"))
                         }
                         Element::Submit { checks, ok, fail } => {
-                            let good = checks
-                                .iter()
-                                .all(|(i, v)| s.inputs.get(i).map(String::as_str) == Some(v.as_str()));
+                            let good = checks.iter().all(|(i, v)| {
+                                s.inputs.get(i).map(String::as_str) == Some(v.as_str())
+                            });
                             Self::go(&mut s, if good { ok } else { fail });
                             ActionResult::memory(format!("Clicked element {index}"))
                         }
@@ -461,7 +557,9 @@ impl AgentBrowser for FakeBrowser {
                             let id = format!("T{:03}", s.next_tab);
                             s.tabs.push((id.clone(), vec![u]));
                             s.focused = s.tabs.len() - 1;
-                            ActionResult::memory(format!("Clicked element {index}; opened new tab {id}"))
+                            ActionResult::memory(format!(
+                                "Clicked element {index}; opened new tab {id}"
+                            ))
                         }
                         _ => ActionResult::memory(format!("Clicked element {index}")),
                     }
@@ -482,9 +580,15 @@ impl AgentBrowser for FakeBrowser {
         })
     }
 
-    async fn extract_markdown(&self, _options: &MarkdownOptions) -> Result<PageMarkdown, BrowserError> {
+    async fn extract_markdown(
+        &self,
+        _options: &MarkdownOptions,
+    ) -> Result<PageMarkdown, BrowserError> {
         let url = self.url();
-        Ok(PageMarkdown { markdown: self.page(&url).markdown, url })
+        Ok(PageMarkdown {
+            markdown: self.page(&url).markdown,
+            url,
+        })
     }
 
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
@@ -492,7 +596,11 @@ impl AgentBrowser for FakeBrowser {
         let page = self.page(&url);
         page.elements.get(&index).map(|(tag, _)| InteractedElement {
             index,
-            node_name: tag.split_whitespace().next().unwrap_or_default().to_uppercase(),
+            node_name: tag
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_uppercase(),
             ..InteractedElement::default()
         })
     }
