@@ -231,6 +231,8 @@ pub struct FakeBrowser {
     state: Mutex<FakeState>,
     pub specs: Vec<ActionSpec>,
     pub screenshot: bool,
+    /// Size of the fake screenshot.
+    pub screenshot_bytes: usize,
 }
 
 fn obj(props: Value, required: &[&str]) -> Value {
@@ -335,6 +337,7 @@ impl FakeBrowser {
             }),
             specs: browser_specs(),
             screenshot: true,
+            screenshot_bytes: 512,
         }
     }
 
@@ -468,7 +471,7 @@ impl AgentBrowser for FakeBrowser {
             llm_text,
             element_count: page.elements.len(),
             screenshot: (include_screenshot && self.screenshot).then(|| Screenshot {
-                bytes: vec![0x89; 512],
+                bytes: vec![0x89; self.screenshot_bytes],
                 mime: "image/png".into(),
             }),
             closed_dialogs: Vec::new(),
