@@ -21,13 +21,20 @@ const STEPS: u32 = 4;
 /// The login site with a realistically large page (~25k chars of DOM text, 150 KB screenshot).
 fn browser() -> Arc<FakeBrowser> {
     let filler: String = (0..400)
-        .map(|i| format!("\t[{}]<a href=/item/{i} />\n\t\tProduct number {i} with a description\n", 100 + i))
+        .map(|i| {
+            format!(
+                "\t[{}]<a href=/item/{i} />\n\t\tProduct number {i} with a description\n",
+                100 + i
+            )
+        })
         .collect();
-    let pages = login_pages().into_iter().map(|(url, mut page): (&'static str, Page)| {
-        page.text.push('\n');
-        page.text.push_str(&filler);
-        (url, page)
-    });
+    let pages = login_pages()
+        .into_iter()
+        .map(|(url, mut page): (&'static str, Page)| {
+            page.text.push('\n');
+            page.text.push_str(&filler);
+            (url, page)
+        });
     let mut b = FakeBrowser::build(pages);
     b.screenshot_bytes = 150 * 1024;
     Arc::new(b)
@@ -45,8 +52,14 @@ fn config() -> TaskConfig {
 
 fn script() -> Arc<ScriptedModel> {
     ScriptedModel::json([
-        reply("type user", json!([{"input": {"index": 1, "text": "alice"}}])),
-        reply("type password", json!([{"input": {"index": 2, "text": "<secret>password</secret>"}}])),
+        reply(
+            "type user",
+            json!([{"input": {"index": 1, "text": "alice"}}]),
+        ),
+        reply(
+            "type password",
+            json!([{"input": {"index": 2, "text": "<secret>password</secret>"}}]),
+        ),
         reply("submit", json!([{"click": {"index": 3}}])),
         done("Balance is 42", true),
     ])
@@ -59,7 +72,11 @@ async fn agent_run() -> Duration {
     let t = Instant::now();
     let history = agent.run().await;
     let took = t.elapsed();
-    assert_eq!(history.is_successful(), Some(true), "the scenario must succeed");
+    assert_eq!(
+        history.is_successful(),
+        Some(true),
+        "the scenario must succeed"
+    );
     assert_eq!(b.url(), "http://app.test/welcome");
     took
 }
@@ -68,9 +85,12 @@ async fn agent_run() -> Duration {
 async fn baseline_run() -> Duration {
     let b = browser();
     let t = Instant::now();
-    b.execute("navigate", &json!({"url": "http://app.test/login", "new_tab": false}))
-        .await
-        .unwrap();
+    b.execute(
+        "navigate",
+        &json!({"url": "http://app.test/login", "new_tab": false}),
+    )
+    .await
+    .unwrap();
     let steps = [
         ("input", json!({"index": 1, "text": "alice"})),
         ("input", json!({"index": 2, "text": "s3cret-pw"})),
@@ -114,8 +134,14 @@ fn main() {
         let a = median(agent) / STEPS;
         let b = median(base) / STEPS;
         println!("step_overhead: 4-step login, fake browser, instant scripted model, {RUNS} runs");
-        println!("  agent loop   median per step: {:>9.3} ms", a.as_secs_f64() * 1e3);
-        println!("  bare browser median per step: {:>9.3} ms (baseline)", b.as_secs_f64() * 1e3);
+        println!(
+            "  agent loop   median per step: {:>9.3} ms",
+            a.as_secs_f64() * 1e3
+        );
+        println!(
+            "  bare browser median per step: {:>9.3} ms (baseline)",
+            b.as_secs_f64() * 1e3
+        );
         println!(
             "  overhead     median per step: {:>9.3} ms; ratio agent/baseline: {:.2}x",
             a.saturating_sub(b).as_secs_f64() * 1e3,

@@ -34,6 +34,30 @@ const EXTRACT_CHUNK: usize = 100_000;
 /// Extraction results at least this long go to a workspace file and are shown once.
 const EXTRACT_TO_FILE: usize = 10_000;
 
+/// The agent-owned `extract` action (the agent makes the model call on the page markdown).
+fn extract_spec() -> ActionSpec {
+    ActionSpec {
+        name: "extract".into(),
+        description: "Read the whole page with a separate model and answer a query about it \
+(slow: only when the information is not visible in the element list)."
+            .into(),
+        params_schema: json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "extract_links": {"type": "boolean", "default": false},
+                "extract_images": {"type": "boolean", "default": false},
+                "start_from_char": {"type": "integer", "minimum": 0, "default": 0},
+                "already_collected": {"type": "array", "items": {"type": "string"}, "default": []}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }),
+        terminates_sequence: false,
+        domains: Vec::new(),
+    }
+}
+
 /// Status of one plan item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PlanStatus {
@@ -382,7 +406,7 @@ impl Agent {
         let mut specs = vec![done];
         let mut page_specific = Vec::new();
         let browser_specs = self.browser.action_specs();
-        let owned_names = ["done", "write_file", "read_file", "replace_file"];
+        let owned_names = ["done", "write_file", "read_file", "replace_file", "extract"];
         for spec in browser_specs {
             if owned_names.contains(&spec.name.as_str()) {
                 continue;
@@ -405,6 +429,7 @@ impl Agent {
             }
             specs.push(spec);
         }
+        specs.push(extract_spec());
         specs.extend(own);
         (specs, page_specific)
     }
@@ -905,10 +930,19 @@ call done if the task is finished.",
             if let Some(b) = &before {
                 current_url.clone_from(&b.url);
             }
-            let element = match action.index() {
+            let mut element = match action.index() {
                 Some(index) => self.browser.describe_element(index).await,
                 None => None,
             };
+            if let Some(el) = element.as_mut().filter(|_| !self.secrets.is_empty()) {
+                let mut attributes = Value::Object(std::mem::take(&mut el.attributes));
+                self.secrets.redact_value(&mut attributes);
+                if let Value::Object(map) = attributes {
+                    el.attributes = map;
+                }
+                self.secrets.redact_opt(&mut el.ax_name);
+                self.secrets.redact_opt(&mut el.x_path);
+            }
             interacted.push(element);
             let spec = specs.iter().find(|s| s.name == action.name);
             let (mut result, fatal) = match spec {
@@ -1029,6 +1063,19 @@ call done if the task is finished.",
             .and_then(Value::as_bool)
             .unwrap_or(true);
         let (text, attachments) = if let Some(validator) = &self.output_validator {
+            let failing_text = params
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|_| !success && params.get("data").is_none());
+            if let Some(text) = failing_text {
+                return ActionResult {
+                    is_done: true,
+                    success: Some(false),
+                    long_term_memory: Some(format!("Task completed: false - {text}")),
+                    extracted_content: Some(text.to_owned()),
+                    ..ActionResult::default()
+                };
+            }
             let Some(data) = params.get("data") else {
                 return ActionResult::error(
                     "done needs `data` matching the required output schema; call done again with it",

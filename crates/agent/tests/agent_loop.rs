@@ -1165,3 +1165,96 @@ fn bad_configuration_is_a_clear_error() {
     )]));
     assert!(!format!("{c:?}").contains("hunter2"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn step_timeout_records_an_error_and_counts_a_failure() {
+    let mut b = FakeBrowser::build(login_pages());
+    let mut hang = browser_specs()
+        .into_iter()
+        .find(|s| s.name == "wait")
+        .unwrap();
+    hang.name = "hang".into();
+    b.specs.push(hang);
+    let browser = Arc::new(b);
+    let model = ScriptedModel::json([reply("hang", json!([{"hang": {}}])), done("x", true)]);
+    let sink = RecordingSink::new();
+    let mut c = TaskConfig::new("t");
+    c.step_timeout = Duration::from_secs(5);
+    let history = make(c, &browser, &model, &sink).run().await;
+    assert_eq!(
+        history.errors()[0],
+        Some("Step 1 timed out after 5 seconds")
+    );
+    assert_eq!(history.history[1].metadata.step_number, 2);
+    assert!(state_of(&model.step_requests()[1]).contains("Step 1 timed out after 5 seconds"));
+    assert!(history.is_done());
+}
+
+#[tokio::test]
+async fn empty_actions_under_output_schema_end_as_failing_done() {
+    let browser = FakeBrowser::login_site();
+    let empty =
+        json!({"evaluation_previous_goal": "", "memory": "", "next_goal": "", "action": []});
+    let model = ScriptedModel::json([empty.clone(), empty]);
+    let sink = RecordingSink::new();
+    let mut c = TaskConfig::new("t");
+    c.output_schema = Some(
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+    );
+    let history = make(c, &browser, &model, &sink).run().await;
+    assert!(history.is_done());
+    assert_eq!(history.is_successful(), Some(false));
+    assert_eq!(
+        history.final_result(),
+        Some("No next action returned by LLM!")
+    );
+}
+
+#[tokio::test]
+async fn long_extraction_goes_to_a_workspace_file_and_is_shown_once() {
+    let browser = FakeBrowser::new([("http://c.test/", Page::new("Catalog", "items"))]);
+    let big = "row\n".repeat(3000);
+    let model = ScriptedModel::json([
+        reply(
+            "extract",
+            json!([{"extract": {"query": "all rows", "start_from_char": 3}}]),
+        ),
+        json!({"result": big}),
+        reply("wait", json!([{"wait": {}}])),
+        done("x", true),
+    ]);
+    let sink = RecordingSink::new();
+    let mut c = TaskConfig::new("rows");
+    c.start_url = Some("http://c.test/".into());
+    let mut agent = make(c, &browser, &model, &sink);
+    let dir = agent.workspace_dir().to_path_buf();
+    agent.run().await;
+    let saved = std::fs::read_to_string(dir.join("extracted_content_0.md")).unwrap();
+    assert!(
+        saved.contains("<query>\nall rows\n</query>") && saved.matches("row\n").count() >= 3000
+    );
+    let reqs = model.step_requests();
+    let next = state_of(&reqs[1]);
+    assert!(
+        next.contains("<read_state_0>\n<url>\nhttp://c.test/"),
+        "shown once"
+    );
+    assert!(next.contains("saved in full to extracted_content_0.md"));
+    assert!(!state_of(&reqs[2]).contains("<read_state>"));
+    let extraction = model
+        .requests()
+        .into_iter()
+        .find(|r| r.output_schema.name == "extraction")
+        .unwrap();
+    let user = text_of(&extraction, 1);
+    assert!(
+        user.contains("<webpage_content>\natalog\n\nitems"),
+        "starts at char 3: {user}"
+    );
+    let allowed = allowed_actions(&reqs[0]);
+    assert_eq!(
+        allowed.iter().filter(|a| *a == "extract").count(),
+        1,
+        "the agent's own extract spec only"
+    );
+}

@@ -485,6 +485,9 @@ impl AgentBrowser for FakeBrowser {
     }
 
     async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserError> {
+        if name == "hang" {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
         let mut s = self.state.lock().unwrap();
         s.executed.push((name.to_owned(), params.clone()));
         let url = s.tabs[s.focused].1.last().cloned().unwrap_or_default();
