@@ -488,10 +488,11 @@ pub(crate) async fn capture<S: SessionSource>(
 
     let serialize_started = Instant::now();
     let previous = previous.clone();
+    let paint_order_filtering = options.paint_order_filtering;
     let (serialized, selector_map, tree) = on_capture_thread(move || {
         let mut tree = tree;
         hidden_hints(&mut tree);
-        let serialized: Serialized = Serializer::new(&tree, &previous, None).run(root);
+        let serialized: Serialized = Serializer::new(&tree, &previous, None, paint_order_filtering).run(root);
         let selector_map = selector_map(&tree, &serialized);
         (serialized, selector_map, tree)
     })

@@ -43,7 +43,7 @@ impl Rect {
 }
 
 /// Kind of shadow root.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ShadowRootKind {
     Open,
@@ -361,11 +361,13 @@ pub(crate) fn append_snapshot(
         }
 
         let mut arena_of: Vec<u32> = vec![u32::MAX; count];
+        // Synthetic shadow-root node per (host arena id, kind).
+        let mut shadow_root_of: HashMap<(NodeId, ShadowRootKind), NodeId> = HashMap::new();
         let mut root: Option<NodeId> = None;
         for i in 0..count {
             let node_type = nodes.node_type[i];
             let parent_snapshot = nodes.parent_index.get(i).copied().unwrap_or(-1);
-            let parent = if parent_snapshot >= 0 {
+            let mut parent = if parent_snapshot >= 0 {
                 match arena_of.get(parent_snapshot as usize) {
                     Some(&p) if p != u32::MAX => Some(p),
                     // Parent was skipped (pseudo element, UA shadow root…): skip subtree.
@@ -377,17 +379,61 @@ pub(crate) fn append_snapshot(
             if pseudo[i] {
                 continue;
             }
+            // DOMSnapshot walks the flat tree: shadow content hangs directly under its host and
+            // carries the shadow root's mode. Re-create the shadow root between them.
+            let own_shadow = shadow_kind.get(&i).copied();
+            let parent_shadow = (parent_snapshot >= 0)
+                .then(|| shadow_kind.get(&(parent_snapshot as usize)).copied())
+                .flatten();
+            if let (Some(mode), Some(host)) = (own_shadow, parent) {
+                if own_shadow != parent_shadow {
+                    let kind = match mode {
+                        "open" => ShadowRootKind::Open,
+                        "closed" => ShadowRootKind::Closed,
+                        // user-agent shadow content (inside <input>, <video>…) is Chrome's.
+                        _ => continue,
+                    };
+                    let shadow = match shadow_root_of.get(&(host, kind)) {
+                        Some(&s) => s,
+                        None => {
+                            let s = tree.nodes.len() as NodeId;
+                            let host_node = &tree.nodes[host as usize];
+                            let shadow_node = Node {
+                                kind: NodeKind::ShadowRoot(kind),
+                                tag: "#document-fragment".to_owned(),
+                                node_name: "#document-fragment".to_owned(),
+                                text: String::new(),
+                                attributes: Vec::new(),
+                                backend_node_id: 0,
+                                target,
+                                frame_id: host_node.frame_id.clone(),
+                                parent: Some(host),
+                                children: Vec::new(),
+                                shadow_roots: Vec::new(),
+                                content_document: None,
+                                layout: None,
+                                ax: None,
+                                visible: false,
+                                js_click_listener: false,
+                                absolute: None,
+                                hidden_hints: Vec::new(),
+                                has_hidden_content: false,
+                                in_shadow: true,
+                            };
+                            tree.nodes.push(shadow_node);
+                            tree.nodes[host as usize].shadow_roots.push(s);
+                            shadow_root_of.insert((host, kind), s);
+                            s
+                        }
+                    };
+                    parent = Some(shadow);
+                }
+            }
             let name = string_at(strings, *nodes.node_name.get(i).unwrap_or(&-1));
             let kind = match node_type {
                 9 => NodeKind::Document,
                 1 => NodeKind::Element,
                 3 => NodeKind::Text,
-                11 => match shadow_kind.get(&i).copied() {
-                    Some("open") => NodeKind::ShadowRoot(ShadowRootKind::Open),
-                    Some("closed") => NodeKind::ShadowRoot(ShadowRootKind::Closed),
-                    // user-agent shadow roots (inside <input>, <video>…) are Chrome internals.
-                    _ => continue,
-                },
                 _ => continue,
             };
             if parent.is_none() && kind != NodeKind::Document {
@@ -431,11 +477,12 @@ pub(crate) fn append_snapshot(
                         || (k.eq_ignore_ascii_case("autocomplete")
                             && (v.starts_with("cc-") || v.starts_with("one-time-code")))
                 });
-                if layout_info.is_some() || true {
-                    if let Some(v) = input_value.get(&i) {
-                        if !sensitive {
-                            set_attr(&mut attributes, "value", v);
-                        }
+                {
+                    if sensitive {
+                        // Never keep a secret: not even the static value attribute.
+                        attributes.retain(|(k, _)| !k.eq_ignore_ascii_case("value"));
+                    } else if let Some(v) = input_value.get(&i) {
+                        set_attr(&mut attributes, "value", v);
                     }
                     if has_checked_data {
                         if checked[i] {

@@ -130,6 +130,7 @@ pub(crate) struct Serializer<'t> {
     interactive_cache: HashMap<NodeId, bool>,
     previous: &'t HashSet<(String, i64)>,
     exclude_attr: Option<String>,
+    paint_order_filtering: bool,
 }
 
 impl<'t> Serializer<'t> {
@@ -137,6 +138,7 @@ impl<'t> Serializer<'t> {
         tree: &'t Tree,
         previous: &'t HashSet<(String, i64)>,
         session_tag: Option<&str>,
+        paint_order_filtering: bool,
     ) -> Self {
         Self {
             tree,
@@ -144,6 +146,7 @@ impl<'t> Serializer<'t> {
             interactive_cache: HashMap::new(),
             previous,
             exclude_attr: session_tag.map(|s| format!("data-browser-use-exclude-{s}")),
+            paint_order_filtering,
         }
     }
 
@@ -158,7 +161,7 @@ impl<'t> Serializer<'t> {
 
     pub fn run(mut self, root: Option<NodeId>) -> Serialized {
         let simplified = root.and_then(|r| self.simplify(r));
-        if let Some(s) = simplified {
+        if let (Some(s), true) = (simplified, self.paint_order_filtering) {
             self.paint_order(s);
         }
         let optimized = simplified.and_then(|s| self.optimize(s));
