@@ -107,13 +107,19 @@ impl Chrome {
             .window_size(config.window_size.0, config.window_size.1)
             .launch_timeout(config.launch_timeout)
             .request_timeout(config.cdp_timeout)
+            // chromiumoxide adds the leading dashes itself.
             .args(
                 CHROME_FLAGS
                     .iter()
                     .filter(|f| !matches!(**f, "--headless=new" | "--no-sandbox"))
-                    .map(|f| f.to_string()),
+                    .map(|f| f.trim_start_matches("--").to_owned()),
             )
-            .args(config.extra_args.iter().cloned());
+            .args(
+                config
+                    .extra_args
+                    .iter()
+                    .map(|f| f.trim_start_matches("--").to_owned()),
+            );
         builder = builder.env("LANG", "C");
         let browser_config = builder.build().map_err(BrowserError::Launch)?;
         let (mut browser, handler) =

@@ -19,8 +19,9 @@ fn indexed(state: &PageState, id: &str) -> bool {
 
 #[test]
 fn interactivity_rules_in_order() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("rules.html").await;
+        let session = open(&guard, "rules.html").await;
         let state = capture(&session).await;
         let text = &state.llm_text;
         for id in [
@@ -54,8 +55,9 @@ fn interactivity_rules_in_order() {
 
 #[test]
 fn same_and_cross_origin_iframes() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("frames.html").await;
+        let session = open(&guard, "frames.html").await;
         // Let the cross-origin frame load.
         let mut state = capture(&session).await;
         for _ in 0..20 {
@@ -101,8 +103,9 @@ fn same_and_cross_origin_iframes() {
 
 #[test]
 fn open_and_closed_shadow_dom() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("shadow.html").await;
+        let session = open(&guard, "shadow.html").await;
         let state = capture(&session).await;
         let text = &state.llm_text;
         assert!(text.contains("|SHADOW(open)|"), "{text}");
@@ -119,8 +122,9 @@ fn open_and_closed_shadow_dom() {
 
 #[test]
 fn scroll_containers_report_pages() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("scroll.html").await;
+        let session = open(&guard, "scroll.html").await;
         let state = capture(&session).await;
         let text = &state.llm_text;
         let list = line_with(text, "|scroll element").expect("scroll container line");
@@ -145,8 +149,9 @@ fn scroll_containers_report_pages() {
 
 #[test]
 fn element_behind_modal_is_hidden() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("modal.html").await;
+        let session = open(&guard, "modal.html").await;
         let state = capture(&session).await;
         let text = &state.llm_text;
         assert!(indexed(&state, "close"), "{text}");
@@ -160,8 +165,9 @@ fn element_behind_modal_is_hidden() {
 
 #[test]
 fn five_thousand_elements_and_new_marks() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("big.html").await;
+        let session = open(&guard, "big.html").await;
         let first = capture(&session).await;
         assert!(first.selector_map.len() > 100, "{}", first.selector_map.len());
         assert!(!first.llm_text.contains("*["), "nothing is new on the first capture");
@@ -183,8 +189,9 @@ fn five_thousand_elements_and_new_marks() {
 
 #[test]
 fn screenshot_in_same_capture() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("modal.html").await;
+        let session = open(&guard, "modal.html").await;
         let jpeg = session.capture(&CaptureOptions { screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }), ..Default::default() }).await.unwrap();
         let shot = jpeg.screenshot.expect("jpeg");
         assert_eq!(&shot.data[..3], &[0xFF, 0xD8, 0xFF]);
@@ -197,8 +204,9 @@ fn screenshot_in_same_capture() {
 
 #[test]
 fn text_cap_and_tabs() {
+    let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open("big.html").await;
+        let session = open(&guard, "big.html").await;
         let state = session.capture(&CaptureOptions { max_text_len: 500, ..Default::default() }).await.unwrap();
         assert!(state.truncated);
         assert_eq!(state.truncation_note(500), " (truncated to 500 characters)");

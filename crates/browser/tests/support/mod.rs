@@ -7,7 +7,7 @@ use std::{
     collections::HashMap,
     net::SocketAddr,
     path::PathBuf,
-    sync::{LazyLock, OnceLock},
+    sync::{LazyLock, Mutex},
     time::Duration,
 };
 
@@ -46,15 +46,47 @@ pub fn test_config() -> PoolConfig {
     }
 }
 
-/// The shared pool of this test binary (one Chrome).
-pub fn pool() -> &'static BrowserPool {
-    static POOL: OnceLock<BrowserPool> = OnceLock::new();
-    POOL.get_or_init(|| BrowserPool::new(test_config()).expect("pool"))
+static SHARED: Mutex<(usize, Option<BrowserPool>)> = Mutex::new((0, None));
+
+/// Holds the shared pool of this test binary (one Chrome) open; the last guard to drop shuts
+/// it down, so no Chrome outlives the test binary even when a test fails.
+pub struct PoolGuard {
+    pool: BrowserPool,
 }
 
-/// Leases a session, opens `page` from the fixture server and captures it.
-pub async fn open(page: &str) -> BrowserSession {
-    let session = pool().lease().await.expect("lease");
+impl PoolGuard {
+    pub fn pool(&self) -> &BrowserPool {
+        &self.pool
+    }
+}
+
+/// Call outside the runtime at the start of a test.
+pub fn shared_pool() -> PoolGuard {
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    shared.0 += 1;
+    let pool = shared
+        .1
+        .get_or_insert_with(|| BrowserPool::new(test_config()).expect("pool"))
+        .clone();
+    PoolGuard { pool }
+}
+
+impl Drop for PoolGuard {
+    fn drop(&mut self) {
+        let last = {
+            let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+            shared.0 -= 1;
+            if shared.0 == 0 { shared.1.take() } else { None }
+        };
+        if let Some(pool) = last {
+            rt().block_on(pool.shutdown());
+        }
+    }
+}
+
+/// Leases a session from `guard`'s pool and opens `page` from the fixture server.
+pub async fn open(guard: &PoolGuard, page: &str) -> BrowserSession {
+    let session = guard.pool().lease().await.expect("lease");
     let url = format!("http://{}/{page}", server().await);
     session.navigate(&url).await.expect("navigate");
     session
