@@ -1,1 +1,2 @@
 //! Chrome pool and page capture over CDP (chromiumoxide).
+pub mod egress;
