@@ -8,11 +8,17 @@
 //! resolve to them.
 
 pub mod addr;
+pub mod guard;
+mod link;
 pub mod pattern;
 pub mod policy;
 pub mod resolve;
 
 pub use addr::{AddressRange, classify};
+pub use guard::{
+    BlockedRequest, EgressGuard, EgressGuardError, EgressGuardOptions, EgressGuardStats, EgressScope,
+};
+pub use link::LinkError;
 pub use pattern::{DomainPattern, PatternError};
 pub use policy::{
     DEFAULT_DNS_TIMEOUT, DenyReason, EgressConfigError, EgressDenied, EgressPolicy, EgressSettings,
