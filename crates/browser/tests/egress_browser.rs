@@ -76,15 +76,21 @@ fn prohibited_domain_is_blocked_and_others_load() {
         let env = env().await;
         let ctx = GuardedContext::new(env, policy(named_hosts(&[], &["*.evil.test"]))).await;
 
-        goto(&ctx.page, &env.app.url("allowed.test", "/page/prohibited-1"))
-            .await
-            .expect("page loads");
+        goto(
+            &ctx.page,
+            &env.app.url("allowed.test", "/page/prohibited-1"),
+        )
+        .await
+        .expect("page loads");
         assert_eq!(env.app.hits.count("/page/prohibited-1"), 1);
 
         let bad_url = env.evil.url("www.evil.test", "/page/prohibited-2");
         let _ = goto(&ctx.page, &bad_url).await;
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == bad_url).await, "{seen:?}");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == bad_url).await,
+            "{seen:?}"
+        );
         assert!(matches!(
             &seen.iter().find(|b| b.url == bad_url).expect("entry").reason,
             DenyReason::ProhibitedDomain { pattern, .. } if pattern == "*.evil.test"
@@ -107,10 +113,20 @@ fn redirect_from_allowed_to_disallowed_host_is_blocked() {
         );
         let _ = goto(&ctx.page, &start).await;
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == landing).await, "{seen:?}");
-        assert_eq!(env.app.hits.count("/redirect/1"), 1, "the allowed hop was requested");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == landing).await,
+            "{seen:?}"
+        );
+        assert_eq!(
+            env.app.hits.count("/redirect/1"),
+            1,
+            "the allowed hop was requested"
+        );
         assert_eq!(env.evil.hits.count("/page/redirect-landing"), 0);
-        assert!(seen.iter().all(|b| b.url != start), "the first hop was allowed");
+        assert!(
+            seen.iter().all(|b| b.url != start),
+            "the first hop was allowed"
+        );
 
         // A redirect that stays on allowed hosts still works.
         let inner = env.app.url("allowed.test", "/page/redirect-ok");
@@ -118,7 +134,9 @@ fn redirect_from_allowed_to_disallowed_host_is_blocked() {
             "allowed.test",
             &format!("/redirect/2{}", query(&[("to", &inner)])),
         );
-        goto(&ctx.page, &start).await.expect("allowed redirect loads");
+        goto(&ctx.page, &start)
+            .await
+            .expect("allowed redirect loads");
         assert_eq!(env.app.hits.count("/page/redirect-ok"), 1);
         ctx.dispose(env).await;
     });
@@ -137,9 +155,15 @@ fn iframe_and_fetch_to_disallowed_host_never_reach_it() {
         );
         goto(&ctx.page, &page_url).await.expect("host page loads");
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == frame_src).await, "{seen:?}");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == frame_src).await,
+            "{seen:?}"
+        );
         let frame_block = seen.iter().find(|b| b.url == frame_src).expect("entry");
-        assert!(frame_block.is_navigation, "iframe document: {frame_block:?}");
+        assert!(
+            frame_block.is_navigation,
+            "iframe document: {frame_block:?}"
+        );
 
         let fetch_url = env.evil.url("evil.test", "/api/fetch-evil");
         let outcome = eval(
@@ -154,7 +178,10 @@ fn iframe_and_fetch_to_disallowed_host_never_reach_it() {
             outcome.as_str().is_some_and(|s| s.starts_with("failed")),
             "{outcome}"
         );
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == fetch_url).await, "{seen:?}");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == fetch_url).await,
+            "{seen:?}"
+        );
         let fetch_block = seen.iter().find(|b| b.url == fetch_url).expect("entry");
         assert!(
             matches!(fetch_block.resource_type.as_deref(), Some("Fetch" | "XHR")),
@@ -171,7 +198,12 @@ fn iframe_and_fetch_to_disallowed_host_never_reach_it() {
         .await;
         assert_eq!(outcome, "hit");
         assert_eq!(env.evil.hits.count("iframe-evil"), 0);
-        assert_eq!(env.evil.hits.count("fetch-evil"), 0, "{:?}", env.evil.hits.all());
+        assert_eq!(
+            env.evil.hits.count("fetch-evil"),
+            0,
+            "{:?}",
+            env.evil.hits.all()
+        );
         ctx.dispose(env).await;
     });
 }
@@ -200,12 +232,30 @@ fn cross_origin_iframe_requests_are_intercepted_in_their_own_target() {
         goto(&ctx.page, &page_url).await.expect("host page loads");
 
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == bad).await, "{seen:?}");
-        assert_eq!(env.app.hits.count("/api/oopif-ok"), 1, "the frame's script ran");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == bad).await,
+            "{seen:?}"
+        );
+        assert_eq!(
+            env.app.hits.count("/api/oopif-ok"),
+            1,
+            "the frame's script ran"
+        );
         assert_eq!(env.evil.hits.count("oopif-bad"), 0);
         let entry = seen.iter().find(|b| b.url == bad).expect("entry");
-        assert_eq!(entry.target_type, "iframe", "blocked inside the OOPIF target: {entry:?}");
-        assert!(ctx.guard.stats().armed_targets.get("iframe").copied().unwrap_or(0) >= 1);
+        assert_eq!(
+            entry.target_type, "iframe",
+            "blocked inside the OOPIF target: {entry:?}"
+        );
+        assert!(
+            ctx.guard
+                .stats()
+                .armed_targets
+                .get("iframe")
+                .copied()
+                .unwrap_or(0)
+                >= 1
+        );
         ctx.dispose(env).await;
     });
 }
@@ -231,13 +281,28 @@ fn popup_to_disallowed_host_is_blocked_and_allowed_popup_loads() {
         let opened = eval(&ctx.page, &format!("window.open({bad:?}) !== null")).await;
         assert_eq!(opened, true, "popup opened");
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == bad).await, "{seen:?}");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == bad).await,
+            "{seen:?}"
+        );
         let entry = seen.iter().find(|b| b.url == bad).expect("entry");
         assert!(entry.is_navigation);
         assert_eq!(entry.target_type, "page");
-        assert_ne!(entry.target_id, ctx.page.target_id().inner().as_str(), "a new tab");
+        assert_ne!(
+            entry.target_id,
+            ctx.page.target_id().inner().as_str(),
+            "a new tab"
+        );
         assert_eq!(env.evil.hits.count("popup-bad"), 0);
-        assert!(ctx.guard.stats().armed_targets.get("page").copied().unwrap_or(0) >= 3);
+        assert!(
+            ctx.guard
+                .stats()
+                .armed_targets
+                .get("page")
+                .copied()
+                .unwrap_or(0)
+                >= 3
+        );
         ctx.dispose(env).await;
     });
 }
@@ -368,7 +433,10 @@ fn worker_requests_are_intercepted() {
         );
         goto(&ctx.page, &page_url).await.expect("page loads");
         let mut seen = Vec::new();
-        assert!(wait_blocked(&ctx, &mut seen, |b| b.url == bad).await, "{seen:?}");
+        assert!(
+            wait_blocked(&ctx, &mut seen, |b| b.url == bad).await,
+            "{seen:?}"
+        );
         assert_eq!(env.app.hits.count("/api/worker-ok"), 1, "the worker ran");
         assert_eq!(env.evil.hits.count("worker-bad"), 0);
         ctx.dispose(env).await;

@@ -130,15 +130,51 @@ const fn seg_prefix(segments: [u16; 8]) -> u128 {
 }
 
 const V6_TABLE: &[(u128, u8, AddressRange)] = &[
-    (seg_prefix([0x0100, 0, 0, 0, 0, 0, 0, 0]), 64, AddressRange::Reserved),
-    (seg_prefix([0x0064, 0xff9b, 1, 0, 0, 0, 0, 0]), 48, AddressRange::Reserved),
-    (seg_prefix([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0]), 32, AddressRange::Documentation),
-    (seg_prefix([0x2001, 0, 0, 0, 0, 0, 0, 0]), 23, AddressRange::Reserved),
-    (seg_prefix([0x3fff, 0, 0, 0, 0, 0, 0, 0]), 20, AddressRange::Documentation),
-    (seg_prefix([0xfc00, 0, 0, 0, 0, 0, 0, 0]), 7, AddressRange::UniqueLocal),
-    (seg_prefix([0xfe80, 0, 0, 0, 0, 0, 0, 0]), 10, AddressRange::LinkLocal),
-    (seg_prefix([0xfec0, 0, 0, 0, 0, 0, 0, 0]), 10, AddressRange::UniqueLocal),
-    (seg_prefix([0xff00, 0, 0, 0, 0, 0, 0, 0]), 8, AddressRange::Multicast),
+    (
+        seg_prefix([0x0100, 0, 0, 0, 0, 0, 0, 0]),
+        64,
+        AddressRange::Reserved,
+    ),
+    (
+        seg_prefix([0x0064, 0xff9b, 1, 0, 0, 0, 0, 0]),
+        48,
+        AddressRange::Reserved,
+    ),
+    (
+        seg_prefix([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0]),
+        32,
+        AddressRange::Documentation,
+    ),
+    (
+        seg_prefix([0x2001, 0, 0, 0, 0, 0, 0, 0]),
+        23,
+        AddressRange::Reserved,
+    ),
+    (
+        seg_prefix([0x3fff, 0, 0, 0, 0, 0, 0, 0]),
+        20,
+        AddressRange::Documentation,
+    ),
+    (
+        seg_prefix([0xfc00, 0, 0, 0, 0, 0, 0, 0]),
+        7,
+        AddressRange::UniqueLocal,
+    ),
+    (
+        seg_prefix([0xfe80, 0, 0, 0, 0, 0, 0, 0]),
+        10,
+        AddressRange::LinkLocal,
+    ),
+    (
+        seg_prefix([0xfec0, 0, 0, 0, 0, 0, 0, 0]),
+        10,
+        AddressRange::UniqueLocal,
+    ),
+    (
+        seg_prefix([0xff00, 0, 0, 0, 0, 0, 0, 0]),
+        8,
+        AddressRange::Multicast,
+    ),
 ];
 
 /// The IPv4 address an IPv6 address carries in a form that routes to it, if any:
@@ -181,7 +217,11 @@ pub fn classify_v6(ip: Ipv6Addr) -> Option<AddressRange> {
         return Some(AddressRange::Reserved);
     }
     V6_TABLE.iter().find_map(|&(net, len, range)| {
-        let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - len)
+        };
         (bits & mask == net).then_some(range)
     })
 }
@@ -306,7 +346,7 @@ mod tests {
             ("::ffff:169.254.169.254", CloudMetadata),
             ("::ffff:a9fe:a9fe", CloudMetadata),
             ("::ffff:10.0.0.1", Private),
-            ("::ffff:0:10.1.2.3", Private),        // SIIT
+            ("::ffff:0:10.1.2.3", Private),              // SIIT
             ("64:ff9b::169.254.169.254", CloudMetadata), // NAT64
             ("64:ff9b::c0a8:101", Private),
             ("2002:a9fe:a9fe::", CloudMetadata), // 6to4

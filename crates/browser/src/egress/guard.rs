@@ -79,7 +79,9 @@ pub enum EgressGuardError {
     #[error("egress guard: {0}")]
     Cdp(#[from] LinkError),
     /// Existing targets of the context could not be armed in time.
-    #[error("egress guard: {pending} existing target(s) of the context could not be intercepted in time")]
+    #[error(
+        "egress guard: {pending} existing target(s) of the context could not be intercepted in time"
+    )]
     ArmTimeout {
         /// How many were still unarmed.
         pending: usize,
@@ -114,7 +116,10 @@ impl BlockedRequest {
         } else {
             "Request blocked"
         };
-        format!("{what} by the egress policy: {} ({})", self.url, self.reason)
+        format!(
+            "{what} by the egress policy: {} ({})",
+            self.url, self.reason
+        )
     }
 }
 
@@ -348,14 +353,23 @@ impl Drop for EgressGuard {
     }
 }
 
-async fn dispatch(mut events: mpsc::UnboundedReceiver<RawEvent>, link: CdpLink, shared: Arc<Shared>) {
+async fn dispatch(
+    mut events: mpsc::UnboundedReceiver<RawEvent>,
+    link: CdpLink,
+    shared: Arc<Shared>,
+) {
     while let Some(event) = events.recv().await {
         match event.method.as_str() {
             "Fetch.requestPaused" => {
                 let Some(session) = event.session_id else {
                     continue;
                 };
-                tokio::spawn(answer_paused(link.clone(), shared.clone(), session, event.params));
+                tokio::spawn(answer_paused(
+                    link.clone(),
+                    shared.clone(),
+                    session,
+                    event.params,
+                ));
             }
             "Target.attachedToTarget" => {
                 on_attached(&link, &shared, event.session_id.as_deref(), event.params);
@@ -375,7 +389,11 @@ async fn dispatch(mut events: mpsc::UnboundedReceiver<RawEvent>, link: CdpLink, 
 }
 
 fn on_attached(link: &CdpLink, shared: &Arc<Shared>, parent_session: Option<&str>, params: Value) {
-    let Some(session) = params.get("sessionId").and_then(Value::as_str).map(str::to_string) else {
+    let Some(session) = params
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return;
     };
     let info = params.get("targetInfo").cloned().unwrap_or(Value::Null);
@@ -428,13 +446,17 @@ async fn release(
     waiting: bool,
 ) {
     let timeout = shared.options.command_timeout;
-    if waiting {
-        if let Err(e) = link
-            .call("Runtime.runIfWaitingForDebugger", Some(session), json!({}), timeout)
+    if waiting
+        && let Err(e) = link
+            .call(
+                "Runtime.runIfWaitingForDebugger",
+                Some(session),
+                json!({}),
+                timeout,
+            )
             .await
-        {
-            tracing::debug!(error = %e, "egress: resuming a foreign target failed");
-        }
+    {
+        tracing::debug!(error = %e, "egress: resuming a foreign target failed");
     }
     let _ = link
         .call(
@@ -480,18 +502,27 @@ async fn arm(link: &CdpLink, shared: &Shared, session: &str, info: SessionInfo, 
     // Children (OOPIFs, dedicated workers) must arrive paused as well. Not every target type
     // supports auto-attach (e.g. some workers); their children, if any, are not web content.
     if let Err(e) = link
-        .call("Target.setAutoAttach", Some(session), auto_attach_params(), timeout)
+        .call(
+            "Target.setAutoAttach",
+            Some(session),
+            auto_attach_params(),
+            timeout,
+        )
         .await
     {
         tracing::debug!(error = %e, target_type = %info.target_type, "egress: child auto-attach not available");
     }
-    if waiting {
-        if let Err(e) = link
-            .call("Runtime.runIfWaitingForDebugger", Some(session), json!({}), timeout)
+    if waiting
+        && let Err(e) = link
+            .call(
+                "Runtime.runIfWaitingForDebugger",
+                Some(session),
+                json!({}),
+                timeout,
+            )
             .await
-        {
-            tracing::warn!(error = %e, target_type = %info.target_type, "egress: resuming an armed target failed");
-        }
+    {
+        tracing::warn!(error = %e, target_type = %info.target_type, "egress: resuming an armed target failed");
     }
 }
 
@@ -504,7 +535,10 @@ async fn on_arm_failed(link: &CdpLink, shared: &Shared, info: &SessionInfo, e: &
     shared.record(BlockedRequest {
         url: String::new(),
         reason: DenyReason::CheckFailed {
-            detail: format!("requests of a new {} could not be intercepted: {e}", info.target_type),
+            detail: format!(
+                "requests of a new {} could not be intercepted: {e}",
+                info.target_type
+            ),
         },
         blocked_at_ms: now_ms(),
         resource_type: None,
@@ -526,7 +560,11 @@ async fn on_arm_failed(link: &CdpLink, shared: &Shared, info: &SessionInfo, e: &
 
 /// Checks one paused request and answers it, always.
 async fn answer_paused(link: CdpLink, shared: Arc<Shared>, session: String, params: Value) {
-    let Some(request_id) = params.get("requestId").and_then(Value::as_str).map(str::to_string) else {
+    let Some(request_id) = params
+        .get("requestId")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return;
     };
     let url_text = params

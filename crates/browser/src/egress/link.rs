@@ -102,8 +102,14 @@ impl CdpLink {
     pub async fn connect(
         ws_url: &str,
         timeout: Duration,
-    ) -> Result<(Self, mpsc::UnboundedReceiver<RawEvent>, tokio::task::JoinHandle<()>), LinkError>
-    {
+    ) -> Result<
+        (
+            Self,
+            mpsc::UnboundedReceiver<RawEvent>,
+            tokio::task::JoinHandle<()>,
+        ),
+        LinkError,
+    > {
         let conn = tokio::time::timeout(timeout, Connection::<RawEvent>::connect(ws_url))
             .await
             .map_err(|_| LinkError::Connect(format!("timed out after {timeout:?}")))?
@@ -185,7 +191,7 @@ async fn run(
                     }
                 }
                 submitted += 1;
-                if submitted % 256 == 0 {
+                if submitted.is_multiple_of(256) {
                     // Callers that timed out dropped their receiver; forget them.
                     pending.retain(|_, (_, tx)| !tx.is_closed());
                 }

@@ -16,7 +16,8 @@ pub mod resolve;
 
 pub use addr::{AddressRange, classify};
 pub use guard::{
-    BlockedRequest, EgressGuard, EgressGuardError, EgressGuardOptions, EgressGuardStats, EgressScope,
+    BlockedRequest, EgressGuard, EgressGuardError, EgressGuardOptions, EgressGuardStats,
+    EgressScope,
 };
 pub use link::LinkError;
 pub use pattern::{DomainPattern, PatternError};

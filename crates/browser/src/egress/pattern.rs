@@ -165,7 +165,9 @@ impl DomainPattern {
                 return Err("only one leading wildcard is supported".into());
             }
             if suffix.contains(':') {
-                return Err("ports are not supported in host patterns; use `scheme://host:port/*`".into());
+                return Err(
+                    "ports are not supported in host patterns; use `scheme://host:port/*`".into(),
+                );
             }
             let suffix = suffix.trim_end_matches('.');
             if suffix.is_empty() || !suffix.contains('.') {
@@ -212,8 +214,7 @@ impl DomainPattern {
             PatternKind::AnyHost => web,
             PatternKind::ExactHost { host, www_variant } => {
                 web && (target.host == host
-                    || (*www_variant
-                        && target.host.strip_prefix("www.") == Some(host.as_str())))
+                    || (*www_variant && target.host.strip_prefix("www.") == Some(host.as_str())))
             }
             PatternKind::Subdomains { domain } => {
                 web && (target.host == domain
@@ -229,7 +230,9 @@ impl DomainPattern {
                     && url
                         .host_str()
                         .map(|h| h.trim_end_matches('.'))
-                        .is_some_and(|h| Some(h) == prefix.host_str().map(|p| p.trim_end_matches('.')))
+                        .is_some_and(|h| {
+                            Some(h) == prefix.host_str().map(|p| p.trim_end_matches('.'))
+                        })
                     && url.port_or_known_default() == prefix.port_or_known_default()
                     && path_has_prefix(url.path(), prefix.path())
             }
@@ -237,7 +240,9 @@ impl DomainPattern {
                 let subject = format!("{}://{}", target.scheme, target.host);
                 glob_match(glob, &subject)
             }
-            PatternKind::UrlGlob { glob } => glob_match(glob, &target.url.as_str().to_ascii_lowercase()),
+            PatternKind::UrlGlob { glob } => {
+                glob_match(glob, &target.url.as_str().to_ascii_lowercase())
+            }
         }
     }
 
@@ -378,15 +383,30 @@ mod tests {
         assert!(matches("https://example.com", "https://example.com/"));
         assert!(matches("https://example.com", "https://example.com/a/b?q"));
         assert!(!matches("https://example.com", "http://example.com/"));
-        assert!(!matches("https://example.com", "https://example.com.evil.net/"));
+        assert!(!matches(
+            "https://example.com",
+            "https://example.com.evil.net/"
+        ));
         assert!(!matches("https://example.com", "https://example.com:8443/"));
         assert!(matches("https://example.com:443", "https://example.com/"));
         assert!(matches("http://localhost:8080", "http://localhost:8080/x"));
         assert!(!matches("http://localhost:8080", "http://localhost:8081/x"));
-        assert!(matches("https://example.com/docs", "https://example.com/docs"));
-        assert!(matches("https://example.com/docs", "https://example.com/docs/a"));
-        assert!(!matches("https://example.com/docs", "https://example.com/docsevil"));
-        assert!(matches("https://example.com/docs/", "https://example.com/docs/a"));
+        assert!(matches(
+            "https://example.com/docs",
+            "https://example.com/docs"
+        ));
+        assert!(matches(
+            "https://example.com/docs",
+            "https://example.com/docs/a"
+        ));
+        assert!(!matches(
+            "https://example.com/docs",
+            "https://example.com/docsevil"
+        ));
+        assert!(matches(
+            "https://example.com/docs/",
+            "https://example.com/docs/a"
+        ));
     }
 
     #[test]
@@ -396,8 +416,14 @@ mod tests {
         assert!(!matches("http*://example.com", "https://www.example.com/"));
         assert!(matches("http*://*.example.com", "https://a.example.com/"));
         assert!(matches("https://example.com/*", "https://example.com/a"));
-        assert!(!matches("https://example.com/*", "https://example.com.evil.net/a"));
-        assert!(matches("chrome-extension://*", "chrome-extension://abcdef/popup.html"));
+        assert!(!matches(
+            "https://example.com/*",
+            "https://example.com.evil.net/a"
+        ));
+        assert!(matches(
+            "chrome-extension://*",
+            "chrome-extension://abcdef/popup.html"
+        ));
         assert!(matches("http*://*.example.com/*", "http://x.example.com/p"));
     }
 

@@ -179,7 +179,10 @@ impl fmt::Display for DenyReason {
                 "the host {host} matches the prohibited_domains pattern {pattern:?}"
             ),
             DenyReason::CheckFailed { detail } => {
-                write!(f, "the egress check failed ({detail}), so the request is refused")
+                write!(
+                    f,
+                    "the egress check failed ({detail}), so the request is refused"
+                )
             }
         }
     }
@@ -256,10 +259,10 @@ impl DomainList {
             if self.exact.contains(target.host) {
                 return self.exact_source.get(target.host).cloned();
             }
-            if let Some(bare) = target.host.strip_prefix("www.") {
-                if self.exact_www.contains(bare) {
-                    return self.exact_source.get(bare).cloned();
-                }
+            if let Some(bare) = target.host.strip_prefix("www.")
+                && self.exact_www.contains(bare)
+            {
+                return self.exact_source.get(bare).cloned();
             }
         }
         self.patterns
@@ -282,7 +285,9 @@ impl EgressPolicy {
     /// Validates the settings; uses the system resolver.
     pub fn new(settings: EgressSettings) -> Result<Self, EgressConfigError> {
         if settings.dns_timeout_ms == 0 || settings.dns_timeout_ms > 60_000 {
-            return Err(EgressConfigError::InvalidDnsTimeout(settings.dns_timeout_ms));
+            return Err(EgressConfigError::InvalidDnsTimeout(
+                settings.dns_timeout_ms,
+            ));
         }
         let allowed = DomainList::compile("allowed_domains", &settings.allowed_domains)?;
         let prohibited = DomainList::compile("prohibited_domains", &settings.prohibited_domains)?;
@@ -377,13 +382,13 @@ impl EgressPolicy {
             if let Some(range) = self.blocked_range(ip) {
                 return deny(DenyReason::BlockedAddress { ip, range });
             }
-        } else if let Some(range) = special_host_name(&host_text) {
-            if !(range == AddressRange::Loopback && self.settings.allow_loopback) {
-                return deny(DenyReason::BlockedHostName {
-                    host: host_text,
-                    range,
-                });
-            }
+        } else if let Some(range) = special_host_name(&host_text)
+            && !(range == AddressRange::Loopback && self.settings.allow_loopback)
+        {
+            return deny(DenyReason::BlockedHostName {
+                host: host_text,
+                range,
+            });
         }
         let target = MatchTarget {
             scheme,
@@ -415,14 +420,18 @@ impl EgressPolicy {
             return Ok(());
         }
         let host = domain.trim_end_matches('.').to_ascii_lowercase();
-        let ips = self.resolver.resolve(&host).await.map_err(|e: ResolveError| {
-            EgressDenied::new(
-                url.as_str(),
-                DenyReason::ResolutionFailed {
-                    detail: e.to_string(),
-                },
-            )
-        })?;
+        let ips = self
+            .resolver
+            .resolve(&host)
+            .await
+            .map_err(|e: ResolveError| {
+                EgressDenied::new(
+                    url.as_str(),
+                    DenyReason::ResolutionFailed {
+                        detail: e.to_string(),
+                    },
+                )
+            })?;
         for ip in ips {
             if let Some(range) = self.blocked_range(ip) {
                 return Err(EgressDenied::new(
@@ -526,7 +535,10 @@ mod tests {
     #[test]
     fn data_and_blob_are_refused_under_domain_rules() {
         let p = policy(|s| s.allowed_domains = vec!["example.com".into()]);
-        for url in ["data:text/html,<script>1</script>", "blob:https://example.com/x"] {
+        for url in [
+            "data:text/html,<script>1</script>",
+            "blob:https://example.com/x",
+        ] {
             assert!(matches!(
                 reason(&p, url),
                 Some(DenyReason::SchemeNotAllowedWithDomainRules { .. })
@@ -797,8 +809,7 @@ mod tests {
     #[test]
     fn settings_deserialize_with_defaults_and_reject_unknown_fields() {
         let s: EgressSettings =
-            serde_json::from_str(r#"{"allowed_domains":["a.com"],"allow_loopback":true}"#)
-                .unwrap();
+            serde_json::from_str(r#"{"allowed_domains":["a.com"],"allow_loopback":true}"#).unwrap();
         assert_eq!(s.allowed_domains, vec!["a.com".to_string()]);
         assert!(s.allow_loopback);
         assert!(!s.block_ip_addresses);
@@ -836,8 +847,12 @@ mod tests {
             .with_override(
                 HostOverride::new("rebind.example", "169.254.169.254".parse().unwrap()).unwrap(),
             )
-            .with_override(HostOverride::new("intranet.example", "10.1.2.3".parse().unwrap()).unwrap())
-            .with_override(HostOverride::new("public.example", "8.8.8.8".parse().unwrap()).unwrap());
+            .with_override(
+                HostOverride::new("intranet.example", "10.1.2.3".parse().unwrap()).unwrap(),
+            )
+            .with_override(
+                HostOverride::new("public.example", "8.8.8.8".parse().unwrap()).unwrap(),
+            );
         let p = EgressPolicy::new(EgressSettings::default())
             .unwrap()
             .with_resolver(resolver);

@@ -56,7 +56,10 @@ impl HostOverride {
                 "host override pattern {pattern:?} must be a host name or `*.domain`"
             ));
         }
-        Ok(Self { pattern: p, address })
+        Ok(Self {
+            pattern: p,
+            address,
+        })
     }
 
     fn matches(&self, host: &str) -> bool {
@@ -112,7 +115,11 @@ impl HostResolver {
         if self.overrides.is_empty() {
             return None;
         }
-        let rules: Vec<String> = self.overrides.iter().map(HostOverride::chromium_rule).collect();
+        let rules: Vec<String> = self
+            .overrides
+            .iter()
+            .map(HostOverride::chromium_rule)
+            .collect();
         Some(rules.join(", "))
     }
 
@@ -210,9 +217,11 @@ mod tests {
             r.chromium_host_resolver_rules().as_deref(),
             Some("MAP *.test 127.0.0.1, MAP v6.example [::1]")
         );
-        assert!(HostResolver::system(Duration::from_secs(1))
-            .chromium_host_resolver_rules()
-            .is_none());
+        assert!(
+            HostResolver::system(Duration::from_secs(1))
+                .chromium_host_resolver_rules()
+                .is_none()
+        );
     }
 
     #[tokio::test]

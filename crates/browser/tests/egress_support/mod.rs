@@ -23,7 +23,9 @@ use browserd_browser::egress::{
     HostResolver,
 };
 use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
-use chromiumoxide::cdp::browser_protocol::target::{CreateBrowserContextParams, CreateTargetParams};
+use chromiumoxide::cdp::browser_protocol::target::{
+    CreateBrowserContextParams, CreateTargetParams,
+};
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use chromiumoxide::{Browser, BrowserConfig, Page};
 use futures::StreamExt;
@@ -46,7 +48,10 @@ pub struct Hits(Mutex<Vec<(String, String)>>);
 
 impl Hits {
     fn push(&self, host: String, target: String) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((host, target));
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((host, target));
     }
 
     /// Number of hits whose path-and-query contains `needle`.
@@ -204,7 +209,9 @@ fn html(body: String) -> Response<Body> {
 }
 
 fn attr(s: &str) -> String {
-    s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;")
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
 }
 
 fn js_string(s: &str) -> String {
