@@ -9,6 +9,7 @@
 //! Entry points: [`BrowserPool::new`] → [`BrowserPool::lease`] → [`BrowserSession::capture`].
 
 pub mod cdp;
+pub mod egress;
 mod capture;
 mod dom;
 pub mod error;
