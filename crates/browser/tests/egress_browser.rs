@@ -464,3 +464,44 @@ fn guard_only_acts_on_its_own_context() {
         guarded.dispose(env).await;
     });
 }
+
+#[test]
+fn attach_arms_pages_that_already_exist() {
+    RT.block_on(async {
+        let env = env().await;
+        let context = new_context(env).await;
+        let page = new_page(env, &context).await;
+        let guard = browserd_browser::egress::EgressGuard::attach_to_browser(
+            &env.browser,
+            browserd_browser::egress::EgressScope::Context(context.inner().clone()),
+            policy(named_hosts(&["allowed.test"], &[])),
+            browserd_browser::egress::EgressGuardOptions::default(),
+        )
+        .await
+        .expect("attach");
+        assert!(
+            guard
+                .stats()
+                .armed_targets
+                .get("page")
+                .copied()
+                .unwrap_or(0)
+                >= 1
+        );
+        let bad = env.evil.url("evil.test", "/page/existing-page");
+        let _ = goto(&page, &bad).await;
+        let mut seen = Vec::new();
+        assert!(
+            wait_until(|| {
+                seen.extend(guard.drain_blocked());
+                seen.iter().any(|b| b.url == bad)
+            })
+            .await,
+            "{seen:?}"
+        );
+        assert_eq!(env.evil.hits.count("existing-page"), 0);
+        let _ = page.close().await;
+        guard.close().await;
+        let _ = env.browser.dispose_browser_context(context).await;
+    });
+}

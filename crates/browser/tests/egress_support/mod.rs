@@ -277,6 +277,15 @@ async fn fixture(
             )))
             .expect("response");
     }
+    if path.starts_with("/many") {
+        // A page with `n` subresources (benchmarks): each is a separate request.
+        let n: usize = get("n").parse().unwrap_or(20).min(200);
+        let tag = attr(&get("tag"));
+        let imgs: String = (0..n)
+            .map(|i| format!("<img src=\"/asset/{i}?tag={tag}\" width=1 height=1>"))
+            .collect();
+        return html(format!("<!doctype html><title>many</title>{imgs}"));
+    }
     if path.starts_with("/page") {
         return html("<!doctype html><title>page</title><p>ok</p>".to_string());
     }
