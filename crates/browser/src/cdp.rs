@@ -212,7 +212,7 @@ impl CdpConnection {
                 reason: e.to_string(),
             })?;
         let (mut sink, mut source) = stream.split();
-        let (events, _) = broadcast::channel(256);
+        let (events, _) = broadcast::channel(4096);
         let shared = Arc::new(Shared {
             next_id: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),

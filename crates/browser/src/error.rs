@@ -39,6 +39,9 @@ pub enum BrowserError {
     /// A caller passed something unusable.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The egress guard could not be installed or the policy is invalid.
+    #[error("egress: {0}")]
+    Egress(String),
     /// Filesystem / process errors (user-data-dir etc).
     #[error("io: {0}")]
     Io(#[from] std::io::Error),

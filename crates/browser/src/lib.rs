@@ -6,8 +6,13 @@
 //! tabs and an optional screenshot. chromiumoxide launches and drives Chrome; observation and
 //! the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
 //!
-//! Entry points: [`BrowserPool::new`] → [`BrowserPool::lease`] → [`BrowserSession::capture`].
+//! Browser actions with browser-use's names and semantics ([`actions`]) run on a session with
+//! [`BrowserSession::execute`]; JavaScript dialogs, downloads and popups are handled per session.
+//!
+//! Entry points: [`BrowserPool::new`] → [`BrowserPool::lease_with`] → [`BrowserSession::capture`]
+//! / [`BrowserSession::execute`].
 
+pub mod actions;
 pub mod cdp;
 pub mod egress;
 mod capture;
@@ -24,7 +29,8 @@ pub mod types;
 pub use error::{BrowserError, Result};
 pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
-pub use session::BrowserSession;
+pub use actions::{Action, ActionContext, ActionResult};
+pub use session::{BrowserSession, TaskOptions};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;
 

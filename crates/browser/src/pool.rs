@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
 use crate::{
     cdp::CdpConnection,
     error::{BrowserError, Result},
-    session::BrowserSession,
+    session::{BrowserSession, TaskOptions},
 };
 
 /// How the pool launches or reaches Chrome.
@@ -352,8 +352,15 @@ impl BrowserPool {
         &self.inner.config
     }
 
-    /// Waits for a free context slot and returns a fresh, isolated session.
+    /// Waits for a free context slot and returns a fresh, isolated session without an
+    /// egress guard and with a temporary workspace (see [`BrowserPool::lease_with`]).
     pub async fn lease(&self) -> Result<BrowserSession> {
+        self.lease_with(TaskOptions::default()).await
+    }
+
+    /// Waits for a free context slot and returns a fresh, isolated session for a task: its
+    /// egress guard is installed on the context before the first tab opens.
+    pub async fn lease_with(&self, options: TaskOptions) -> Result<BrowserSession> {
         if self.inner.shut_down.load(Ordering::SeqCst) {
             return Err(BrowserError::PoolShutDown);
         }
@@ -365,7 +372,7 @@ impl BrowserPool {
             .await
             .map_err(|_| BrowserError::PoolShutDown)?;
         let chrome = self.pick_chrome().await?;
-        match BrowserSession::open(chrome.clone(), self.inner.config.cdp_timeout).await {
+        match BrowserSession::open(chrome.clone(), self.inner.config.cdp_timeout, options).await {
             Ok(session) => Ok(session.with_lease(Lease {
                 pool: self.inner.clone(),
                 chrome,

@@ -193,6 +193,9 @@ pub struct PageState {
     pub stats: PageStats,
     pub screenshot: Option<Screenshot>,
     pub timings: CaptureTimings,
+    /// JavaScript dialogs closed automatically since the last action result or capture
+    /// (`[alert] message`), browser-use's `closed_popup_messages`.
+    pub closed_popup_messages: Vec<String>,
 }
 
 impl PageState {
@@ -204,4 +207,26 @@ impl PageState {
             String::new()
         }
     }
+}
+
+/// State of a download of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DownloadState {
+    InProgress,
+    Completed,
+    Canceled,
+}
+
+/// One file the page downloaded into the task workspace's `downloads/`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DownloadInfo {
+    pub guid: String,
+    pub url: String,
+    pub suggested_filename: String,
+    /// Final path once completed (a sanitized, unique name in `downloads/`).
+    pub path: Option<std::path::PathBuf>,
+    pub state: DownloadState,
+    pub received_bytes: u64,
+    pub total_bytes: u64,
 }
