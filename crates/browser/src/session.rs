@@ -899,13 +899,14 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                     };
                     if let Some(done) = finished {
                         let path = finish_download(&ctx.downloads_dir, &done);
+                        // Listed for the next action result before it shows as completed.
+                        if let Some(path) = &path {
+                            lock(&ctx.events.finished_downloads).push(path.to_string_lossy().into_owned());
+                        }
                         let mut downloads = lock(&ctx.events.downloads);
                         if let Some(d) = downloads.iter_mut().find(|d| d.guid == done.guid) {
                             d.state = DownloadState::Completed;
-                            d.path = path.clone();
-                        }
-                        if let Some(path) = path {
-                            lock(&ctx.events.finished_downloads).push(path.to_string_lossy().into_owned());
+                            d.path = path;
                         }
                     }
                 }
