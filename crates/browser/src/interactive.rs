@@ -185,9 +185,8 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
     }
     // Tags with implicit interactive roles or AX states.
     const AX_TAGS: [&str; 20] = [
-        "button", "input", "select", "textarea", "a", "details", "summary", "option",
-        "optgroup", "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label",
-        "embed", "object",
+        "button", "input", "select", "textarea", "a", "details", "summary", "option", "optgroup",
+        "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed", "object",
     ];
     if AX_TAGS.contains(&tag) {
         return true;

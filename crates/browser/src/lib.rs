@@ -13,10 +13,10 @@
 //! / [`BrowserSession::execute`].
 
 pub mod actions;
-pub mod cdp;
-pub mod egress;
 mod capture;
+pub mod cdp;
 mod dom;
+pub mod egress;
 pub mod error;
 mod interactive;
 mod paint_order;
@@ -26,10 +26,10 @@ mod session;
 mod snapshot;
 pub mod types;
 
+pub use actions::{Action, ActionContext, ActionResult};
 pub use error::{BrowserError, Result};
 pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
-pub use actions::{Action, ActionContext, ActionResult};
 pub use session::{BrowserSession, TaskOptions};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;

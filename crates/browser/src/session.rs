@@ -160,7 +160,8 @@ impl BrowserSession {
         };
         let policy = match &options.egress {
             Some(settings) => Some(Arc::new(
-                EgressPolicy::new(settings.clone()).map_err(|e| BrowserError::Egress(e.to_string()))?,
+                EgressPolicy::new(settings.clone())
+                    .map_err(|e| BrowserError::Egress(e.to_string()))?,
             )),
             None => None,
         };
@@ -228,8 +229,13 @@ impl BrowserSession {
         let conn = &self.chrome.conn;
         // Subscribe before anything can happen in the context.
         let rx = conn.events();
-        conn.call_raw(None, "Target.setDiscoverTargets", json!({"discover": true}), self.timeout)
-            .await?;
+        conn.call_raw(
+            None,
+            "Target.setDiscoverTargets",
+            json!({"discover": true}),
+            self.timeout,
+        )
+        .await?;
         conn.call_raw(
             None,
             "Browser.setDownloadBehavior",
@@ -362,7 +368,10 @@ impl BrowserSession {
             .await?
             .decode()?;
         if let Some(text) = nav.error_text.filter(|t| !t.is_empty()) {
-            return Ok(NavOutcome { error_text: Some(text), load_timed_out: false });
+            return Ok(NavOutcome {
+                error_text: Some(text),
+                load_timed_out: false,
+            });
         }
         let Some(loader) = nav.loader_id else {
             return Ok(NavOutcome::default());
@@ -371,9 +380,9 @@ impl BrowserSession {
         let loaded = wait_for_event(&mut rx, cap, |ev| {
             ev.session_id.as_deref() == Some(session.as_str())
                 && ev.method == "Page.lifecycleEvent"
-                && ev
-                    .params::<LifecycleWire>()
-                    .is_ok_and(|p| p.name == "load" && p.loader_id == loader && p.frame_id == nav.frame_id)
+                && ev.params::<LifecycleWire>().is_ok_and(|p| {
+                    p.name == "load" && p.loader_id == loader && p.frame_id == nav.frame_id
+                })
         })
         .await;
         let loaded = match loaded {
@@ -381,7 +390,10 @@ impl BrowserSession {
             WaitOutcome::Lagged => self.ready_state_complete(&session).await,
             WaitOutcome::TimedOut => false,
         };
-        Ok(NavOutcome { error_text: None, load_timed_out: !loaded })
+        Ok(NavOutcome {
+            error_text: None,
+            load_timed_out: !loaded,
+        })
     }
 
     pub(crate) async fn ready_state_complete(&self, session: &str) -> bool {
@@ -396,7 +408,12 @@ impl BrowserSession {
         match self
             .chrome
             .conn
-            .call_raw(Some(session), "Runtime.evaluate", json!({"expression": "document.readyState", "returnByValue": true}), Duration::from_secs(2))
+            .call_raw(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": "document.readyState", "returnByValue": true}),
+                Duration::from_secs(2),
+            )
             .await
             .and_then(|r| r.decode::<Eval>())
         {
@@ -415,7 +432,12 @@ impl BrowserSession {
         let info: Info = self
             .chrome
             .conn
-            .call_raw(None, "Target.getTargetInfo", json!({"targetId": target}), self.timeout)
+            .call_raw(
+                None,
+                "Target.getTargetInfo",
+                json!({"targetId": target}),
+                self.timeout,
+            )
             .await?
             .decode()?;
         Ok(info.target_info.url)
@@ -484,8 +506,12 @@ impl BrowserSession {
             .iter()
             .find(|t| t.target_id == tab || t.tab_id == tab)
             .ok_or_else(|| BrowserError::TabNotFound(tab.to_owned()))?;
-        self.cdp(None, "Target.closeTarget", json!({"targetId": found.target_id}))
-            .await?;
+        self.cdp(
+            None,
+            "Target.closeTarget",
+            json!({"targetId": found.target_id}),
+        )
+        .await?;
         let mut state = self.state.lock().await;
         if state.focused.as_deref() == Some(&found.target_id) {
             state.focused = tabs
@@ -602,8 +628,8 @@ impl BrowserSession {
     async fn dispose_context(&self) {
         let guard = self.chrome.browser.read().await;
         if let Some(browser) = guard.as_ref() {
-            let dispose = browser
-                .dispose_browser_context(BrowserContextId::new(self.context_id.clone()));
+            let dispose =
+                browser.dispose_browser_context(BrowserContextId::new(self.context_id.clone()));
             if tokio::time::timeout(self.timeout, dispose).await.is_err() {
                 tracing::warn!(context = %self.context_id, "disposing browser context timed out");
             }
@@ -717,7 +743,11 @@ struct LifecycleWire {
 
 /// browser-use's load-wait cap: 3 s when staying on the same host, 8 s otherwise.
 pub(crate) fn load_cap(before: &str, after: &str) -> Duration {
-    let host = |u: &str| url::Url::parse(u).ok().and_then(|u| u.host_str().map(str::to_owned));
+    let host = |u: &str| {
+        url::Url::parse(u)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+    };
     match (host(before), host(after)) {
         (Some(a), Some(b)) if a == b => crate::actions::timeouts::LOAD_SAME_DOMAIN,
         _ => crate::actions::timeouts::LOAD_OTHER_DOMAIN,
@@ -767,7 +797,12 @@ async fn prepare_tab(
     let conn = &sessions.chrome.conn;
     let (page, lifecycle) = tokio::join!(
         conn.call_raw(Some(&session), "Page.enable", json!({}), timeout),
-        conn.call_raw(Some(&session), "Page.setLifecycleEventsEnabled", json!({"enabled": true}), timeout),
+        conn.call_raw(
+            Some(&session),
+            "Page.setLifecycleEventsEnabled",
+            json!({"enabled": true}),
+            timeout
+        ),
     );
     page?;
     lifecycle?;
@@ -835,10 +870,19 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
             "Target.targetCreated" => {
                 if let Ok(p) = ev.params::<TargetCreatedWire>() {
                     let info = p.target_info;
-                    if info.kind == "page" && info.browser_context_id.as_deref() == Some(&ctx.context_id) {
+                    if info.kind == "page"
+                        && info.browser_context_id.as_deref() == Some(&ctx.context_id)
+                    {
                         let ctx = ctx.clone();
                         tokio::spawn(async move {
-                            if let Err(err) = prepare_tab(&ctx.sessions, &ctx.events, &info.target_id, ctx.timeout).await {
+                            if let Err(err) = prepare_tab(
+                                &ctx.sessions,
+                                &ctx.events,
+                                &info.target_id,
+                                ctx.timeout,
+                            )
+                            .await
+                            {
                                 tracing::debug!(error = %err, "could not prepare new tab");
                             }
                         });
@@ -846,7 +890,9 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                 }
             }
             "Page.javascriptDialogOpening" => {
-                let Some(session) = ev.session_id.clone() else { continue };
+                let Some(session) = ev.session_id.clone() else {
+                    continue;
+                };
                 if ctx.sessions.target_of(&session).await.is_none() {
                     continue;
                 }
@@ -859,7 +905,12 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                             .sessions
                             .chrome
                             .conn
-                            .call_raw(Some(&session), "Page.handleJavaScriptDialog", json!({"accept": accept}), ctx.timeout)
+                            .call_raw(
+                                Some(&session),
+                                "Page.handleJavaScriptDialog",
+                                json!({"accept": accept}),
+                                ctx.timeout,
+                            )
                             .await;
                     });
                 }
@@ -867,7 +918,12 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
             "Browser.downloadWillBegin" => {
                 if let Ok(p) = ev.params::<DownloadBeginWire>() {
                     let ours = ctx.events.prepared.lock().await.contains(&p.frame_id)
-                        || ctx.sessions.by_target.lock().await.contains_key(&p.frame_id);
+                        || ctx
+                            .sessions
+                            .by_target
+                            .lock()
+                            .await
+                            .contains_key(&p.frame_id);
                     if ours {
                         lock(&ctx.events.downloads).push(DownloadInfo {
                             guid: p.guid,
@@ -885,7 +941,9 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                 if let Ok(p) = ev.params::<DownloadProgressWire>() {
                     let finished = {
                         let mut downloads = lock(&ctx.events.downloads);
-                        let Some(d) = downloads.iter_mut().find(|d| d.guid == p.guid) else { continue };
+                        let Some(d) = downloads.iter_mut().find(|d| d.guid == p.guid) else {
+                            continue;
+                        };
                         d.received_bytes = p.received_bytes.max(0.0) as u64;
                         d.total_bytes = p.total_bytes.max(0.0) as u64;
                         match p.state.as_str() {
@@ -901,7 +959,8 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                         let path = finish_download(&ctx.downloads_dir, &done);
                         // Listed for the next action result before it shows as completed.
                         if let Some(path) = &path {
-                            lock(&ctx.events.finished_downloads).push(path.to_string_lossy().into_owned());
+                            lock(&ctx.events.finished_downloads)
+                                .push(path.to_string_lossy().into_owned());
                         }
                         let mut downloads = lock(&ctx.events.downloads);
                         if let Some(d) = downloads.iter_mut().find(|d| d.guid == done.guid) {

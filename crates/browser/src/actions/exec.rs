@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    Action, ActionContext, ActionResult, ClickParams, ExtractParams, InputParams, ScrollParams,
-    SearchPageParams, FindElementsParams, SaveAsPdfParams, js, keys, markdown, timeouts,
+    Action, ActionContext, ActionResult, ClickParams, ExtractParams, FindElementsParams,
+    InputParams, SaveAsPdfParams, ScrollParams, SearchPageParams, js, keys, markdown, timeouts,
     workspace::{Workspace, WorkspaceError, sanitize_file_name},
 };
 use crate::{
@@ -24,10 +24,14 @@ impl From<BrowserError> for Fail {
     fn from(err: BrowserError) -> Self {
         Fail(match err {
             BrowserError::Timeout { method, timeout } => {
-                format!("The browser did not answer in time ({method}, {timeout:?}); the page may be busy or frozen")
+                format!(
+                    "The browser did not answer in time ({method}, {timeout:?}); the page may be busy or frozen"
+                )
             }
             BrowserError::ConnectionClosed => "The browser connection was lost".to_owned(),
-            BrowserError::Protocol { method, message, .. } => format!("Browser error in {method}: {message}"),
+            BrowserError::Protocol {
+                method, message, ..
+            } => format!("Browser error in {method}: {message}"),
             other => other.to_string(),
         })
     }
@@ -48,7 +52,14 @@ const SHOW_ONCE_CHARS: usize = 10_000;
 
 fn truncate_chars(text: &str, max: usize) -> (String, bool) {
     match text.char_indices().nth(max) {
-        Some((cut, _)) => (format!("{}… (truncated, {} characters in total)", &text[..cut], text.chars().count()), true),
+        Some((cut, _)) => (
+            format!(
+                "{}… (truncated, {} characters in total)",
+                &text[..cut],
+                text.chars().count()
+            ),
+            true,
+        ),
         None => (text.to_owned(), false),
     }
 }
@@ -146,7 +157,10 @@ impl BrowserSession {
     fn report_side_effects(&self, result: &mut ActionResult) {
         let dialogs = self.events.take_dialogs();
         if !dialogs.is_empty() {
-            result.append_note(&format!("Auto-closed JavaScript dialogs: {}", dialogs.join("; ")));
+            result.append_note(&format!(
+                "Auto-closed JavaScript dialogs: {}",
+                dialogs.join("; ")
+            ));
             *result = std::mem::take(result).with_meta("closed_popup_messages", json!(dialogs));
         }
         let downloads = self.events.take_finished_downloads();
@@ -159,7 +173,10 @@ impl BrowserSession {
             if !blocked.is_empty() {
                 let mut lines: Vec<String> = blocked.iter().take(10).map(|b| b.message()).collect();
                 if blocked.len() > 10 {
-                    lines.push(format!("… and {} more blocked requests", blocked.len() - 10));
+                    lines.push(format!(
+                        "… and {} more blocked requests",
+                        blocked.len() - 10
+                    ));
                 }
                 result.append_error(&lines.join("\n"));
             }
@@ -185,19 +202,30 @@ impl BrowserSession {
             Action::Wait(p) => {
                 let secs = (p.seconds - 1).clamp(0, 30) as u64;
                 tokio::time::sleep(Duration::from_secs(secs)).await;
-                Ok(ActionResult::memory(format!("Waited for {} seconds", p.seconds)))
+                Ok(ActionResult::memory(format!(
+                    "Waited for {} seconds",
+                    p.seconds
+                )))
             }
             Action::Click(p) => self.click(p, ctx).await,
             Action::Input(p) => self.input(p, ctx).await,
             Action::UploadFile(p) => self.upload(p.index, &p.path, ctx).await,
             Action::Switch(p) => {
                 let target = self.switch_tab(p.tab_id.trim()).await.map_err(|_| {
-                    Fail(format!("No tab with id {} is open; use a tab_id from the page info", p.tab_id))
+                    Fail(format!(
+                        "No tab with id {} is open; use a tab_id from the page info",
+                        p.tab_id
+                    ))
                 })?;
                 let _ = self.prepare_tab(&target).await;
-                let _ = self.cdp(Some(&target), "Page.bringToFront", json!({})).await;
+                let _ = self
+                    .cdp(Some(&target), "Page.bringToFront", json!({}))
+                    .await;
                 let url = self.target_url(&target).await.unwrap_or_default();
-                Ok(ActionResult::memory(format!("Switched to tab #{} ({url})", short_tab_id(&target))))
+                Ok(ActionResult::memory(format!(
+                    "Switched to tab #{} ({url})",
+                    short_tab_id(&target)
+                )))
             }
             Action::Close(p) => self.close(p.tab_id.trim()).await,
             Action::Extract(p) => self.extract(p).await,
@@ -207,11 +235,23 @@ impl BrowserSession {
             Action::SendKeys(p) => self.send_keys(&p.keys).await,
             Action::FindText(p) => {
                 let session = self.focused_session().await?;
-                let value = self.eval(&session, &js::with_arg(js::FIND_TEXT, &json!(p.text)), timeouts::SCROLL_TO_TEXT).await?;
+                let value = self
+                    .eval(
+                        &session,
+                        &js::with_arg(js::FIND_TEXT, &json!(p.text)),
+                        timeouts::SCROLL_TO_TEXT,
+                    )
+                    .await?;
                 if value.get("found").and_then(Value::as_bool) == Some(true) {
-                    Ok(ActionResult::memory(format!("Scrolled to text: {}", p.text)))
+                    Ok(ActionResult::memory(format!(
+                        "Scrolled to text: {}",
+                        p.text
+                    )))
                 } else {
-                    Ok(ActionResult::memory(format!("Text '{}' not found or not visible on page", p.text)))
+                    Ok(ActionResult::memory(format!(
+                        "Text '{}' not found or not visible on page",
+                        p.text
+                    )))
                 }
             }
             Action::Screenshot(p) => self.screenshot(p.file_name.as_deref()).await,
@@ -222,16 +262,34 @@ impl BrowserSession {
             }
             Action::SelectDropdown(p) => self.select_dropdown(p.index, &p.text).await,
             Action::WriteFile(p) => {
-                let path = self.workspace.write(&p.file_name, &p.content, p.append, p.trailing_newline, p.leading_newline)?;
+                let path = self.workspace.write(
+                    &p.file_name,
+                    &p.content,
+                    p.append,
+                    p.trailing_newline,
+                    p.leading_newline,
+                )?;
                 let verb = if p.append { "Appended" } else { "Wrote" };
-                Ok(ActionResult::memory(format!("{verb} {} characters to file {}", p.content.chars().count(), display_name(&self.workspace, &path))))
+                Ok(ActionResult::memory(format!(
+                    "{verb} {} characters to file {}",
+                    p.content.chars().count(),
+                    display_name(&self.workspace, &path)
+                )))
             }
             Action::ReplaceFile(p) => {
-                let count = self.workspace.replace(&p.file_name, &p.old_str, &p.new_str)?;
+                let count = self
+                    .workspace
+                    .replace(&p.file_name, &p.old_str, &p.new_str)?;
                 if count == 0 {
-                    return Err(Fail(format!("String '{}' not found in file {}", p.old_str, p.file_name)));
+                    return Err(Fail(format!(
+                        "String '{}' not found in file {}",
+                        p.old_str, p.file_name
+                    )));
                 }
-                Ok(ActionResult::memory(format!("Replaced {count} occurrence(s) in file {}", p.file_name)))
+                Ok(ActionResult::memory(format!(
+                    "Replaced {count} occurrence(s) in file {}",
+                    p.file_name
+                )))
             }
             Action::ReadFile(p) => self.read_file(&p.file_name, ctx),
             Action::Evaluate(p) => self.evaluate(&p.code).await,
@@ -243,7 +301,9 @@ impl BrowserSession {
         for name in files {
             let path = self.workspace.resolve(name)?;
             if !path.is_file() {
-                return Err(Fail(format!("File {name} in files_to_display does not exist in the workspace")));
+                return Err(Fail(format!(
+                    "File {name} in files_to_display does not exist in the workspace"
+                )));
             }
             attachments.push(path.to_string_lossy().into_owned());
         }
@@ -280,11 +340,25 @@ impl BrowserSession {
             .await
             .map_err(|_| Fail(format!("Element with index {} is no longer in the page; the page changed. Use the current page state.", el.index)))?
             .decode()?;
-        let object_id = answer.object.object_id.ok_or_else(|| Fail(format!("Element with index {} could not be resolved", el.index)))?;
-        Ok(Resolved { session: el.session_id.clone(), object_id })
+        let object_id = answer.object.object_id.ok_or_else(|| {
+            Fail(format!(
+                "Element with index {} could not be resolved",
+                el.index
+            ))
+        })?;
+        Ok(Resolved {
+            session: el.session_id.clone(),
+            object_id,
+        })
     }
 
-    async fn call_on(&self, r: &Resolved, function: &str, args: Vec<Value>, timeout: Duration) -> Result<Value, Fail> {
+    async fn call_on(
+        &self,
+        r: &Resolved,
+        function: &str,
+        args: Vec<Value>,
+        timeout: Duration,
+    ) -> Result<Value, Fail> {
         let arguments: Vec<Value> = args.into_iter().map(|v| json!({"value": v})).collect();
         let answer: EvalAnswer = self
             .chrome
@@ -303,11 +377,21 @@ impl BrowserSession {
         Ok(answer.result.value.unwrap_or(Value::Null))
     }
 
-    async fn eval(&self, session: &str, expression: &str, timeout: Duration) -> Result<Value, Fail> {
+    async fn eval(
+        &self,
+        session: &str,
+        expression: &str,
+        timeout: Duration,
+    ) -> Result<Value, Fail> {
         let answer: EvalAnswer = self
             .chrome
             .conn
-            .call_raw(Some(session), "Runtime.evaluate", json!({"expression": expression, "returnByValue": true, "awaitPromise": true}), timeout)
+            .call_raw(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+                timeout,
+            )
             .await?
             .decode()?;
         if let Some(ex) = answer.exception {
@@ -349,16 +433,23 @@ impl BrowserSession {
         if let Some(text) = outcome.error_text {
             if text.contains("ERR_BLOCKED_BY_CLIENT") {
                 let _ = self.navigate_target(&target, "about:blank").await;
-                return Err(Fail(format!("Navigation blocked by the egress policy: {url}")));
+                return Err(Fail(format!(
+                    "Navigation blocked by the egress policy: {url}"
+                )));
             }
-            return Err(Fail(format!("Navigation failed - site unavailable: {url} ({text})")));
+            return Err(Fail(format!(
+                "Navigation failed - site unavailable: {url} ({text})"
+            )));
         }
         // A redirect may have landed somewhere the policy forbids.
         let landed = self.target_url(&target).await.unwrap_or_default();
         if let Some(guard) = &self.egress {
             if let Err(denied) = guard.policy().check_str(&landed) {
                 let _ = self.navigate_target(&target, "about:blank").await;
-                return Err(Fail(format!("Navigation blocked by the egress policy: {landed} ({})", denied.reason)));
+                return Err(Fail(format!(
+                    "Navigation blocked by the egress policy: {landed} ({})",
+                    denied.reason
+                )));
             }
         }
         let mut memory = if new_tab {
@@ -371,7 +462,10 @@ impl BrowserSession {
         }
         let mut result = ActionResult::memory(memory);
         if outcome.load_timed_out {
-            result = result.with_meta("loading_status", json!("load event not fired within the wait cap"));
+            result = result.with_meta(
+                "loading_status",
+                json!("load event not fired within the wait cap"),
+            );
         }
         Ok(result)
     }
@@ -390,14 +484,34 @@ impl BrowserSession {
         }
         let target = self.focused_target().await?;
         let session = self.prepare_tab(&target).await?;
-        let history: History = self.chrome.conn.call_raw(Some(&session), "Page.getNavigationHistory", json!({}), self.timeout).await?.decode()?;
+        let history: History = self
+            .chrome
+            .conn
+            .call_raw(
+                Some(&session),
+                "Page.getNavigationHistory",
+                json!({}),
+                self.timeout,
+            )
+            .await?
+            .decode()?;
         if history.current_index == 0 || history.entries.len() <= history.current_index {
-            return Err(Fail("Cannot go back: there is no previous page in this tab's history".into()));
+            return Err(Fail(
+                "Cannot go back: there is no previous page in this tab's history".into(),
+            ));
         }
         let entry = &history.entries[history.current_index - 1];
         let before = &history.entries[history.current_index].url;
         let mut rx = self.chrome.conn.events();
-        self.chrome.conn.call_raw(Some(&session), "Page.navigateToHistoryEntry", json!({"entryId": entry.id}), timeouts::GO_BACK).await?;
+        self.chrome
+            .conn
+            .call_raw(
+                Some(&session),
+                "Page.navigateToHistoryEntry",
+                json!({"entryId": entry.id}),
+                timeouts::GO_BACK,
+            )
+            .await?;
         let cap = load_cap(before, &entry.url);
         let outcome = wait_for_event(&mut rx, cap, |ev| {
             ev.session_id.as_deref() == Some(session.as_str())
@@ -417,21 +531,33 @@ impl BrowserSession {
 
     async fn close(&self, tab_id: &str) -> Outcome {
         let tabs = self.tabs().await?;
-        let Some(tab) = tabs.iter().find(|t| t.tab_id == tab_id || t.target_id == tab_id) else {
-            return Ok(ActionResult::memory(format!("Tab #{tab_id} is not open (nothing to close)")));
+        let Some(tab) = tabs
+            .iter()
+            .find(|t| t.tab_id == tab_id || t.target_id == tab_id)
+        else {
+            return Ok(ActionResult::memory(format!(
+                "Tab #{tab_id} is not open (nothing to close)"
+            )));
         };
         let url = tab.url.clone();
         self.close_tab(tab_id).await?;
         if self.tabs().await?.is_empty() {
             self.new_tab("about:blank").await?;
         }
-        Ok(ActionResult::memory(format!("Closed tab #{tab_id} ({url})")))
+        Ok(ActionResult::memory(format!(
+            "Closed tab #{tab_id} ({url})"
+        )))
     }
 
     // ---- click --------------------------------------------------------------------------
 
     async fn click(&self, p: &ClickParams, ctx: &ActionContext) -> Outcome {
-        let tabs_before: Vec<String> = self.tabs().await?.into_iter().map(|t| t.target_id).collect();
+        let tabs_before: Vec<String> = self
+            .tabs()
+            .await?
+            .into_iter()
+            .map(|t| t.target_id)
+            .collect();
         let focused = self.focused_target().await?;
         let focused_session = self.prepare_tab(&focused).await?;
         let mut rx = self.chrome.conn.events();
@@ -449,14 +575,26 @@ impl BrowserSession {
                 }
                 self.click_element(&el).await?
             }
-            _ => return Err(Fail("click needs an index, or both coordinate_x and coordinate_y".into())),
+            _ => {
+                return Err(Fail(
+                    "click needs an index, or both coordinate_x and coordinate_y".into(),
+                ));
+            }
         };
         // A navigation the click started: wait for its load (browser-use's caps).
         let mut started = false;
         while let Ok(ev) = rx.try_recv() {
             if ev.session_id.as_deref() == Some(focused_session.as_str())
-                && matches!(ev.method.as_str(), "Page.frameRequestedNavigation" | "Page.frameStartedNavigating" | "Page.frameStartedLoading")
-                && ev.raw.as_str().contains(&format!("\"frameId\":\"{focused}\""))
+                && matches!(
+                    ev.method.as_str(),
+                    "Page.frameRequestedNavigation"
+                        | "Page.frameStartedNavigating"
+                        | "Page.frameStartedLoading"
+                )
+                && ev
+                    .raw
+                    .as_str()
+                    .contains(&format!("\"frameId\":\"{focused}\""))
             {
                 started = true;
                 break;
@@ -466,37 +604,59 @@ impl BrowserSession {
             let before = self.target_url(&focused).await.unwrap_or_default();
             let outcome = wait_for_event(&mut rx, load_cap(&before, ""), |ev| {
                 ev.session_id.as_deref() == Some(focused_session.as_str())
-                    && matches!(ev.method.as_str(), "Page.loadEventFired" | "Page.navigatedWithinDocument")
+                    && matches!(
+                        ev.method.as_str(),
+                        "Page.loadEventFired" | "Page.navigatedWithinDocument"
+                    )
             })
             .await;
             if matches!(outcome, WaitOutcome::TimedOut) {
-                result = result.with_meta("loading_status", json!("navigation started by the click is still loading"));
+                result = result.with_meta(
+                    "loading_status",
+                    json!("navigation started by the click is still loading"),
+                );
             }
         }
         // A new tab the click opened: focus it and say so.
         let tabs_after = self.tabs().await?;
-        if let Some(new_tab) = tabs_after.iter().find(|t| !tabs_before.contains(&t.target_id)) {
+        if let Some(new_tab) = tabs_after
+            .iter()
+            .find(|t| !tabs_before.contains(&t.target_id))
+        {
             let target = new_tab.target_id.clone();
             let _ = self.prepare_tab(&target).await;
             self.switch_tab(&target).await?;
-            result.append_note(&format!("Opened a new tab (tab_id: {}) and switched to it", short_tab_id(&target)));
+            result.append_note(&format!(
+                "Opened a new tab (tab_id: {}) and switched to it",
+                short_tab_id(&target)
+            ));
         }
         Ok(result)
     }
 
-    async fn click_coordinates(&self, session: &str, x: f64, y: f64, ctx: &ActionContext) -> Outcome {
+    async fn click_coordinates(
+        &self,
+        session: &str,
+        x: f64,
+        y: f64,
+        ctx: &ActionContext,
+    ) -> Outcome {
         let (vw, vh) = self.viewport(session).await;
         let (x, y) = match ctx.llm_screenshot_size {
             Some((sw, sh)) if sw > 0.0 && sh > 0.0 => (x * vw / sw, y * vh / sh),
             _ => (x, y),
         };
         if !(0.0..=vw).contains(&x) || !(0.0..=vh).contains(&y) {
-            return Err(Fail(format!("Coordinates ({x:.0}, {y:.0}) are outside the viewport ({vw:.0}x{vh:.0})")));
+            return Err(Fail(format!(
+                "Coordinates ({x:.0}, {y:.0}) are outside the viewport ({vw:.0}x{vh:.0})"
+            )));
         }
         self.mouse_click(session, x, y).await?;
-        Ok(ActionResult::memory(format!("Clicked at coordinates ({x:.0}, {y:.0})"))
-            .with_meta("click_x", json!(x))
-            .with_meta("click_y", json!(y)))
+        Ok(
+            ActionResult::memory(format!("Clicked at coordinates ({x:.0}, {y:.0})"))
+                .with_meta("click_x", json!(x))
+                .with_meta("click_y", json!(y)),
+        )
     }
 
     async fn viewport(&self, session: &str) -> (f64, f64) {
@@ -515,20 +675,46 @@ impl BrowserSession {
         match self
             .chrome
             .conn
-            .call_raw(Some(session), "Page.getLayoutMetrics", json!({}), self.timeout)
+            .call_raw(
+                Some(session),
+                "Page.getLayoutMetrics",
+                json!({}),
+                self.timeout,
+            )
             .await
             .and_then(|r| r.decode::<Metrics>())
         {
-            Ok(m) => (m.css_visual_viewport.client_width, m.css_visual_viewport.client_height),
+            Ok(m) => (
+                m.css_visual_viewport.client_width,
+                m.css_visual_viewport.client_height,
+            ),
             Err(_) => (1280.0, 720.0),
         }
     }
 
     async fn mouse_click(&self, session: &str, x: f64, y: f64) -> Result<(), Fail> {
         let conn = &self.chrome.conn;
-        conn.call_raw(Some(session), "Input.dispatchMouseEvent", json!({"type": "mouseMoved", "x": x, "y": y}), self.timeout).await?;
-        conn.call_raw(Some(session), "Input.dispatchMouseEvent", json!({"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1}), timeouts::MOUSE_PRESSED).await?;
-        conn.call_raw(Some(session), "Input.dispatchMouseEvent", json!({"type": "mouseReleased", "x": x, "y": y, "button": "left", "clickCount": 1}), timeouts::MOUSE_RELEASED).await?;
+        conn.call_raw(
+            Some(session),
+            "Input.dispatchMouseEvent",
+            json!({"type": "mouseMoved", "x": x, "y": y}),
+            self.timeout,
+        )
+        .await?;
+        conn.call_raw(
+            Some(session),
+            "Input.dispatchMouseEvent",
+            json!({"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1}),
+            timeouts::MOUSE_PRESSED,
+        )
+        .await?;
+        conn.call_raw(
+            Some(session),
+            "Input.dispatchMouseEvent",
+            json!({"type": "mouseReleased", "x": x, "y": y, "button": "left", "clickCount": 1}),
+            timeouts::MOUSE_RELEASED,
+        )
+        .await?;
         Ok(())
     }
 
@@ -540,7 +726,12 @@ impl BrowserSession {
         }
         self.chrome
             .conn
-            .call_raw(Some(&el.session_id), "DOM.getContentQuads", json!({"backendNodeId": el.backend_node_id}), self.timeout)
+            .call_raw(
+                Some(&el.session_id),
+                "DOM.getContentQuads",
+                json!({"backendNodeId": el.backend_node_id}),
+                self.timeout,
+            )
             .await
             .and_then(|r| r.decode::<Quads>())
             .map(|q| q.quads)
@@ -551,29 +742,44 @@ impl BrowserSession {
         let r = self.resolve(el).await?;
         let conn = &self.chrome.conn;
         let _ = conn
-            .call_raw(Some(&r.session), "DOM.scrollIntoViewIfNeeded", json!({"backendNodeId": el.backend_node_id}), self.timeout)
+            .call_raw(
+                Some(&r.session),
+                "DOM.scrollIntoViewIfNeeded",
+                json!({"backendNodeId": el.backend_node_id}),
+                self.timeout,
+            )
             .await;
         let ((vw, vh), quads) = tokio::join!(self.viewport(&r.session), self.quads(el));
         let label = describe(el);
         let point = best_point(&quads, vw, vh);
         let Some((x, y)) = point else {
-            self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK).await?;
-            return Ok(ActionResult::memory(format!("Clicked {label} (via JavaScript: no visible geometry)")));
+            self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
+                .await?;
+            return Ok(ActionResult::memory(format!(
+                "Clicked {label} (via JavaScript: no visible geometry)"
+            )));
         };
-        let probe = self.call_on(&r, js::CLICK_PROBE, vec![json!(x), json!(y)], self.timeout).await?;
+        let probe = self
+            .call_on(&r, js::CLICK_PROBE, vec![json!(x), json!(y)], self.timeout)
+            .await?;
         let checked_before = probe.get("checked").cloned().unwrap_or(Value::Null);
         let topmost = probe.get("ok").and_then(Value::as_bool).unwrap_or(false);
         let mut how = "";
         if topmost {
             self.mouse_click(&r.session, x, y).await?;
         } else {
-            self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK).await?;
+            self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
+                .await?;
             how = " (via JavaScript: the point was covered by another element)";
         }
         if !checked_before.is_null() {
-            let after = self.call_on(&r, js::CHECKED_STATE, vec![], self.timeout).await.unwrap_or(Value::Null);
+            let after = self
+                .call_on(&r, js::CHECKED_STATE, vec![], self.timeout)
+                .await
+                .unwrap_or(Value::Null);
             if after == checked_before && topmost {
-                self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK).await?;
+                self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
+                    .await?;
                 how = " (via JavaScript: the mouse click did not toggle it)";
             }
         }
@@ -589,49 +795,91 @@ impl BrowserSession {
         let r = self.resolve(&el).await?;
         let conn = &self.chrome.conn;
         let _ = conn
-            .call_raw(Some(&r.session), "DOM.scrollIntoViewIfNeeded", json!({"backendNodeId": el.backend_node_id}), self.timeout)
+            .call_raw(
+                Some(&r.session),
+                "DOM.scrollIntoViewIfNeeded",
+                json!({"backendNodeId": el.backend_node_id}),
+                self.timeout,
+            )
             .await;
-        let shown = match ctx.sensitive_values.iter().find(|s| !s.value.is_empty() && p.text.contains(&s.value)) {
+        let shown = match ctx
+            .sensitive_values
+            .iter()
+            .find(|s| !s.value.is_empty() && p.text.contains(&s.value))
+        {
             Some(secret) => format!("<secret>{}</secret>", secret.name),
             None => p.text.clone(),
         };
-        let prep = self.call_on(&r, js::PREPARE_INPUT, vec![json!(p.clear), json!(p.text)], self.timeout).await?;
+        let prep = self
+            .call_on(
+                &r,
+                js::PREPARE_INPUT,
+                vec![json!(p.clear), json!(p.text)],
+                self.timeout,
+            )
+            .await?;
         let kind = prep.get("kind").and_then(Value::as_str).unwrap_or("other");
         match kind {
             "unsupported" => {
                 let t = prep.get("type").and_then(Value::as_str).unwrap_or("");
-                return Err(Fail(format!("Element {} is an input of type {t}; it cannot take text. Use click or upload_file.", p.index)));
+                return Err(Fail(format!(
+                    "Element {} is an input of type {t}; it cannot take text. Use click or upload_file.",
+                    p.index
+                )));
             }
             "direct" => {
                 let value = prep.get("value").and_then(Value::as_str).unwrap_or("");
                 if value != p.text {
-                    return Err(Fail(format!("The field rejected '{}' (value is now '{value}'); use the format the field expects (e.g. YYYY-MM-DD)", shown)));
+                    return Err(Fail(format!(
+                        "The field rejected '{}' (value is now '{value}'); use the format the field expects (e.g. YYYY-MM-DD)",
+                        shown
+                    )));
                 }
-                return Ok(ActionResult::memory(format!("Typed '{shown}' into {}", describe(&el))));
+                return Ok(ActionResult::memory(format!(
+                    "Typed '{shown}' into {}",
+                    describe(&el)
+                )));
             }
             _ => {}
         }
         // One key press per character, pipelined in order on the element's session.
         let events: Vec<Value> = p.text.chars().flat_map(keys::char_events).collect();
-        let sends = events
-            .into_iter()
-            .map(|ev| conn.call_raw(Some(&r.session), "Input.dispatchKeyEvent", ev, timeouts::TYPE_TEXT));
+        let sends = events.into_iter().map(|ev| {
+            conn.call_raw(
+                Some(&r.session),
+                "Input.dispatchKeyEvent",
+                ev,
+                timeouts::TYPE_TEXT,
+            )
+        });
         for answer in futures::future::join_all(sends).await {
             answer?;
         }
-        let value = self.call_on(&r, js::READ_VALUE, vec![], self.timeout).await.unwrap_or(Value::Null);
+        let value = self
+            .call_on(&r, js::READ_VALUE, vec![], self.timeout)
+            .await
+            .unwrap_or(Value::Null);
         let mut memory = format!("Typed '{shown}' into {}", describe(&el));
         if let Some(actual) = value.as_str() {
             let expected_tail = p.text.replace('\n', "");
             let actual_flat = actual.replace('\n', "");
-            let ok = if p.clear { actual_flat == expected_tail } else { actual_flat.ends_with(&expected_tail) };
+            let ok = if p.clear {
+                actual_flat == expected_tail
+            } else {
+                actual_flat.ends_with(&expected_tail)
+            };
             if !ok && shown == p.text {
-                memory.push_str(&format!(" (note: the field now contains '{}')", truncate_chars(actual, 200).0));
+                memory.push_str(&format!(
+                    " (note: the field now contains '{}')",
+                    truncate_chars(actual, 200).0
+                ));
             }
         }
         let mut result = ActionResult::memory(memory);
         if prep.get("autocomplete").and_then(Value::as_bool) == Some(true) {
-            result.append_note("This field may show suggestions; check the page state and pick one if needed.");
+            result.append_note(
+                "This field may show suggestions; check the page state and pick one if needed.",
+            );
         }
         Ok(result)
     }
@@ -648,19 +896,47 @@ impl BrowserSession {
             Some(index) => {
                 let el = self.element(index).await?;
                 let r = self.resolve(&el).await?;
-                let moved = self.call_on(&r, js::SCROLL_ELEMENT, vec![json!(sign * p.pages)], timeouts::SCROLL).await?;
-                let target = moved.get("target").and_then(Value::as_str).unwrap_or("element").to_owned();
-                Ok(ActionResult::memory(format!("Scrolled {direction} {} pages in {target} (element {index})", p.pages)))
+                let moved = self
+                    .call_on(
+                        &r,
+                        js::SCROLL_ELEMENT,
+                        vec![json!(sign * p.pages)],
+                        timeouts::SCROLL,
+                    )
+                    .await?;
+                let target = moved
+                    .get("target")
+                    .and_then(Value::as_str)
+                    .unwrap_or("element")
+                    .to_owned();
+                Ok(ActionResult::memory(format!(
+                    "Scrolled {direction} {} pages in {target} (element {index})",
+                    p.pages
+                )))
             }
             None => {
                 let session = self.focused_session().await?;
                 let (_, vh) = self.viewport(&session).await;
                 let dy = sign * p.pages * vh;
-                let moved = self.eval(&session, &js::with_arg(js::SCROLL_PAGE, &json!({"dy": dy})), timeouts::SCROLL).await?;
+                let moved = self
+                    .eval(
+                        &session,
+                        &js::with_arg(js::SCROLL_PAGE, &json!({"dy": dy})),
+                        timeouts::SCROLL,
+                    )
+                    .await?;
                 let mut memory = format!("Scrolled {direction} {} pages", p.pages);
                 if moved.get("edge").and_then(Value::as_bool) == Some(true) {
-                    memory.push_str(if p.down { " (already at the bottom)" } else { " (already at the top)" });
-                } else if let Some(t) = moved.get("target").and_then(Value::as_str).filter(|t| *t != "page") {
+                    memory.push_str(if p.down {
+                        " (already at the bottom)"
+                    } else {
+                        " (already at the top)"
+                    });
+                } else if let Some(t) = moved
+                    .get("target")
+                    .and_then(Value::as_str)
+                    .filter(|t| *t != "page")
+                {
                     memory.push_str(&format!(" in {t}"));
                 }
                 Ok(ActionResult::memory(memory))
@@ -676,7 +952,15 @@ impl BrowserSession {
         let session = self.focused_session().await?;
         for press in &presses {
             for ev in keys::key_events(press) {
-                self.chrome.conn.call_raw(Some(&session), "Input.dispatchKeyEvent", ev, timeouts::SEND_KEYS).await?;
+                self.chrome
+                    .conn
+                    .call_raw(
+                        Some(&session),
+                        "Input.dispatchKeyEvent",
+                        ev,
+                        timeouts::SEND_KEYS,
+                    )
+                    .await?;
             }
         }
         Ok(ActionResult::memory(format!("Sent keys: {keys_text}")))
@@ -686,10 +970,19 @@ impl BrowserSession {
 
     async fn dropdown_options(&self, el: &ElementInfo) -> Outcome {
         let r = self.resolve(el).await?;
-        let answer = self.call_on(&r, js::DROPDOWN_OPTIONS, vec![], timeouts::DROPDOWN).await?;
-        let options = answer.get("options").and_then(Value::as_array).cloned().unwrap_or_default();
+        let answer = self
+            .call_on(&r, js::DROPDOWN_OPTIONS, vec![], timeouts::DROPDOWN)
+            .await?;
+        let options = answer
+            .get("options")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if options.is_empty() {
-            return Err(Fail(format!("Element {} is not a dropdown with options (no <select>, listbox or menu found)", el.index)));
+            return Err(Fail(format!(
+                "Element {} is not a dropdown with options (no <select>, listbox or menu found)",
+                el.index
+            )));
         }
         let lines: Vec<String> = options
             .iter()
@@ -697,9 +990,15 @@ impl BrowserSession {
                 format!(
                     "{}: text={}, value={}{}",
                     o.get("index").and_then(Value::as_u64).unwrap_or(0),
-                    serde_json::to_string(o.get("text").and_then(Value::as_str).unwrap_or("")).unwrap_or_default(),
-                    serde_json::to_string(o.get("value").and_then(Value::as_str).unwrap_or("")).unwrap_or_default(),
-                    if o.get("selected").and_then(Value::as_bool) == Some(true) { " (selected)" } else { "" },
+                    serde_json::to_string(o.get("text").and_then(Value::as_str).unwrap_or(""))
+                        .unwrap_or_default(),
+                    serde_json::to_string(o.get("value").and_then(Value::as_str).unwrap_or(""))
+                        .unwrap_or_default(),
+                    if o.get("selected").and_then(Value::as_bool) == Some(true) {
+                        " (selected)"
+                    } else {
+                        ""
+                    },
                 )
             })
             .collect();
@@ -708,27 +1007,51 @@ impl BrowserSession {
             el.index,
             lines.join("\n")
         );
-        Ok(ActionResult::once(content, format!("Found {} options in dropdown {}", options.len(), el.index)))
+        Ok(ActionResult::once(
+            content,
+            format!("Found {} options in dropdown {}", options.len(), el.index),
+        ))
     }
 
     async fn select_dropdown(&self, index: u32, text: &str) -> Outcome {
         let el = self.element(index).await?;
         let r = self.resolve(&el).await?;
-        let answer = self.call_on(&r, js::SELECT_OPTION, vec![json!(text)], timeouts::SELECT_DROPDOWN).await?;
+        let answer = self
+            .call_on(
+                &r,
+                js::SELECT_OPTION,
+                vec![json!(text)],
+                timeouts::SELECT_DROPDOWN,
+            )
+            .await?;
         if answer.get("ok").and_then(Value::as_bool) == Some(true) {
             let chosen = answer.get("text").and_then(Value::as_str).unwrap_or(text);
             let value = answer.get("value").and_then(Value::as_str).unwrap_or("");
-            return Ok(ActionResult::memory(format!("Selected option '{chosen}' (value {value}) in dropdown {index}")));
+            return Ok(ActionResult::memory(format!(
+                "Selected option '{chosen}' (value {value}) in dropdown {index}"
+            )));
         }
         let options: Vec<String> = answer
             .get("options")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default();
-        let why = if answer.get("disabled").and_then(Value::as_bool) == Some(true) { "is disabled" } else { "was not found" };
+        let why = if answer.get("disabled").and_then(Value::as_bool) == Some(true) {
+            "is disabled"
+        } else {
+            "was not found"
+        };
         Err(Fail(format!(
             "Option '{text}' {why} in dropdown {index}. Available options: {}. Use the exact text or value.",
-            if options.is_empty() { "(none)".to_owned() } else { options.join(" | ") }
+            if options.is_empty() {
+                "(none)".to_owned()
+            } else {
+                options.join(" | ")
+            }
         )))
     }
 
@@ -753,14 +1076,28 @@ impl BrowserSession {
             .decode()?;
         let input = match (answer.result.object_id, answer.result.subtype.as_deref()) {
             (Some(id), _) => id,
-            _ => return Err(Fail(format!("No file input found near element {index} or on the page"))),
+            _ => {
+                return Err(Fail(format!(
+                    "No file input found near element {index} or on the page"
+                )));
+            }
         };
         self.chrome
             .conn
-            .call_raw(Some(&r.session), "DOM.setFileInputFiles", json!({"files": [file.to_string_lossy()], "objectId": input}), timeouts::UPLOAD_FILE)
+            .call_raw(
+                Some(&r.session),
+                "DOM.setFileInputFiles",
+                json!({"files": [file.to_string_lossy()], "objectId": input}),
+                timeouts::UPLOAD_FILE,
+            )
             .await?;
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(ActionResult::memory(format!("Uploaded file {name} to element {index}")))
+        let name = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(ActionResult::memory(format!(
+            "Uploaded file {name} to element {index}"
+        )))
     }
 
     /// A local file the task may use: listed in `available_file_paths`, or inside the
@@ -769,7 +1106,9 @@ impl BrowserSession {
         let candidate = std::path::Path::new(path);
         for allowed in &ctx.available_file_paths {
             let matches = allowed == candidate
-                || allowed.file_name().is_some_and(|n| candidate.as_os_str() == n);
+                || allowed
+                    .file_name()
+                    .is_some_and(|n| candidate.as_os_str() == n);
             if matches {
                 if let Ok(canon) = allowed.canonicalize() {
                     if canon.is_file() {
@@ -779,7 +1118,10 @@ impl BrowserSession {
             }
         }
         let relative = if candidate.is_absolute() {
-            candidate.strip_prefix(self.workspace.root()).map(|p| p.to_string_lossy().into_owned()).ok()
+            candidate
+                .strip_prefix(self.workspace.root())
+                .map(|p| p.to_string_lossy().into_owned())
+                .ok()
         } else {
             Some(path.to_owned())
         };
@@ -803,10 +1145,19 @@ impl BrowserSession {
         let url = self.target_url(&target).await.unwrap_or_default();
         let wants_images = p.extract_images || {
             let q = p.query.to_lowercase();
-            ["image", "photo", "picture", "img", "logo", "icon"].iter().any(|w| q.contains(w))
+            ["image", "photo", "picture", "img", "logo", "icon"]
+                .iter()
+                .any(|w| q.contains(w))
         };
         let html = self
-            .eval(&session, &js::with_arg(js::EXTRACT_HTML, &json!({"links": p.extract_links, "images": wants_images})), timeouts::EXTRACT)
+            .eval(
+                &session,
+                &js::with_arg(
+                    js::EXTRACT_HTML,
+                    &json!({"links": p.extract_links, "images": wants_images}),
+                ),
+                timeouts::EXTRACT,
+            )
             .await?;
         let html = html.as_str().unwrap_or_default().to_owned();
         let start = p.start_from_char;
@@ -823,12 +1174,17 @@ impl BrowserSession {
             stats.start_from_char + stats.chunk_chars
         );
         if let Some(next) = stats.next_start_char {
-            stats_text.push_str(&format!("; more content follows: call extract again with start_from_char={next}"));
+            stats_text.push_str(&format!(
+                "; more content follows: call extract again with start_from_char={next}"
+            ));
         }
         let collected = if p.already_collected.is_empty() {
             String::new()
         } else {
-            format!("\n<already_collected>\n{}\n</already_collected>", p.already_collected.join("\n"))
+            format!(
+                "\n<already_collected>\n{}\n</already_collected>",
+                p.already_collected.join("\n")
+            )
         };
         let content = format!(
             "<url>{url}</url>\n<query>{}</query>\n<content_stats>{stats_text}</content_stats>\n<webpage_content>\n{}\n</webpage_content>{collected}",
@@ -845,14 +1201,27 @@ impl BrowserSession {
         }
         let session = self.focused_session().await?;
         let arg = json!({"pattern": p.pattern, "regex": p.regex, "case_sensitive": p.case_sensitive, "context_chars": p.context_chars.min(2000), "css_scope": p.css_scope, "max_results": p.max_results.clamp(1, 500)});
-        let answer = self.eval(&session, &js::with_arg(js::SEARCH_PAGE, &arg), timeouts::SCROLL_TO_TEXT).await?;
+        let answer = self
+            .eval(
+                &session,
+                &js::with_arg(js::SEARCH_PAGE, &arg),
+                timeouts::SCROLL_TO_TEXT,
+            )
+            .await?;
         if let Some(err) = answer.get("error").and_then(Value::as_str) {
             return Err(Fail(err.to_owned()));
         }
         let total = answer.get("total").and_then(Value::as_u64).unwrap_or(0);
-        let matches = answer.get("matches").and_then(Value::as_array).cloned().unwrap_or_default();
+        let matches = answer
+            .get("matches")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if total == 0 {
-            return Ok(ActionResult::memory(format!("No matches for '{}' on the page", p.pattern)));
+            return Ok(ActionResult::memory(format!(
+                "No matches for '{}' on the page",
+                p.pattern
+            )));
         }
         let mut out = format!("Found {total} matches for '{}'", p.pattern);
         if (matches.len() as u64) < total {
@@ -867,20 +1236,36 @@ impl BrowserSession {
                 m.get("context").and_then(Value::as_str).unwrap_or("")
             ));
         }
-        Ok(ActionResult::once(out, format!("Searched page for '{}': {total} matches", p.pattern)))
+        Ok(ActionResult::once(
+            out,
+            format!("Searched page for '{}': {total} matches", p.pattern),
+        ))
     }
 
     async fn find_elements(&self, p: &FindElementsParams) -> Outcome {
         let session = self.focused_session().await?;
         let arg = json!({"selector": p.selector, "attributes": p.attributes, "max_results": p.max_results.clamp(1, 1000), "include_text": p.include_text});
-        let answer = self.eval(&session, &js::with_arg(js::FIND_ELEMENTS, &arg), timeouts::SCROLL_TO_TEXT).await?;
+        let answer = self
+            .eval(
+                &session,
+                &js::with_arg(js::FIND_ELEMENTS, &arg),
+                timeouts::SCROLL_TO_TEXT,
+            )
+            .await?;
         if let Some(err) = answer.get("error").and_then(Value::as_str) {
             return Err(Fail(err.to_owned()));
         }
         let total = answer.get("total").and_then(Value::as_u64).unwrap_or(0);
-        let items = answer.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+        let items = answer
+            .get("items")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         if total == 0 {
-            return Ok(ActionResult::memory(format!("No elements match '{}'", p.selector)));
+            return Ok(ActionResult::memory(format!(
+                "No elements match '{}'",
+                p.selector
+            )));
         }
         let mut out = format!("Found {total} elements matching '{}'", p.selector);
         if (items.len() as u64) < total {
@@ -888,8 +1273,15 @@ impl BrowserSession {
         }
         out.push_str(":\n");
         for (i, item) in items.iter().enumerate() {
-            out.push_str(&format!("[{i}] <{}>", item.get("tag").and_then(Value::as_str).unwrap_or("?")));
-            if let Some(text) = item.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            out.push_str(&format!(
+                "[{i}] <{}>",
+                item.get("tag").and_then(Value::as_str).unwrap_or("?")
+            ));
+            if let Some(text) = item
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+            {
                 out.push_str(&format!(" \"{text}\""));
             }
             if let Some(attrs) = item.get("attrs").and_then(Value::as_object) {
@@ -897,9 +1289,15 @@ impl BrowserSession {
                     out.push_str(&format!(" {{{k}=\"{}\"}}", v.as_str().unwrap_or("")));
                 }
             }
-            out.push_str(&format!(" ({} children)\n", item.get("children").and_then(Value::as_u64).unwrap_or(0)));
+            out.push_str(&format!(
+                " ({} children)\n",
+                item.get("children").and_then(Value::as_u64).unwrap_or(0)
+            ));
         }
-        Ok(ActionResult::once(out, format!("Found {total} elements matching '{}'", p.selector)))
+        Ok(ActionResult::once(
+            out,
+            format!("Found {total} elements matching '{}'", p.selector),
+        ))
     }
 
     // ---- files --------------------------------------------------------------------------
@@ -907,7 +1305,9 @@ impl BrowserSession {
     fn read_file(&self, name: &str, ctx: &ActionContext) -> Outcome {
         let text = match self.workspace.read(name) {
             Ok(text) => text,
-            Err(WorkspaceError::NotFound(_)) | Err(WorkspaceError::Escapes(_)) | Err(WorkspaceError::InvalidName(_)) => {
+            Err(WorkspaceError::NotFound(_))
+            | Err(WorkspaceError::Escapes(_))
+            | Err(WorkspaceError::InvalidName(_)) => {
                 let path = self.allowed_file(name, ctx)?;
                 Workspace::read_path(name, &path)?
             }
@@ -919,21 +1319,35 @@ impl BrowserSession {
         } else {
             format!("Read from file {name}:\n{memory}")
         };
-        Ok(ActionResult::once(format!("Read from file {name}.\n<content>\n{text}\n</content>"), memory))
+        Ok(ActionResult::once(
+            format!("Read from file {name}.\n<content>\n{text}\n</content>"),
+            memory,
+        ))
     }
 
     async fn screenshot(&self, file_name: Option<&str>) -> Outcome {
         let Some(name) = file_name else {
-            return Ok(ActionResult::memory("Requested a screenshot for the next observation").with_meta("include_screenshot", json!(true)));
+            return Ok(
+                ActionResult::memory("Requested a screenshot for the next observation")
+                    .with_meta("include_screenshot", json!(true)),
+            );
         };
         let session = self.focused_session().await?;
-        let data = self.capture_bytes(&session, "Page.captureScreenshot", json!({"format": "png"}), timeouts::SCREENSHOT).await?;
+        let data = self
+            .capture_bytes(
+                &session,
+                "Page.captureScreenshot",
+                json!({"format": "png"}),
+                timeouts::SCREENSHOT,
+            )
+            .await?;
         let mut file = sanitize_file_name(name, "screenshot.png");
         if !file.to_ascii_lowercase().ends_with(".png") {
             file.push_str(".png");
         }
         let path = self.workspace.unique_path(&file)?;
-        std::fs::write(&path, data).map_err(|e| Fail(format!("Could not save the screenshot: {e}")))?;
+        std::fs::write(&path, data)
+            .map_err(|e| Fail(format!("Could not save the screenshot: {e}")))?;
         let shown = display_name(&self.workspace, &path);
         let mut result = ActionResult::memory(format!("Saved screenshot to {shown}"));
         result.attachments = Some(vec![path.to_string_lossy().into_owned()]);
@@ -957,32 +1371,69 @@ impl BrowserSession {
         if let Some(t) = &p.footer_template {
             params["footerTemplate"] = json!(t);
         }
-        let data = self.capture_bytes(&session, "Page.printToPDF", params, timeouts::PRINT_TO_PDF).await?;
+        let data = self
+            .capture_bytes(&session, "Page.printToPDF", params, timeouts::PRINT_TO_PDF)
+            .await?;
         let name = match &p.file_name {
             Some(n) => sanitize_file_name(n, "page.pdf"),
             None => {
-                let title = self.tabs().await.ok().and_then(|t| t.into_iter().find(|t| t.target_id == target).map(|t| t.title)).unwrap_or_default();
-                let stem: String = title.chars().filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-').take(50).collect();
+                let title = self
+                    .tabs()
+                    .await
+                    .ok()
+                    .and_then(|t| {
+                        t.into_iter()
+                            .find(|t| t.target_id == target)
+                            .map(|t| t.title)
+                    })
+                    .unwrap_or_default();
+                let stem: String = title
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                    .take(50)
+                    .collect();
                 let stem = stem.trim().replace(' ', "_");
-                if stem.is_empty() { "page.pdf".to_owned() } else { format!("{stem}.pdf") }
+                if stem.is_empty() {
+                    "page.pdf".to_owned()
+                } else {
+                    format!("{stem}.pdf")
+                }
             }
         };
-        let name = if name.to_ascii_lowercase().ends_with(".pdf") { name } else { format!("{name}.pdf") };
+        let name = if name.to_ascii_lowercase().ends_with(".pdf") {
+            name
+        } else {
+            format!("{name}.pdf")
+        };
         let path = self.workspace.unique_path(&name)?;
         std::fs::write(&path, &data).map_err(|e| Fail(format!("Could not save the PDF: {e}")))?;
         let shown = display_name(&self.workspace, &path);
-        let mut result = ActionResult::memory(format!("Saved page as PDF to {shown} ({} bytes)", data.len()));
+        let mut result = ActionResult::memory(format!(
+            "Saved page as PDF to {shown} ({} bytes)",
+            data.len()
+        ));
         result.attachments = Some(vec![path.to_string_lossy().into_owned()]);
         Ok(result)
     }
 
-    async fn capture_bytes(&self, session: &str, method: &str, params: Value, timeout: Duration) -> Result<Vec<u8>, Fail> {
+    async fn capture_bytes(
+        &self,
+        session: &str,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, Fail> {
         #[derive(Deserialize)]
         struct Data {
             data: String,
         }
         use base64::Engine;
-        let data: Data = self.chrome.conn.call_raw(Some(session), method, params, timeout).await?.decode()?;
+        let data: Data = self
+            .chrome
+            .conn
+            .call_raw(Some(session), method, params, timeout)
+            .await?
+            .decode()?;
         base64::engine::general_purpose::STANDARD
             .decode(data.data)
             .map_err(|e| Fail(format!("{method} returned invalid data: {e}")))
@@ -1000,19 +1451,29 @@ impl BrowserSession {
             .await?
             .decode()?;
         if let Some(ex) = answer.exception {
-            return Err(Fail(format!("JavaScript execution error: {}", ex.message())));
+            return Err(Fail(format!(
+                "JavaScript execution error: {}",
+                ex.message()
+            )));
         }
         let text = match (&answer.result.value, answer.result.kind.as_deref()) {
             (Some(Value::String(s)), _) => s.clone(),
             (Some(Value::Null), _) => "null".to_owned(),
             (Some(v), _) => v.to_string(),
             (None, Some("undefined")) => "undefined".to_owned(),
-            (None, _) => answer.result.description.clone().unwrap_or_else(|| "undefined".to_owned()),
+            (None, _) => answer
+                .result
+                .description
+                .clone()
+                .unwrap_or_else(|| "undefined".to_owned()),
         };
         let (text, _) = truncate_chars(&text, EVALUATE_MAX_CHARS);
         let memory: String = text.chars().take(1000).collect();
         if text.chars().count() >= SHOW_ONCE_CHARS {
-            Ok(ActionResult::once(text, format!("JavaScript result (first 1000 characters): {memory}")))
+            Ok(ActionResult::once(
+                text,
+                format!("JavaScript result (first 1000 characters): {memory}"),
+            ))
         } else {
             Ok(ActionResult::memory(text))
         }
@@ -1026,8 +1487,16 @@ fn normalize_url(raw: &str) -> Result<String, Fail> {
         return Err(Fail("url is empty".into()));
     }
     let has_scheme = url.split_once(':').is_some_and(|(scheme, _)| {
-        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) && !scheme.contains('.')
-    }) && (url.contains("://") || url.starts_with("about:") || url.starts_with("data:") || url.starts_with("javascript:") || url.starts_with("blob:"));
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            && !scheme.contains('.')
+    }) && (url.contains("://")
+        || url.starts_with("about:")
+        || url.starts_with("data:")
+        || url.starts_with("javascript:")
+        || url.starts_with("blob:"));
     if has_scheme {
         Ok(url.to_owned())
     } else {
@@ -1041,8 +1510,14 @@ fn best_point(quads: &[Vec<f64>], vw: f64, vh: f64) -> Option<(f64, f64)> {
     for q in quads.iter().filter(|q| q.len() >= 8) {
         let xs = [q[0], q[2], q[4], q[6]];
         let ys = [q[1], q[3], q[5], q[7]];
-        let (x0, x1) = (xs.iter().cloned().fold(f64::MAX, f64::min), xs.iter().cloned().fold(f64::MIN, f64::max));
-        let (y0, y1) = (ys.iter().cloned().fold(f64::MAX, f64::min), ys.iter().cloned().fold(f64::MIN, f64::max));
+        let (x0, x1) = (
+            xs.iter().cloned().fold(f64::MAX, f64::min),
+            xs.iter().cloned().fold(f64::MIN, f64::max),
+        );
+        let (y0, y1) = (
+            ys.iter().cloned().fold(f64::MAX, f64::min),
+            ys.iter().cloned().fold(f64::MIN, f64::max),
+        );
         let (ix0, ix1) = (x0.max(0.0), x1.min(vw));
         let (iy0, iy1) = (y0.max(0.0), y1.min(vh));
         let area = (ix1 - ix0).max(0.0) * (iy1 - iy0).max(0.0);
@@ -1054,12 +1529,21 @@ fn best_point(quads: &[Vec<f64>], vw: f64, vh: f64) -> Option<(f64, f64)> {
             best = Some((area, centre));
         }
     }
-    best.map(|(_, (x, y))| (x.clamp(0.0, (vw - 1.0).max(0.0)), y.clamp(0.0, (vh - 1.0).max(0.0))))
+    best.map(|(_, (x, y))| {
+        (
+            x.clamp(0.0, (vw - 1.0).max(0.0)),
+            y.clamp(0.0, (vh - 1.0).max(0.0)),
+        )
+    })
 }
 
 fn describe(el: &ElementInfo) -> String {
     let text: String = el.text.chars().take(60).collect();
-    let name = el.ax_name.as_deref().filter(|n| !n.is_empty()).unwrap_or(text.trim());
+    let name = el
+        .ax_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .unwrap_or(text.trim());
     if name.is_empty() {
         format!("element {} <{}>", el.index, el.tag_name)
     } else {
@@ -1068,7 +1552,10 @@ fn describe(el: &ElementInfo) -> String {
 }
 
 fn display_name(ws: &Workspace, path: &std::path::Path) -> String {
-    path.strip_prefix(ws.root()).unwrap_or(path).to_string_lossy().into_owned()
+    path.strip_prefix(ws.root())
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -1077,10 +1564,16 @@ mod tests {
 
     #[test]
     fn urls_get_a_scheme() {
-        assert_eq!(normalize_url("example.com/x").expect("ok"), "https://example.com/x");
+        assert_eq!(
+            normalize_url("example.com/x").expect("ok"),
+            "https://example.com/x"
+        );
         assert_eq!(normalize_url("http://a.b").expect("ok"), "http://a.b");
         assert_eq!(normalize_url("about:blank").expect("ok"), "about:blank");
-        assert_eq!(normalize_url("localhost:8080/x").expect("ok"), "https://localhost:8080/x");
+        assert_eq!(
+            normalize_url("localhost:8080/x").expect("ok"),
+            "https://localhost:8080/x"
+        );
         assert!(normalize_url("  ").is_err());
     }
 
@@ -1095,17 +1588,40 @@ mod tests {
     #[test]
     fn schema_and_serde() {
         let action: Action = serde_json::from_str(r#"{"click":{"index":5}}"#).expect("parse");
-        assert_eq!(action, Action::Click(ClickParams { index: Some(5), coordinate_x: None, coordinate_y: None }));
+        assert_eq!(
+            action,
+            Action::Click(ClickParams {
+                index: Some(5),
+                coordinate_x: None,
+                coordinate_y: None
+            })
+        );
         let action: Action = serde_json::from_str(r#"{"scroll":{}}"#).expect("parse");
-        assert_eq!(action, Action::Scroll(ScrollParams { down: true, pages: 1.0, index: None }));
+        assert_eq!(
+            action,
+            Action::Scroll(ScrollParams {
+                down: true,
+                pages: 1.0,
+                index: None
+            })
+        );
         let action: Action = serde_json::from_str(r#"{"search":{"query":"a b"}}"#).expect("parse");
         assert!(action.terminates_sequence());
         assert!(serde_json::from_str::<Action>(r#"{"fly":{}}"#).is_err());
         let schema = serde_json::to_value(super::super::action_schema()).expect("schema");
         let text = schema.to_string();
-        for name in ["go_back", "select_dropdown", "save_as_pdf", "coordinate_x", "files_to_display"] {
+        for name in [
+            "go_back",
+            "select_dropdown",
+            "save_as_pdf",
+            "coordinate_x",
+            "files_to_display",
+        ] {
             assert!(text.contains(name), "{name} missing from schema");
         }
-        assert_eq!(super::super::SearchEngine::Google.url("a b&c"), "https://www.google.com/search?q=a+b%26c&udm=14");
+        assert_eq!(
+            super::super::SearchEngine::Google.url("a b&c"),
+            "https://www.google.com/search?q=a+b%26c&udm=14"
+        );
     }
 }

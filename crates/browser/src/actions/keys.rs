@@ -69,12 +69,19 @@ pub fn parse_keys(keys: &str) -> Vec<KeyPress> {
         a.chars().count() == 1 || definition(&a).is_some()
     };
     let words: Vec<&str> = trimmed.split_whitespace().collect();
-    let all_keys = words.iter().all(|w| {
-        w.split('+').filter(|p| !p.is_empty()).all(is_known) && !w.is_empty()
-    });
+    let all_keys = words
+        .iter()
+        .all(|w| w.split('+').filter(|p| !p.is_empty()).all(is_known) && !w.is_empty());
     if !all_keys {
         for ch in keys.chars() {
-            out.push(KeyPress { modifiers: vec![], key: if ch == '\n' { "Enter".into() } else { ch.to_string() } });
+            out.push(KeyPress {
+                modifiers: vec![],
+                key: if ch == '\n' {
+                    "Enter".into()
+                } else {
+                    ch.to_string()
+                },
+            });
         }
         return out;
     }
@@ -82,7 +89,10 @@ pub fn parse_keys(keys: &str) -> Vec<KeyPress> {
         let parts: Vec<String> = if word == "+" {
             vec!["+".into()]
         } else {
-            word.split('+').filter(|p| !p.is_empty()).map(alias).collect()
+            word.split('+')
+                .filter(|p| !p.is_empty())
+                .map(alias)
+                .collect()
         };
         let mut modifiers = Vec::new();
         let mut key = None;
@@ -165,7 +175,8 @@ pub(crate) fn key_events(press: &KeyPress) -> Vec<Value> {
     };
     // With Control/Alt/Meta held the key is a shortcut, not text.
     let shortcut = press.modifiers.iter().any(|m| *m != "Shift");
-    let mut down = json!({"key": press.key, "code": code, "windowsVirtualKeyCode": vk, "modifiers": mask});
+    let mut down =
+        json!({"key": press.key, "code": code, "windowsVirtualKeyCode": vk, "modifiers": mask});
     match (&text, shortcut) {
         (Some(text), false) => {
             down["type"] = json!("keyDown");
@@ -176,7 +187,10 @@ pub(crate) fn key_events(press: &KeyPress) -> Vec<Value> {
     }
     if shortcut && press.key.chars().count() == 1 {
         // Editing shortcuts on Linux need the command spelled out for some keys.
-        let command = match (press.key.to_ascii_lowercase().as_str(), press.modifiers.contains(&"Shift")) {
+        let command = match (
+            press.key.to_ascii_lowercase().as_str(),
+            press.modifiers.contains(&"Shift"),
+        ) {
             ("a", false) => Some("selectAll"),
             ("c", false) => Some("copy"),
             ("x", false) => Some("cut"),
@@ -201,7 +215,10 @@ pub(crate) fn key_events(press: &KeyPress) -> Vec<Value> {
 
 fn char_code(ch: char) -> (String, i64) {
     if ch.is_ascii_alphabetic() {
-        (format!("Key{}", ch.to_ascii_uppercase()), ch.to_ascii_uppercase() as i64)
+        (
+            format!("Key{}", ch.to_ascii_uppercase()),
+            ch.to_ascii_uppercase() as i64,
+        )
     } else if ch.is_ascii_digit() {
         (format!("Digit{ch}"), ch as i64)
     } else if ch == ' ' {
@@ -213,8 +230,15 @@ fn char_code(ch: char) -> (String, i64) {
 
 /// Events that type one character of text (`\n` presses Enter).
 pub(crate) fn char_events(ch: char) -> Vec<Value> {
-    let key = if ch == '\n' { "Enter".to_owned() } else { ch.to_string() };
-    key_events(&KeyPress { modifiers: vec![], key })
+    let key = if ch == '\n' {
+        "Enter".to_owned()
+    } else {
+        ch.to_string()
+    };
+    key_events(&KeyPress {
+        modifiers: vec![],
+        key,
+    })
 }
 
 #[cfg(test)]
@@ -223,10 +247,19 @@ mod tests {
 
     #[test]
     fn parses_combos_and_aliases() {
-        assert_eq!(parse_keys("ctrl+a"), vec![KeyPress { modifiers: vec!["Control"], key: "a".into() }]);
+        assert_eq!(
+            parse_keys("ctrl+a"),
+            vec![KeyPress {
+                modifiers: vec!["Control"],
+                key: "a".into()
+            }]
+        );
         assert_eq!(parse_keys("Escape")[0].key, "Escape");
         assert_eq!(parse_keys("esc")[0].key, "Escape");
-        assert_eq!(parse_keys("cmd+shift+T")[0].modifiers, vec!["Meta", "Shift"]);
+        assert_eq!(
+            parse_keys("cmd+shift+T")[0].modifiers,
+            vec!["Meta", "Shift"]
+        );
         assert_eq!(parse_keys("Tab Tab Enter").len(), 3);
         let typed = parse_keys("hello world");
         assert_eq!(typed.len(), 11);

@@ -30,9 +30,13 @@ pub struct ContentStats {
 /// (counted in characters; a chunk ends at a line break when one is near the limit).
 pub fn html_to_markdown(html: &str, start_from_char: usize) -> Result<PageMarkdown, String> {
     let converter = htmd::HtmlToMarkdown::builder()
-        .skip_tags(vec!["script", "style", "noscript", "template", "svg", "canvas", "iframe", "head"])
+        .skip_tags(vec![
+            "script", "style", "noscript", "template", "svg", "canvas", "iframe", "head",
+        ])
         .build();
-    let markdown = converter.convert(html).map_err(|e| format!("markdown conversion failed: {e}"))?;
+    let markdown = converter
+        .convert(html)
+        .map_err(|e| format!("markdown conversion failed: {e}"))?;
     let markdown = collapse_blank_lines(&markdown);
     let total = markdown.chars().count();
     if start_from_char > 0 && start_from_char >= total {
@@ -40,7 +44,11 @@ pub fn html_to_markdown(html: &str, start_from_char: usize) -> Result<PageMarkdo
             "start_from_char ({start_from_char}) is beyond the page content ({total} characters)"
         ));
     }
-    let chunk: String = markdown.chars().skip(start_from_char).take(CHUNK_CHARS).collect();
+    let chunk: String = markdown
+        .chars()
+        .skip(start_from_char)
+        .take(CHUNK_CHARS)
+        .collect();
     let mut chunk_chars = chunk.chars().count();
     let mut content = chunk;
     let mut next = None;
@@ -91,7 +99,11 @@ mod tests {
 
     #[test]
     fn converts_and_chunks() {
-        let md = html_to_markdown("<h1>Title</h1><p>Hello <b>world</b></p><script>x()</script>", 0).expect("md");
+        let md = html_to_markdown(
+            "<h1>Title</h1><p>Hello <b>world</b></p><script>x()</script>",
+            0,
+        )
+        .expect("md");
         assert!(md.content.contains("# Title"), "{}", md.content);
         assert!(md.content.contains("**world**"), "{}", md.content);
         assert!(!md.content.contains("x()"));

@@ -9,7 +9,9 @@
 use std::path::{Component, Path, PathBuf};
 
 /// browser-use's `write_file` extensions (pdf/docx are written as text here).
-pub const ALLOWED_EXTENSIONS: [&str; 9] = ["md", "txt", "json", "jsonl", "csv", "pdf", "docx", "html", "xml"];
+pub const ALLOWED_EXTENSIONS: [&str; 9] = [
+    "md", "txt", "json", "jsonl", "csv", "pdf", "docx", "html", "xml",
+];
 
 /// Largest file `read_file` returns.
 pub const MAX_READ_BYTES: u64 = 2 * 1024 * 1024;
@@ -17,7 +19,9 @@ pub const MAX_READ_BYTES: u64 = 2 * 1024 * 1024;
 /// Why a workspace operation was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
-    #[error("invalid file name {0:?}: use a relative name like notes.md without '..' or absolute paths")]
+    #[error(
+        "invalid file name {0:?}: use a relative name like notes.md without '..' or absolute paths"
+    )]
     InvalidName(String),
     #[error("file name {name:?} has an unsupported extension; allowed: {allowed}")]
     Extension { name: String, allowed: String },
@@ -54,7 +58,9 @@ impl Workspace {
 
     /// A fresh temporary workspace removed on drop.
     pub fn temporary() -> std::io::Result<Self> {
-        let temp = tempfile::Builder::new().prefix("browserd-task-").tempdir()?;
+        let temp = tempfile::Builder::new()
+            .prefix("browserd-task-")
+            .tempdir()?;
         let mut ws = Self::open(temp.path())?;
         ws._temp = Some(temp);
         Ok(ws)
@@ -125,10 +131,12 @@ impl Workspace {
             }
         }
         // A dangling symlink "exists" as false; refuse symlinks in the non-existing tail.
-        let mut resolved = existing.canonicalize().map_err(|source| WorkspaceError::Io {
-            name: name.to_owned(),
-            source,
-        })?;
+        let mut resolved = existing
+            .canonicalize()
+            .map_err(|source| WorkspaceError::Io {
+                name: name.to_owned(),
+                source,
+            })?;
         for part in rest.iter().rev() {
             resolved.push(part);
             if resolved.symlink_metadata().is_ok() {
@@ -201,7 +209,8 @@ impl Workspace {
     }
 
     pub(crate) fn read_path(name: &str, path: &Path) -> Result<String, WorkspaceError> {
-        let meta = std::fs::metadata(path).map_err(|_| WorkspaceError::NotFound(name.to_owned()))?;
+        let meta =
+            std::fs::metadata(path).map_err(|_| WorkspaceError::NotFound(name.to_owned()))?;
         if !meta.is_file() {
             return Err(WorkspaceError::NotFound(name.to_owned()));
         }
@@ -218,7 +227,9 @@ impl Workspace {
     /// browser-use's `replace_file`: replaces every occurrence; returns how many.
     pub fn replace(&self, name: &str, old: &str, new: &str) -> Result<usize, WorkspaceError> {
         if old.is_empty() {
-            return Err(WorkspaceError::InvalidName("(old_str must not be empty)".into()));
+            return Err(WorkspaceError::InvalidName(
+                "(old_str must not be empty)".into(),
+            ));
         }
         let path = self.resolve(name)?;
         Self::check_extension(name, &path)?;
@@ -239,9 +250,20 @@ impl Workspace {
         if !path.exists() {
             return Ok(path);
         }
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("file").to_owned();
-        let ext = path.extension().and_then(|s| s.to_str()).map(|e| format!(".{e}")).unwrap_or_default();
-        let parent = path.parent().map(Path::to_path_buf).unwrap_or_else(|| self.root.clone());
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("file")
+            .to_owned();
+        let ext = path
+            .extension()
+            .and_then(|s| s.to_str())
+            .map(|e| format!(".{e}"))
+            .unwrap_or_default();
+        let parent = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| self.root.clone());
         for n in 1..10_000 {
             let candidate = parent.join(format!("{stem} ({n}){ext}"));
             if !candidate.exists() {
@@ -256,7 +278,9 @@ impl Workspace {
         let mut out = Vec::new();
         let mut stack = vec![self.root.clone()];
         while let Some(dir) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let path = entry.path();
                 let Ok(ft) = entry.file_type() else { continue };
@@ -279,10 +303,20 @@ pub fn sanitize_file_name(name: &str, fallback: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or("");
     let cleaned: String = base
         .chars()
-        .map(|c| if c.is_control() || matches!(c, ':' | '*' | '?' | '"' | '<' | '>' | '|') { '_' } else { c })
+        .map(|c| {
+            if c.is_control() || matches!(c, ':' | '*' | '?' | '"' | '<' | '>' | '|') {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect();
     let cleaned = cleaned.trim().trim_start_matches('.').to_owned();
-    if cleaned.is_empty() { fallback.to_owned() } else { cleaned.chars().take(200).collect() }
+    if cleaned.is_empty() {
+        fallback.to_owned()
+    } else {
+        cleaned.chars().take(200).collect()
+    }
 }
 
 #[cfg(test)]
@@ -292,11 +326,21 @@ mod tests {
     #[test]
     fn names_cannot_escape() {
         let ws = Workspace::temporary().expect("ws");
-        for bad in ["../x.md", "/etc/passwd", "a/../../x.md", "", "  ", "a\\b.md"] {
+        for bad in [
+            "../x.md",
+            "/etc/passwd",
+            "a/../../x.md",
+            "",
+            "  ",
+            "a\\b.md",
+        ] {
             assert!(ws.resolve(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(ws.resolve("sub/ok.md").expect("ok").starts_with(ws.root()));
-        assert!(matches!(ws.write("x.exe", "a", false, true, false), Err(WorkspaceError::Extension { .. })));
+        assert!(matches!(
+            ws.write("x.exe", "a", false, true, false),
+            Err(WorkspaceError::Extension { .. })
+        ));
     }
 
     #[test]
@@ -305,8 +349,15 @@ mod tests {
         let outside = tempfile::tempdir().expect("outside");
         std::fs::write(outside.path().join("secret.txt"), "s").expect("write");
         std::os::unix::fs::symlink(outside.path(), ws.root().join("link")).expect("symlink");
-        assert!(matches!(ws.read("link/secret.txt"), Err(WorkspaceError::Escapes(_))));
-        std::os::unix::fs::symlink(outside.path().join("nope.md"), ws.root().join("dangling.md")).expect("symlink");
+        assert!(matches!(
+            ws.read("link/secret.txt"),
+            Err(WorkspaceError::Escapes(_))
+        ));
+        std::os::unix::fs::symlink(
+            outside.path().join("nope.md"),
+            ws.root().join("dangling.md"),
+        )
+        .expect("symlink");
         assert!(ws.write("dangling.md", "x", false, false, false).is_err());
         assert!(!outside.path().join("nope.md").exists());
     }
@@ -314,8 +365,10 @@ mod tests {
     #[test]
     fn write_append_replace_read() {
         let ws = Workspace::temporary().expect("ws");
-        ws.write("notes.md", "one", false, true, false).expect("write");
-        ws.write("notes.md", "two", true, true, false).expect("append");
+        ws.write("notes.md", "one", false, true, false)
+            .expect("write");
+        ws.write("notes.md", "two", true, true, false)
+            .expect("append");
         assert_eq!(ws.read("notes.md").expect("read"), "one\ntwo\n");
         assert_eq!(ws.replace("notes.md", "two", "three").expect("replace"), 1);
         assert_eq!(ws.read("notes.md").expect("read"), "one\nthree\n");
