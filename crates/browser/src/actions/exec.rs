@@ -443,14 +443,14 @@ impl BrowserSession {
         }
         // A redirect may have landed somewhere the policy forbids.
         let landed = self.target_url(&target).await.unwrap_or_default();
-        if let Some(guard) = &self.egress {
-            if let Err(denied) = guard.policy().check_str(&landed) {
-                let _ = self.navigate_target(&target, "about:blank").await;
-                return Err(Fail(format!(
-                    "Navigation blocked by the egress policy: {landed} ({})",
-                    denied.reason
-                )));
-            }
+        if let Some(guard) = &self.egress
+            && let Err(denied) = guard.policy().check_str(&landed)
+        {
+            let _ = self.navigate_target(&target, "about:blank").await;
+            return Err(Fail(format!(
+                "Navigation blocked by the egress policy: {landed} ({})",
+                denied.reason
+            )));
         }
         let mut memory = if new_tab {
             format!("Opened new tab #{} with url {url}", short_tab_id(&target))
@@ -1109,12 +1109,11 @@ impl BrowserSession {
                 || allowed
                     .file_name()
                     .is_some_and(|n| candidate.as_os_str() == n);
-            if matches {
-                if let Ok(canon) = allowed.canonicalize() {
-                    if canon.is_file() {
-                        return Ok(canon);
-                    }
-                }
+            if matches
+                && let Ok(canon) = allowed.canonicalize()
+                && canon.is_file()
+            {
+                return Ok(canon);
             }
         }
         let relative = if candidate.is_absolute() {
@@ -1125,12 +1124,11 @@ impl BrowserSession {
         } else {
             Some(path.to_owned())
         };
-        if let Some(rel) = relative {
-            if let Ok(resolved) = self.workspace.resolve(&rel) {
-                if resolved.is_file() {
-                    return Ok(resolved);
-                }
-            }
+        if let Some(rel) = relative
+            && let Ok(resolved) = self.workspace.resolve(&rel)
+            && resolved.is_file()
+        {
+            return Ok(resolved);
         }
         Err(Fail(format!(
             "File {path} is not available to this task. Use a file from available_file_paths, a download or a file written to the workspace."

@@ -34,10 +34,10 @@ fn alias(name: &str) -> String {
         "end" => "End",
         "insert" | "ins" => "Insert",
         _ => {
-            if let Some(n) = lower.strip_prefix('f').and_then(|n| n.parse::<u8>().ok()) {
-                if (1..=12).contains(&n) {
-                    return format!("F{n}");
-                }
+            if let Some(n) = lower.strip_prefix('f').and_then(|n| n.parse::<u8>().ok())
+                && (1..=12).contains(&n)
+            {
+                return format!("F{n}");
             }
             return name.to_owned();
         }

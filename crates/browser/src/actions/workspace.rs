@@ -286,10 +286,10 @@ impl Workspace {
                 let Ok(ft) = entry.file_type() else { continue };
                 if ft.is_dir() {
                     stack.push(path);
-                } else if ft.is_file() {
-                    if let Ok(rel) = path.strip_prefix(&self.root) {
-                        out.push(rel.to_string_lossy().into_owned());
-                    }
+                } else if ft.is_file()
+                    && let Ok(rel) = path.strip_prefix(&self.root)
+                {
+                    out.push(rel.to_string_lossy().into_owned());
                 }
             }
         }
