@@ -371,8 +371,17 @@ fn clicks_checkbox_covered_shadow_iframe_and_server() {
         assert_ne!(inner.target_id, session.focused_target().await.expect("focused"), "iframe is its own target");
         let hits_before = srv.hits.count("inner");
         let r = run(&session, click(inner.index)).await;
-        ok(&r);
+        assert!(!ok(&r).contains("JavaScript"), "a real mouse click inside the OOPIF: {r:?}");
         eventually("iframe hit", || async { srv.hits.count("inner") > hits_before }).await;
+        // typing into an input of the cross-origin iframe
+        let inner_input = index_of(&state, "inner-input");
+        ok(&run(&session, Action::Input(InputParams { index: inner_input, text: "in frame".into(), clear: true })).await);
+        let raw = session
+            .cdp(Some(&inner.target_id), "Runtime.evaluate", serde_json::json!({"expression": "document.getElementById('inner-input').value", "returnByValue": true}))
+            .await
+            .expect("evaluate in frame");
+        let v: Value = serde_json::from_str(raw.as_str()).expect("json");
+        assert_eq!(v["result"]["result"]["value"], "in frame");
         // coordinate click on the shadow button
         let shadow = state.selector_map.values().find(|e| e.attr("id") == Some("shadow-btn")).expect("shadow");
         let _ = shadow;
@@ -640,6 +649,16 @@ fn dialogs_are_closed_and_reported() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(seen, "late alert not reported");
+        // beforeunload (armed after a user gesture) is accepted: the navigation goes through
+        js(&session, "window.addEventListener('beforeunload', e => { e.preventDefault(); e.returnValue = 'leave?'; }); 1").await;
+        let state = capture(&session).await;
+        ok(&run(&session, click(index_of(&state, "agree"))).await);
+        let srv = server().await;
+        let r = run(&session, Action::Navigate(NavigateParams { url: url("/actions/second.html", srv.addr), new_tab: false })).await;
+        ok(&r);
+        eventually("navigation after beforeunload", || async { js(&session, "document.title").await == "Second" }).await;
+        let text = format!("{:?}", r);
+        assert!(text.contains("[beforeunload]") || capture(&session).await.closed_popup_messages.iter().any(|m| m.starts_with("[beforeunload]")), "{text}");
         session.release().await;
     });
 }
