@@ -584,6 +584,22 @@ fn navigation_history_tabs_and_popups() {
         .await);
         assert_eq!(session.tabs().await.expect("tabs").len(), 2);
         ok(&run(&session, Action::Close(TabParams { tab_id: first_tab })).await);
+        // the page closes its own (focused) tab: the next action works on the remaining one
+        let before = session.focused_target().await.expect("focused");
+        js(&session, "window.close(); 1").await;
+        eventually("tab closed by the page", || async {
+            session.tabs().await.expect("tabs").len() == 1
+        })
+        .await;
+        let r = run(
+            &session,
+            Action::Evaluate(EvaluateParams {
+                code: "location.pathname".into(),
+            }),
+        )
+        .await;
+        ok(&r);
+        assert_ne!(session.focused_target().await.expect("focused"), before);
         // wait action
         let started = std::time::Instant::now();
         ok(&run(&session, Action::Wait(WaitParams { seconds: 2 })).await);

@@ -186,7 +186,39 @@ impl BrowserSession {
         }
     }
 
+    /// Re-focuses a remaining tab when the focused one was closed (by the page or Chrome);
+    /// opens about:blank when none is left (browser-use keeps one tab open).
+    async fn ensure_focus(&self) -> Result<(), Fail> {
+        let tabs = self.tabs().await?;
+        let focused = self.state.lock().await.focused.clone();
+        if focused
+            .as_ref()
+            .is_some_and(|f| tabs.iter().any(|t| &t.target_id == f))
+        {
+            return Ok(());
+        }
+        match tabs.last() {
+            Some(tab) => {
+                self.switch_tab(&tab.target_id).await?;
+            }
+            None => {
+                self.new_tab("about:blank").await?;
+            }
+        }
+        Ok(())
+    }
+
     async fn run(&self, action: &Action, ctx: &ActionContext) -> Outcome {
+        if !matches!(
+            action,
+            Action::Done(_)
+                | Action::WriteFile(_)
+                | Action::ReadFile(_)
+                | Action::ReplaceFile(_)
+                | Action::Wait(_)
+        ) {
+            self.ensure_focus().await?;
+        }
         match action {
             Action::Done(p) => self.done(&p.text, p.success, &p.files_to_display),
             Action::Search(p) => {
