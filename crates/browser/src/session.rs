@@ -506,12 +506,19 @@ impl BrowserSession {
             .iter()
             .find(|t| t.target_id == tab || t.tab_id == tab)
             .ok_or_else(|| BrowserError::TabNotFound(tab.to_owned()))?;
+        let mut rx = self.chrome.conn.events();
         self.cdp(
             None,
             "Target.closeTarget",
             json!({"targetId": found.target_id}),
         )
         .await?;
+        // Closing is asynchronous: wait (browser-use's TabClosed cap, 3 s) until it is gone.
+        let needle = format!("\"targetId\":\"{}\"", found.target_id);
+        let _ = wait_for_event(&mut rx, Duration::from_secs(3), |ev| {
+            ev.method == "Target.targetDestroyed" && ev.raw.as_str().contains(&needle)
+        })
+        .await;
         let mut state = self.state.lock().await;
         if state.focused.as_deref() == Some(&found.target_id) {
             state.focused = tabs

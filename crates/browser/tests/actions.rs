@@ -585,7 +585,22 @@ fn navigation_history_tabs_and_popups() {
         assert_eq!(session.tabs().await.expect("tabs").len(), 2);
         ok(&run(&session, Action::Close(TabParams { tab_id: first_tab })).await);
         // the page closes its own (focused) tab: the next action works on the remaining one
+        let popup = session
+            .tabs()
+            .await
+            .expect("tabs")
+            .into_iter()
+            .find(|t| t.url.ends_with("?popup=1"))
+            .expect("popup tab");
+        ok(&run(
+            &session,
+            Action::Switch(TabParams {
+                tab_id: popup.tab_id.clone(),
+            }),
+        )
+        .await);
         let before = session.focused_target().await.expect("focused");
+        assert_eq!(before, popup.target_id);
         js(&session, "window.close(); 1").await;
         eventually("tab closed by the page", || async {
             session.tabs().await.expect("tabs").len() == 1
@@ -1281,6 +1296,21 @@ fn egress_policy_through_actions() {
             "{r:?}"
         );
         assert_eq!(srv.hits.count("leak"), before);
+        // a popup to the prohibited host is closed and reported
+        let state = capture(&session).await;
+        let r = run(
+            &session,
+            Action::Click(ClickParams {
+                index: Some(index_of(&state, "leak-tab")),
+                coordinate_x: None,
+                coordinate_y: None,
+            }),
+        )
+        .await;
+        assert!(err(&r).contains("localhost"), "{r:?}");
+        let tabs = session.tabs().await.expect("tabs");
+        assert_eq!(tabs.len(), 1, "{tabs:?} {r:?}");
+        assert_eq!(srv.hits.count("popup"), 0);
         session.release().await;
     });
 }

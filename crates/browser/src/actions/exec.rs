@@ -657,6 +657,13 @@ impl BrowserSession {
         {
             let target = new_tab.target_id.clone();
             let _ = self.prepare_tab(&target).await;
+            if let Some(denied) = self.popup_denied(&target, &new_tab.url).await {
+                // browser-use's security watchdog closes tabs opened on forbidden URLs.
+                let _ = self.close_tab(&target).await;
+                let _ = self.switch_tab(&focused).await;
+                result.append_error(&format!("The click opened a new tab that the egress policy blocked; it was closed: {denied}"));
+                return Ok(result);
+            }
             self.switch_tab(&target).await?;
             result.append_note(&format!(
                 "Opened a new tab (tab_id: {}) and switched to it",
@@ -664,6 +671,62 @@ impl BrowserSession {
             ));
         }
         Ok(result)
+    }
+
+    /// Why a tab the page opened is forbidden, if it is: its URL fails the policy (waits for
+    /// the tab's first navigation to commit or fail, capped at the same-site load cap).
+    async fn popup_denied(&self, target: &str, url_at_open: &str) -> Option<String> {
+        let guard = self.egress.as_ref()?;
+        let policy = guard.policy();
+        let url_now = |u: &str| -> Option<String> {
+            if u.is_empty() || u == "about:blank" {
+                return None;
+            }
+            policy
+                .check_str(u)
+                .err()
+                .map(|d| format!("{} ({})", d.url, d.reason))
+        };
+        if let Some(denied) = url_now(url_at_open) {
+            return Some(denied);
+        }
+        let deadline = tokio::time::Instant::now() + timeouts::LOAD_SAME_DOMAIN;
+        let mut rx = self.chrome.conn.events();
+        let session = self.prepare_tab(target).await.ok()?;
+        loop {
+            if let Ok(u) = self.target_url(target).await {
+                if let Some(denied) = url_now(&u) {
+                    return Some(denied);
+                }
+                if !u.is_empty() && u != "about:blank" {
+                    return None;
+                }
+            }
+            let event = tokio::time::timeout_at(deadline, async {
+                loop {
+                    match rx.recv().await {
+                        Ok(ev)
+                            if ev.session_id.as_deref() == Some(session.as_str())
+                                && matches!(
+                                    ev.method.as_str(),
+                                    "Page.frameNavigated"
+                                        | "Page.loadEventFired"
+                                        | "Page.lifecycleEvent"
+                                ) =>
+                        {
+                            return true;
+                        }
+                        Ok(_) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return true,
+                        Err(_) => return false,
+                    }
+                }
+            })
+            .await;
+            if !matches!(event, Ok(true)) {
+                return None;
+            }
+        }
     }
 
     async fn click_coordinates(
