@@ -613,6 +613,8 @@ impl BrowserSession {
                 ));
             }
         };
+        // One browser round trip first, so navigation events the click caused have arrived.
+        let tabs_after = self.tabs().await?;
         // A navigation the click started: wait for its load (browser-use's caps).
         let mut started = false;
         while let Ok(ev) = rx.try_recv() {
@@ -627,6 +629,7 @@ impl BrowserSession {
                     .raw
                     .as_str()
                     .contains(&format!("\"frameId\":\"{focused}\""))
+                && !ev.raw.as_str().contains("\"disposition\":\"new")
             {
                 started = true;
                 break;
@@ -634,12 +637,17 @@ impl BrowserSession {
         }
         if started {
             let before = self.target_url(&focused).await.unwrap_or_default();
+            // Ends on the load event, a same-document navigation, or the main frame stopping
+            // (a download or a cancelled navigation never fires load).
+            let main_frame = format!("\"frameId\":\"{focused}\"");
             let outcome = wait_for_event(&mut rx, load_cap(&before, ""), |ev| {
-                ev.session_id.as_deref() == Some(focused_session.as_str())
-                    && matches!(
+                (ev.session_id.as_deref() == Some(focused_session.as_str())
+                    && (matches!(
                         ev.method.as_str(),
                         "Page.loadEventFired" | "Page.navigatedWithinDocument"
-                    )
+                    ) || (ev.method == "Page.frameStoppedLoading"
+                        && ev.raw.as_str().contains(&main_frame))))
+                    || ev.method == "Browser.downloadWillBegin"
             })
             .await;
             if matches!(outcome, WaitOutcome::TimedOut) {
@@ -650,7 +658,6 @@ impl BrowserSession {
             }
         }
         // A new tab the click opened: focus it and say so.
-        let tabs_after = self.tabs().await?;
         if let Some(new_tab) = tabs_after
             .iter()
             .find(|t| !tabs_before.contains(&t.target_id))
