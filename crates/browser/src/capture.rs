@@ -555,26 +555,40 @@ fn ax_candidates(tree: &Tree, root: Option<NodeId>) -> Vec<(NodeId, u16, i64)> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    // (node, inside contenteditable)
-    let mut stack: Vec<(NodeId, bool)> = vec![(root, false)];
-    while let Some((id, editable)) = stack.pop() {
+    // (node, inside a special subtree, bounds of the enclosing propagating element)
+    let mut stack: Vec<(NodeId, bool, Option<crate::dom::Rect>)> = vec![(root, false, None)];
+    while let Some((id, special, propagating)) = stack.pop() {
         let n = tree.node(id);
-        let editable_here = editable
+        let special_here = special
             || n
                 .attr("contenteditable")
-                .is_some_and(|v| !v.eq_ignore_ascii_case("false"));
+                .is_some_and(|v| !v.eq_ignore_ascii_case("false"))
+            || n.attr("aria-hidden") == Some("true")
+            || (n.tag == "fieldset" && n.has_attr("disabled"));
         let relevant = n.visible
             || n.is_file_input()
             || (n.layout.is_none() && n.in_shadow)
             || (tree.is_scrollable(id));
-        if relevant && needs_ax(tree, id, editable) {
+        // Elements the bbox-containment step will hide inside a link/button never get an
+        // index, so their accessibility data cannot matter (scrollables excepted).
+        let contained = propagating
+            .is_some_and(|p| crate::serializer::excluded_by_containment(tree, id, p))
+            && !tree.is_scrollable(id);
+        if relevant && !contained && needs_ax(tree, id, special) {
             out.push((id, n.target, n.backend_node_id));
         }
+        let next_propagating = if n.kind == NodeKind::Element
+            && crate::serializer::is_propagating(&n.tag, n.attr("role"))
+        {
+            n.bounds().or(propagating)
+        } else {
+            propagating
+        };
         for c in tree.children_and_shadow_roots(id) {
-            stack.push((c, editable_here));
+            stack.push((c, special_here, next_propagating));
         }
         if let Some(cd) = n.content_document {
-            stack.push((cd, false));
+            stack.push((cd, false, None));
         }
     }
     out

@@ -171,7 +171,7 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
 /// Whether the accessibility node of `id` can change the outcome of the rules or the printed
 /// attributes. Elements for which it cannot are not sent to `Accessibility.getPartialAXTree`
 /// (see the crate docs: full AX trees cost more than the whole snapshot on large pages).
-pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
+pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     let node = tree.node(id);
     if node.kind != NodeKind::Element {
         return false;
@@ -180,14 +180,17 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
     if tag == "html" || tag == "body" {
         return false;
     }
-    if inside_editable {
+    // Inside contenteditable / aria-hidden / disabled fieldsets AX states are inherited.
+    if special_subtree {
         return true;
     }
-    // Tags with implicit interactive roles or AX states.
-    const AX_TAGS: [&str; 20] = [
-        "button", "input", "select", "textarea", "a", "details", "summary", "option",
-        "optgroup", "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label",
-        "embed", "object",
+    // Tags with implicit interactive roles or AX states. A plain `<a>` is not listed: rule 7
+    // decides it and, without aria-*/role/tabindex/handlers (checked below), Chrome exposes no
+    // AX property that the rules or the printed attributes read.
+    const AX_TAGS: [&str; 19] = [
+        "button", "input", "select", "textarea", "details", "summary", "option", "optgroup",
+        "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed",
+        "object",
     ];
     if AX_TAGS.contains(&tag) {
         return true;

@@ -603,14 +603,6 @@ impl<'t> Serializer<'t> {
 
     // ---- step 4: bounding-box containment ---------------------------------------------------
 
-    fn is_propagating(tag: &str, role: Option<&str>) -> bool {
-        match tag {
-            "a" | "button" => true,
-            "div" | "span" => matches!(role, Some("button") | Some("combobox")),
-            "input" => role == Some("combobox"),
-            _ => false,
-        }
-    }
 
     fn bbox_filter(&mut self, s: u32, active: Option<crate::dom::Rect>) {
         let tree = self.tree;
@@ -622,7 +614,7 @@ impl<'t> Serializer<'t> {
             }
         }
         let mut propagate = active;
-        if n.kind == NodeKind::Element && Self::is_propagating(&n.tag, n.attr("role")) {
+        if n.kind == NodeKind::Element && is_propagating(&n.tag, n.attr("role")) {
             if let Some(b) = n.bounds() {
                 propagate = Some(b);
             }
@@ -633,44 +625,7 @@ impl<'t> Serializer<'t> {
     }
 
     fn should_exclude(&self, id: NodeId, parent: crate::dom::Rect) -> bool {
-        let n = self.tree.node(id);
-        if n.kind == NodeKind::Text {
-            return false;
-        }
-        let Some(child) = n.bounds() else {
-            return false;
-        };
-        let x_overlap = ((child.x + child.width).min(parent.x + parent.width)
-            - child.x.max(parent.x))
-        .max(0.0);
-        let y_overlap = ((child.y + child.height).min(parent.y + parent.height)
-            - child.y.max(parent.y))
-        .max(0.0);
-        let area = child.width * child.height;
-        if area == 0.0 || (x_overlap * y_overlap) / area < 0.99 {
-            return false;
-        }
-        if matches!(n.tag.as_str(), "input" | "select" | "textarea" | "label") {
-            return false;
-        }
-        if Self::is_propagating(&n.tag, n.attr("role")) {
-            return false;
-        }
-        if n.has_attr("onclick") {
-            return false;
-        }
-        if n.attr("aria-label").is_some_and(|v| !v.trim().is_empty()) {
-            return false;
-        }
-        if let Some(role) = n.attr("role") {
-            if matches!(
-                role,
-                "button" | "link" | "checkbox" | "radio" | "tab" | "menuitem" | "option"
-            ) {
-                return false;
-            }
-        }
-        true
+        excluded_by_containment(self.tree, id, parent)
     }
 
     // ---- step 5: indices ----------------------------------------------------------------------
@@ -1032,6 +987,58 @@ impl<'t> Serializer<'t> {
             self.stats(c, stats);
         }
     }
+}
+
+/// The elements that propagate their bounds to descendants (`PROPAGATING_ELEMENTS`).
+pub(crate) fn is_propagating(tag: &str, role: Option<&str>) -> bool {
+    match tag {
+    "a" | "button" => true,
+    "div" | "span" => matches!(role, Some("button") | Some("combobox")),
+    "input" => role == Some("combobox"),
+    _ => false,
+    }
+}
+
+/// browser-use's `_should_exclude_child`: ≥ 99 % inside `parent` and no exception applies.
+pub(crate) fn excluded_by_containment(tree: &Tree, id: NodeId, parent: crate::dom::Rect) -> bool {
+    let n = tree.node(id);
+    if n.kind == NodeKind::Text {
+        return false;
+    }
+    let Some(child) = n.bounds() else {
+        return false;
+    };
+    let x_overlap = ((child.x + child.width).min(parent.x + parent.width)
+        - child.x.max(parent.x))
+    .max(0.0);
+    let y_overlap = ((child.y + child.height).min(parent.y + parent.height)
+        - child.y.max(parent.y))
+    .max(0.0);
+    let area = child.width * child.height;
+    if area == 0.0 || (x_overlap * y_overlap) / area < 0.99 {
+        return false;
+    }
+    if matches!(n.tag.as_str(), "input" | "select" | "textarea" | "label") {
+        return false;
+    }
+    if is_propagating(&n.tag, n.attr("role")) {
+        return false;
+    }
+    if n.has_attr("onclick") {
+        return false;
+    }
+    if n.attr("aria-label").is_some_and(|v| !v.trim().is_empty()) {
+        return false;
+    }
+    if let Some(role) = n.attr("role") {
+        if matches!(
+            role,
+            "button" | "link" | "checkbox" | "radio" | "tab" | "menuitem" | "option"
+        ) {
+            return false;
+        }
+    }
+    true
 }
 
 fn push_tabs(out: &mut String, depth: usize) {

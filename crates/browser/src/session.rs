@@ -226,21 +226,29 @@ impl BrowserSession {
             .collect())
     }
 
-    async fn iframe_targets(&self) -> Result<HashSet<String>> {
+    /// Tabs and cross-origin frame targets of this context, from one `Target.getTargets`.
+    async fn tabs_and_frames(&self) -> Result<(Vec<TabInfo>, HashSet<String>)> {
         let targets: TargetsWire = self
             .chrome
             .conn
             .call_raw(None, "Target.getTargets", json!({}), self.timeout)
             .await?
             .decode()?;
-        Ok(targets
-            .target_infos
-            .into_iter()
-            .filter(|t| {
-                t.kind == "iframe" && t.browser_context_id.as_deref() == Some(&self.context_id)
-            })
-            .map(|t| t.target_id)
-            .collect())
+        let mut tabs = Vec::new();
+        let mut frames = HashSet::new();
+        for t in targets.target_infos {
+            if t.browser_context_id.as_deref() != Some(&self.context_id) {
+                continue;
+            }
+            match t.kind.as_str() {
+                "page" => tabs.push(TabInfo::new(t.target_id, t.url, t.title)),
+                "iframe" => {
+                    frames.insert(t.target_id);
+                }
+                _ => {}
+            }
+        }
+        Ok((tabs, frames))
     }
 
     /// Focuses a tab by full target id or its 4-character short id.
@@ -322,9 +330,7 @@ impl BrowserSession {
                 HashSet::new()
             }
         };
-        let (tabs, iframe_targets) = tokio::join!(self.tabs(), self.iframe_targets());
-        let tabs = tabs?;
-        let iframe_targets = iframe_targets.unwrap_or_default();
+        let (tabs, iframe_targets) = self.tabs_and_frames().await?;
         let output = capture::capture(
             &self.chrome.conn,
             &self.sessions,
