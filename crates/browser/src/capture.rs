@@ -13,14 +13,18 @@ use serde_json::json;
 
 use crate::{
     cdp::{CdpConnection, RawResponse},
-    dom::{AxInfo, AxValue, HiddenHint, NodeId, NodeKind, TargetRef, Tree, append_snapshot,
-        compute_visibility},
+    dom::{
+        AxInfo, AxValue, HiddenHint, NodeId, NodeKind, TargetRef, Tree, append_snapshot,
+        compute_visibility,
+    },
     error::{BrowserError, Result},
     interactive::{is_interactive, needs_ax},
     serializer::{Serialized, Serializer, cap_text},
     snapshot::{AxTreeWire, CaptureSnapshot, LayoutMetrics, SNAPSHOT_STYLES},
-    types::{CaptureOptions, CaptureTimings, ElementInfo, PageInfo, Screenshot, ScreenshotFormat,
-        SelectorMap},
+    types::{
+        CaptureOptions, CaptureTimings, ElementInfo, PageInfo, Screenshot, ScreenshotFormat,
+        SelectorMap,
+    },
 };
 
 const MAX_LISTENER_ELEMENTS: usize = 100;
@@ -46,9 +50,7 @@ pub(crate) struct CaptureOutput {
 }
 
 /// Runs `f` on a dedicated thread with a large stack (deep DOMs recurse deeply) and awaits it.
-async fn on_capture_thread<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T> {
+async fn on_capture_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("browserd-capture".into())
@@ -74,7 +76,11 @@ pub(crate) fn snapshot_params() -> serde_json::Value {
 
 /// Elements with click/mouse/pointer listeners (browser-use's `getEventListeners` probe):
 /// skipped above 10 000 elements, abandoned above 100 matches. Failures are not fatal.
-async fn click_listener_ids(conn: &CdpConnection, session: &str, timeout: Duration) -> HashSet<i64> {
+async fn click_listener_ids(
+    conn: &CdpConnection,
+    session: &str,
+    timeout: Duration,
+) -> HashSet<i64> {
     let expression = format!(
         r#"(() => {{
   if (typeof getEventListeners !== 'function') return null;
@@ -182,7 +188,11 @@ async fn click_listener_ids(conn: &CdpConnection, session: &str, timeout: Durati
     ids
 }
 
-async fn layout_metrics(conn: &CdpConnection, session: &str, timeout: Duration) -> Result<LayoutMetrics> {
+async fn layout_metrics(
+    conn: &CdpConnection,
+    session: &str,
+    timeout: Duration,
+) -> Result<LayoutMetrics> {
     conn.call_raw(Some(session), "Page.getLayoutMetrics", json!({}), timeout)
         .await?
         .decode()
@@ -206,7 +216,11 @@ pub(crate) fn page_info_from_metrics(m: &LayoutMetrics) -> PageInfo {
         .or(m.css_layout_viewport.client_width)
         .unwrap_or(1280.0);
     let device_width = m.visual_viewport.client_width.unwrap_or(css_width);
-    let dpr = if css_width > 0.0 { device_width / css_width } else { 1.0 };
+    let dpr = if css_width > 0.0 {
+        device_width / css_width
+    } else {
+        1.0
+    };
     let nonzero = |v: Option<f64>| v.filter(|x| *x != 0.0);
     let viewport_width = nonzero(m.css_layout_viewport.client_width)
         .or(m.layout_viewport.client_width)
@@ -214,11 +228,7 @@ pub(crate) fn page_info_from_metrics(m: &LayoutMetrics) -> PageInfo {
     let viewport_height = nonzero(m.css_layout_viewport.client_height)
         .or(m.layout_viewport.client_height)
         .unwrap_or(720.0) as i64;
-    let page_width = (m
-        .content_size
-        .width
-        .unwrap_or(viewport_width as f64 * dpr)
-        / dpr) as i64;
+    let page_width = (m.content_size.width.unwrap_or(viewport_width as f64 * dpr) / dpr) as i64;
     let page_height = (m
         .content_size
         .height
@@ -413,9 +423,16 @@ pub(crate) async fn capture<S: SessionSource>(
                 .unwrap_or((0.0, 0.0));
             let child_dpr = device_pixel_ratio(&child_metrics);
             let iframe = pending.iframe;
-            let built =
-                build_target(tree, raw, target_index, child_dpr, js_ids, offset, options.clone())
-                    .await?;
+            let built = build_target(
+                tree,
+                raw,
+                target_index,
+                child_dpr,
+                js_ids,
+                offset,
+                options.clone(),
+            )
+            .await?;
             tree = built.0;
             if let Some(child_root) = built.1 {
                 tree.node_mut(iframe).content_document = Some(child_root);
@@ -492,7 +509,8 @@ pub(crate) async fn capture<S: SessionSource>(
     let (serialized, selector_map, tree) = on_capture_thread(move || {
         let mut tree = tree;
         hidden_hints(&mut tree);
-        let serialized: Serialized = Serializer::new(&tree, &previous, None, paint_order_filtering).run(root);
+        let serialized: Serialized =
+            Serializer::new(&tree, &previous, None, paint_order_filtering).run(root);
         let selector_map = selector_map(&tree, &serialized);
         (serialized, selector_map, tree)
     })
@@ -539,7 +557,8 @@ fn pending_frames(
                 && n.tag == "iframe"
                 && n.content_document.is_none()
                 && n.visible
-                && n.bounds().is_some_and(|b| b.width >= 10.0 && b.height >= 10.0)
+                && n.bounds()
+                    .is_some_and(|b| b.width >= 10.0 && b.height >= 10.0)
         })
         .map(|(i, _)| FramePending {
             iframe: i as NodeId,
@@ -560,8 +579,7 @@ fn ax_candidates(tree: &Tree, root: Option<NodeId>) -> Vec<(NodeId, u16, i64)> {
     while let Some((id, special, propagating)) = stack.pop() {
         let n = tree.node(id);
         let special_here = special
-            || n
-                .attr("contenteditable")
+            || n.attr("contenteditable")
                 .is_some_and(|v| !v.eq_ignore_ascii_case("false"))
             || n.attr("aria-hidden") == Some("true")
             || (n.tag == "fieldset" && n.has_attr("disabled"));
@@ -627,22 +645,21 @@ fn hidden_hints(tree: &mut Tree) {
                 any_hidden = true;
             }
             if n.kind == NodeKind::Element && hidden_by_threshold && is_interactive(tree, id) {
-                let text = n
-                    .ax
-                    .as_ref()
-                    .and_then(|a| a.name.clone())
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.chars().take(40).collect::<String>())
-                    .unwrap_or_else(|| {
-                        n.attr("placeholder")
-                            .filter(|s| !s.is_empty())
-                            .or(n.attr("title").filter(|s| !s.is_empty()))
-                            .or(n.attr("aria-label"))
-                            .unwrap_or("")
-                            .chars()
-                            .take(40)
-                            .collect()
-                    });
+                let text =
+                    n.ax.as_ref()
+                        .and_then(|a| a.name.clone())
+                        .filter(|s| !s.is_empty())
+                        .map(|s| s.chars().take(40).collect::<String>())
+                        .unwrap_or_else(|| {
+                            n.attr("placeholder")
+                                .filter(|s| !s.is_empty())
+                                .or(n.attr("title").filter(|s| !s.is_empty()))
+                                .or(n.attr("aria-label"))
+                                .unwrap_or("")
+                                .chars()
+                                .take(40)
+                                .collect()
+                        });
                 let y = n.bounds().map(|b| b.y).unwrap_or(0.0);
                 let pages = if viewport_height > 0.0 {
                     (y / viewport_height * 10.0).round() / 10.0
@@ -651,11 +668,20 @@ fn hidden_hints(tree: &mut Tree) {
                 };
                 hints.push(HiddenHint {
                     tag: n.tag.clone(),
-                    text: if text.is_empty() { "(no label)".into() } else { text },
+                    text: if text.is_empty() {
+                        "(no label)".into()
+                    } else {
+                        text
+                    },
                     pages,
                 });
             }
-            for c in tree.children_and_shadow_roots(id).collect::<Vec<_>>().into_iter().rev() {
+            for c in tree
+                .children_and_shadow_roots(id)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
                 stack.push(c);
             }
         }

@@ -127,7 +127,6 @@ impl AxValue {
     }
 }
 
-
 /// One node of the merged tree.
 #[derive(Clone, Debug)]
 pub(crate) struct Node {
@@ -220,8 +219,7 @@ impl Tree {
         let (Some(scroll), Some(client)) = (layout.scroll_rect, layout.client_rect) else {
             return false;
         };
-        let overflows =
-            scroll.height > client.height + 1.0 || scroll.width > client.width + 1.0;
+        let overflows = scroll.height > client.height + 1.0 || scroll.width > client.width + 1.0;
         if !overflows {
             return false;
         }
@@ -577,7 +575,9 @@ fn read_layout(
         Ok(v) => (v, true),
         Err(_) => (1.0, false),
     };
-    let overflow = style(STYLE_OVERFLOW).unwrap_or("visible").to_ascii_lowercase();
+    let overflow = style(STYLE_OVERFLOW)
+        .unwrap_or("visible")
+        .to_ascii_lowercase();
     let overflow_x = style(STYLE_OVERFLOW_X)
         .map(|s| s.to_ascii_lowercase())
         .unwrap_or_else(|| overflow.clone());
@@ -591,8 +591,16 @@ fn read_layout(
             .get(li)
             .and_then(|r| r.0)
             .map(|r| Rect::from_device(r, dpr)),
-        client_rect: layout.client_rects.get(li).and_then(|r| r.0).map(Rect::from_raw),
-        scroll_rect: layout.scroll_rects.get(li).and_then(|r| r.0).map(Rect::from_raw),
+        client_rect: layout
+            .client_rects
+            .get(li)
+            .and_then(|r| r.0)
+            .map(Rect::from_raw),
+        scroll_rect: layout
+            .scroll_rects
+            .get(li)
+            .and_then(|r| r.0)
+            .map(Rect::from_raw),
         has_styles,
         display_none: style(STYLE_DISPLAY).is_some_and(|d| d.eq_ignore_ascii_case("none")),
         visibility_hidden: style(STYLE_VISIBILITY)
@@ -663,8 +671,7 @@ pub(crate) fn compute_visibility(
         let visible = match &layout {
             None => false,
             Some(l) => {
-                if l.display_none || l.visibility_hidden || (l.opacity_raw_ok && l.opacity <= 0.0)
-                {
+                if l.display_none || l.visibility_hidden || (l.opacity_raw_ok && l.opacity <= 0.0) {
                     false
                 } else if let Some(b) = l.bounds {
                     let mut cur = b;

@@ -188,9 +188,8 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     // decides it and, without aria-*/role/tabindex/handlers (checked below), Chrome exposes no
     // AX property that the rules or the printed attributes read.
     const AX_TAGS: [&str; 19] = [
-        "button", "input", "select", "textarea", "details", "summary", "option", "optgroup",
-        "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed",
-        "object",
+        "button", "input", "select", "textarea", "details", "summary", "option", "optgroup", "td",
+        "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed", "object",
     ];
     if AX_TAGS.contains(&tag) {
         return true;

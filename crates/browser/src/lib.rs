@@ -8,8 +8,8 @@
 //!
 //! Entry points: [`BrowserPool::new`] → [`BrowserPool::lease`] → [`BrowserSession::capture`].
 
-pub mod cdp;
 mod capture;
+pub mod cdp;
 mod dom;
 pub mod error;
 mod interactive;

@@ -30,18 +30,38 @@ impl PRect {
 /// a \ b as up to four pieces (a intersects b).
 fn split_diff(a: &PRect, b: &PRect, out: &mut Vec<PRect>) {
     if a.y1 < b.y1 {
-        out.push(PRect { x1: a.x1, y1: a.y1, x2: a.x2, y2: b.y1 });
+        out.push(PRect {
+            x1: a.x1,
+            y1: a.y1,
+            x2: a.x2,
+            y2: b.y1,
+        });
     }
     if b.y2 < a.y2 {
-        out.push(PRect { x1: a.x1, y1: b.y2, x2: a.x2, y2: a.y2 });
+        out.push(PRect {
+            x1: a.x1,
+            y1: b.y2,
+            x2: a.x2,
+            y2: a.y2,
+        });
     }
     let y_lo = a.y1.max(b.y1);
     let y_hi = a.y2.min(b.y2);
     if a.x1 < b.x1 {
-        out.push(PRect { x1: a.x1, y1: y_lo, x2: b.x1, y2: y_hi });
+        out.push(PRect {
+            x1: a.x1,
+            y1: y_lo,
+            x2: b.x1,
+            y2: y_hi,
+        });
     }
     if b.x2 < a.x2 {
-        out.push(PRect { x1: b.x2, y1: y_lo, x2: a.x2, y2: y_hi });
+        out.push(PRect {
+            x1: b.x2,
+            y1: y_lo,
+            x2: a.x2,
+            y2: y_hi,
+        });
     }
 }
 
@@ -174,8 +194,14 @@ mod tests {
         assert!(!u.contains(&r(0.0, 0.0, 10.0, 10.0)));
         u.add(r(0.0, 0.0, 600.0, 300.0));
         u.add(r(600.0, 0.0, 1200.0, 300.0));
-        assert!(u.contains(&r(100.0, 100.0, 1100.0, 200.0)), "spans two pieces and cells");
-        assert!(!u.contains(&r(100.0, 100.0, 1300.0, 200.0)), "sticks out right");
+        assert!(
+            u.contains(&r(100.0, 100.0, 1100.0, 200.0)),
+            "spans two pieces and cells"
+        );
+        assert!(
+            !u.contains(&r(100.0, 100.0, 1300.0, 200.0)),
+            "sticks out right"
+        );
         assert!(!u.contains(&r(-1.0, 0.0, 10.0, 10.0)), "sticks out left");
         u.add(r(500.0, 200.0, 700.0, 900.0));
         assert!(u.contains(&r(550.0, 250.0, 650.0, 850.0)));

@@ -126,23 +126,22 @@ impl Chrome {
             tokio::time::timeout(config.launch_timeout, Browser::launch(browser_config))
                 .await
                 .map_err(|_| BrowserError::Launch("chrome did not start in time".into()))??;
-        let pid = browser
-            .get_mut_child()
-            .and_then(|child| child.inner.id());
+        let pid = browser.get_mut_child().and_then(|child| child.inner.id());
         Self::finish(browser, handler, Some(dir), pid, false, config).await
     }
 
     async fn connect(endpoint: &str, config: &PoolConfig) -> Result<Arc<Chrome>> {
-        let (browser, handler) = tokio::time::timeout(config.launch_timeout, Browser::connect(endpoint))
-            .await
-            .map_err(|_| BrowserError::Connect {
-                endpoint: endpoint.to_owned(),
-                reason: "no answer in time".into(),
-            })?
-            .map_err(|e| BrowserError::Connect {
-                endpoint: endpoint.to_owned(),
-                reason: e.to_string(),
-            })?;
+        let (browser, handler) =
+            tokio::time::timeout(config.launch_timeout, Browser::connect(endpoint))
+                .await
+                .map_err(|_| BrowserError::Connect {
+                    endpoint: endpoint.to_owned(),
+                    reason: "no answer in time".into(),
+                })?
+                .map_err(|e| BrowserError::Connect {
+                    endpoint: endpoint.to_owned(),
+                    reason: e.to_string(),
+                })?;
         Self::finish(browser, handler, None, None, true, config).await
     }
 
@@ -221,7 +220,11 @@ impl Chrome {
         // Chrome's helpers exit once the browser process is gone; wait for them.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let alive: Vec<u32> = descendants.iter().copied().filter(|p| pid_alive(*p)).collect();
+            let alive: Vec<u32> = descendants
+                .iter()
+                .copied()
+                .filter(|p| pid_alive(*p))
+                .collect();
             if alive.is_empty() {
                 break;
             }
@@ -242,7 +245,11 @@ pub fn descendant_pids(pid: u32) -> Vec<u32> {
     let mut parent_of: Vec<(u32, u32)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
-            let Some(p) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
@@ -440,7 +447,8 @@ impl BrowserPool {
         self.inner.permits.close();
         let chromes: Vec<Arc<Chrome>> = {
             let mut state = self.inner.state.lock().await;
-            let mut all: Vec<Arc<Chrome>> = state.slots.iter_mut().filter_map(Option::take).collect();
+            let mut all: Vec<Arc<Chrome>> =
+                state.slots.iter_mut().filter_map(Option::take).collect();
             all.append(&mut state.retiring);
             all
         };

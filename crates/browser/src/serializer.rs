@@ -331,7 +331,10 @@ impl<'t> Serializer<'t> {
             "input" => match input_type {
                 "range" => out.push(Compound {
                     min: Some(py_float(parse_num(node.attr("min").unwrap_or("0"), 0.0))),
-                    max: Some(py_float(parse_num(node.attr("max").unwrap_or("100"), 100.0))),
+                    max: Some(py_float(parse_num(
+                        node.attr("max").unwrap_or("100"),
+                        100.0,
+                    ))),
                     ..c("slider", "Value")
                 }),
                 "number" => {
@@ -366,11 +369,7 @@ impl<'t> Serializer<'t> {
                             } else if name == "value" && value.truthy() {
                                 let v = text.trim();
                                 if !v.is_empty() {
-                                    current = v
-                                        .rsplit(['\\', '/'])
-                                        .next()
-                                        .unwrap_or(v)
-                                        .to_owned();
+                                    current = v.rsplit(['\\', '/']).next().unwrap_or(v).to_owned();
                                     break;
                                 }
                             }
@@ -381,7 +380,11 @@ impl<'t> Serializer<'t> {
                         now: Some(current),
                         ..c(
                             "textbox",
-                            if multiple { "Files Selected" } else { "File Selected" },
+                            if multiple {
+                                "Files Selected"
+                            } else {
+                                "File Selected"
+                            },
                         )
                     });
                 }
@@ -437,7 +440,10 @@ impl<'t> Serializer<'t> {
         fn walk(tree: &Tree, id: NodeId, out: &mut Vec<(String, String)>) {
             let n = tree.node(id);
             if n.tag == "option" {
-                let mut value = n.attr("value").map(|v| v.trim().to_owned()).unwrap_or_default();
+                let mut value = n
+                    .attr("value")
+                    .map(|v| v.trim().to_owned())
+                    .unwrap_or_default();
                 let mut text = String::new();
                 for &c in &n.children {
                     let cn = tree.node(c);
@@ -470,7 +476,11 @@ impl<'t> Serializer<'t> {
             let display = if text.is_empty() { value } else { text };
             if !display.is_empty() {
                 let capped: String = display.chars().take(30).collect();
-                let ellipsis = if display.chars().count() > 30 { "..." } else { "" };
+                let ellipsis = if display.chars().count() > 30 {
+                    "..."
+                } else {
+                    ""
+                };
                 first.push(format!("{capped}{ellipsis}"));
             }
         }
@@ -603,7 +613,6 @@ impl<'t> Serializer<'t> {
 
     // ---- step 4: bounding-box containment ---------------------------------------------------
 
-
     fn bbox_filter(&mut self, s: u32, active: Option<crate::dom::Rect>) {
         let tree = self.tree;
         let node_id = self.nodes[s as usize].node;
@@ -660,7 +669,10 @@ impl<'t> Serializer<'t> {
             let scrollable = tree.is_scrollable(node_id);
             let shadow_form = interactive
                 && n.layout.is_none()
-                && matches!(n.tag.as_str(), "input" | "button" | "select" | "textarea" | "a")
+                && matches!(
+                    n.tag.as_str(),
+                    "input" | "button" | "select" | "textarea" | "a"
+                )
                 && n.in_shadow;
             let mut make = false;
             if scrollable {
@@ -918,7 +930,11 @@ impl<'t> Serializer<'t> {
                 return;
             }
             let mut parts: Vec<String> = Vec::new();
-            for (attr, out) in [("alt", "image_alt"), ("title", "image_title"), ("aria-label", "image_label")] {
+            for (attr, out) in [
+                ("alt", "image_alt"),
+                ("title", "image_title"),
+                ("aria-label", "image_label"),
+            ] {
                 let raw = n.attr(attr).unwrap_or("");
                 if raw.chars().count() > 4096 {
                     continue;
@@ -937,7 +953,8 @@ impl<'t> Serializer<'t> {
             }
         };
         add(self.nodes[s as usize].node, &mut contexts);
-        let mut iters: Vec<std::slice::Iter<'_, u32>> = vec![self.nodes[s as usize].children.iter()];
+        let mut iters: Vec<std::slice::Iter<'_, u32>> =
+            vec![self.nodes[s as usize].children.iter()];
         let mut visited = 0;
         while !iters.is_empty() && visited < 100 && contexts.len() < 3 {
             let Some(next) = iters.last_mut().and_then(|it| it.next()) else {
@@ -992,10 +1009,10 @@ impl<'t> Serializer<'t> {
 /// The elements that propagate their bounds to descendants (`PROPAGATING_ELEMENTS`).
 pub(crate) fn is_propagating(tag: &str, role: Option<&str>) -> bool {
     match tag {
-    "a" | "button" => true,
-    "div" | "span" => matches!(role, Some("button") | Some("combobox")),
-    "input" => role == Some("combobox"),
-    _ => false,
+        "a" | "button" => true,
+        "div" | "span" => matches!(role, Some("button") | Some("combobox")),
+        "input" => role == Some("combobox"),
+        _ => false,
     }
 }
 
@@ -1008,12 +1025,10 @@ pub(crate) fn excluded_by_containment(tree: &Tree, id: NodeId, parent: crate::do
     let Some(child) = n.bounds() else {
         return false;
     };
-    let x_overlap = ((child.x + child.width).min(parent.x + parent.width)
-        - child.x.max(parent.x))
-    .max(0.0);
-    let y_overlap = ((child.y + child.height).min(parent.y + parent.height)
-        - child.y.max(parent.y))
-    .max(0.0);
+    let x_overlap =
+        ((child.x + child.width).min(parent.x + parent.width) - child.x.max(parent.x)).max(0.0);
+    let y_overlap =
+        ((child.y + child.height).min(parent.y + parent.height) - child.y.max(parent.y)).max(0.0);
     let area = child.width * child.height;
     if area == 0.0 || (x_overlap * y_overlap) / area < 0.99 {
         return false;
@@ -1154,13 +1169,27 @@ fn scroll_info(tree: &Tree, id: NodeId) -> Option<ScrollInfo> {
     let mut horizontal_pct = 0.0;
     if scroll.height > client.height {
         let max = scroll.height - client.height;
-        vertical_pct = if max > 0.0 { scroll.y / max * 100.0 } else { 0.0 };
+        vertical_pct = if max > 0.0 {
+            scroll.y / max * 100.0
+        } else {
+            0.0
+        };
     }
     if scroll.width > client.width {
         let max = scroll.width - client.width;
-        horizontal_pct = if max > 0.0 { scroll.x / max * 100.0 } else { 0.0 };
+        horizontal_pct = if max > 0.0 {
+            scroll.x / max * 100.0
+        } else {
+            0.0
+        };
     }
-    let pages = |v: f64| if client.height > 0.0 { v / client.height } else { 0.0 };
+    let pages = |v: f64| {
+        if client.height > 0.0 {
+            v / client.height
+        } else {
+            0.0
+        }
+    };
     Some(ScrollInfo {
         scrollable_height: scroll.height,
         scrollable_width: scroll.width,
@@ -1348,7 +1377,10 @@ mod tests {
         assert_eq!(py_float(1.5), "1.5");
         assert_eq!(cap_text("abcdef", 3), "abc...");
         assert_eq!(cap_text("abc", 3), "abc");
-        assert_eq!(normalize_src(" https://x.test/a/b/logo.png?x=1#f "), "logo.png");
+        assert_eq!(
+            normalize_src(" https://x.test/a/b/logo.png?x=1#f "),
+            "logo.png"
+        );
         assert_eq!(normalize_src("data:image/png;base64,AAAA"), "");
     }
 }

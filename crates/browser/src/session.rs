@@ -269,8 +269,12 @@ impl BrowserSession {
             .iter()
             .find(|t| t.target_id == tab || t.tab_id == tab)
             .ok_or_else(|| BrowserError::TabNotFound(tab.to_owned()))?;
-        self.cdp(None, "Target.closeTarget", json!({"targetId": found.target_id}))
-            .await?;
+        self.cdp(
+            None,
+            "Target.closeTarget",
+            json!({"targetId": found.target_id}),
+        )
+        .await?;
         let mut state = self.state.lock().await;
         if state.focused.as_deref() == Some(&found.target_id) {
             state.focused = tabs
@@ -383,8 +387,8 @@ impl BrowserSession {
     async fn dispose_context(&self) {
         let guard = self.chrome.browser.read().await;
         if let Some(browser) = guard.as_ref() {
-            let dispose = browser
-                .dispose_browser_context(BrowserContextId::new(self.context_id.clone()));
+            let dispose =
+                browser.dispose_browser_context(BrowserContextId::new(self.context_id.clone()));
             if tokio::time::timeout(self.timeout, dispose).await.is_err() {
                 tracing::warn!(context = %self.context_id, "disposing browser context timed out");
             }

@@ -9,7 +9,9 @@ pub use crate::serializer::PageStats;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScreenshotFormat {
     /// JPEG with a quality of 0–100.
-    Jpeg { quality: u8 },
+    Jpeg {
+        quality: u8,
+    },
     Png,
 }
 

@@ -80,19 +80,32 @@ fn same_and_cross_origin_iframes() {
             .iter()
             .find(|b| b.text.contains("cross"))
             .expect("cross-origin button");
-        let same = buttons.iter().find(|b| b.text.contains("same")).expect("same-origin button");
+        let same = buttons
+            .iter()
+            .find(|b| b.text.contains("same"))
+            .expect("same-origin button");
         let main_target = session.focused_target().await.unwrap();
-        assert_ne!(cross.target_id, main_target, "cross-origin frame has its own target");
+        assert_ne!(
+            cross.target_id, main_target,
+            "cross-origin frame has its own target"
+        );
         assert_eq!(same.target_id, main_target);
         // Absolute bounds include the iframe offset.
         let cross_frame = element_by_id(&state, "cross").expect("cross iframe indexed");
         let cb = cross.absolute_bounds.unwrap();
         let fb = cross_frame.absolute_bounds.unwrap();
         assert!(cb.x >= fb.x && cb.y >= fb.y, "{cb:?} inside {fb:?}");
-        assert!(text.contains("|scroll element[") && text.contains("<iframe"), "{text}");
+        assert!(
+            text.contains("|scroll element[") && text.contains("<iframe"),
+            "{text}"
+        );
         // The escape hatch reaches the cross-origin target.
         let answer = session
-            .cdp(Some(&cross.target_id), "Runtime.evaluate", serde_json::json!({"expression": "location.hostname", "returnByValue": true}))
+            .cdp(
+                Some(&cross.target_id),
+                "Runtime.evaluate",
+                serde_json::json!({"expression": "location.hostname", "returnByValue": true}),
+            )
             .await
             .unwrap();
         assert!(answer.as_str().contains("localhost"), "{}", answer.as_str());
@@ -110,9 +123,21 @@ fn open_and_closed_shadow_dom() {
         let text = &state.llm_text;
         assert!(text.contains("|SHADOW(open)|"), "{text}");
         assert!(text.contains("|SHADOW(closed)|"), "{text}");
-        assert!(text.contains("Open Shadow") && text.contains("Closed Shadow") && text.contains("Shadow End"), "{text}");
-        assert!(indexed(&state, "open-button") && indexed(&state, "closed-input"), "{text}");
-        assert!(element_by_id(&state, "closed-input").unwrap().in_shadow_root);
+        assert!(
+            text.contains("Open Shadow")
+                && text.contains("Closed Shadow")
+                && text.contains("Shadow End"),
+            "{text}"
+        );
+        assert!(
+            indexed(&state, "open-button") && indexed(&state, "closed-input"),
+            "{text}"
+        );
+        assert!(
+            element_by_id(&state, "closed-input")
+                .unwrap()
+                .in_shadow_root
+        );
         assert_eq!(state.stats.shadow_open, 1);
         assert_eq!(state.stats.shadow_closed, 1);
         assert_golden("shadow", text);
@@ -155,7 +180,10 @@ fn element_behind_modal_is_hidden() {
         let state = capture(&session).await;
         let text = &state.llm_text;
         assert!(indexed(&state, "close"), "{text}");
-        assert!(!indexed(&state, "behind"), "covered button must not be indexed:\n{text}");
+        assert!(
+            !indexed(&state, "behind"),
+            "covered button must not be indexed:\n{text}"
+        );
         assert!(!text.contains("Text behind the modal"), "{text}");
         assert!(text.contains("Dialog text"));
         assert_golden("modal", text);
@@ -192,10 +220,22 @@ fn screenshot_in_same_capture() {
     let guard = support::shared_pool();
     rt().block_on(async {
         let session = open(&guard, "modal.html").await;
-        let jpeg = session.capture(&CaptureOptions { screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }), ..Default::default() }).await.unwrap();
+        let jpeg = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         let shot = jpeg.screenshot.expect("jpeg");
         assert_eq!(&shot.data[..3], &[0xFF, 0xD8, 0xFF]);
-        let png = session.capture(&CaptureOptions { screenshot: Some(ScreenshotFormat::Png), ..Default::default() }).await.unwrap();
+        let png = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Png),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         assert_eq!(&png.screenshot.expect("png").data[..4], b"\x89PNG");
         assert!(capture(&session).await.screenshot.is_none());
         session.release().await;
@@ -207,11 +247,23 @@ fn text_cap_and_tabs() {
     let guard = support::shared_pool();
     rt().block_on(async {
         let session = open(&guard, "big.html").await;
-        let state = session.capture(&CaptureOptions { max_text_len: 500, ..Default::default() }).await.unwrap();
+        let state = session
+            .capture(&CaptureOptions {
+                max_text_len: 500,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         assert!(state.truncated);
         assert_eq!(state.truncation_note(500), " (truncated to 500 characters)");
-        assert!(state.llm_text.chars().count() <= 500 + "[Start of page]\n".len() + "\n[End of page]".len());
-        let tab = session.new_tab(&format!("http://{}/rules.html", support::server().await)).await.unwrap();
+        assert!(
+            state.llm_text.chars().count()
+                <= 500 + "[Start of page]\n".len() + "\n[End of page]".len()
+        );
+        let tab = session
+            .new_tab(&format!("http://{}/rules.html", support::server().await))
+            .await
+            .unwrap();
         let tabs = session.tabs().await.unwrap();
         assert_eq!(tabs.len(), 2);
         let short = &tabs.iter().find(|t| t.target_id == tab).unwrap().tab_id;
@@ -220,7 +272,10 @@ fn text_cap_and_tabs() {
         let state = capture(&session).await;
         assert_eq!(state.page_info.focused_tab.as_deref(), Some(short.as_str()));
         assert_eq!(state.page_info.title, "Rules");
-        session.switch_tab(&tabs.iter().find(|t| t.target_id != tab).unwrap().tab_id).await.unwrap();
+        session
+            .switch_tab(&tabs.iter().find(|t| t.target_id != tab).unwrap().tab_id)
+            .await
+            .unwrap();
         assert_eq!(capture(&session).await.page_info.title, "Big");
         session.release().await;
     });

@@ -5,7 +5,10 @@ mod support;
 
 use std::{io::BufRead, time::Duration};
 
-use browserd_browser::{BrowserPool, PoolConfig, pool::{descendant_pids, pid_alive}};
+use browserd_browser::{
+    BrowserPool, PoolConfig,
+    pool::{descendant_pids, pid_alive},
+};
 use serde_json::json;
 use support::{rt, server, test_config};
 
@@ -60,7 +63,12 @@ fn contexts_are_isolated_and_shutdown_reaps_everything() {
 #[test]
 fn recycles_after_n_tasks_and_replaces_dead_chrome() {
     rt().block_on(async {
-        let pool = BrowserPool::new(PoolConfig { contexts_per_process: 1, recycle_after_tasks: 2, ..test_config() }).unwrap();
+        let pool = BrowserPool::new(PoolConfig {
+            contexts_per_process: 1,
+            recycle_after_tasks: 2,
+            ..test_config()
+        })
+        .unwrap();
         let first = pool.lease().await.unwrap();
         let pid1 = pool.chrome_pids().await[0];
         first.release().await;
@@ -71,18 +79,28 @@ fn recycles_after_n_tasks_and_replaces_dead_chrome() {
         let pid2 = pool.chrome_pids().await[0];
         assert_ne!(pid1, pid2, "a new chrome after two tasks");
         for _ in 0..100 {
-            if all_alive(&tree1).is_empty() { break; }
+            if all_alive(&tree1).is_empty() {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(all_alive(&tree1).is_empty(), "recycled chrome still running");
+        assert!(
+            all_alive(&tree1).is_empty(),
+            "recycled chrome still running"
+        );
         third.release().await;
 
         // Kill chrome behind the pool's back: the next lease gets a fresh one.
         let victim = pool.lease().await.unwrap();
         let pid3 = pool.chrome_pids().await[0];
-        std::process::Command::new("kill").args(["-9", &pid3.to_string()]).status().unwrap();
+        std::process::Command::new("kill")
+            .args(["-9", &pid3.to_string()])
+            .status()
+            .unwrap();
         for _ in 0..100 {
-            if !pid_alive(pid3) { break; }
+            if !pid_alive(pid3) {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let err = victim.capture(&Default::default()).await;
@@ -91,8 +109,18 @@ fn recycles_after_n_tasks_and_replaces_dead_chrome() {
         let fresh = pool.lease().await.unwrap();
         let pid4 = pool.chrome_pids().await[0];
         assert_ne!(pid3, pid4);
-        fresh.navigate(&format!("http://{}/modal.html", server().await)).await.unwrap();
-        assert!(fresh.capture(&Default::default()).await.unwrap().llm_text.contains("Close dialog"));
+        fresh
+            .navigate(&format!("http://{}/modal.html", server().await))
+            .await
+            .unwrap();
+        assert!(
+            fresh
+                .capture(&Default::default())
+                .await
+                .unwrap()
+                .llm_text
+                .contains("Close dialog")
+        );
         fresh.release().await;
         let tree = chrome_tree(&pool).await;
         pool.shutdown().await;
@@ -115,7 +143,10 @@ fn remote_endpoint_mode() {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let ws = tokio::task::spawn_blocking(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if let Some(url) = line.strip_prefix("DevTools listening on ") {
                     return Some(url.trim().to_owned());
                 }
@@ -125,11 +156,22 @@ fn remote_endpoint_mode() {
         .await
         .unwrap()
         .expect("devtools url");
-        let pool = BrowserPool::new(PoolConfig { remote_endpoints: vec![ws], ..test_config() }).unwrap();
+        let pool = BrowserPool::new(PoolConfig {
+            remote_endpoints: vec![ws],
+            ..test_config()
+        })
+        .unwrap();
         let session = pool.lease().await.unwrap();
-        session.navigate(&format!("http://{}/shadow.html", server().await)).await.unwrap();
+        session
+            .navigate(&format!("http://{}/shadow.html", server().await))
+            .await
+            .unwrap();
         let state = session.capture(&Default::default()).await.unwrap();
-        assert!(state.llm_text.contains("Open shadow button"), "{}", state.llm_text);
+        assert!(
+            state.llm_text.contains("Open shadow button"),
+            "{}",
+            state.llm_text
+        );
         session.release().await;
         pool.shutdown().await;
         // The pool does not own a remote browser: it is still running.
