@@ -152,27 +152,26 @@ async fn click_listener_ids(
             timeout,
         )
         .await
+        && let Ok(props) = raw.decode::<Properties>()
     {
-        if let Ok(props) = raw.decode::<Properties>() {
-            let objects: Vec<String> = props
-                .result
-                .into_iter()
-                .filter(|p| p.name.chars().all(|c| c.is_ascii_digit()))
-                .filter_map(|p| p.value.and_then(|v| v.object_id))
-                .collect();
-            for batch in objects.chunks(20) {
-                let calls = batch.iter().map(|object_id| {
-                    conn.call_raw(
-                        Some(session),
-                        "DOM.describeNode",
-                        json!({"objectId": object_id}),
-                        timeout,
-                    )
-                });
-                for answer in join_all(calls).await.into_iter().flatten() {
-                    if let Ok(d) = answer.decode::<Described>() {
-                        ids.insert(d.node.backend_node_id);
-                    }
+        let objects: Vec<String> = props
+            .result
+            .into_iter()
+            .filter(|p| p.name.chars().all(|c| c.is_ascii_digit()))
+            .filter_map(|p| p.value.and_then(|v| v.object_id))
+            .collect();
+        for batch in objects.chunks(20) {
+            let calls = batch.iter().map(|object_id| {
+                conn.call_raw(
+                    Some(session),
+                    "DOM.describeNode",
+                    json!({"objectId": object_id}),
+                    timeout,
+                )
+            });
+            for answer in join_all(calls).await.into_iter().flatten() {
+                if let Ok(d) = answer.decode::<Described>() {
+                    ids.insert(d.node.backend_node_id);
                 }
             }
         }
@@ -455,7 +454,7 @@ pub(crate) async fn capture<S: SessionSource>(
     if !wanted.is_empty() {
         let sessions_by_target: Vec<Arc<str>> =
             tree.targets.iter().map(|t| t.session_id.clone()).collect();
-        let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted.into_iter())
+        let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted)
             .map(|(node, target, backend)| {
                 let session = sessions_by_target[target as usize].clone();
                 async move {

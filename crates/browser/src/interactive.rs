@@ -82,12 +82,12 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
         return true;
     }
     // 3. large iframes
-    if tag == "iframe" || tag == "frame" {
-        if let Some(b) = node.bounds() {
-            if b.width > 100.0 && b.height > 100.0 {
-                return true;
-            }
-        }
+    if (tag == "iframe" || tag == "frame")
+        && let Some(b) = node.bounds()
+        && b.width > 100.0
+        && b.height > 100.0
+    {
+        return true;
     }
     // 4. labels and spans wrapping form controls
     if tag == "label" {
@@ -143,25 +143,26 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
         if INTERACTIVE_ATTRIBUTES.iter().any(|a| node.has_attr(a)) {
             return true;
         }
-        if let Some(role) = node.attr("role") {
-            if INTERACTIVE_ROLES.contains(&role) {
-                return true;
-            }
-        }
-    }
-    // 9b. AX roles
-    if let Some(role) = node.ax.as_ref().and_then(|a| a.role.as_deref()) {
-        if INTERACTIVE_ROLES.contains(&role) || role == "listbox" {
+        if let Some(role) = node.attr("role")
+            && INTERACTIVE_ROLES.contains(&role)
+        {
             return true;
         }
     }
+    // 9b. AX roles
+    if let Some(role) = node.ax.as_ref().and_then(|a| a.role.as_deref())
+        && (INTERACTIVE_ROLES.contains(&role) || role == "listbox")
+    {
+        return true;
+    }
     // 10. icon-sized elements with hints
-    if let Some(b) = node.bounds() {
-        if (10.0..=50.0).contains(&b.width) && (10.0..=50.0).contains(&b.height) {
-            const ICON_ATTRS: [&str; 5] = ["class", "role", "onclick", "data-action", "aria-label"];
-            if ICON_ATTRS.iter().any(|a| node.has_attr(a)) {
-                return true;
-            }
+    if let Some(b) = node.bounds()
+        && (10.0..=50.0).contains(&b.width)
+        && (10.0..=50.0).contains(&b.height)
+    {
+        const ICON_ATTRS: [&str; 5] = ["class", "role", "onclick", "data-action", "aria-label"];
+        if ICON_ATTRS.iter().any(|a| node.has_attr(a)) {
+            return true;
         }
     }
     // 11. cursor: pointer
@@ -216,13 +217,12 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     if layout.cursor_pointer {
         return true;
     }
-    if let Some(b) = layout.bounds {
-        if (10.0..=50.0).contains(&b.width)
-            && (10.0..=50.0).contains(&b.height)
-            && ["class", "data-action"].iter().any(|a| node.has_attr(a))
-        {
-            return true;
-        }
+    if let Some(b) = layout.bounds
+        && (10.0..=50.0).contains(&b.width)
+        && (10.0..=50.0).contains(&b.height)
+        && ["class", "data-action"].iter().any(|a| node.has_attr(a))
+    {
+        return true;
     }
     false
 }

@@ -196,26 +196,26 @@ impl Chrome {
         self.dead.store(true, Ordering::SeqCst);
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
-        if let Some(mut browser) = guard.take() {
-            if !self.remote {
-                let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
-                let waited = match closed {
-                    Ok(Ok(_)) => tokio::time::timeout(Duration::from_secs(10), browser.wait())
-                        .await
-                        .is_ok(),
-                    _ => false,
-                };
-                if !waited {
-                    let _ = browser.kill().await;
-                    let _ = tokio::time::timeout(Duration::from_secs(10), browser.wait()).await;
-                }
+        if let Some(mut browser) = guard.take()
+            && !self.remote
+        {
+            let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
+            let waited = match closed {
+                Ok(Ok(_)) => tokio::time::timeout(Duration::from_secs(10), browser.wait())
+                    .await
+                    .is_ok(),
+                _ => false,
+            };
+            if !waited {
+                let _ = browser.kill().await;
+                let _ = tokio::time::timeout(Duration::from_secs(10), browser.wait()).await;
             }
         }
         drop(guard);
-        if let Ok(mut handler) = self.handler.lock() {
-            if let Some(task) = handler.take() {
-                task.abort();
-            }
+        if let Ok(mut handler) = self.handler.lock()
+            && let Some(task) = handler.take()
+        {
+            task.abort();
         }
         // Chrome's helpers exit once the browser process is gone; wait for them.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
