@@ -186,7 +186,7 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
         return true;
     }
     // Tags with implicit interactive roles or AX states. A plain `<a>` is not listed: rule 7
-    // decides it and, without aria-*/role/tabindex/handlers (checked below), Chrome exposes no
+    // decides it and, without aria-*/role/handlers (checked below), Chrome exposes no
     // AX property that the rules or the printed attributes read.
     const AX_TAGS: [&str; 19] = [
         "button", "input", "select", "textarea", "details", "summary", "option", "optgroup", "td",
@@ -195,8 +195,14 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     if AX_TAGS.contains(&tag) {
         return true;
     }
+    // A link is interactive by rule 7 whatever its cursor, size or tabindex; its AX node only
+    // matters through attributes that give it states or another role (checked below).
+    let is_link = tag == "a";
     for (k, _) in &node.attributes {
         let k = k.as_str();
+        if is_link && k == "tabindex" {
+            continue;
+        }
         if k.starts_with("aria-")
             || k.starts_with("on")
             || matches!(
@@ -213,6 +219,9 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     let Some(layout) = &node.layout else {
         return false;
     };
+    if is_link {
+        return false;
+    }
     // Rules 10 and 11 would say yes: AX `hidden`/`disabled` may still veto them.
     if layout.cursor_pointer {
         return true;

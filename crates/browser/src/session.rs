@@ -334,12 +334,11 @@ impl BrowserSession {
                 HashSet::new()
             }
         };
-        let (tabs, iframe_targets) = self.tabs_and_frames().await?;
         let output = capture::capture(
             &self.chrome.conn,
             &self.sessions,
             &target,
-            &iframe_targets,
+            self.tabs_and_frames(),
             &previous,
             options,
             self.timeout,
@@ -354,6 +353,7 @@ impl BrowserSession {
                 .collect();
             state.previous_focus = Some(target.clone());
         }
+        let tabs = output.tabs;
         let mut page_info = output
             .metrics
             .as_ref()
