@@ -80,7 +80,8 @@ pub(crate) fn snapshot_params() -> serde_json::Value {
 const LISTENER_OBJECT_GROUP: &str = "browserd-click-listeners";
 
 /// The event types that make an element "have a JS click listener" (browser-use's probe).
-const CLICK_LISTENER_TYPES: [&str; 5] = ["click", "mousedown", "mouseup", "pointerdown", "pointerup"];
+const CLICK_LISTENER_TYPES: [&str; 5] =
+    ["click", "mousedown", "mouseup", "pointerdown", "pointerup"];
 
 /// Elements with click/mouse/pointer listeners (browser-use's `getEventListeners` probe):
 /// skipped above 10 000 elements, abandoned above 100 matches. Failures are not fatal.
@@ -355,162 +356,194 @@ pub(crate) async fn capture<S: SessionSource>(
             None => None,
         }
     };
-    // Everything independent goes out in the same instant: snapshot, listener probe, metrics,
-    // screenshot and the context's target list.
-    let (fetched, shot, targets) =
-        tokio::join!(fetch_target(conn, &session, timeout), shot, targets);
-    let (raw, js_ids, metrics) = fetched?;
-    let (tabs, iframe_targets) = targets?;
-    timings.cdp = started.elapsed();
+    // Everything independent goes out in the same instant: the listener probe first (its
+    // bounded scan runs before the snapshot in Chrome's queue), then snapshot, metrics,
+    // screenshot and the context's target list. The tree is built and its accessibility
+    // lookups are sent while the probe's second round trip is still on its way; the
+    // listener flags are applied afterwards (nothing before the serializer reads them).
+    let listeners = click_listener_ids(conn, &session, timeout);
+    let main = async {
+        let snapshot = conn.call_raw(
+            Some(&session),
+            "DOMSnapshot.captureSnapshot",
+            snapshot_params(),
+            timeout,
+        );
+        let metrics = layout_metrics(conn, &session, timeout);
+        let (raw, metrics, shot, targets) = tokio::join!(snapshot, metrics, shot, targets);
+        let raw = raw?;
+        let metrics = metrics.unwrap_or_default();
+        let (tabs, iframe_targets) = targets?;
+        timings.cdp = started.elapsed();
 
-    let build_started = Instant::now();
-    let mut tree = Tree::default();
-    tree.targets.push(TargetRef {
-        target_id: Arc::from(target_id),
-        session_id: Arc::from(session.as_str()),
-    });
-    let dpr = device_pixel_ratio(&metrics);
-    let (mut tree, root) =
-        build_target(tree, raw, 0, dpr, js_ids, (0.0, 0.0), options.clone()).await?;
-    timings.build = build_started.elapsed();
+        let build_started = Instant::now();
+        let mut tree = Tree::default();
+        tree.targets.push(TargetRef {
+            target_id: Arc::from(target_id),
+            session_id: Arc::from(session.as_str()),
+        });
+        let dpr = device_pixel_ratio(&metrics);
+        let (mut tree, root) = build_target(
+            tree,
+            raw,
+            0,
+            dpr,
+            HashSet::new(),
+            (0.0, 0.0),
+            options.clone(),
+        )
+        .await?;
+        timings.build = build_started.elapsed();
 
-    // Cross-origin frames: only when the context has iframe targets at all.
-    let frames_started = Instant::now();
-    if options.cross_origin_iframes && !iframe_targets.is_empty() {
-        let mut queue: Vec<FramePending> = pending_frames(&tree, 0, 0, options);
-        let mut visited: HashSet<String> = HashSet::new();
-        while let Some(pending) = queue.pop() {
-            if visited.len() >= options.max_iframes || pending.depth >= options.max_iframe_depth {
-                continue;
-            }
-            let parent_session = tree.targets[pending.target as usize].session_id.clone();
-            let backend = tree.node(pending.iframe).backend_node_id;
-            #[derive(Deserialize)]
-            struct Described {
-                node: DescribedFrame,
-            }
-            #[derive(Deserialize)]
-            struct DescribedFrame {
-                #[serde(rename = "frameId")]
-                frame_id: Option<String>,
-            }
-            let Ok(raw) = conn
-                .call_raw(
-                    Some(&parent_session),
-                    "DOM.describeNode",
-                    json!({"backendNodeId": backend}),
-                    timeout,
-                )
-                .await
-            else {
-                continue;
-            };
-            let Some(frame_id) = raw.decode::<Described>().ok().and_then(|d| d.node.frame_id)
-            else {
-                continue;
-            };
-            if !iframe_targets.contains(&frame_id) || !visited.insert(frame_id.clone()) {
-                continue;
-            }
-            let Ok(child_session) = sessions.session_for(&frame_id).await else {
-                continue;
-            };
-            let Ok((raw, js_ids, child_metrics)) =
-                fetch_target(conn, &child_session, timeout).await
-            else {
-                continue;
-            };
-            let target_index = tree.targets.len() as u16;
-            tree.targets.push(TargetRef {
-                target_id: Arc::from(frame_id.as_str()),
-                session_id: Arc::from(child_session.as_str()),
-            });
-            let offset = tree
-                .node(pending.iframe)
-                .absolute
-                .map(|a| (a.x, a.y))
-                .unwrap_or((0.0, 0.0));
-            let child_dpr = device_pixel_ratio(&child_metrics);
-            let iframe = pending.iframe;
-            let built = build_target(
-                tree,
-                raw,
-                target_index,
-                child_dpr,
-                js_ids,
-                offset,
-                options.clone(),
-            )
-            .await?;
-            tree = built.0;
-            if let Some(child_root) = built.1 {
-                tree.node_mut(iframe).content_document = Some(child_root);
-                tree.node_mut(child_root).parent = Some(iframe);
-                queue.extend(pending_frames(
-                    &tree,
-                    target_index,
-                    pending.depth + 1,
-                    options,
-                ));
-            }
-        }
-    }
-    timings.cross_origin_frames = frames_started.elapsed();
-
-    // Accessibility only where it can matter (see `needs_ax`).
-    let ax_started = Instant::now();
-    let wanted = ax_candidates(&tree, root);
-    timings.ax_nodes = wanted.len();
-    if !wanted.is_empty() {
-        let sessions_by_target: Vec<Arc<str>> =
-            tree.targets.iter().map(|t| t.session_id.clone()).collect();
-        let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted)
-            .map(|(node, target, backend)| {
-                let session = sessions_by_target[target as usize].clone();
-                async move {
-                    let answer = conn
-                        .call_raw(
-                            Some(&session),
-                            "Accessibility.getPartialAXTree",
-                            json!({"backendNodeId": backend, "fetchRelatives": false}),
-                            timeout,
-                        )
-                        .await;
-                    let info = answer.ok().and_then(|raw| {
-                        let tree: AxTreeWire = raw.decode().ok()?;
-                        let node = tree
-                            .nodes
-                            .into_iter()
-                            .find(|n| n.backend_dom_node_id == Some(backend))?;
-                        Some(AxInfo {
-                            role: node.role.and_then(|r| r.value).and_then(|v| match v {
-                                serde_json::Value::String(s) => Some(s),
-                                _ => None,
-                            }),
-                            name: node.name.and_then(|r| r.value).and_then(|v| match v {
-                                serde_json::Value::String(s) => Some(s),
-                                _ => None,
-                            }),
-                            ignored: node.ignored,
-                            has_children: !node.child_ids.is_empty(),
-                            properties: node
-                                .properties
-                                .into_iter()
-                                .map(|p| (p.name, AxValue::from_json(p.value.value)))
-                                .collect(),
-                        })
-                    });
-                    (node, info)
+        // Cross-origin frames: only when the context has iframe targets at all.
+        let frames_started = Instant::now();
+        if options.cross_origin_iframes && !iframe_targets.is_empty() {
+            let mut queue: Vec<FramePending> = pending_frames(&tree, 0, 0, options);
+            let mut visited: HashSet<String> = HashSet::new();
+            while let Some(pending) = queue.pop() {
+                if visited.len() >= options.max_iframes || pending.depth >= options.max_iframe_depth
+                {
+                    continue;
                 }
-            })
-            .buffer_unordered(256)
-            .collect()
-            .await;
-        for (node, info) in results {
-            tree.node_mut(node).ax = info;
+                let parent_session = tree.targets[pending.target as usize].session_id.clone();
+                let backend = tree.node(pending.iframe).backend_node_id;
+                #[derive(Deserialize)]
+                struct Described {
+                    node: DescribedFrame,
+                }
+                #[derive(Deserialize)]
+                struct DescribedFrame {
+                    #[serde(rename = "frameId")]
+                    frame_id: Option<String>,
+                }
+                let Ok(raw) = conn
+                    .call_raw(
+                        Some(&parent_session),
+                        "DOM.describeNode",
+                        json!({"backendNodeId": backend}),
+                        timeout,
+                    )
+                    .await
+                else {
+                    continue;
+                };
+                let Some(frame_id) = raw.decode::<Described>().ok().and_then(|d| d.node.frame_id)
+                else {
+                    continue;
+                };
+                if !iframe_targets.contains(&frame_id) || !visited.insert(frame_id.clone()) {
+                    continue;
+                }
+                let Ok(child_session) = sessions.session_for(&frame_id).await else {
+                    continue;
+                };
+                let Ok((raw, js_ids, child_metrics)) =
+                    fetch_target(conn, &child_session, timeout).await
+                else {
+                    continue;
+                };
+                let target_index = tree.targets.len() as u16;
+                tree.targets.push(TargetRef {
+                    target_id: Arc::from(frame_id.as_str()),
+                    session_id: Arc::from(child_session.as_str()),
+                });
+                let offset = tree
+                    .node(pending.iframe)
+                    .absolute
+                    .map(|a| (a.x, a.y))
+                    .unwrap_or((0.0, 0.0));
+                let child_dpr = device_pixel_ratio(&child_metrics);
+                let iframe = pending.iframe;
+                let built = build_target(
+                    tree,
+                    raw,
+                    target_index,
+                    child_dpr,
+                    js_ids,
+                    offset,
+                    options.clone(),
+                )
+                .await?;
+                tree = built.0;
+                if let Some(child_root) = built.1 {
+                    tree.node_mut(iframe).content_document = Some(child_root);
+                    tree.node_mut(child_root).parent = Some(iframe);
+                    queue.extend(pending_frames(
+                        &tree,
+                        target_index,
+                        pending.depth + 1,
+                        options,
+                    ));
+                }
+            }
+        }
+        timings.cross_origin_frames = frames_started.elapsed();
+
+        // Accessibility only where it can matter (see `needs_ax`).
+        let ax_started = Instant::now();
+        let wanted = ax_candidates(&tree, root);
+        timings.ax_nodes = wanted.len();
+        if !wanted.is_empty() {
+            let sessions_by_target: Vec<Arc<str>> =
+                tree.targets.iter().map(|t| t.session_id.clone()).collect();
+            let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted)
+                .map(|(node, target, backend)| {
+                    let session = sessions_by_target[target as usize].clone();
+                    async move {
+                        let answer = conn
+                            .call_raw(
+                                Some(&session),
+                                "Accessibility.getPartialAXTree",
+                                json!({"backendNodeId": backend, "fetchRelatives": false}),
+                                timeout,
+                            )
+                            .await;
+                        let info = answer.ok().and_then(|raw| {
+                            let tree: AxTreeWire = raw.decode().ok()?;
+                            let node = tree
+                                .nodes
+                                .into_iter()
+                                .find(|n| n.backend_dom_node_id == Some(backend))?;
+                            Some(AxInfo {
+                                role: node.role.and_then(|r| r.value).and_then(|v| match v {
+                                    serde_json::Value::String(s) => Some(s),
+                                    _ => None,
+                                }),
+                                name: node.name.and_then(|r| r.value).and_then(|v| match v {
+                                    serde_json::Value::String(s) => Some(s),
+                                    _ => None,
+                                }),
+                                ignored: node.ignored,
+                                has_children: !node.child_ids.is_empty(),
+                                properties: node
+                                    .properties
+                                    .into_iter()
+                                    .map(|p| (p.name, AxValue::from_json(p.value.value)))
+                                    .collect(),
+                            })
+                        });
+                        (node, info)
+                    }
+                })
+                .buffer_unordered(256)
+                .collect()
+                .await;
+            for (node, info) in results {
+                tree.node_mut(node).ax = info;
+            }
+        }
+        timings.accessibility = ax_started.elapsed();
+        Ok::<_, BrowserError>((tree, root, metrics, shot, tabs, timings))
+    };
+    let (js_ids, main) = tokio::join!(listeners, main);
+    let (mut tree, root, metrics, shot, tabs, mut timings) = main?;
+    if !js_ids.is_empty() {
+        for node in tree.nodes.iter_mut() {
+            if node.target == 0 && js_ids.contains(&node.backend_node_id) {
+                node.js_click_listener = true;
+            }
         }
     }
-    timings.accessibility = ax_started.elapsed();
 
     let serialize_started = Instant::now();
     let previous = previous.clone();

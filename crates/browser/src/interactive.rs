@@ -169,6 +169,27 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
     node.layout.as_ref().is_some_and(|l| l.cursor_pointer)
 }
 
+/// ARIA attributes that only name, describe or relate an element: Chrome derives from them no
+/// AX role or property that the rules (`disabled`, `hidden`, `focusable`, `editable`,
+/// `settable`, `checked`, `expanded`, `pressed`, `selected`, `required`, `autocomplete`,
+/// `keyshortcuts`, interactive roles) or the printed attributes read. `aria-hidden="true"` is
+/// handled as a special subtree; `aria-hidden="false"` changes nothing.
+const ARIA_WITHOUT_READ_STATE: [&str; 13] = [
+    "aria-label",
+    "aria-labelledby",
+    "aria-describedby",
+    "aria-description",
+    "aria-controls",
+    "aria-roledescription",
+    "aria-details",
+    "aria-flowto",
+    "aria-atomic",
+    "aria-relevant",
+    "aria-posinset",
+    "aria-setsize",
+    "aria-current",
+];
+
 /// Whether the accessibility node of `id` can change the outcome of the rules or the printed
 /// attributes. Elements for which it cannot are not sent to `Accessibility.getPartialAXTree`
 /// (see the crate docs: full AX trees cost more than the whole snapshot on large pages).
@@ -198,9 +219,14 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     // A link is interactive by rule 7 whatever its cursor, size or tabindex; its AX node only
     // matters through attributes that give it states or another role (checked below).
     let is_link = tag == "a";
-    for (k, _) in &node.attributes {
+    for (k, v) in &node.attributes {
         let k = k.as_str();
         if is_link && k == "tabindex" {
+            continue;
+        }
+        if ARIA_WITHOUT_READ_STATE.contains(&k)
+            || (k == "aria-hidden" && !v.trim().eq_ignore_ascii_case("true"))
+        {
             continue;
         }
         if k.starts_with("aria-")
