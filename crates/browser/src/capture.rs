@@ -621,6 +621,13 @@ fn ax_candidates(tree: &Tree, root: Option<NodeId>) -> Vec<(NodeId, u16, i64)> {
     let mut stack: Vec<(NodeId, bool, Option<crate::dom::Rect>)> = vec![(root, false, None)];
     while let Some((id, special, propagating)) = stack.pop() {
         let n = tree.node(id);
+        // The serializer drops these elements with their whole subtree.
+        if n.kind == NodeKind::Element
+            && (crate::serializer::DISABLED_ELEMENTS.contains(&n.tag.as_str())
+                || crate::serializer::SVG_CHILDREN.contains(&n.tag.as_str()))
+        {
+            continue;
+        }
         let special_here = special
             || n.attr("contenteditable")
                 .is_some_and(|v| !v.eq_ignore_ascii_case("false"))

@@ -3,7 +3,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use crate::snapshot::{
-    CaptureSnapshot, STYLE_BACKGROUND, STYLE_CURSOR, STYLE_DISPLAY, STYLE_OPACITY, STYLE_OVERFLOW,
+    CaptureSnapshot, STYLE_BACKGROUND, STYLE_CURSOR, STYLE_DISPLAY, STYLE_OPACITY,
     STYLE_OVERFLOW_X, STYLE_OVERFLOW_Y, STYLE_VISIBILITY,
 };
 
@@ -575,16 +575,13 @@ fn read_layout(
         Ok(v) => (v, true),
         Err(_) => (1.0, false),
     };
-    let overflow = style(STYLE_OVERFLOW)
-        .unwrap_or("visible")
-        .to_ascii_lowercase();
-    let overflow_x = style(STYLE_OVERFLOW_X)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_else(|| overflow.clone());
-    let overflow_y = style(STYLE_OVERFLOW_Y)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_else(|| overflow.clone());
-    let scrolls = |v: &str| matches!(v, "auto" | "scroll" | "overlay");
+    let scrolls = |v: Option<&str>| {
+        v.is_some_and(|v| {
+            ["auto", "scroll", "overlay"]
+                .iter()
+                .any(|s| v.trim().eq_ignore_ascii_case(s))
+        })
+    };
     Layout {
         bounds: layout
             .bounds
@@ -607,7 +604,8 @@ fn read_layout(
             .is_some_and(|d| d.eq_ignore_ascii_case("hidden")),
         opacity,
         opacity_raw_ok,
-        overflow_allows_scroll: scrolls(&overflow) || scrolls(&overflow_x) || scrolls(&overflow_y),
+        overflow_allows_scroll: scrolls(style(STYLE_OVERFLOW_X))
+            || scrolls(style(STYLE_OVERFLOW_Y)),
         cursor_pointer: style(STYLE_CURSOR) == Some("pointer"),
         background_transparent: style(STYLE_BACKGROUND).unwrap_or("rgba(0, 0, 0, 0)")
             == "rgba(0, 0, 0, 0)",

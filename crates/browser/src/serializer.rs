@@ -71,8 +71,9 @@ pub const DEFAULT_INCLUDE_ATTRIBUTES: &[&str] = &[
 /// (target, enclosing iframe) that owns a node's paint order.
 type FrameContext = (u16, Option<std::sync::Arc<str>>);
 
-const DISABLED_ELEMENTS: [&str; 6] = ["style", "script", "head", "meta", "link", "title"];
-const SVG_CHILDREN: [&str; 16] = [
+pub(crate) const DISABLED_ELEMENTS: [&str; 6] =
+    ["style", "script", "head", "meta", "link", "title"];
+pub(crate) const SVG_CHILDREN: [&str; 16] = [
     "path", "rect", "g", "circle", "ellipse", "line", "polyline", "polygon", "use", "defs",
     "clippath", "mask", "pattern", "image", "text", "tspan",
 ];
