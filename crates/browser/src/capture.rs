@@ -356,11 +356,11 @@ pub(crate) async fn capture<S: SessionSource>(
             None => None,
         }
     };
-    // Everything independent goes out in the same instant: the listener probe first (its
-    // bounded scan runs before the snapshot in Chrome's queue), then snapshot, metrics,
-    // screenshot and the context's target list. The tree is built and its accessibility
-    // lookups are sent while the probe's second round trip is still on its way; the
-    // listener flags are applied afterwards (nothing before the serializer reads them).
+    // Everything independent goes out in the same instant: snapshot, metrics, screenshot, the
+    // context's target list, and last the listener probe, whose bounded scan then runs in
+    // Chrome while we receive and decode the snapshot. Its second round trip overlaps the
+    // tree build; the accessibility lookups follow it in Chrome's queue, and the listener
+    // flags are applied afterwards (nothing before the serializer reads them).
     let listeners = click_listener_ids(conn, &session, timeout);
     let main = async {
         let snapshot = conn.call_raw(
@@ -535,7 +535,7 @@ pub(crate) async fn capture<S: SessionSource>(
         timings.accessibility = ax_started.elapsed();
         Ok::<_, BrowserError>((tree, root, metrics, shot, tabs, timings))
     };
-    let (js_ids, main) = tokio::join!(listeners, main);
+    let (main, js_ids) = tokio::join!(main, listeners);
     let (mut tree, root, metrics, shot, tabs, mut timings) = main?;
     if !js_ids.is_empty() {
         for node in tree.nodes.iter_mut() {
