@@ -632,7 +632,10 @@ fn ax_candidates(tree: &Tree, root: Option<NodeId>) -> Vec<(NodeId, u16, i64)> {
             || n.attr("contenteditable")
                 .is_some_and(|v| !v.eq_ignore_ascii_case("false"))
             || n.attr("aria-hidden") == Some("true")
-            || (n.tag == "fieldset" && n.has_attr("disabled"));
+            || n.has_attr("disabled")
+            || n.has_attr("inert")
+            || n.attr("aria-disabled")
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         let relevant = n.visible
             || n.is_file_input()
             || (n.layout.is_none() && n.in_shadow)

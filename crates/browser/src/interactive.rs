@@ -190,6 +190,55 @@ const ARIA_WITHOUT_READ_STATE: [&str; 13] = [
     "aria-current",
 ];
 
+/// Tags whose AX node carries no role, state or value the rules or the printed attributes
+/// read, unless an ancestor or an own attribute gives it one (see `needs_ax`).
+const PLAIN_TAGS: [&str; 44] = [
+    "abbr",
+    "article",
+    "aside",
+    "b",
+    "blockquote",
+    "center",
+    "cite",
+    "code",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "figcaption",
+    "figure",
+    "font",
+    "footer",
+    "header",
+    "i",
+    "img",
+    "kbd",
+    "li",
+    "main",
+    "mark",
+    "nav",
+    "ol",
+    "p",
+    "picture",
+    "pre",
+    "q",
+    "s",
+    "samp",
+    "section",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "svg",
+    "time",
+    "u",
+    "ul",
+    "var",
+    "wbr",
+];
+
 /// Whether the accessibility node of `id` can change the outcome of the rules or the printed
 /// attributes. Elements for which it cannot are not sent to `Accessibility.getPartialAXTree`
 /// (see the crate docs: full AX trees cost more than the whole snapshot on large pages).
@@ -209,9 +258,10 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     // Tags with implicit interactive roles or AX states. A plain `<a>` is not listed: rule 7
     // decides it and, without aria-*/role/handlers (checked below), Chrome exposes no
     // AX property that the rules or the printed attributes read.
-    const AX_TAGS: [&str; 19] = [
+    const AX_TAGS: [&str; 23] = [
         "button", "input", "select", "textarea", "details", "summary", "option", "optgroup", "td",
         "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed", "object",
+        "search", "progress", "meter", "output",
     ];
     if AX_TAGS.contains(&tag) {
         return true;
@@ -248,7 +298,14 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     if is_link {
         return false;
     }
-    // Rules 10 and 11 would say yes: AX `hidden`/`disabled` may still veto them.
+    // Rules 10 and 11 would say yes: AX `hidden`/`disabled` may still veto them. For a tag
+    // without implicit semantics (no interactive role, no AX state or value, no heading
+    // level) those can only come from an ancestor (aria-hidden, aria-disabled, disabled,
+    // inert, contenteditable: a special subtree, handled above) or from the element's own
+    // attributes (checked above), so Chrome's answer cannot change the outcome or the text.
+    if PLAIN_TAGS.contains(&tag) {
+        return false;
+    }
     if layout.cursor_pointer {
         return true;
     }
