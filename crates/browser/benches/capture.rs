@@ -74,7 +74,7 @@ fn main() {
         })
         .expect("pool");
         println!(
-            "{:<38} {:>9} {:>9} {:>8} {:>9} {:>9} {:>6}   breakdown (median ms: cdp build ax[n] frames serialize)",
+            "{:<38} {:>9} {:>9} {:>8} {:>9} {:>9} {:>6}   breakdown (median ms: cdp build ax[n] frames serialize | listener probe done at)",
             "page", "first ms", "capture", "elements", "text len", "bare ms", "ratio"
         );
         let mut worst: f64 = 0.0;
@@ -91,8 +91,14 @@ fn main() {
             let warm = session.capture(&options).await.expect("capture");
             let first_ms = ms(first.elapsed());
             let (mut captures, mut bares) = (Vec::new(), Vec::new());
-            let (mut cdp, mut build, mut ax, mut frames, mut ser) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut cdp, mut build, mut ax, mut frames, mut ser, mut probe) = (
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            );
             let mut last = warm;
             for _ in 0..rounds {
                 let started = Instant::now();
@@ -103,6 +109,7 @@ fn main() {
                 ax.push(ms(state.timings.accessibility));
                 frames.push(ms(state.timings.cross_origin_frames));
                 ser.push(ms(state.timings.serialize));
+                probe.push(ms(state.timings.listener_probe));
                 last = state;
                 let started = Instant::now();
                 let raw = session
@@ -116,7 +123,7 @@ fn main() {
             let ratio = capture / bare;
             worst = worst.max(ratio);
             println!(
-                "{:<38} {:>9.1} {:>9.1} {:>8} {:>9} {:>9.1} {:>6.2}   {:.0} {:.0} {:.0}[{}] {:.0} {:.0}",
+                "{:<38} {:>9.1} {:>9.1} {:>8} {:>9} {:>9.1} {:>6.2}   {:.0} {:.0} {:.0}[{}] {:.0} {:.0} | {:.0}",
                 page,
                 first_ms,
                 capture,
@@ -130,6 +137,7 @@ fn main() {
                 last.timings.ax_nodes,
                 median(frames),
                 median(ser),
+                median(probe),
             );
             session.release().await;
         }

@@ -361,7 +361,10 @@ pub(crate) async fn capture<S: SessionSource>(
     // Chrome while we receive and decode the snapshot. Its second round trip overlaps the
     // tree build; the accessibility lookups follow it in Chrome's queue, and the listener
     // flags are applied afterwards (nothing before the serializer reads them).
-    let listeners = click_listener_ids(conn, &session, timeout);
+    let listeners = async {
+        let ids = click_listener_ids(conn, &session, timeout).await;
+        (ids, started.elapsed())
+    };
     let main = async {
         let snapshot = conn.call_raw(
             Some(&session),
@@ -535,8 +538,9 @@ pub(crate) async fn capture<S: SessionSource>(
         timings.accessibility = ax_started.elapsed();
         Ok::<_, BrowserError>((tree, root, metrics, shot, tabs, timings))
     };
-    let (main, js_ids) = tokio::join!(main, listeners);
+    let (main, (js_ids, listener_probe)) = tokio::join!(main, listeners);
     let (mut tree, root, metrics, shot, tabs, mut timings) = main?;
+    timings.listener_probe = listener_probe;
     if !js_ids.is_empty() {
         for node in tree.nodes.iter_mut() {
             if node.target == 0 && js_ids.contains(&node.backend_node_id) {
