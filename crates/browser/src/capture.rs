@@ -66,6 +66,51 @@ async fn on_capture_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'st
     })
 }
 
+/// Snapshots up to this size are decoded and built on the calling task (a few ms of CPU at
+/// most; the build is iterative): a hand-off to a fresh thread costs more than the work on a
+/// busy machine.
+const INLINE_BUILD_MAX_BYTES: usize = 512 * 1024;
+/// Trees up to this many nodes and this depth are serialized on the calling task; the
+/// serializer recurses, so anything deeper goes to the large-stack capture thread.
+const INLINE_SERIALIZE_MAX_NODES: usize = 20_000;
+const INLINE_SERIALIZE_MAX_DEPTH: usize = 128;
+
+/// Runs `f` inline when `inline`, else on the large-stack capture thread.
+async fn run_capture_work<T: Send + 'static>(
+    inline: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    if inline {
+        Ok(f())
+    } else {
+        on_capture_thread(f).await
+    }
+}
+
+/// Whether the tree under `root` is small and shallow enough to serialize inline.
+fn small_and_shallow(tree: &Tree, root: Option<NodeId>) -> bool {
+    if tree.nodes.len() > INLINE_SERIALIZE_MAX_NODES {
+        return false;
+    }
+    let Some(root) = root else {
+        return true;
+    };
+    let mut stack = vec![(root, 0usize)];
+    while let Some((id, depth)) = stack.pop() {
+        if depth > INLINE_SERIALIZE_MAX_DEPTH {
+            return false;
+        }
+        let n = tree.node(id);
+        for c in tree.children_and_shadow_roots(id) {
+            stack.push((c, depth + 1));
+        }
+        if let Some(cd) = n.content_document {
+            stack.push((cd, depth + 1));
+        }
+    }
+    true
+}
+
 pub(crate) fn snapshot_params() -> serde_json::Value {
     json!({
         "computedStyles": SNAPSHOT_STYLES,
@@ -307,7 +352,8 @@ async fn build_target(
     initial_offset: (f64, f64),
     options: CaptureOptions,
 ) -> Result<(Tree, Option<NodeId>)> {
-    on_capture_thread(move || -> Result<(Tree, Option<NodeId>)> {
+    let inline = raw.len() <= INLINE_BUILD_MAX_BYTES;
+    run_capture_work(inline, move || -> Result<(Tree, Option<NodeId>)> {
         let snap: CaptureSnapshot<'_> = raw.decode()?;
         let root = append_snapshot(&mut tree, &snap, target, dpr, &js_ids, options.max_iframes);
         if let Some(r) = root {
@@ -552,7 +598,8 @@ pub(crate) async fn capture<S: SessionSource>(
     let serialize_started = Instant::now();
     let previous = previous.clone();
     let paint_order_filtering = options.paint_order_filtering;
-    let (serialized, selector_map, tree) = on_capture_thread(move || {
+    let inline = small_and_shallow(&tree, root);
+    let (serialized, selector_map, tree) = run_capture_work(inline, move || {
         let mut tree = tree;
         hidden_hints(&mut tree);
         let serialized: Serialized =

@@ -318,3 +318,17 @@ fn click_listener_probe_is_bounded() {
         session.release().await;
     });
 }
+
+/// A small but very deep DOM: the capture must not overflow a runtime worker's stack (deep
+/// trees are serialized on the large-stack capture thread) and still finds the button.
+#[test]
+fn deep_small_dom_is_captured() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "deep.html").await;
+        let state = capture(&session).await;
+        assert!(indexed(&state, "deep-button"), "{}", state.llm_text);
+        assert!(state.llm_text.contains("Deep button"), "{}", state.llm_text);
+        session.release().await;
+    });
+}
