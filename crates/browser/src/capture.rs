@@ -7,7 +7,7 @@ use std::{
 };
 
 use base64::Engine;
-use futures::{StreamExt, future::join_all};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -23,7 +23,7 @@ use crate::{
     snapshot::{AxTreeWire, CaptureSnapshot, LayoutMetrics, SNAPSHOT_STYLES},
     types::{
         CaptureOptions, CaptureTimings, ElementInfo, PageInfo, Screenshot, ScreenshotFormat,
-        SelectorMap,
+        SelectorMap, TabInfo,
     },
 };
 
@@ -47,6 +47,8 @@ pub(crate) struct CaptureOutput {
     pub metrics: Option<LayoutMetrics>,
     pub screenshot: Option<Screenshot>,
     pub timings: CaptureTimings,
+    /// The context's tabs, listed concurrently with the snapshot.
+    pub tabs: Vec<TabInfo>,
 }
 
 /// Runs `f` on a dedicated thread with a large stack (deep DOMs recurse deeply) and awaits it.
@@ -64,6 +66,51 @@ async fn on_capture_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'st
     })
 }
 
+/// Snapshots up to this size are decoded and built on the calling task (a few ms of CPU at
+/// most; the build is iterative): a hand-off to a fresh thread costs more than the work on a
+/// busy machine.
+const INLINE_BUILD_MAX_BYTES: usize = 512 * 1024;
+/// Trees up to this many nodes and this depth are serialized on the calling task; the
+/// serializer recurses, so anything deeper goes to the large-stack capture thread.
+const INLINE_SERIALIZE_MAX_NODES: usize = 20_000;
+const INLINE_SERIALIZE_MAX_DEPTH: usize = 128;
+
+/// Runs `f` inline when `inline`, else on the large-stack capture thread.
+async fn run_capture_work<T: Send + 'static>(
+    inline: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    if inline {
+        Ok(f())
+    } else {
+        on_capture_thread(f).await
+    }
+}
+
+/// Whether the tree under `root` is small and shallow enough to serialize inline.
+fn small_and_shallow(tree: &Tree, root: Option<NodeId>) -> bool {
+    if tree.nodes.len() > INLINE_SERIALIZE_MAX_NODES {
+        return false;
+    }
+    let Some(root) = root else {
+        return true;
+    };
+    let mut stack = vec![(root, 0usize)];
+    while let Some((id, depth)) = stack.pop() {
+        if depth > INLINE_SERIALIZE_MAX_DEPTH {
+            return false;
+        }
+        let n = tree.node(id);
+        for c in tree.children_and_shadow_roots(id) {
+            stack.push((c, depth + 1));
+        }
+        if let Some(cd) = n.content_document {
+            stack.push((cd, depth + 1));
+        }
+    }
+    true
+}
+
 pub(crate) fn snapshot_params() -> serde_json::Value {
     json!({
         "computedStyles": SNAPSHOT_STYLES,
@@ -74,29 +121,49 @@ pub(crate) fn snapshot_params() -> serde_json::Value {
     })
 }
 
+/// Object group of the listener probe's remote objects (released after each probe).
+const LISTENER_OBJECT_GROUP: &str = "browserd-click-listeners";
+
+/// The event types that make an element "have a JS click listener" (browser-use's probe).
+const CLICK_LISTENER_TYPES: [&str; 5] =
+    ["click", "mousedown", "mouseup", "pointerdown", "pointerup"];
+
 /// Elements with click/mouse/pointer listeners (browser-use's `getEventListeners` probe):
 /// skipped above 10 000 elements, abandoned above 100 matches. Failures are not fatal.
+///
+/// The bounded scan runs in the page exactly as browser-use's does, but only counts; when
+/// 1..=100 elements matched it hands back `document`, and one
+/// `DOMDebugger.getEventListeners(depth -1, pierce false)` — the same listener source
+/// `getEventListeners` reads, over the same light-DOM subtree `querySelectorAll('*')` walks —
+/// returns every listener with its `backendNodeId`. Two round trips in all, instead of one
+/// `DOM.describeNode` per matching element (each CDP call costs ~0.1–0.2 ms of Chrome's
+/// main thread, which was most of the probe's cost on small pages).
 async fn click_listener_ids(
     conn: &CdpConnection,
     session: &str,
     timeout: Duration,
 ) -> HashSet<i64> {
+    let types = CLICK_LISTENER_TYPES
+        .iter()
+        .map(|t| format!("l.{t}"))
+        .collect::<Vec<_>>()
+        .join(" || ");
     let expression = format!(
         r#"(() => {{
   if (typeof getEventListeners !== 'function') return null;
   const all = document.querySelectorAll('*');
   if (all.length > 10000) return null;
-  const found = [];
+  let found = 0;
   for (const el of all) {{
     try {{
       const l = getEventListeners(el);
-      if (l.click || l.mousedown || l.mouseup || l.pointerdown || l.pointerup) {{
-        found.push(el);
-        if (found.length > {MAX_LISTENER_ELEMENTS}) return '{LISTENER_OVERFLOW}';
+      if ({types}) {{
+        found += 1;
+        if (found > {MAX_LISTENER_ELEMENTS}) return '{LISTENER_OVERFLOW}';
       }}
     }} catch (e) {{}}
   }}
-  return found;
+  return found > 0 ? document : null;
 }})()"#
     );
     #[derive(Deserialize)]
@@ -109,82 +176,66 @@ async fn click_listener_ids(
         object_id: Option<String>,
     }
     #[derive(Deserialize)]
-    struct Properties {
-        result: Vec<Property>,
+    struct Listeners<'a> {
+        #[serde(borrow)]
+        listeners: Vec<Listener<'a>>,
     }
     #[derive(Deserialize)]
-    struct Property {
-        name: String,
-        value: Option<RemoteObject>,
-    }
-    #[derive(Deserialize)]
-    struct Described {
-        node: DescribedNode,
-    }
-    #[derive(Deserialize)]
-    struct DescribedNode {
+    struct Listener<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: std::borrow::Cow<'a, str>,
         #[serde(rename = "backendNodeId")]
-        backend_node_id: i64,
+        backend_node_id: Option<i64>,
     }
     let mut ids = HashSet::new();
     let Ok(raw) = conn
         .call_raw(
             Some(session),
             "Runtime.evaluate",
-            json!({"expression": expression, "includeCommandLineAPI": true, "returnByValue": false}),
+            json!({
+                "expression": expression,
+                "includeCommandLineAPI": true,
+                "returnByValue": false,
+                "objectGroup": LISTENER_OBJECT_GROUP,
+            }),
             timeout,
         )
         .await
     else {
         return ids;
     };
-    let Ok(evaluated) = raw.decode::<Evaluated>() else {
+    let document_object = raw
+        .decode::<Evaluated>()
+        .ok()
+        .and_then(|e| e.result.object_id);
+    let Some(document_object) = document_object else {
         return ids;
     };
-    let Some(array_id) = evaluated.result.object_id else {
-        return ids;
-    };
-    if let Ok(raw) = conn
-        .call_raw(
-            Some(session),
-            "Runtime.getProperties",
-            json!({"objectId": array_id, "ownProperties": true}),
-            timeout,
-        )
-        .await
+    // Commands on one session run in order: the release is processed after the listeners.
+    let listeners = conn.call_raw(
+        Some(session),
+        "DOMDebugger.getEventListeners",
+        json!({"objectId": document_object, "depth": -1, "pierce": false}),
+        timeout,
+    );
+    let release = conn.call_raw(
+        Some(session),
+        "Runtime.releaseObjectGroup",
+        json!({"objectGroup": LISTENER_OBJECT_GROUP}),
+        timeout,
+    );
+    let (listeners, _) = tokio::join!(listeners, release);
+    if let Ok(raw) = listeners
+        && let Ok(found) = raw.decode::<Listeners<'_>>()
     {
-        if let Ok(props) = raw.decode::<Properties>() {
-            let objects: Vec<String> = props
-                .result
-                .into_iter()
-                .filter(|p| p.name.chars().all(|c| c.is_ascii_digit()))
-                .filter_map(|p| p.value.and_then(|v| v.object_id))
-                .collect();
-            for batch in objects.chunks(20) {
-                let calls = batch.iter().map(|object_id| {
-                    conn.call_raw(
-                        Some(session),
-                        "DOM.describeNode",
-                        json!({"objectId": object_id}),
-                        timeout,
-                    )
-                });
-                for answer in join_all(calls).await.into_iter().flatten() {
-                    if let Ok(d) = answer.decode::<Described>() {
-                        ids.insert(d.node.backend_node_id);
-                    }
-                }
-            }
-        }
+        ids.extend(
+            found
+                .listeners
+                .iter()
+                .filter(|l| CLICK_LISTENER_TYPES.contains(&l.kind.as_ref()))
+                .filter_map(|l| l.backend_node_id),
+        );
     }
-    let _ = conn
-        .call_raw(
-            Some(session),
-            "Runtime.releaseObject",
-            json!({"objectId": array_id}),
-            timeout,
-        )
-        .await;
     ids
 }
 
@@ -301,7 +352,8 @@ async fn build_target(
     initial_offset: (f64, f64),
     options: CaptureOptions,
 ) -> Result<(Tree, Option<NodeId>)> {
-    on_capture_thread(move || -> Result<(Tree, Option<NodeId>)> {
+    let inline = raw.len() <= INLINE_BUILD_MAX_BYTES;
+    run_capture_work(inline, move || -> Result<(Tree, Option<NodeId>)> {
         let snap: CaptureSnapshot<'_> = raw.decode()?;
         let root = append_snapshot(&mut tree, &snap, target, dpr, &js_ids, options.max_iframes);
         if let Some(r) = root {
@@ -335,7 +387,7 @@ pub(crate) async fn capture<S: SessionSource>(
     conn: &CdpConnection,
     sessions: &S,
     target_id: &str,
-    iframe_targets: &HashSet<String>,
+    targets: impl std::future::Future<Output = Result<(Vec<TabInfo>, HashSet<String>)>>,
     previous: &HashSet<(String, i64)>,
     options: &CaptureOptions,
     timeout: Duration,
@@ -350,163 +402,204 @@ pub(crate) async fn capture<S: SessionSource>(
             None => None,
         }
     };
-    let (fetched, shot) = tokio::join!(fetch_target(conn, &session, timeout), shot);
-    let (raw, js_ids, metrics) = fetched?;
-    timings.cdp = started.elapsed();
+    // Everything independent goes out in the same instant: snapshot, metrics, screenshot, the
+    // context's target list, and last the listener probe, whose bounded scan then runs in
+    // Chrome while we receive and decode the snapshot. Its second round trip overlaps the
+    // tree build; the accessibility lookups follow it in Chrome's queue, and the listener
+    // flags are applied afterwards (nothing before the serializer reads them).
+    let listeners = async {
+        let ids = click_listener_ids(conn, &session, timeout).await;
+        (ids, started.elapsed())
+    };
+    let main = async {
+        let snapshot = conn.call_raw(
+            Some(&session),
+            "DOMSnapshot.captureSnapshot",
+            snapshot_params(),
+            timeout,
+        );
+        let metrics = layout_metrics(conn, &session, timeout);
+        let (raw, metrics, shot, targets) = tokio::join!(snapshot, metrics, shot, targets);
+        let raw = raw?;
+        let metrics = metrics.unwrap_or_default();
+        let (tabs, iframe_targets) = targets?;
+        timings.cdp = started.elapsed();
 
-    let build_started = Instant::now();
-    let mut tree = Tree::default();
-    tree.targets.push(TargetRef {
-        target_id: Arc::from(target_id),
-        session_id: Arc::from(session.as_str()),
-    });
-    let dpr = device_pixel_ratio(&metrics);
-    let (mut tree, root) =
-        build_target(tree, raw, 0, dpr, js_ids, (0.0, 0.0), options.clone()).await?;
-    timings.build = build_started.elapsed();
+        let build_started = Instant::now();
+        let mut tree = Tree::default();
+        tree.targets.push(TargetRef {
+            target_id: Arc::from(target_id),
+            session_id: Arc::from(session.as_str()),
+        });
+        let dpr = device_pixel_ratio(&metrics);
+        let (mut tree, root) = build_target(
+            tree,
+            raw,
+            0,
+            dpr,
+            HashSet::new(),
+            (0.0, 0.0),
+            options.clone(),
+        )
+        .await?;
+        timings.build = build_started.elapsed();
 
-    // Cross-origin frames: only when the context has iframe targets at all.
-    let frames_started = Instant::now();
-    if options.cross_origin_iframes && !iframe_targets.is_empty() {
-        let mut queue: Vec<FramePending> = pending_frames(&tree, 0, 0, options);
-        let mut visited: HashSet<String> = HashSet::new();
-        while let Some(pending) = queue.pop() {
-            if visited.len() >= options.max_iframes || pending.depth >= options.max_iframe_depth {
-                continue;
-            }
-            let parent_session = tree.targets[pending.target as usize].session_id.clone();
-            let backend = tree.node(pending.iframe).backend_node_id;
-            #[derive(Deserialize)]
-            struct Described {
-                node: DescribedFrame,
-            }
-            #[derive(Deserialize)]
-            struct DescribedFrame {
-                #[serde(rename = "frameId")]
-                frame_id: Option<String>,
-            }
-            let Ok(raw) = conn
-                .call_raw(
-                    Some(&parent_session),
-                    "DOM.describeNode",
-                    json!({"backendNodeId": backend}),
-                    timeout,
-                )
-                .await
-            else {
-                continue;
-            };
-            let Some(frame_id) = raw.decode::<Described>().ok().and_then(|d| d.node.frame_id)
-            else {
-                continue;
-            };
-            if !iframe_targets.contains(&frame_id) || !visited.insert(frame_id.clone()) {
-                continue;
-            }
-            let Ok(child_session) = sessions.session_for(&frame_id).await else {
-                continue;
-            };
-            let Ok((raw, js_ids, child_metrics)) =
-                fetch_target(conn, &child_session, timeout).await
-            else {
-                continue;
-            };
-            let target_index = tree.targets.len() as u16;
-            tree.targets.push(TargetRef {
-                target_id: Arc::from(frame_id.as_str()),
-                session_id: Arc::from(child_session.as_str()),
-            });
-            let offset = tree
-                .node(pending.iframe)
-                .absolute
-                .map(|a| (a.x, a.y))
-                .unwrap_or((0.0, 0.0));
-            let child_dpr = device_pixel_ratio(&child_metrics);
-            let iframe = pending.iframe;
-            let built = build_target(
-                tree,
-                raw,
-                target_index,
-                child_dpr,
-                js_ids,
-                offset,
-                options.clone(),
-            )
-            .await?;
-            tree = built.0;
-            if let Some(child_root) = built.1 {
-                tree.node_mut(iframe).content_document = Some(child_root);
-                tree.node_mut(child_root).parent = Some(iframe);
-                queue.extend(pending_frames(
-                    &tree,
-                    target_index,
-                    pending.depth + 1,
-                    options,
-                ));
-            }
-        }
-    }
-    timings.cross_origin_frames = frames_started.elapsed();
-
-    // Accessibility only where it can matter (see `needs_ax`).
-    let ax_started = Instant::now();
-    let wanted = ax_candidates(&tree, root);
-    timings.ax_nodes = wanted.len();
-    if !wanted.is_empty() {
-        let sessions_by_target: Vec<Arc<str>> =
-            tree.targets.iter().map(|t| t.session_id.clone()).collect();
-        let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted.into_iter())
-            .map(|(node, target, backend)| {
-                let session = sessions_by_target[target as usize].clone();
-                async move {
-                    let answer = conn
-                        .call_raw(
-                            Some(&session),
-                            "Accessibility.getPartialAXTree",
-                            json!({"backendNodeId": backend, "fetchRelatives": false}),
-                            timeout,
-                        )
-                        .await;
-                    let info = answer.ok().and_then(|raw| {
-                        let tree: AxTreeWire = raw.decode().ok()?;
-                        let node = tree
-                            .nodes
-                            .into_iter()
-                            .find(|n| n.backend_dom_node_id == Some(backend))?;
-                        Some(AxInfo {
-                            role: node.role.and_then(|r| r.value).and_then(|v| match v {
-                                serde_json::Value::String(s) => Some(s),
-                                _ => None,
-                            }),
-                            name: node.name.and_then(|r| r.value).and_then(|v| match v {
-                                serde_json::Value::String(s) => Some(s),
-                                _ => None,
-                            }),
-                            ignored: node.ignored,
-                            has_children: !node.child_ids.is_empty(),
-                            properties: node
-                                .properties
-                                .into_iter()
-                                .map(|p| (p.name, AxValue::from_json(p.value.value)))
-                                .collect(),
-                        })
-                    });
-                    (node, info)
+        // Cross-origin frames: only when the context has iframe targets at all.
+        let frames_started = Instant::now();
+        if options.cross_origin_iframes && !iframe_targets.is_empty() {
+            let mut queue: Vec<FramePending> = pending_frames(&tree, 0, 0, options);
+            let mut visited: HashSet<String> = HashSet::new();
+            while let Some(pending) = queue.pop() {
+                if visited.len() >= options.max_iframes || pending.depth >= options.max_iframe_depth
+                {
+                    continue;
                 }
-            })
-            .buffer_unordered(256)
-            .collect()
-            .await;
-        for (node, info) in results {
-            tree.node_mut(node).ax = info;
+                let parent_session = tree.targets[pending.target as usize].session_id.clone();
+                let backend = tree.node(pending.iframe).backend_node_id;
+                #[derive(Deserialize)]
+                struct Described {
+                    node: DescribedFrame,
+                }
+                #[derive(Deserialize)]
+                struct DescribedFrame {
+                    #[serde(rename = "frameId")]
+                    frame_id: Option<String>,
+                }
+                let Ok(raw) = conn
+                    .call_raw(
+                        Some(&parent_session),
+                        "DOM.describeNode",
+                        json!({"backendNodeId": backend}),
+                        timeout,
+                    )
+                    .await
+                else {
+                    continue;
+                };
+                let Some(frame_id) = raw.decode::<Described>().ok().and_then(|d| d.node.frame_id)
+                else {
+                    continue;
+                };
+                if !iframe_targets.contains(&frame_id) || !visited.insert(frame_id.clone()) {
+                    continue;
+                }
+                let Ok(child_session) = sessions.session_for(&frame_id).await else {
+                    continue;
+                };
+                let Ok((raw, js_ids, child_metrics)) =
+                    fetch_target(conn, &child_session, timeout).await
+                else {
+                    continue;
+                };
+                let target_index = tree.targets.len() as u16;
+                tree.targets.push(TargetRef {
+                    target_id: Arc::from(frame_id.as_str()),
+                    session_id: Arc::from(child_session.as_str()),
+                });
+                let offset = tree
+                    .node(pending.iframe)
+                    .absolute
+                    .map(|a| (a.x, a.y))
+                    .unwrap_or((0.0, 0.0));
+                let child_dpr = device_pixel_ratio(&child_metrics);
+                let iframe = pending.iframe;
+                let built = build_target(
+                    tree,
+                    raw,
+                    target_index,
+                    child_dpr,
+                    js_ids,
+                    offset,
+                    options.clone(),
+                )
+                .await?;
+                tree = built.0;
+                if let Some(child_root) = built.1 {
+                    tree.node_mut(iframe).content_document = Some(child_root);
+                    tree.node_mut(child_root).parent = Some(iframe);
+                    queue.extend(pending_frames(
+                        &tree,
+                        target_index,
+                        pending.depth + 1,
+                        options,
+                    ));
+                }
+            }
+        }
+        timings.cross_origin_frames = frames_started.elapsed();
+
+        // Accessibility only where it can matter (see `needs_ax`).
+        let ax_started = Instant::now();
+        let wanted = ax_candidates(&tree, root);
+        timings.ax_nodes = wanted.len();
+        if !wanted.is_empty() {
+            let sessions_by_target: Vec<Arc<str>> =
+                tree.targets.iter().map(|t| t.session_id.clone()).collect();
+            let results: Vec<(NodeId, Option<AxInfo>)> = futures::stream::iter(wanted)
+                .map(|(node, target, backend)| {
+                    let session = sessions_by_target[target as usize].clone();
+                    async move {
+                        let answer = conn
+                            .call_raw(
+                                Some(&session),
+                                "Accessibility.getPartialAXTree",
+                                json!({"backendNodeId": backend, "fetchRelatives": false}),
+                                timeout,
+                            )
+                            .await;
+                        let info = answer.ok().and_then(|raw| {
+                            let tree: AxTreeWire = raw.decode().ok()?;
+                            let node = tree
+                                .nodes
+                                .into_iter()
+                                .find(|n| n.backend_dom_node_id == Some(backend))?;
+                            Some(AxInfo {
+                                role: node.role.and_then(|r| r.value).and_then(|v| match v {
+                                    serde_json::Value::String(s) => Some(s),
+                                    _ => None,
+                                }),
+                                name: node.name.and_then(|r| r.value).and_then(|v| match v {
+                                    serde_json::Value::String(s) => Some(s),
+                                    _ => None,
+                                }),
+                                ignored: node.ignored,
+                                has_children: !node.child_ids.is_empty(),
+                                properties: node
+                                    .properties
+                                    .into_iter()
+                                    .map(|p| (p.name, AxValue::from_json(p.value.value)))
+                                    .collect(),
+                            })
+                        });
+                        (node, info)
+                    }
+                })
+                .buffer_unordered(256)
+                .collect()
+                .await;
+            for (node, info) in results {
+                tree.node_mut(node).ax = info;
+            }
+        }
+        timings.accessibility = ax_started.elapsed();
+        Ok::<_, BrowserError>((tree, root, metrics, shot, tabs, timings))
+    };
+    let (main, (js_ids, listener_probe)) = tokio::join!(main, listeners);
+    let (mut tree, root, metrics, shot, tabs, mut timings) = main?;
+    timings.listener_probe = listener_probe;
+    if !js_ids.is_empty() {
+        for node in tree.nodes.iter_mut() {
+            if node.target == 0 && js_ids.contains(&node.backend_node_id) {
+                node.js_click_listener = true;
+            }
         }
     }
-    timings.accessibility = ax_started.elapsed();
 
     let serialize_started = Instant::now();
     let previous = previous.clone();
     let paint_order_filtering = options.paint_order_filtering;
-    let (serialized, selector_map, tree) = on_capture_thread(move || {
+    let inline = small_and_shallow(&tree, root);
+    let (serialized, selector_map, tree) = run_capture_work(inline, move || {
         let mut tree = tree;
         hidden_hints(&mut tree);
         let serialized: Serialized =
@@ -535,6 +628,7 @@ pub(crate) async fn capture<S: SessionSource>(
         metrics: Some(metrics),
         screenshot,
         timings,
+        tabs,
     })
 }
 
@@ -574,25 +668,49 @@ fn ax_candidates(tree: &Tree, root: Option<NodeId>) -> Vec<(NodeId, u16, i64)> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    // (node, inside contenteditable)
-    let mut stack: Vec<(NodeId, bool)> = vec![(root, false)];
-    while let Some((id, editable)) = stack.pop() {
+    // (node, inside a special subtree, bounds of the enclosing propagating element)
+    let mut stack: Vec<(NodeId, bool, Option<crate::dom::Rect>)> = vec![(root, false, None)];
+    while let Some((id, special, propagating)) = stack.pop() {
         let n = tree.node(id);
-        let editable_here = editable
+        // The serializer drops these elements with their whole subtree.
+        if n.kind == NodeKind::Element
+            && (crate::serializer::DISABLED_ELEMENTS.contains(&n.tag.as_str())
+                || crate::serializer::SVG_CHILDREN.contains(&n.tag.as_str()))
+        {
+            continue;
+        }
+        let special_here = special
             || n.attr("contenteditable")
-                .is_some_and(|v| !v.eq_ignore_ascii_case("false"));
+                .is_some_and(|v| !v.eq_ignore_ascii_case("false"))
+            || n.attr("aria-hidden") == Some("true")
+            || n.has_attr("disabled")
+            || n.has_attr("inert")
+            || n.attr("aria-disabled")
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         let relevant = n.visible
             || n.is_file_input()
             || (n.layout.is_none() && n.in_shadow)
             || (tree.is_scrollable(id));
-        if relevant && needs_ax(tree, id, editable) {
+        // Elements the bbox-containment step will hide inside a link/button never get an
+        // index, so their accessibility data cannot matter (scrollables excepted).
+        let contained = propagating
+            .is_some_and(|p| crate::serializer::excluded_by_containment(tree, id, p))
+            && !tree.is_scrollable(id);
+        if relevant && !contained && needs_ax(tree, id, special) {
             out.push((id, n.target, n.backend_node_id));
         }
+        let next_propagating = if n.kind == NodeKind::Element
+            && crate::serializer::is_propagating(&n.tag, n.attr("role"))
+        {
+            n.bounds().or(propagating)
+        } else {
+            propagating
+        };
         for c in tree.children_and_shadow_roots(id) {
-            stack.push((c, editable_here));
+            stack.push((c, special_here, next_propagating));
         }
         if let Some(cd) = n.content_document {
-            stack.push((cd, false));
+            stack.push((cd, false, None));
         }
     }
     out

@@ -314,16 +314,15 @@ impl CdpConnection {
                 });
             }
         };
-        if may_be_error(answer.as_str()) {
-            if let Ok(ErrorEnvelope { error: Some(err) }) =
+        if may_be_error(answer.as_str())
+            && let Ok(ErrorEnvelope { error: Some(err) }) =
                 serde_json::from_str::<ErrorEnvelope>(answer.as_str())
-            {
-                return Err(BrowserError::Protocol {
-                    method: method.to_owned(),
-                    code: err.code,
-                    message: err.message,
-                });
-            }
+        {
+            return Err(BrowserError::Protocol {
+                method: method.to_owned(),
+                code: err.code,
+                message: err.message,
+            });
         }
         Ok(RawResponse {
             method: method.to_owned(),
@@ -367,16 +366,16 @@ fn dispatch(shared: &Shared, text: Utf8Bytes) {
         Some(id) => Some(id),
         None => match serde_json::from_str::<Head<'_>>(text.as_str()) {
             Ok(head) => {
-                if head.id.is_none() {
-                    if let Some(method) = head.method {
-                        let event = CdpEvent {
-                            method: method.into_owned(),
-                            session_id: head.session_id.map(|s| s.into_owned()),
-                            raw: text.clone(),
-                        };
-                        // No subscriber is fine: events are optional.
-                        let _ = shared.events.send(Arc::new(event));
-                    }
+                if head.id.is_none()
+                    && let Some(method) = head.method
+                {
+                    let event = CdpEvent {
+                        method: method.into_owned(),
+                        session_id: head.session_id.map(|s| s.into_owned()),
+                        raw: text.clone(),
+                    };
+                    // No subscriber is fine: events are optional.
+                    let _ = shared.events.send(Arc::new(event));
                 }
                 head.id
             }
@@ -386,10 +385,10 @@ fn dispatch(shared: &Shared, text: Utf8Bytes) {
             }
         },
     };
-    if let Some(id) = id {
-        if let Some((_, tx)) = shared.take(id) {
-            let _ = tx.send(Ok(text));
-        }
+    if let Some(id) = id
+        && let Some((_, tx)) = shared.take(id)
+    {
+        let _ = tx.send(Ok(text));
     }
 }
 

@@ -3,7 +3,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use crate::snapshot::{
-    CaptureSnapshot, STYLE_BACKGROUND, STYLE_CURSOR, STYLE_DISPLAY, STYLE_OPACITY, STYLE_OVERFLOW,
+    CaptureSnapshot, STYLE_BACKGROUND, STYLE_CURSOR, STYLE_DISPLAY, STYLE_OPACITY,
     STYLE_OVERFLOW_X, STYLE_OVERFLOW_Y, STYLE_VISIBILITY,
 };
 
@@ -245,10 +245,10 @@ impl Tree {
         if n.tag == "body" || n.tag == "html" {
             return true;
         }
-        if let Some(p) = n.parent {
-            if self.is_scrollable(p) {
-                return false;
-            }
+        if let Some(p) = n.parent
+            && self.is_scrollable(p)
+        {
+            return false;
         }
         true
     }
@@ -351,10 +351,10 @@ pub(crate) fn append_snapshot(
         let layout = &doc.layout;
         let mut layout_of: Vec<u32> = vec![u32::MAX; count];
         for (li, &ni) in layout.node_index.iter().enumerate() {
-            if let Some(slot) = layout_of.get_mut(ni as usize) {
-                if *slot == u32::MAX {
-                    *slot = li as u32;
-                }
+            if let Some(slot) = layout_of.get_mut(ni as usize)
+                && *slot == u32::MAX
+            {
+                *slot = li as u32;
             }
         }
 
@@ -383,49 +383,49 @@ pub(crate) fn append_snapshot(
             let parent_shadow = (parent_snapshot >= 0)
                 .then(|| shadow_kind.get(&(parent_snapshot as usize)).copied())
                 .flatten();
-            if let (Some(mode), Some(host)) = (own_shadow, parent) {
-                if own_shadow != parent_shadow {
-                    let kind = match mode {
-                        "open" => ShadowRootKind::Open,
-                        "closed" => ShadowRootKind::Closed,
-                        // user-agent shadow content (inside <input>, <video>…) is Chrome's.
-                        _ => continue,
-                    };
-                    let shadow = match shadow_root_of.get(&(host, kind)) {
-                        Some(&s) => s,
-                        None => {
-                            let s = tree.nodes.len() as NodeId;
-                            let host_node = &tree.nodes[host as usize];
-                            let shadow_node = Node {
-                                kind: NodeKind::ShadowRoot(kind),
-                                tag: "#document-fragment".to_owned(),
-                                node_name: "#document-fragment".to_owned(),
-                                text: String::new(),
-                                attributes: Vec::new(),
-                                backend_node_id: 0,
-                                target,
-                                frame_id: host_node.frame_id.clone(),
-                                parent: Some(host),
-                                children: Vec::new(),
-                                shadow_roots: Vec::new(),
-                                content_document: None,
-                                layout: None,
-                                ax: None,
-                                visible: false,
-                                js_click_listener: false,
-                                absolute: None,
-                                hidden_hints: Vec::new(),
-                                has_hidden_content: false,
-                                in_shadow: true,
-                            };
-                            tree.nodes.push(shadow_node);
-                            tree.nodes[host as usize].shadow_roots.push(s);
-                            shadow_root_of.insert((host, kind), s);
-                            s
-                        }
-                    };
-                    parent = Some(shadow);
-                }
+            if let (Some(mode), Some(host)) = (own_shadow, parent)
+                && own_shadow != parent_shadow
+            {
+                let kind = match mode {
+                    "open" => ShadowRootKind::Open,
+                    "closed" => ShadowRootKind::Closed,
+                    // user-agent shadow content (inside <input>, <video>…) is Chrome's.
+                    _ => continue,
+                };
+                let shadow = match shadow_root_of.get(&(host, kind)) {
+                    Some(&s) => s,
+                    None => {
+                        let s = tree.nodes.len() as NodeId;
+                        let host_node = &tree.nodes[host as usize];
+                        let shadow_node = Node {
+                            kind: NodeKind::ShadowRoot(kind),
+                            tag: "#document-fragment".to_owned(),
+                            node_name: "#document-fragment".to_owned(),
+                            text: String::new(),
+                            attributes: Vec::new(),
+                            backend_node_id: 0,
+                            target,
+                            frame_id: host_node.frame_id.clone(),
+                            parent: Some(host),
+                            children: Vec::new(),
+                            shadow_roots: Vec::new(),
+                            content_document: None,
+                            layout: None,
+                            ax: None,
+                            visible: false,
+                            js_click_listener: false,
+                            absolute: None,
+                            hidden_hints: Vec::new(),
+                            has_hidden_content: false,
+                            in_shadow: true,
+                        };
+                        tree.nodes.push(shadow_node);
+                        tree.nodes[host as usize].shadow_roots.push(s);
+                        shadow_root_of.insert((host, kind), s);
+                        s
+                    }
+                };
+                parent = Some(shadow);
             }
             let name = string_at(strings, *nodes.node_name.get(i).unwrap_or(&-1));
             let kind = match node_type {
@@ -575,16 +575,13 @@ fn read_layout(
         Ok(v) => (v, true),
         Err(_) => (1.0, false),
     };
-    let overflow = style(STYLE_OVERFLOW)
-        .unwrap_or("visible")
-        .to_ascii_lowercase();
-    let overflow_x = style(STYLE_OVERFLOW_X)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_else(|| overflow.clone());
-    let overflow_y = style(STYLE_OVERFLOW_Y)
-        .map(|s| s.to_ascii_lowercase())
-        .unwrap_or_else(|| overflow.clone());
-    let scrolls = |v: &str| matches!(v, "auto" | "scroll" | "overlay");
+    let scrolls = |v: Option<&str>| {
+        v.is_some_and(|v| {
+            ["auto", "scroll", "overlay"]
+                .iter()
+                .any(|s| v.trim().eq_ignore_ascii_case(s))
+        })
+    };
     Layout {
         bounds: layout
             .bounds
@@ -607,7 +604,8 @@ fn read_layout(
             .is_some_and(|d| d.eq_ignore_ascii_case("hidden")),
         opacity,
         opacity_raw_ok,
-        overflow_allows_scroll: scrolls(&overflow) || scrolls(&overflow_x) || scrolls(&overflow_y),
+        overflow_allows_scroll: scrolls(style(STYLE_OVERFLOW_X))
+            || scrolls(style(STYLE_OVERFLOW_Y)),
         cursor_pointer: style(STYLE_CURSOR) == Some("pointer"),
         background_transparent: style(STYLE_BACKGROUND).unwrap_or("rgba(0, 0, 0, 0)")
             == "rgba(0, 0, 0, 0)",
@@ -651,21 +649,23 @@ pub(crate) fn compute_visibility(
         });
         let mut child_offset = offset;
         let mut own_frame: Option<Frame> = None;
-        if kind == NodeKind::Element && tag == "html" && parent_is_doc {
-            if let Some(l) = &layout {
-                if let (Some(scroll), Some(client)) = (l.scroll_rect, l.client_rect) {
-                    own_frame = Some(Frame::Html { scroll, client });
-                    child_offset.0 -= scroll.x;
-                    child_offset.1 -= scroll.y;
-                }
-            }
+        if kind == NodeKind::Element
+            && tag == "html"
+            && parent_is_doc
+            && let Some(l) = &layout
+            && let (Some(scroll), Some(client)) = (l.scroll_rect, l.client_rect)
+        {
+            own_frame = Some(Frame::Html { scroll, client });
+            child_offset.0 -= scroll.x;
+            child_offset.1 -= scroll.y;
         }
-        if kind == NodeKind::Element && (tag == "iframe" || tag == "frame") {
-            if let Some(b) = bounds {
-                own_frame = Some(Frame::Iframe(b));
-                child_offset.0 += b.x;
-                child_offset.1 += b.y;
-            }
+        if kind == NodeKind::Element
+            && (tag == "iframe" || tag == "frame")
+            && let Some(b) = bounds
+        {
+            own_frame = Some(Frame::Iframe(b));
+            child_offset.0 += b.x;
+            child_offset.1 += b.y;
         }
         // Visibility: the node's own frame entry is skipped (browser-use `frame is node`).
         let visible = match &layout {

@@ -82,12 +82,12 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
         return true;
     }
     // 3. large iframes
-    if tag == "iframe" || tag == "frame" {
-        if let Some(b) = node.bounds() {
-            if b.width > 100.0 && b.height > 100.0 {
-                return true;
-            }
-        }
+    if (tag == "iframe" || tag == "frame")
+        && let Some(b) = node.bounds()
+        && b.width > 100.0
+        && b.height > 100.0
+    {
+        return true;
     }
     // 4. labels and spans wrapping form controls
     if tag == "label" {
@@ -143,35 +143,106 @@ pub(crate) fn is_interactive(tree: &Tree, id: NodeId) -> bool {
         if INTERACTIVE_ATTRIBUTES.iter().any(|a| node.has_attr(a)) {
             return true;
         }
-        if let Some(role) = node.attr("role") {
-            if INTERACTIVE_ROLES.contains(&role) {
-                return true;
-            }
-        }
-    }
-    // 9b. AX roles
-    if let Some(role) = node.ax.as_ref().and_then(|a| a.role.as_deref()) {
-        if INTERACTIVE_ROLES.contains(&role) || role == "listbox" {
+        if let Some(role) = node.attr("role")
+            && INTERACTIVE_ROLES.contains(&role)
+        {
             return true;
         }
     }
+    // 9b. AX roles
+    if let Some(role) = node.ax.as_ref().and_then(|a| a.role.as_deref())
+        && (INTERACTIVE_ROLES.contains(&role) || role == "listbox")
+    {
+        return true;
+    }
     // 10. icon-sized elements with hints
-    if let Some(b) = node.bounds() {
-        if (10.0..=50.0).contains(&b.width) && (10.0..=50.0).contains(&b.height) {
-            const ICON_ATTRS: [&str; 5] = ["class", "role", "onclick", "data-action", "aria-label"];
-            if ICON_ATTRS.iter().any(|a| node.has_attr(a)) {
-                return true;
-            }
+    if let Some(b) = node.bounds()
+        && (10.0..=50.0).contains(&b.width)
+        && (10.0..=50.0).contains(&b.height)
+    {
+        const ICON_ATTRS: [&str; 5] = ["class", "role", "onclick", "data-action", "aria-label"];
+        if ICON_ATTRS.iter().any(|a| node.has_attr(a)) {
+            return true;
         }
     }
     // 11. cursor: pointer
     node.layout.as_ref().is_some_and(|l| l.cursor_pointer)
 }
 
+/// ARIA attributes that only name, describe or relate an element: Chrome derives from them no
+/// AX role or property that the rules (`disabled`, `hidden`, `focusable`, `editable`,
+/// `settable`, `checked`, `expanded`, `pressed`, `selected`, `required`, `autocomplete`,
+/// `keyshortcuts`, interactive roles) or the printed attributes read. `aria-hidden="true"` is
+/// handled as a special subtree; `aria-hidden="false"` changes nothing.
+const ARIA_WITHOUT_READ_STATE: [&str; 13] = [
+    "aria-label",
+    "aria-labelledby",
+    "aria-describedby",
+    "aria-description",
+    "aria-controls",
+    "aria-roledescription",
+    "aria-details",
+    "aria-flowto",
+    "aria-atomic",
+    "aria-relevant",
+    "aria-posinset",
+    "aria-setsize",
+    "aria-current",
+];
+
+/// Tags whose AX node carries no role, state or value the rules or the printed attributes
+/// read, unless an ancestor or an own attribute gives it one (see `needs_ax`).
+const PLAIN_TAGS: [&str; 44] = [
+    "abbr",
+    "article",
+    "aside",
+    "b",
+    "blockquote",
+    "center",
+    "cite",
+    "code",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "figcaption",
+    "figure",
+    "font",
+    "footer",
+    "header",
+    "i",
+    "img",
+    "kbd",
+    "li",
+    "main",
+    "mark",
+    "nav",
+    "ol",
+    "p",
+    "picture",
+    "pre",
+    "q",
+    "s",
+    "samp",
+    "section",
+    "small",
+    "span",
+    "strong",
+    "sub",
+    "sup",
+    "svg",
+    "time",
+    "u",
+    "ul",
+    "var",
+    "wbr",
+];
+
 /// Whether the accessibility node of `id` can change the outcome of the rules or the printed
 /// attributes. Elements for which it cannot are not sent to `Accessibility.getPartialAXTree`
 /// (see the crate docs: full AX trees cost more than the whole snapshot on large pages).
-pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
+pub(crate) fn needs_ax(tree: &Tree, id: NodeId, special_subtree: bool) -> bool {
     let node = tree.node(id);
     if node.kind != NodeKind::Element {
         return false;
@@ -180,19 +251,34 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
     if tag == "html" || tag == "body" {
         return false;
     }
-    if inside_editable {
+    // Inside contenteditable / aria-hidden / disabled fieldsets AX states are inherited.
+    if special_subtree {
         return true;
     }
-    // Tags with implicit interactive roles or AX states.
-    const AX_TAGS: [&str; 20] = [
-        "button", "input", "select", "textarea", "a", "details", "summary", "option", "optgroup",
-        "td", "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed", "object",
+    // Tags with implicit interactive roles or AX states. A plain `<a>` is not listed: rule 7
+    // decides it and, without aria-*/role/handlers (checked below), Chrome exposes no
+    // AX property that the rules or the printed attributes read.
+    const AX_TAGS: [&str; 23] = [
+        "button", "input", "select", "textarea", "details", "summary", "option", "optgroup", "td",
+        "th", "tr", "iframe", "frame", "area", "audio", "video", "label", "embed", "object",
+        "search", "progress", "meter", "output",
     ];
     if AX_TAGS.contains(&tag) {
         return true;
     }
-    for (k, _) in &node.attributes {
+    // A link is interactive by rule 7 whatever its cursor, size or tabindex; its AX node only
+    // matters through attributes that give it states or another role (checked below).
+    let is_link = tag == "a";
+    for (k, v) in &node.attributes {
         let k = k.as_str();
+        if is_link && k == "tabindex" {
+            continue;
+        }
+        if ARIA_WITHOUT_READ_STATE.contains(&k)
+            || (k == "aria-hidden" && !v.trim().eq_ignore_ascii_case("true"))
+        {
+            continue;
+        }
         if k.starts_with("aria-")
             || k.starts_with("on")
             || matches!(
@@ -209,17 +295,26 @@ pub(crate) fn needs_ax(tree: &Tree, id: NodeId, inside_editable: bool) -> bool {
     let Some(layout) = &node.layout else {
         return false;
     };
-    // Rules 10 and 11 would say yes: AX `hidden`/`disabled` may still veto them.
+    if is_link {
+        return false;
+    }
+    // Rules 10 and 11 would say yes: AX `hidden`/`disabled` may still veto them. For a tag
+    // without implicit semantics (no interactive role, no AX state or value, no heading
+    // level) those can only come from an ancestor (aria-hidden, aria-disabled, disabled,
+    // inert, contenteditable: a special subtree, handled above) or from the element's own
+    // attributes (checked above), so Chrome's answer cannot change the outcome or the text.
+    if PLAIN_TAGS.contains(&tag) {
+        return false;
+    }
     if layout.cursor_pointer {
         return true;
     }
-    if let Some(b) = layout.bounds {
-        if (10.0..=50.0).contains(&b.width)
-            && (10.0..=50.0).contains(&b.height)
-            && ["class", "data-action"].iter().any(|a| node.has_attr(a))
-        {
-            return true;
-        }
+    if let Some(b) = layout.bounds
+        && (10.0..=50.0).contains(&b.width)
+        && (10.0..=50.0).contains(&b.height)
+        && ["class", "data-action"].iter().any(|a| node.has_attr(a))
+    {
+        return true;
     }
     false
 }

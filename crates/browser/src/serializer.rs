@@ -68,8 +68,12 @@ pub const DEFAULT_INCLUDE_ATTRIBUTES: &[&str] = &[
     "ax_name",
 ];
 
-const DISABLED_ELEMENTS: [&str; 6] = ["style", "script", "head", "meta", "link", "title"];
-const SVG_CHILDREN: [&str; 16] = [
+/// (target, enclosing iframe) that owns a node's paint order.
+type FrameContext = (u16, Option<std::sync::Arc<str>>);
+
+pub(crate) const DISABLED_ELEMENTS: [&str; 6] =
+    ["style", "script", "head", "meta", "link", "title"];
+pub(crate) const SVG_CHILDREN: [&str; 16] = [
     "path", "rect", "g", "circle", "ellipse", "line", "polyline", "polygon", "use", "defs",
     "clippath", "mask", "pattern", "image", "text", "tspan",
 ];
@@ -259,16 +263,16 @@ impl<'t> Serializer<'t> {
                 if excluded.is_some_and(|v| v.eq_ignore_ascii_case("true")) {
                     return None;
                 }
-                if node.tag == "iframe" || node.tag == "frame" {
-                    if let Some(doc) = node.content_document {
-                        let s = self.push(id);
-                        for child in tree.node(doc).children.clone() {
-                            if let Some(c) = self.simplify(child) {
-                                self.nodes[s as usize].children.push(c);
-                            }
+                if (node.tag == "iframe" || node.tag == "frame")
+                    && let Some(doc) = node.content_document
+                {
+                    let s = self.push(id);
+                    for child in tree.node(doc).children.clone() {
+                        if let Some(c) = self.simplify(child) {
+                            self.nodes[s as usize].children.push(c);
                         }
-                        return Some(s);
                     }
+                    return Some(s);
                 }
                 let mut visible = node.visible;
                 let scrollable = tree.is_scrollable(id);
@@ -520,21 +524,21 @@ impl<'t> Serializer<'t> {
         while let Some(s) = stack.pop() {
             let sn = &self.nodes[s as usize];
             let n = tree.node(sn.node);
-            if let Some(l) = &n.layout {
-                if let (Some(order), Some(_)) = (l.paint_order, l.bounds) {
-                    with_order.push((order, s));
-                }
+            if let Some(l) = &n.layout
+                && let (Some(order), Some(_)) = (l.paint_order, l.bounds)
+            {
+                with_order.push((order, s));
             }
             stack.extend(sn.children.iter().rev().copied());
         }
         // Highest paint order first; within a group, document order.
-        with_order.sort_by(|a, b| b.0.cmp(&a.0));
-        let mut unions: HashMap<(u16, Option<std::sync::Arc<str>>), RectUnion> = HashMap::new();
+        with_order.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        let mut unions: HashMap<FrameContext, RectUnion> = HashMap::new();
         let mut i = 0;
         while i < with_order.len() {
             let order = with_order[i].0;
             let mut j = i;
-            let mut to_add: Vec<((u16, Option<std::sync::Arc<str>>), PRect)> = Vec::new();
+            let mut to_add: Vec<(FrameContext, PRect)> = Vec::new();
             while j < with_order.len() && with_order[j].0 == order {
                 let s = with_order[j].1;
                 let node_id = self.nodes[s as usize].node;
@@ -613,29 +617,21 @@ impl<'t> Serializer<'t> {
 
     // ---- step 4: bounding-box containment ---------------------------------------------------
 
-    fn is_propagating(tag: &str, role: Option<&str>) -> bool {
-        match tag {
-            "a" | "button" => true,
-            "div" | "span" => matches!(role, Some("button") | Some("combobox")),
-            "input" => role == Some("combobox"),
-            _ => false,
-        }
-    }
-
     fn bbox_filter(&mut self, s: u32, active: Option<crate::dom::Rect>) {
         let tree = self.tree;
         let node_id = self.nodes[s as usize].node;
         let n = tree.node(node_id);
-        if let Some(parent_bounds) = active {
-            if self.should_exclude(node_id, parent_bounds) {
-                self.nodes[s as usize].excluded_by_parent = true;
-            }
+        if let Some(parent_bounds) = active
+            && self.should_exclude(node_id, parent_bounds)
+        {
+            self.nodes[s as usize].excluded_by_parent = true;
         }
         let mut propagate = active;
-        if n.kind == NodeKind::Element && Self::is_propagating(&n.tag, n.attr("role")) {
-            if let Some(b) = n.bounds() {
-                propagate = Some(b);
-            }
+        if n.kind == NodeKind::Element
+            && is_propagating(&n.tag, n.attr("role"))
+            && let Some(b) = n.bounds()
+        {
+            propagate = Some(b);
         }
         for c in self.nodes[s as usize].children.clone() {
             self.bbox_filter(c, propagate);
@@ -643,43 +639,7 @@ impl<'t> Serializer<'t> {
     }
 
     fn should_exclude(&self, id: NodeId, parent: crate::dom::Rect) -> bool {
-        let n = self.tree.node(id);
-        if n.kind == NodeKind::Text {
-            return false;
-        }
-        let Some(child) = n.bounds() else {
-            return false;
-        };
-        let x_overlap =
-            ((child.x + child.width).min(parent.x + parent.width) - child.x.max(parent.x)).max(0.0);
-        let y_overlap = ((child.y + child.height).min(parent.y + parent.height)
-            - child.y.max(parent.y))
-        .max(0.0);
-        let area = child.width * child.height;
-        if area == 0.0 || (x_overlap * y_overlap) / area < 0.99 {
-            return false;
-        }
-        if matches!(n.tag.as_str(), "input" | "select" | "textarea" | "label") {
-            return false;
-        }
-        if Self::is_propagating(&n.tag, n.attr("role")) {
-            return false;
-        }
-        if n.has_attr("onclick") {
-            return false;
-        }
-        if n.attr("aria-label").is_some_and(|v| !v.trim().is_empty()) {
-            return false;
-        }
-        if let Some(role) = n.attr("role") {
-            if matches!(
-                role,
-                "button" | "link" | "checkbox" | "radio" | "tab" | "menuitem" | "option"
-            ) {
-                return false;
-            }
-        }
-        true
+        excluded_by_containment(self.tree, id, parent)
     }
 
     // ---- step 5: indices ----------------------------------------------------------------------
@@ -1051,6 +1011,56 @@ impl<'t> Serializer<'t> {
     }
 }
 
+/// The elements that propagate their bounds to descendants (`PROPAGATING_ELEMENTS`).
+pub(crate) fn is_propagating(tag: &str, role: Option<&str>) -> bool {
+    match tag {
+        "a" | "button" => true,
+        "div" | "span" => matches!(role, Some("button") | Some("combobox")),
+        "input" => role == Some("combobox"),
+        _ => false,
+    }
+}
+
+/// browser-use's `_should_exclude_child`: ≥ 99 % inside `parent` and no exception applies.
+pub(crate) fn excluded_by_containment(tree: &Tree, id: NodeId, parent: crate::dom::Rect) -> bool {
+    let n = tree.node(id);
+    if n.kind == NodeKind::Text {
+        return false;
+    }
+    let Some(child) = n.bounds() else {
+        return false;
+    };
+    let x_overlap =
+        ((child.x + child.width).min(parent.x + parent.width) - child.x.max(parent.x)).max(0.0);
+    let y_overlap =
+        ((child.y + child.height).min(parent.y + parent.height) - child.y.max(parent.y)).max(0.0);
+    let area = child.width * child.height;
+    if area == 0.0 || (x_overlap * y_overlap) / area < 0.99 {
+        return false;
+    }
+    if matches!(n.tag.as_str(), "input" | "select" | "textarea" | "label") {
+        return false;
+    }
+    if is_propagating(&n.tag, n.attr("role")) {
+        return false;
+    }
+    if n.has_attr("onclick") {
+        return false;
+    }
+    if n.attr("aria-label").is_some_and(|v| !v.trim().is_empty()) {
+        return false;
+    }
+    if let Some(role) = n.attr("role")
+        && matches!(
+            role,
+            "button" | "link" | "checkbox" | "radio" | "tab" | "menuitem" | "option"
+        )
+    {
+        return false;
+    }
+    true
+}
+
 fn push_tabs(out: &mut String, depth: usize) {
     for _ in 0..depth {
         out.push('\t');
@@ -1110,13 +1120,13 @@ fn scroll_info_text(tree: &Tree, id: NodeId) -> String {
                 .iter()
                 .copied()
                 .find(|&c| tree.node(c).tag == "html");
-            if let Some(info) = html.and_then(|h| scroll_info(tree, h)) {
-                if info.pages_below > 0.0 || info.pages_above > 0.0 {
-                    return format!(
-                        "scroll: {:.1}↑ {:.1}↓ {}%",
-                        info.pages_above, info.pages_below, info.vertical_pct as i64
-                    );
-                }
+            if let Some(info) = html.and_then(|h| scroll_info(tree, h))
+                && (info.pages_below > 0.0 || info.pages_above > 0.0)
+            {
+                return format!(
+                    "scroll: {:.1}↑ {:.1}↓ {}%",
+                    info.pages_above, info.pages_below, info.vertical_pct as i64
+                );
             }
         }
         return "scroll".to_owned();
@@ -1331,15 +1341,21 @@ pub(crate) fn build_attributes(tree: &Tree, id: NodeId) -> String {
         }
         attrs.retain(|(k, _)| !remove.contains(k.as_str()));
     }
-    if let Some(role) = n.ax.as_ref().and_then(|a| a.role.as_deref()) {
-        if !role.is_empty() && n.node_name == role {
-            attrs.retain(|(k, _)| k != "role");
-        }
+    if let Some(role) = n.ax.as_ref().and_then(|a| a.role.as_deref())
+        && !role.is_empty()
+        && n.node_name == role
+    {
+        attrs.retain(|(k, _)| k != "role");
     }
     attrs.retain(|(k, v)| {
-        !(k == "type" && v.to_lowercase() == n.node_name.to_lowercase())
-            && !(k == "invalid" && v.to_lowercase() == "false")
-            && !(k == "required" && matches!(v.to_lowercase().as_str(), "false" | "0" | "no"))
+        let v = v.to_lowercase();
+        let redundant = match k.as_str() {
+            "type" => v == n.node_name.to_lowercase(),
+            "invalid" => v == "false",
+            "required" => matches!(v.as_str(), "false" | "0" | "no"),
+            _ => false,
+        };
+        !redundant
     });
     if attrs.iter().any(|(k, _)| k == "expanded") {
         attrs.retain(|(k, _)| k != "aria-expanded");

@@ -471,21 +471,29 @@ impl BrowserSession {
             .collect())
     }
 
-    async fn iframe_targets(&self) -> Result<HashSet<String>> {
+    /// Tabs and cross-origin frame targets of this context, from one `Target.getTargets`.
+    async fn tabs_and_frames(&self) -> Result<(Vec<TabInfo>, HashSet<String>)> {
         let targets: TargetsWire = self
             .chrome
             .conn
             .call_raw(None, "Target.getTargets", json!({}), self.timeout)
             .await?
             .decode()?;
-        Ok(targets
-            .target_infos
-            .into_iter()
-            .filter(|t| {
-                t.kind == "iframe" && t.browser_context_id.as_deref() == Some(&self.context_id)
-            })
-            .map(|t| t.target_id)
-            .collect())
+        let mut tabs = Vec::new();
+        let mut frames = HashSet::new();
+        for t in targets.target_infos {
+            if t.browser_context_id.as_deref() != Some(&self.context_id) {
+                continue;
+            }
+            match t.kind.as_str() {
+                "page" => tabs.push(TabInfo::new(t.target_id, t.url, t.title)),
+                "iframe" => {
+                    frames.insert(t.target_id);
+                }
+                _ => {}
+            }
+        }
+        Ok((tabs, frames))
     }
 
     /// Focuses a tab by full target id or its 4-character short id.
@@ -578,14 +586,11 @@ impl BrowserSession {
                 HashSet::new()
             }
         };
-        let (tabs, iframe_targets) = tokio::join!(self.tabs(), self.iframe_targets());
-        let tabs = tabs?;
-        let iframe_targets = iframe_targets.unwrap_or_default();
         let output = capture::capture(
             &self.chrome.conn,
             &*self.sessions,
             &target,
-            &iframe_targets,
+            self.tabs_and_frames(),
             &previous,
             options,
             self.timeout,
@@ -601,6 +606,7 @@ impl BrowserSession {
             state.previous_focus = Some(target.clone());
             state.selector_map = output.selector_map.clone();
         }
+        let tabs = output.tabs;
         let mut page_info = output
             .metrics
             .as_ref()

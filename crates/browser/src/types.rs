@@ -179,6 +179,9 @@ pub struct CaptureTimings {
     pub serialize: Duration,
     /// Number of `Accessibility.getPartialAXTree` calls.
     pub ax_nodes: usize,
+    /// When the click-listener probe finished, from the start of the capture (it runs
+    /// concurrently with the snapshot, build and accessibility phases).
+    pub listener_probe: Duration,
 }
 
 /// What the agent sees of the focused tab.

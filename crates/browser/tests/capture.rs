@@ -280,3 +280,55 @@ fn text_cap_and_tabs() {
         session.release().await;
     });
 }
+
+/// browser-use's bounded listener probe: up to 100 listener-bearing elements are all marked
+/// (click/mousedown/pointerdown alike, keydown not); above 100 the probe marks none.
+#[test]
+fn click_listener_probe_is_bounded() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "listeners.html#100").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        assert!(
+            indexed(&state, "pointer-only"),
+            "pointerdown listener:\n{text}"
+        );
+        for i in [0, 1, 50, 98] {
+            assert!(
+                indexed(&state, &format!("l{i}")),
+                "#l{i} has a listener:\n{text}"
+            );
+        }
+        assert!(
+            !indexed(&state, "keydown-only"),
+            "keydown is not a click listener:\n{text}"
+        );
+        session.release().await;
+
+        let session = open(&guard, "listeners.html#101").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        for id in ["pointer-only", "l0", "l1", "l99", "keydown-only"] {
+            assert!(
+                !indexed(&state, id),
+                "#{id}: over 100 matches the probe marks none:\n{text}"
+            );
+        }
+        session.release().await;
+    });
+}
+
+/// A small but very deep DOM: the capture must not overflow a runtime worker's stack (deep
+/// trees are serialized on the large-stack capture thread) and still finds the button.
+#[test]
+fn deep_small_dom_is_captured() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "deep.html").await;
+        let state = capture(&session).await;
+        assert!(indexed(&state, "deep-button"), "{}", state.llm_text);
+        assert!(state.llm_text.contains("Deep button"), "{}", state.llm_text);
+        session.release().await;
+    });
+}
