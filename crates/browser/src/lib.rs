@@ -1,1 +1,45 @@
-//! Chrome pool and page capture over CDP (chromiumoxide).
+//! Chrome pool and page capture over CDP: this crate owns the Chrome processes (or remote
+//! Chrome endpoints) of a worker, the isolated browser context each task leases, and the
+//! capture of a tab as browser-use's indexed page text (DOMSnapshot + layout + selective
+//! accessibility, visibility, interactivity rules, paint-order occlusion, bbox containment,
+//! same- and cross-origin iframes, shadow DOM) with its index → element map, page metrics,
+//! tabs and an optional screenshot. chromiumoxide launches and drives Chrome; observation and
+//! the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
+//!
+//! Browser actions with browser-use's names and semantics ([`actions`]) run on a session with
+//! [`BrowserSession::execute`]; JavaScript dialogs, downloads and popups are handled per session.
+//!
+//! Entry points: [`BrowserPool::new`] → [`BrowserPool::lease_with`] → [`BrowserSession::capture`]
+//! / [`BrowserSession::execute`].
+
+pub mod actions;
+mod capture;
+pub mod cdp;
+mod dom;
+pub mod egress;
+pub mod error;
+mod interactive;
+mod paint_order;
+pub mod pool;
+mod serializer;
+mod session;
+mod snapshot;
+pub mod types;
+
+pub use actions::{Action, ActionContext, ActionResult};
+pub use error::{BrowserError, Result};
+pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig};
+pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
+pub use session::{BrowserSession, TaskOptions};
+pub use snapshot::SNAPSHOT_STYLES;
+pub use types::*;
+
+/// Parameters of a bare `DOMSnapshot.captureSnapshot` (the benchmark baseline):
+/// computed styles display/visibility/opacity, DOM rects and paint order.
+pub fn bare_snapshot_params() -> serde_json::Value {
+    serde_json::json!({
+        "computedStyles": ["display", "visibility", "opacity"],
+        "includePaintOrder": true,
+        "includeDOMRects": true,
+    })
+}

@@ -1,0 +1,41 @@
+//! Egress policy for a task's browser: which URLs may be requested, checked statically
+//! ([`EgressPolicy::check_url`]) and with DNS ([`EgressPolicy::check_url_resolved`]), and
+//! enforced on every request of a browser context by an [`EgressGuard`] (CDP Fetch interception
+//! on every target: pages, popups, cross-origin iframes, workers).
+//!
+//! Rules follow browser-use's security watchdog (`allowed_domains`, `prohibited_domains`,
+//! `block_ip_addresses`, see [`pattern`]) and add what a shared service needs by default: private,
+//! link-local, metadata, reserved and (unless [`EgressSettings::allow_loopback`]) loopback
+//! destinations are blocked in every encoding the browser accepts, and so are host names that
+//! resolve to them.
+//!
+//! Schemes: `about:blank`, `about:srcdoc` and the new-tab page are always allowed; `data:` and
+//! `blob:` only while no domain list is set (browser-use); http, https, ws and wss are checked;
+//! everything else (`file:`, `chrome:`, `javascript:`, `chrome-extension:`, `view-source:`, `ftp:`
+//! …) is refused — unlike browser-use, also without domain lists, because a service must never let
+//! a task read the worker's files or browser internals.
+//!
+//! Usage by a session: build the policy from the task's settings, create the browser context,
+//! `EgressGuard::attach_to_browser(&browser, EgressScope::Context(id), policy, options)` before the
+//! first page, check navigation targets with `check_url_resolved` before `Page.navigate` (a clear
+//! error without a round trip), and turn `drain_blocked()` into action errors after each action.
+//! Known gaps (WebSockets, DNS rebinding): see `docs/egress-notes.md`.
+
+pub mod addr;
+pub mod guard;
+mod link;
+pub mod pattern;
+pub mod policy;
+pub mod resolve;
+
+pub use addr::{AddressRange, classify};
+pub use guard::{
+    BlockedRequest, EgressGuard, EgressGuardError, EgressGuardOptions, EgressGuardStats,
+    EgressScope,
+};
+pub use link::LinkError;
+pub use pattern::{DomainPattern, PatternError};
+pub use policy::{
+    DEFAULT_DNS_TIMEOUT, DenyReason, EgressConfigError, EgressDenied, EgressPolicy, EgressSettings,
+};
+pub use resolve::{HostOverride, HostResolver, ResolveError};

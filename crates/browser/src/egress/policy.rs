@@ -1,0 +1,894 @@
+//! The egress policy: which URLs a task's browser may request.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use url::{Host, Url};
+
+use super::addr::{AddressRange, classify};
+use super::pattern::{DomainPattern, MatchTarget, PatternError, is_web_scheme};
+use super::resolve::{HostResolver, ResolveError};
+
+/// Default per-lookup DNS timeout.
+pub const DEFAULT_DNS_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Host names that are cloud metadata services whatever they resolve to.
+const METADATA_HOST_NAMES: [&str; 6] = [
+    "metadata",
+    "metadata.google.internal",
+    "metadata.goog",
+    "instance-data",
+    "instance-data.ec2.internal",
+    "metadata.azure.internal",
+];
+
+/// URL longer than this is shortened in denial messages and logs.
+const MAX_URL_IN_MESSAGE: usize = 300;
+
+/// The egress settings of a task, as configured (browser-use's `BrowserProfile` names).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressSettings {
+    /// If non-empty, only URLs matching one of these patterns may be requested; it alone decides
+    /// (`prohibited_domains` is then ignored), like browser-use.
+    pub allowed_domains: Vec<String>,
+    /// URLs matching one of these patterns are blocked (used when `allowed_domains` is empty).
+    pub prohibited_domains: Vec<String>,
+    /// Block every URL whose host is an IP address literal (browser-use's `block_ip_addresses`).
+    pub block_ip_addresses: bool,
+    /// Allow loopback destinations (127.0.0.0/8, ::1, `localhost`) for local use and tests.
+    /// Every other private, link-local, metadata or reserved destination stays blocked.
+    pub allow_loopback: bool,
+    /// Timeout of one DNS lookup made by the check, in milliseconds.
+    pub dns_timeout_ms: u64,
+}
+
+impl Default for EgressSettings {
+    fn default() -> Self {
+        Self {
+            allowed_domains: Vec::new(),
+            prohibited_domains: Vec::new(),
+            block_ip_addresses: false,
+            allow_loopback: false,
+            dns_timeout_ms: u64::try_from(DEFAULT_DNS_TIMEOUT.as_millis()).unwrap_or(3000),
+        }
+    }
+}
+
+/// Invalid egress settings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressConfigError {
+    /// A pattern in one of the domain lists is invalid.
+    #[error("{list}: {error}")]
+    InvalidPattern {
+        /// `allowed_domains` or `prohibited_domains`.
+        list: &'static str,
+        /// What is wrong.
+        error: PatternError,
+    },
+    /// The DNS timeout is zero or above one minute.
+    #[error("dns_timeout_ms must be between 1 and 60000, got {0}")]
+    InvalidDnsTimeout(u64),
+}
+
+/// Why a URL is denied.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DenyReason {
+    /// The URL could not be parsed.
+    InvalidUrl {
+        /// Parser message.
+        detail: String,
+    },
+    /// A scheme the browser may never load (file:, chrome:, javascript:, …).
+    UnsupportedScheme {
+        /// The scheme.
+        scheme: String,
+    },
+    /// data: and blob: URLs are refused while domain rules are configured (browser-use).
+    SchemeNotAllowedWithDomainRules {
+        /// The scheme.
+        scheme: String,
+    },
+    /// The URL has no host.
+    MissingHost,
+    /// `block_ip_addresses` is on and the host is an IP address.
+    IpAddressHost {
+        /// The host as the browser sees it.
+        host: String,
+    },
+    /// The host is an IP address in a blocked range.
+    BlockedAddress {
+        /// The address.
+        ip: IpAddr,
+        /// Its range.
+        range: AddressRange,
+    },
+    /// The host name itself is a blocked destination (`localhost`, metadata names).
+    BlockedHostName {
+        /// The host.
+        host: String,
+        /// What it stands for.
+        range: AddressRange,
+    },
+    /// The host name resolves to a blocked address.
+    ResolvesToBlockedAddress {
+        /// The host.
+        host: String,
+        /// The offending address.
+        ip: IpAddr,
+        /// Its range.
+        range: AddressRange,
+    },
+    /// The host could not be resolved; the request is refused (fail closed).
+    ResolutionFailed {
+        /// The resolver's error.
+        detail: String,
+    },
+    /// `allowed_domains` is set and no pattern matches.
+    NotInAllowedDomains {
+        /// The host.
+        host: String,
+    },
+    /// A `prohibited_domains` pattern matches.
+    ProhibitedDomain {
+        /// The host.
+        host: String,
+        /// The matching pattern.
+        pattern: String,
+    },
+    /// The check itself failed (timeout, internal error); the request is refused.
+    CheckFailed {
+        /// What happened.
+        detail: String,
+    },
+}
+
+impl fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DenyReason::InvalidUrl { detail } => write!(f, "the URL is invalid ({detail})"),
+            DenyReason::UnsupportedScheme { scheme } => {
+                write!(f, "the {scheme}: scheme is not allowed")
+            }
+            DenyReason::SchemeNotAllowedWithDomainRules { scheme } => write!(
+                f,
+                "{scheme}: URLs are not allowed while allowed_domains/prohibited_domains are set"
+            ),
+            DenyReason::MissingHost => f.write_str("the URL has no host"),
+            DenyReason::IpAddressHost { host } => write!(
+                f,
+                "the host {host} is an IP address and block_ip_addresses is on"
+            ),
+            DenyReason::BlockedAddress { ip, range } => write!(f, "{ip} is {range}"),
+            DenyReason::BlockedHostName { host, range } => write!(f, "{host} is {range}"),
+            DenyReason::ResolvesToBlockedAddress { host, ip, range } => {
+                write!(f, "{host} resolves to {ip}, which is {range}")
+            }
+            DenyReason::ResolutionFailed { detail } => {
+                write!(f, "{detail}; unresolvable hosts are refused")
+            }
+            DenyReason::NotInAllowedDomains { host } => {
+                write!(f, "the host {host} is not in allowed_domains")
+            }
+            DenyReason::ProhibitedDomain { host, pattern } => write!(
+                f,
+                "the host {host} matches the prohibited_domains pattern {pattern:?}"
+            ),
+            DenyReason::CheckFailed { detail } => {
+                write!(
+                    f,
+                    "the egress check failed ({detail}), so the request is refused"
+                )
+            }
+        }
+    }
+}
+
+/// A URL the egress policy refused.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, thiserror::Error)]
+#[error("blocked by the egress policy: {url}: {reason}")]
+pub struct EgressDenied {
+    /// The URL (shortened to a few hundred characters).
+    pub url: String,
+    /// Why.
+    pub reason: DenyReason,
+}
+
+impl EgressDenied {
+    pub(crate) fn new(url: &str, reason: DenyReason) -> Self {
+        Self {
+            url: shorten_url(url),
+            reason,
+        }
+    }
+}
+
+pub(crate) fn shorten_url(url: &str) -> String {
+    if url.len() <= MAX_URL_IN_MESSAGE {
+        return url.to_string();
+    }
+    let mut cut = MAX_URL_IN_MESSAGE;
+    while !url.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &url[..cut])
+}
+
+/// A compiled domain list: exact hosts indexed, other patterns scanned in order.
+#[derive(Debug, Clone, Default)]
+struct DomainList {
+    exact: HashSet<String>,
+    /// Root domains (one dot) whose `www.` variant also matches.
+    exact_www: HashSet<String>,
+    /// Source text per exact host, for reporting the matched pattern.
+    exact_source: std::collections::HashMap<String, String>,
+    patterns: Vec<DomainPattern>,
+}
+
+impl DomainList {
+    fn compile(list: &'static str, raw: &[String]) -> Result<Self, EgressConfigError> {
+        let mut out = DomainList::default();
+        for item in raw {
+            let pattern = DomainPattern::parse(item)
+                .map_err(|error| EgressConfigError::InvalidPattern { list, error })?;
+            if let Some((host, www)) = pattern.exact_host() {
+                out.exact.insert(host.to_string());
+                out.exact_source
+                    .insert(host.to_string(), pattern.as_str().to_string());
+                if www {
+                    out.exact_www.insert(host.to_string());
+                }
+            } else {
+                out.patterns.push(pattern);
+            }
+        }
+        Ok(out)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.patterns.is_empty()
+    }
+
+    /// The matching pattern's text, if any.
+    fn find(&self, target: &MatchTarget<'_>) -> Option<String> {
+        if is_web_scheme(target.scheme) {
+            if self.exact.contains(target.host) {
+                return self.exact_source.get(target.host).cloned();
+            }
+            if let Some(bare) = target.host.strip_prefix("www.")
+                && self.exact_www.contains(bare)
+            {
+                return self.exact_source.get(bare).cloned();
+            }
+        }
+        self.patterns
+            .iter()
+            .find(|p| p.matches(target))
+            .map(|p| p.as_str().to_string())
+    }
+}
+
+/// A validated egress policy. Cheap to share behind an [`Arc`].
+#[derive(Debug)]
+pub struct EgressPolicy {
+    settings: EgressSettings,
+    allowed: DomainList,
+    prohibited: DomainList,
+    resolver: Arc<HostResolver>,
+}
+
+impl EgressPolicy {
+    /// Validates the settings; uses the system resolver.
+    pub fn new(settings: EgressSettings) -> Result<Self, EgressConfigError> {
+        if settings.dns_timeout_ms == 0 || settings.dns_timeout_ms > 60_000 {
+            return Err(EgressConfigError::InvalidDnsTimeout(
+                settings.dns_timeout_ms,
+            ));
+        }
+        let allowed = DomainList::compile("allowed_domains", &settings.allowed_domains)?;
+        let prohibited = DomainList::compile("prohibited_domains", &settings.prohibited_domains)?;
+        let resolver = Arc::new(HostResolver::system(Duration::from_millis(
+            settings.dns_timeout_ms,
+        )));
+        Ok(Self {
+            settings,
+            allowed,
+            prohibited,
+            resolver,
+        })
+    }
+
+    /// Replaces the resolver (to add host overrides that mirror `--host-resolver-rules`).
+    pub fn with_resolver(mut self, resolver: HostResolver) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// The settings this policy was built from.
+    pub fn settings(&self) -> &EgressSettings {
+        &self.settings
+    }
+
+    /// The resolver used by [`check_url_resolved`](Self::check_url_resolved).
+    pub fn resolver(&self) -> &HostResolver {
+        &self.resolver
+    }
+
+    fn has_domain_rules(&self) -> bool {
+        !self.allowed.is_empty() || !self.prohibited.is_empty()
+    }
+
+    /// Parses and checks a URL string (see [`check_url`](Self::check_url)).
+    pub fn check_str(&self, url: &str) -> Result<Url, EgressDenied> {
+        let parsed = Url::parse(url).map_err(|e| {
+            EgressDenied::new(
+                url,
+                DenyReason::InvalidUrl {
+                    detail: e.to_string(),
+                },
+            )
+        })?;
+        self.check_url(&parsed)?;
+        Ok(parsed)
+    }
+
+    /// The static part of the check: scheme, IP literal, special host names and domain rules.
+    /// No DNS; use [`check_url_resolved`](Self::check_url_resolved) before letting a request out.
+    pub fn check_url(&self, url: &Url) -> Result<(), EgressDenied> {
+        let deny = |reason| Err(EgressDenied::new(url.as_str(), reason));
+        let scheme = url.scheme();
+        if is_internal_page(url) {
+            return Ok(());
+        }
+        match scheme {
+            "data" | "blob" if self.has_domain_rules() => {
+                return deny(DenyReason::SchemeNotAllowedWithDomainRules {
+                    scheme: scheme.to_string(),
+                });
+            }
+            "data" | "blob" => return Ok(()),
+            s if is_web_scheme(s) => {}
+            _ => {
+                return deny(DenyReason::UnsupportedScheme {
+                    scheme: scheme.to_string(),
+                });
+            }
+        }
+        let host = match url.host() {
+            None => return deny(DenyReason::MissingHost),
+            Some(Host::Domain(d)) if d.trim_end_matches('.').is_empty() => {
+                return deny(DenyReason::MissingHost);
+            }
+            Some(host) => host,
+        };
+        let host_text = match &host {
+            Host::Domain(d) => d.trim_end_matches('.').to_ascii_lowercase(),
+            Host::Ipv4(ip) => ip.to_string(),
+            Host::Ipv6(ip) => format!("[{ip}]"),
+        };
+        let literal_ip = match host {
+            Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
+            Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
+            Host::Domain(_) => None,
+        };
+        if let Some(ip) = literal_ip {
+            if self.settings.block_ip_addresses {
+                return deny(DenyReason::IpAddressHost { host: host_text });
+            }
+            if let Some(range) = self.blocked_range(ip) {
+                return deny(DenyReason::BlockedAddress { ip, range });
+            }
+        } else if let Some(range) = special_host_name(&host_text)
+            && !(range == AddressRange::Loopback && self.settings.allow_loopback)
+        {
+            return deny(DenyReason::BlockedHostName {
+                host: host_text,
+                range,
+            });
+        }
+        let target = MatchTarget {
+            scheme,
+            host: &host_text,
+            url,
+        };
+        if !self.allowed.is_empty() {
+            if self.allowed.find(&target).is_none() {
+                return deny(DenyReason::NotInAllowedDomains { host: host_text });
+            }
+        } else if let Some(pattern) = self.prohibited.find(&target) {
+            return deny(DenyReason::ProhibitedDomain {
+                host: host_text,
+                pattern,
+            });
+        }
+        Ok(())
+    }
+
+    /// The full check: [`check_url`](Self::check_url), then, for host names, a DNS lookup
+    /// (with timeout and cache) that refuses the URL when any address is blocked or the name
+    /// does not resolve.
+    pub async fn check_url_resolved(&self, url: &Url) -> Result<(), EgressDenied> {
+        self.check_url(url)?;
+        let Some(Host::Domain(domain)) = url.host() else {
+            return Ok(());
+        };
+        if !is_web_scheme(url.scheme()) {
+            return Ok(());
+        }
+        let host = domain.trim_end_matches('.').to_ascii_lowercase();
+        let ips = self
+            .resolver
+            .resolve(&host)
+            .await
+            .map_err(|e: ResolveError| {
+                EgressDenied::new(
+                    url.as_str(),
+                    DenyReason::ResolutionFailed {
+                        detail: e.to_string(),
+                    },
+                )
+            })?;
+        for ip in ips {
+            if let Some(range) = self.blocked_range(ip) {
+                return Err(EgressDenied::new(
+                    url.as_str(),
+                    DenyReason::ResolvesToBlockedAddress { host, ip, range },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocked range of an address under this policy (loopback may be allowed).
+    pub fn blocked_range(&self, ip: IpAddr) -> Option<AddressRange> {
+        classify(ip).filter(|r| !(*r == AddressRange::Loopback && self.settings.allow_loopback))
+    }
+}
+
+/// Pages that are always allowed: about:blank, about:srcdoc and the new-tab pages.
+fn is_internal_page(url: &Url) -> bool {
+    match url.scheme() {
+        "about" => matches!(url.path(), "blank" | "srcdoc"),
+        "chrome" => {
+            matches!(url.host_str(), Some("new-tab-page" | "newtab"))
+                && matches!(url.path(), "" | "/")
+        }
+        _ => false,
+    }
+}
+
+/// Host names that are blocked destinations by themselves.
+fn special_host_name(host: &str) -> Option<AddressRange> {
+    if host == "localhost" || host.ends_with(".localhost") {
+        return Some(AddressRange::Loopback);
+    }
+    if METADATA_HOST_NAMES.contains(&host) {
+        return Some(AddressRange::CloudMetadata);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::egress::resolve::HostOverride;
+
+    fn policy(f: impl FnOnce(&mut EgressSettings)) -> EgressPolicy {
+        let mut s = EgressSettings::default();
+        f(&mut s);
+        EgressPolicy::new(s).expect("valid settings")
+    }
+
+    fn reason(p: &EgressPolicy, url: &str) -> Option<DenyReason> {
+        p.check_str(url).err().map(|d| d.reason)
+    }
+
+    #[test]
+    fn default_policy_allows_public_web_and_internal_pages() {
+        let p = policy(|_| {});
+        for url in [
+            "https://example.com/",
+            "http://example.com:8080/a?b#c",
+            "wss://example.com/socket",
+            "about:blank",
+            "about:srcdoc",
+            "chrome://new-tab-page/",
+            "chrome://new-tab-page",
+            "chrome://newtab/",
+            "data:text/html,hello",
+            "blob:https://example.com/0f0e",
+            "http://8.8.8.8/",
+            "http://[2606:4700:4700::1111]/",
+        ] {
+            assert_eq!(reason(&p, url), None, "{url}");
+        }
+    }
+
+    #[test]
+    fn dangerous_schemes_are_always_blocked() {
+        let p = policy(|_| {});
+        for url in [
+            "file:///etc/passwd",
+            "file://localhost/etc/passwd",
+            "javascript:alert(1)",
+            "chrome://settings",
+            "chrome://version/",
+            "chrome-extension://abc/popup.html",
+            "about:config",
+            "view-source:https://example.com/",
+            "ftp://example.com/",
+            "brave://settings",
+            "filesystem:https://example.com/temporary/x",
+        ] {
+            assert!(
+                matches!(reason(&p, url), Some(DenyReason::UnsupportedScheme { .. })),
+                "{url}: {:?}",
+                reason(&p, url)
+            );
+        }
+    }
+
+    #[test]
+    fn data_and_blob_are_refused_under_domain_rules() {
+        let p = policy(|s| s.allowed_domains = vec!["example.com".into()]);
+        for url in [
+            "data:text/html,<script>1</script>",
+            "blob:https://example.com/x",
+        ] {
+            assert!(matches!(
+                reason(&p, url),
+                Some(DenyReason::SchemeNotAllowedWithDomainRules { .. })
+            ));
+        }
+        assert_eq!(reason(&p, "about:blank"), None);
+        assert_eq!(reason(&p, "chrome://new-tab-page/"), None);
+        let p = policy(|s| s.prohibited_domains = vec!["evil.com".into()]);
+        assert!(reason(&p, "data:text/html,x").is_some());
+    }
+
+    #[test]
+    fn allowed_domains_alone_decide() {
+        let p = policy(|s| {
+            s.allowed_domains = vec!["example.com".into(), "*.docs.rs".into()];
+            s.prohibited_domains = vec!["example.com".into()];
+        });
+        assert_eq!(reason(&p, "https://example.com/"), None);
+        assert_eq!(reason(&p, "https://www.example.com/"), None);
+        assert_eq!(reason(&p, "https://docs.rs/"), None);
+        assert_eq!(reason(&p, "https://a.docs.rs/"), None);
+        assert_eq!(
+            reason(&p, "https://evil.com/"),
+            Some(DenyReason::NotInAllowedDomains {
+                host: "evil.com".into()
+            })
+        );
+        assert!(reason(&p, "https://example.com.evil.com/").is_some());
+    }
+
+    #[test]
+    fn prohibited_domains_block_matches_only() {
+        let p = policy(|s| s.prohibited_domains = vec!["evil.com".into(), "*.bad.org".into()]);
+        assert_eq!(reason(&p, "https://example.com/"), None);
+        assert_eq!(
+            reason(&p, "https://www.evil.com/x"),
+            Some(DenyReason::ProhibitedDomain {
+                host: "www.evil.com".into(),
+                pattern: "evil.com".into()
+            })
+        );
+        assert!(reason(&p, "http://EVIL.com./").is_some());
+        assert!(reason(&p, "http://bad.org/").is_some());
+        assert!(reason(&p, "http://x.y.bad.org/").is_some());
+        assert_eq!(reason(&p, "http://notbad.org/"), None);
+    }
+
+    #[test]
+    fn whatwg_parsing_defeats_parser_confusion() {
+        let p = policy(|s| s.allowed_domains = vec!["allowed-domain.example".into()]);
+        // Backslash is a path separator for special schemes: the host is evil-domain.example.
+        assert!(reason(&p, "http://evil-domain.example\\@allowed-domain.example/").is_some());
+        // Userinfo does not change the host.
+        assert!(reason(&p, "http://allowed-domain.example@evil.example/").is_some());
+        assert_eq!(
+            reason(&p, "http://evil.example@allowed-domain.example/"),
+            None
+        );
+        // Tabs and newlines are stripped by the parser.
+        assert!(reason(&p, "http://evil.exa\tmple/").is_some());
+        assert_eq!(reason(&p, "http://allowed-domain.exa\nmple/"), None);
+        // Percent-encoded and fullwidth hosts normalise to the real host.
+        assert_eq!(reason(&p, "http://allowed%2Ddomain.example/"), None);
+        assert_eq!(reason(&p, "http://ａｌｌｏｗｅｄ-domain.example/"), None);
+    }
+
+    #[test]
+    fn metadata_ip_in_every_encoding_is_blocked() {
+        let p = policy(|s| s.allow_loopback = true);
+        for url in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://2852039166/",
+            "http://0xa9fea9fe/",
+            "http://0xA9FEA9FE/",
+            "http://0251.0376.0251.0376/",
+            "http://0xa9.0xfe.0xa9.0xfe/",
+            "http://0251.254.169.254/",
+            "http://169.254.43518/",
+            "http://169.16689662/",
+            "http://0xa9.16689662/",
+            "http://169.254.169.254./",
+            "http://%31%36%39.254.169.254/",
+            "http://１６９.２５４.１６９.２５４/",
+            "http://169。254。169。254/",
+            "http://[::ffff:169.254.169.254]/",
+            "http://[::ffff:a9fe:a9fe]/",
+            "http://[0:0:0:0:0:ffff:169.254.169.254]/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[2002:a9fe:a9fe::1]/",
+            "http://[fd00:ec2::254]/",
+            "https://169.254.169.254:443/",
+            "ws://169.254.169.254/",
+            "http://user:pass@169.254.169.254/",
+            "http://metadata.google.internal/computeMetadata/v1/",
+            "http://METADATA.google.internal./",
+            "http://metadata/",
+        ] {
+            let r = reason(&p, url);
+            assert!(
+                matches!(
+                    r,
+                    Some(DenyReason::BlockedAddress {
+                        range: AddressRange::CloudMetadata,
+                        ..
+                    }) | Some(DenyReason::BlockedHostName {
+                        range: AddressRange::CloudMetadata,
+                        ..
+                    })
+                ),
+                "{url}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn private_and_special_addresses_in_every_encoding_are_blocked() {
+        let p = policy(|s| s.allow_loopback = true);
+        for (url, want) in [
+            ("http://10.0.0.1/", AddressRange::Private),
+            ("http://10.1/", AddressRange::Private),
+            ("http://167772161/", AddressRange::Private),
+            ("http://0xa000001/", AddressRange::Private),
+            ("http://012.0.0.1/", AddressRange::Private),
+            ("http://192.168.1.1/", AddressRange::Private),
+            ("http://0300.0250.1.1/", AddressRange::Private),
+            ("http://172.16.0.1/", AddressRange::Private),
+            ("http://100.64.0.1/", AddressRange::SharedAddressSpace),
+            ("http://169.254.1.1/", AddressRange::LinkLocal),
+            ("http://0.0.0.0/", AddressRange::Unspecified),
+            ("http://0/", AddressRange::Unspecified),
+            ("http://[::]/", AddressRange::Unspecified),
+            ("http://[fe80::1]/", AddressRange::LinkLocal),
+            ("http://[fc00::1]/", AddressRange::UniqueLocal),
+            ("http://[fd12::1]/", AddressRange::UniqueLocal),
+            ("http://[::ffff:10.0.0.1]/", AddressRange::Private),
+            ("http://[::ffff:192.168.0.1]/", AddressRange::Private),
+            ("http://224.0.0.1/", AddressRange::Multicast),
+            ("http://[ff02::1]/", AddressRange::Multicast),
+            ("http://255.255.255.255/", AddressRange::Broadcast),
+            ("http://4294967295/", AddressRange::Broadcast),
+            ("http://192.0.2.1/", AddressRange::Documentation),
+            ("http://240.0.0.1/", AddressRange::Reserved),
+            ("http://[::127.0.0.1]/", AddressRange::Reserved),
+        ] {
+            let r = reason(&p, url);
+            assert!(
+                matches!(r, Some(DenyReason::BlockedAddress { range, .. }) if range == want),
+                "{url}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn loopback_is_blocked_by_default_and_opened_explicitly() {
+        let closed = policy(|_| {});
+        let open = policy(|s| s.allow_loopback = true);
+        for url in [
+            "http://127.0.0.1:8080/",
+            "http://127.1/",
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "http://0177.0.0.1/",
+            "http://127.0.0.1./",
+            "http://[::1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://[0:0:0:0:0:0:0:1]/",
+            "http://localhost:3000/",
+            "http://LOCALHOST./",
+            "http://app.localhost/",
+        ] {
+            let r = reason(&closed, url);
+            assert!(
+                matches!(
+                    r,
+                    Some(DenyReason::BlockedAddress {
+                        range: AddressRange::Loopback,
+                        ..
+                    }) | Some(DenyReason::BlockedHostName {
+                        range: AddressRange::Loopback,
+                        ..
+                    })
+                ),
+                "{url}: {r:?}"
+            );
+            assert_eq!(reason(&open, url), None, "{url} with allow_loopback");
+        }
+        // allow_loopback opens nothing else.
+        assert!(reason(&open, "http://0.0.0.0:8080/").is_some());
+        assert!(reason(&open, "http://10.0.0.1/").is_some());
+    }
+
+    #[test]
+    fn domain_rules_still_apply_to_loopback() {
+        let p = policy(|s| {
+            s.allow_loopback = true;
+            s.allowed_domains = vec!["allowed.test".into()];
+        });
+        assert_eq!(reason(&p, "http://allowed.test:8080/"), None);
+        assert!(matches!(
+            reason(&p, "http://127.0.0.1:8080/"),
+            Some(DenyReason::NotInAllowedDomains { .. })
+        ));
+        assert!(matches!(
+            reason(&p, "http://localhost:8080/"),
+            Some(DenyReason::NotInAllowedDomains { .. })
+        ));
+    }
+
+    #[test]
+    fn block_ip_addresses_blocks_every_ip_literal() {
+        let p = policy(|s| s.block_ip_addresses = true);
+        for url in [
+            "http://8.8.8.8/",
+            "http://134744072/",
+            "http://0x08080808/",
+            "http://010.010.010.010/",
+            "http://8.526344/",
+            "http://[2001:4860:4860::8888]/",
+            "http://%38.8.8.8/",
+            "http://８.８.８.８/",
+        ] {
+            assert!(
+                matches!(reason(&p, url), Some(DenyReason::IpAddressHost { .. })),
+                "{url}: {:?}",
+                reason(&p, url)
+            );
+        }
+        assert_eq!(reason(&p, "https://example.com/"), None);
+        // Hosts that only look numeric are domains.
+        assert_eq!(reason(&p, "http://1.2.3.4.example/"), None);
+    }
+
+    #[test]
+    fn hostless_urls_are_refused() {
+        let p = policy(|_| {});
+        assert!(reason(&p, "http://").is_some());
+        assert!(matches!(
+            reason(&p, "not a url"),
+            Some(DenyReason::InvalidUrl { .. })
+        ));
+    }
+
+    #[test]
+    fn invalid_settings_are_reported_clearly() {
+        let e = EgressPolicy::new(EgressSettings {
+            allowed_domains: vec!["ok.com".into(), "example.*".into()],
+            ..EgressSettings::default()
+        })
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("allowed_domains"), "{msg}");
+        assert!(msg.contains("example.*"), "{msg}");
+        let e = EgressPolicy::new(EgressSettings {
+            prohibited_domains: vec!["a.com/path".into()],
+            ..EgressSettings::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("prohibited_domains"));
+        assert!(matches!(
+            EgressPolicy::new(EgressSettings {
+                dns_timeout_ms: 0,
+                ..EgressSettings::default()
+            }),
+            Err(EgressConfigError::InvalidDnsTimeout(0))
+        ));
+    }
+
+    #[test]
+    fn settings_deserialize_with_defaults_and_reject_unknown_fields() {
+        let s: EgressSettings =
+            serde_json::from_str(r#"{"allowed_domains":["a.com"],"allow_loopback":true}"#).unwrap();
+        assert_eq!(s.allowed_domains, vec!["a.com".to_string()]);
+        assert!(s.allow_loopback);
+        assert!(!s.block_ip_addresses);
+        assert_eq!(s.dns_timeout_ms, 3000);
+        assert!(serde_json::from_str::<EgressSettings>(r#"{"allowed_domain":[]}"#).is_err());
+    }
+
+    #[test]
+    fn large_exact_lists_keep_pattern_semantics() {
+        let mut list: Vec<String> = (0..500).map(|i| format!("site{i}.com")).collect();
+        list.push("*.wild.org".into());
+        let p = policy(|s| s.allowed_domains = list);
+        assert_eq!(reason(&p, "https://site499.com/"), None);
+        assert_eq!(reason(&p, "https://www.site7.com/"), None);
+        assert_eq!(reason(&p, "https://a.wild.org/"), None);
+        assert!(reason(&p, "https://site500.com/").is_some());
+        assert!(reason(&p, "https://a.site7.com/").is_some());
+    }
+
+    #[test]
+    fn denial_messages_name_url_and_reason_and_are_bounded() {
+        let p = policy(|s| s.prohibited_domains = vec!["evil.com".into()]);
+        let long = format!("https://evil.com/{}", "a".repeat(5000));
+        let d = p.check_str(&long).unwrap_err();
+        let msg = d.to_string();
+        assert!(msg.contains("https://evil.com/"), "{msg}");
+        assert!(msg.contains("prohibited_domains"), "{msg}");
+        assert!(msg.len() < 600, "{}", msg.len());
+    }
+
+    #[tokio::test]
+    async fn resolved_check_blocks_names_pointing_inside() {
+        let resolver = HostResolver::system(Duration::from_secs(2))
+            .with_override(HostOverride::new("*.test", "127.0.0.1".parse().unwrap()).unwrap())
+            .with_override(
+                HostOverride::new("rebind.example", "169.254.169.254".parse().unwrap()).unwrap(),
+            )
+            .with_override(
+                HostOverride::new("intranet.example", "10.1.2.3".parse().unwrap()).unwrap(),
+            )
+            .with_override(
+                HostOverride::new("public.example", "8.8.8.8".parse().unwrap()).unwrap(),
+            );
+        let p = EgressPolicy::new(EgressSettings::default())
+            .unwrap()
+            .with_resolver(resolver);
+        let check = |u: &str| {
+            let url = Url::parse(u).unwrap();
+            let p = &p;
+            async move { p.check_url_resolved(&url).await.err().map(|d| d.reason) }
+        };
+        assert_eq!(check("http://public.example/").await, None);
+        assert!(matches!(
+            check("http://rebind.example/").await,
+            Some(DenyReason::ResolvesToBlockedAddress {
+                range: AddressRange::CloudMetadata,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check("http://intranet.example/").await,
+            Some(DenyReason::ResolvesToBlockedAddress {
+                range: AddressRange::Private,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check("http://allowed.test/").await,
+            Some(DenyReason::ResolvesToBlockedAddress {
+                range: AddressRange::Loopback,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check("http://does-not-exist.invalid/").await,
+            Some(DenyReason::ResolutionFailed { .. })
+        ));
+        // IP literals and internal pages need no lookup.
+        assert_eq!(check("about:blank").await, None);
+        assert_eq!(check("http://8.8.4.4/").await, None);
+    }
+}

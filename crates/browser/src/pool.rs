@@ -1,0 +1,513 @@
+//! The Chrome pool: processes (or remote endpoints), each hosting isolated contexts.
+
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use chromiumoxide::{Browser, BrowserConfig};
+use futures::StreamExt;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
+
+use crate::{
+    cdp::CdpConnection,
+    error::{BrowserError, Result},
+    session::{BrowserSession, TaskOptions},
+};
+
+/// How the pool launches or reaches Chrome.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// Chrome executable (Debian: `/usr/bin/chromium`).
+    pub chrome_path: PathBuf,
+    /// Chrome processes to run (ignored when `remote_endpoints` is non-empty).
+    pub processes: usize,
+    /// Concurrent contexts (tasks) per process / endpoint.
+    pub contexts_per_process: usize,
+    /// Replace a process after it has hosted this many tasks (0 = never).
+    pub recycle_after_tasks: usize,
+    /// Timeout of every CDP command.
+    pub cdp_timeout: Duration,
+    /// Timeout of a Chrome launch or remote connect.
+    pub launch_timeout: Duration,
+    /// Use these `ws://…/devtools/browser/…` endpoints instead of launching Chrome.
+    pub remote_endpoints: Vec<String>,
+    /// Extra Chrome command-line arguments.
+    pub extra_args: Vec<String>,
+    /// Window (= viewport) size of new tabs.
+    pub window_size: (u32, u32),
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            chrome_path: PathBuf::from("/usr/bin/chromium"),
+            processes: 1,
+            contexts_per_process: 4,
+            recycle_after_tasks: 50,
+            cdp_timeout: Duration::from_secs(30),
+            launch_timeout: Duration::from_secs(30),
+            remote_endpoints: Vec::new(),
+            extra_args: Vec::new(),
+            window_size: (1280, 800),
+        }
+    }
+}
+
+/// Flags every launched Chrome gets (see DEVELOPERS.md).
+pub const CHROME_FLAGS: [&str; 9] = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+];
+
+static CHROME_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// One running (or connected) Chrome.
+pub(crate) struct Chrome {
+    pub id: u64,
+    pub browser: RwLock<Option<Browser>>,
+    pub conn: CdpConnection,
+    pub ws_url: String,
+    dead: Arc<AtomicBool>,
+    handler: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub pid: Option<u32>,
+    user_data_dir: std::sync::Mutex<Option<tempfile::TempDir>>,
+    pub active: AtomicUsize,
+    pub leased_total: AtomicUsize,
+    pub remote: bool,
+}
+
+impl Chrome {
+    pub fn is_alive(&self) -> bool {
+        !self.dead.load(Ordering::SeqCst) && !self.conn.is_closed()
+    }
+
+    async fn launch(config: &PoolConfig) -> Result<Arc<Chrome>> {
+        let dir = tempfile::Builder::new()
+            .prefix("browserd-chrome-")
+            .tempdir()?;
+        let mut builder = BrowserConfig::builder()
+            .chrome_executable(&config.chrome_path)
+            .new_headless_mode()
+            .no_sandbox()
+            .user_data_dir(dir.path())
+            .viewport(None)
+            .window_size(config.window_size.0, config.window_size.1)
+            .launch_timeout(config.launch_timeout)
+            .request_timeout(config.cdp_timeout)
+            // chromiumoxide adds the leading dashes itself.
+            .args(
+                CHROME_FLAGS
+                    .iter()
+                    .filter(|f| !matches!(**f, "--headless=new" | "--no-sandbox"))
+                    .map(|f| f.trim_start_matches("--").to_owned()),
+            )
+            .args(
+                config
+                    .extra_args
+                    .iter()
+                    .map(|f| f.trim_start_matches("--").to_owned()),
+            );
+        builder = builder.env("LANG", "C");
+        let browser_config = builder.build().map_err(BrowserError::Launch)?;
+        let (mut browser, handler) =
+            tokio::time::timeout(config.launch_timeout, Browser::launch(browser_config))
+                .await
+                .map_err(|_| BrowserError::Launch("chrome did not start in time".into()))??;
+        let pid = browser.get_mut_child().and_then(|child| child.inner.id());
+        Self::finish(browser, handler, Some(dir), pid, false, config).await
+    }
+
+    async fn connect(endpoint: &str, config: &PoolConfig) -> Result<Arc<Chrome>> {
+        let (browser, handler) =
+            tokio::time::timeout(config.launch_timeout, Browser::connect(endpoint))
+                .await
+                .map_err(|_| BrowserError::Connect {
+                    endpoint: endpoint.to_owned(),
+                    reason: "no answer in time".into(),
+                })?
+                .map_err(|e| BrowserError::Connect {
+                    endpoint: endpoint.to_owned(),
+                    reason: e.to_string(),
+                })?;
+        Self::finish(browser, handler, None, None, true, config).await
+    }
+
+    async fn finish(
+        browser: Browser,
+        mut handler: chromiumoxide::Handler,
+        dir: Option<tempfile::TempDir>,
+        pid: Option<u32>,
+        remote: bool,
+        config: &PoolConfig,
+    ) -> Result<Arc<Chrome>> {
+        let dead = Arc::new(AtomicBool::new(false));
+        let handler_dead = dead.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = handler.next().await {
+                if let Err(err) = event {
+                    tracing::warn!(error = %err, "chrome connection failed; marking browser dead");
+                    break;
+                }
+            }
+            handler_dead.store(true, Ordering::SeqCst);
+        });
+        let ws_url = browser.websocket_address().clone();
+        let conn = match CdpConnection::connect(&ws_url, config.cdp_timeout).await {
+            Ok(conn) => conn,
+            Err(err) => {
+                task.abort();
+                let mut browser = browser;
+                if !remote {
+                    let _ = browser.kill().await;
+                }
+                return Err(err);
+            }
+        };
+        Ok(Arc::new(Chrome {
+            id: CHROME_IDS.fetch_add(1, Ordering::Relaxed),
+            browser: RwLock::new(Some(browser)),
+            conn,
+            ws_url,
+            dead,
+            handler: std::sync::Mutex::new(Some(task)),
+            pid,
+            user_data_dir: std::sync::Mutex::new(dir),
+            active: AtomicUsize::new(0),
+            leased_total: AtomicUsize::new(0),
+            remote,
+        }))
+    }
+
+    /// Closes Chrome, waits for the process and every descendant, removes the profile dir.
+    pub async fn close(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        let descendants = self.pid.map(descendant_pids).unwrap_or_default();
+        let mut guard = self.browser.write().await;
+        if let Some(mut browser) = guard.take()
+            && !self.remote
+        {
+            let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
+            let waited = match closed {
+                Ok(Ok(_)) => tokio::time::timeout(Duration::from_secs(10), browser.wait())
+                    .await
+                    .is_ok(),
+                _ => false,
+            };
+            if !waited {
+                let _ = browser.kill().await;
+                let _ = tokio::time::timeout(Duration::from_secs(10), browser.wait()).await;
+            }
+        }
+        drop(guard);
+        if let Ok(mut handler) = self.handler.lock()
+            && let Some(task) = handler.take()
+        {
+            task.abort();
+        }
+        // Chrome's helpers exit once the browser process is gone; wait for them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let alive: Vec<u32> = descendants
+                .iter()
+                .copied()
+                .filter(|p| pid_alive(*p))
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                tracing::warn!(?alive, "chrome helper processes still running after close");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if let Ok(mut dir) = self.user_data_dir.lock() {
+            dir.take();
+        }
+    }
+}
+
+/// All descendants of `pid` (from /proc; empty where /proc is unavailable).
+pub fn descendant_pids(pid: u32) -> Vec<u32> {
+    let mut parent_of: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                // pid (comm) state ppid …; comm may contain spaces, so split after ')'.
+                if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+                    let mut fields = rest.split_whitespace();
+                    let _state = fields.next();
+                    if let Some(ppid) = fields.next().and_then(|s| s.parse::<u32>().ok()) {
+                        parent_of.push((p, ppid));
+                    }
+                }
+            }
+        }
+    }
+    let mut found: HashSet<u32> = HashSet::new();
+    let mut frontier = vec![pid];
+    while let Some(cur) = frontier.pop() {
+        for &(child, parent) in &parent_of {
+            if parent == cur && found.insert(child) {
+                frontier.push(child);
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// True while `/proc/<pid>` exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+struct PoolState {
+    /// Current Chrome per slot.
+    slots: Vec<Option<Arc<Chrome>>>,
+    /// Chromes being replaced that still host leases.
+    retiring: Vec<Arc<Chrome>>,
+}
+
+pub(crate) struct PoolInner {
+    pub config: PoolConfig,
+    state: Mutex<PoolState>,
+    permits: Arc<Semaphore>,
+    shut_down: AtomicBool,
+}
+
+/// A pool of Chrome processes; [`BrowserPool::lease`] hands out isolated sessions.
+#[derive(Clone)]
+pub struct BrowserPool {
+    inner: Arc<PoolInner>,
+}
+
+impl std::fmt::Debug for BrowserPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrowserPool")
+            .field("slots", &self.slot_count())
+            .finish()
+    }
+}
+
+impl BrowserPool {
+    /// Creates the pool; Chrome starts lazily on the first lease of each slot.
+    pub fn new(config: PoolConfig) -> Result<Self> {
+        if config.contexts_per_process == 0 {
+            return Err(BrowserError::InvalidArgument(
+                "contexts_per_process must be at least 1".into(),
+            ));
+        }
+        let slots = if config.remote_endpoints.is_empty() {
+            config.processes
+        } else {
+            config.remote_endpoints.len()
+        };
+        if slots == 0 {
+            return Err(BrowserError::InvalidArgument(
+                "the pool needs at least one process or remote endpoint".into(),
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(PoolInner {
+                permits: Arc::new(Semaphore::new(slots * config.contexts_per_process)),
+                state: Mutex::new(PoolState {
+                    slots: vec![None; slots],
+                    retiring: Vec::new(),
+                }),
+                config,
+                shut_down: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    fn slot_count(&self) -> usize {
+        if self.inner.config.remote_endpoints.is_empty() {
+            self.inner.config.processes
+        } else {
+            self.inner.config.remote_endpoints.len()
+        }
+    }
+
+    /// The pool's configuration.
+    pub fn config(&self) -> &PoolConfig {
+        &self.inner.config
+    }
+
+    /// Waits for a free context slot and returns a fresh, isolated session without an
+    /// egress guard and with a temporary workspace (see [`BrowserPool::lease_with`]).
+    pub async fn lease(&self) -> Result<BrowserSession> {
+        self.lease_with(TaskOptions::default()).await
+    }
+
+    /// Waits for a free context slot and returns a fresh, isolated session for a task: its
+    /// egress guard is installed on the context before the first tab opens.
+    pub async fn lease_with(&self, options: TaskOptions) -> Result<BrowserSession> {
+        if self.inner.shut_down.load(Ordering::SeqCst) {
+            return Err(BrowserError::PoolShutDown);
+        }
+        let permit = self
+            .inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| BrowserError::PoolShutDown)?;
+        let chrome = self.pick_chrome().await?;
+        match BrowserSession::open(chrome.clone(), self.inner.config.cdp_timeout, options).await {
+            Ok(session) => Ok(session.with_lease(Lease {
+                pool: self.inner.clone(),
+                chrome,
+                permit: Some(permit),
+            })),
+            Err(err) => {
+                // The Chrome could not even open a context: count it as a finished lease.
+                Lease {
+                    pool: self.inner.clone(),
+                    chrome,
+                    permit: Some(permit),
+                }
+                .finish()
+                .await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn pick_chrome(&self) -> Result<Arc<Chrome>> {
+        let config = &self.inner.config;
+        let mut state = self.inner.state.lock().await;
+        if self.inner.shut_down.load(Ordering::SeqCst) {
+            return Err(BrowserError::PoolShutDown);
+        }
+        let accepting = |c: &Arc<Chrome>| {
+            c.is_alive()
+                && c.active.load(Ordering::SeqCst) < config.contexts_per_process
+                && (config.recycle_after_tasks == 0
+                    || c.leased_total.load(Ordering::SeqCst) < config.recycle_after_tasks)
+        };
+        // 1. A live Chrome with room.
+        if let Some(chrome) = state.slots.iter().flatten().find(|c| accepting(c)).cloned() {
+            chrome.active.fetch_add(1, Ordering::SeqCst);
+            chrome.leased_total.fetch_add(1, Ordering::SeqCst);
+            return Ok(chrome);
+        }
+        // 2. A slot that is empty, dead or used up: (re)start it.
+        let slot = state
+            .slots
+            .iter()
+            .position(|c| match c {
+                None => true,
+                Some(c) => {
+                    !c.is_alive()
+                        || (config.recycle_after_tasks > 0
+                            && c.leased_total.load(Ordering::SeqCst) >= config.recycle_after_tasks)
+                }
+            })
+            .ok_or_else(|| BrowserError::Launch("no pool slot available".into()))?;
+        if let Some(old) = state.slots[slot].take() {
+            if old.active.load(Ordering::SeqCst) == 0 {
+                tokio::spawn(async move { old.close().await });
+            } else {
+                state.retiring.push(old);
+            }
+        }
+        let chrome = if config.remote_endpoints.is_empty() {
+            Chrome::launch(config).await?
+        } else {
+            Chrome::connect(&config.remote_endpoints[slot], config).await?
+        };
+        chrome.active.fetch_add(1, Ordering::SeqCst);
+        chrome.leased_total.fetch_add(1, Ordering::SeqCst);
+        state.slots[slot] = Some(chrome.clone());
+        Ok(chrome)
+    }
+
+    /// Closes every Chrome and waits for all of their processes; leases fail afterwards.
+    pub async fn shutdown(&self) {
+        self.inner.shut_down.store(true, Ordering::SeqCst);
+        self.inner.permits.close();
+        let chromes: Vec<Arc<Chrome>> = {
+            let mut state = self.inner.state.lock().await;
+            let mut all: Vec<Arc<Chrome>> =
+                state.slots.iter_mut().filter_map(Option::take).collect();
+            all.append(&mut state.retiring);
+            all
+        };
+        futures::future::join_all(chromes.iter().map(|c| c.close())).await;
+    }
+
+    /// PIDs of the launched Chrome main processes (for tests and diagnostics).
+    pub async fn chrome_pids(&self) -> Vec<u32> {
+        let state = self.inner.state.lock().await;
+        state
+            .slots
+            .iter()
+            .flatten()
+            .chain(state.retiring.iter())
+            .filter_map(|c| c.pid)
+            .collect()
+    }
+}
+
+/// A session's claim on a pool slot; returned by [`Lease::finish`].
+pub(crate) struct Lease {
+    pool: Arc<PoolInner>,
+    chrome: Arc<Chrome>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    /// Gives the slot back; closes the Chrome if it is retired or used up and now idle.
+    pub async fn finish(mut self) {
+        let remaining = self.chrome.active.fetch_sub(1, Ordering::SeqCst) - 1;
+        let config = &self.pool.config;
+        let used_up = config.recycle_after_tasks > 0
+            && self.chrome.leased_total.load(Ordering::SeqCst) >= config.recycle_after_tasks;
+        if remaining == 0 && (used_up || !self.chrome.is_alive()) {
+            let mut state = self.pool.state.lock().await;
+            let mut close = false;
+            if let Some(pos) = state.retiring.iter().position(|c| c.id == self.chrome.id) {
+                state.retiring.remove(pos);
+                close = true;
+            } else if let Some(slot) = state
+                .slots
+                .iter_mut()
+                .find(|c| c.as_ref().is_some_and(|c| c.id == self.chrome.id))
+            {
+                *slot = None;
+                close = true;
+            }
+            drop(state);
+            if close {
+                self.chrome.close().await;
+            }
+        }
+        self.permit.take();
+    }
+}

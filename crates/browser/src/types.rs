@@ -1,0 +1,234 @@
+//! Public value types of a capture: options, page state, elements, tabs.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+pub use crate::dom::{AxInfo, AxValue, Rect, ShadowRootKind};
+pub use crate::serializer::PageStats;
+
+/// Screenshot encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScreenshotFormat {
+    /// JPEG with a quality of 0–100.
+    Jpeg {
+        quality: u8,
+    },
+    Png,
+}
+
+/// What one capture should produce.
+#[derive(Clone, Debug)]
+pub struct CaptureOptions {
+    /// Take a viewport screenshot in parallel with the DOM work.
+    pub screenshot: Option<ScreenshotFormat>,
+    /// Pixels above and below the viewport that still count as visible (browser-use: 1000).
+    pub viewport_threshold: f64,
+    /// Cap of the serialized text (browser-use: 40 000 characters).
+    pub max_text_len: usize,
+    /// Descend into cross-origin iframes (their own targets).
+    pub cross_origin_iframes: bool,
+    /// At most this many documents per target snapshot and cross-origin frames per capture.
+    pub max_iframes: usize,
+    /// Maximum nesting of cross-origin frames.
+    pub max_iframe_depth: usize,
+    /// Hide elements fully covered by opaque elements painted above them.
+    pub paint_order_filtering: bool,
+}
+
+impl Default for CaptureOptions {
+    fn default() -> Self {
+        Self {
+            screenshot: None,
+            viewport_threshold: 1000.0,
+            max_text_len: 40_000,
+            cross_origin_iframes: true,
+            max_iframes: 100,
+            max_iframe_depth: 5,
+            paint_order_filtering: true,
+        }
+    }
+}
+
+/// One element the model can address by index; everything an action needs to reach it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ElementInfo {
+    /// The index shown to the model (the backendNodeId unless remapped on collision).
+    pub index: u32,
+    pub backend_node_id: i64,
+    /// Target the node lives in (a cross-origin iframe has its own target).
+    pub target_id: String,
+    /// CDP session on the crate's raw connection for that target.
+    pub session_id: String,
+    /// Frame (document) the node belongs to.
+    pub frame_id: Option<String>,
+    /// Lower-case tag name.
+    pub tag_name: String,
+    /// HTML attributes in document order (live `value`/`checked` for inputs; never the
+    /// value of password, file or hidden inputs).
+    pub attributes: Vec<(String, String)>,
+    pub ax_role: Option<String>,
+    pub ax_name: Option<String>,
+    /// Bounds in CSS px in the coordinates of the node's own document.
+    pub bounds: Option<Rect>,
+    /// Bounds in CSS px relative to the top-level viewport (iframe offsets and scroll applied).
+    pub absolute_bounds: Option<Rect>,
+    pub is_scrollable: bool,
+    pub is_visible: bool,
+    pub is_file_input: bool,
+    pub is_select: bool,
+    pub in_shadow_root: bool,
+    /// Marked `*` (new since the previous capture of this session).
+    pub is_new: bool,
+    /// Text of the element's descendants, capped at 100 characters.
+    pub text: String,
+}
+
+impl ElementInfo {
+    /// Value of an attribute.
+    pub fn attr(&self, name: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Index → element of one capture.
+pub type SelectorMap = BTreeMap<u32, Arc<ElementInfo>>;
+
+/// A tab of the session.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TabInfo {
+    pub target_id: String,
+    /// Last four characters of the target id, as browser-use shows tabs.
+    pub tab_id: String,
+    pub url: String,
+    pub title: String,
+}
+
+impl TabInfo {
+    pub(crate) fn new(target_id: String, url: String, title: String) -> Self {
+        Self {
+            tab_id: short_tab_id(&target_id),
+            target_id,
+            url,
+            title,
+        }
+    }
+}
+
+/// browser-use's short tab id: the last four characters of the target id.
+pub fn short_tab_id(target_id: &str) -> String {
+    let chars: Vec<char> = target_id.chars().collect();
+    chars[chars.len().saturating_sub(4)..].iter().collect()
+}
+
+/// Viewport and scroll metrics of the focused tab, CSS px.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct PageInfo {
+    pub url: String,
+    pub title: String,
+    pub tabs: Vec<TabInfo>,
+    pub focused_tab: Option<String>,
+    pub viewport_width: i64,
+    pub viewport_height: i64,
+    pub page_width: i64,
+    pub page_height: i64,
+    pub scroll_x: i64,
+    pub scroll_y: i64,
+    pub pixels_above: i64,
+    pub pixels_below: i64,
+    pub pixels_left: i64,
+    pub pixels_right: i64,
+}
+
+impl PageInfo {
+    /// Pages of content above the viewport.
+    pub fn pages_above(&self) -> f64 {
+        if self.viewport_height > 0 {
+            self.pixels_above as f64 / self.viewport_height as f64
+        } else {
+            0.0
+        }
+    }
+    /// Pages of content below the viewport.
+    pub fn pages_below(&self) -> f64 {
+        if self.viewport_height > 0 {
+            self.pixels_below as f64 / self.viewport_height as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// An encoded screenshot.
+#[derive(Clone, Debug)]
+pub struct Screenshot {
+    pub format: ScreenshotFormat,
+    pub data: Vec<u8>,
+}
+
+/// Where the time of one capture went.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureTimings {
+    pub total: Duration,
+    /// Snapshot + listeners + metrics round trips (concurrent).
+    pub cdp: Duration,
+    pub build: Duration,
+    pub accessibility: Duration,
+    pub cross_origin_frames: Duration,
+    pub serialize: Duration,
+    /// Number of `Accessibility.getPartialAXTree` calls.
+    pub ax_nodes: usize,
+}
+
+/// What the agent sees of the focused tab.
+#[derive(Clone, Debug)]
+pub struct PageState {
+    /// browser-use's element text: `[Start of page]`/`[End of page]` markers, capped.
+    pub llm_text: String,
+    /// The serialized tree before markers and cap.
+    pub dom_text: String,
+    /// True when `dom_text` was longer than the cap.
+    pub truncated: bool,
+    pub selector_map: SelectorMap,
+    pub page_info: PageInfo,
+    pub stats: PageStats,
+    pub screenshot: Option<Screenshot>,
+    pub timings: CaptureTimings,
+    /// JavaScript dialogs closed automatically since the last action result or capture
+    /// (`[alert] message`), browser-use's `closed_popup_messages`.
+    pub closed_popup_messages: Vec<String>,
+}
+
+impl PageState {
+    /// The note browser-use appends to "Interactive elements" when the text was cut.
+    pub fn truncation_note(&self, max_text_len: usize) -> String {
+        if self.truncated {
+            format!(" (truncated to {max_text_len} characters)")
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// State of a download of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DownloadState {
+    InProgress,
+    Completed,
+    Canceled,
+}
+
+/// One file the page downloaded into the task workspace's `downloads/`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DownloadInfo {
+    pub guid: String,
+    pub url: String,
+    pub suggested_filename: String,
+    /// Final path once completed (a sanitized, unique name in `downloads/`).
+    pub path: Option<std::path::PathBuf>,
+    pub state: DownloadState,
+    pub received_bytes: u64,
+    pub total_bytes: u64,
+}

@@ -1,0 +1,282 @@
+//! Page capture against real Chromium on local fixture pages.
+
+mod support;
+
+use browserd_browser::{CaptureOptions, PageState, ScreenshotFormat};
+use support::{assert_golden, capture, line_with, open, rt};
+
+fn element_by_id<'a>(state: &'a PageState, id: &str) -> Option<&'a browserd_browser::ElementInfo> {
+    state
+        .selector_map
+        .values()
+        .map(|e| e.as_ref())
+        .find(|e| e.attr("id") == Some(id))
+}
+
+fn indexed(state: &PageState, id: &str) -> bool {
+    element_by_id(state, id).is_some()
+}
+
+#[test]
+fn interactivity_rules_in_order() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "rules.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        for id in [
+            "js-listener", "wrap-label", "wrapped-input", "wrap-span", "span-checkbox",
+            "plain-search", "editable", "link", "button", "select", "textarea",
+            "onclick", "tabindex", "role-button", "icon", "pointer", "password", "prefilled",
+        ] {
+            assert!(indexed(&state, id), "#{id} should be indexed:\n{text}");
+        }
+        for id in ["for-label", "disabled-button", "plain", "display-none", "far-below"] {
+            assert!(!indexed(&state, id), "#{id} must not be indexed:\n{text}");
+        }
+        // Live value of the input, never the password.
+        assert!(text.contains("value=changed by script"), "{text}");
+        assert!(!text.contains("hunter2"), "password value leaked:\n{text}");
+        assert!(!format!("{:?}", state.selector_map).contains("hunter2"));
+        // Compound controls and format hints.
+        let select = line_with(text, "name=choice").expect("select line");
+        assert!(select.contains("compound_components=(name=Dropdown Toggle,role=button),(name=Options,role=listbox,count=2,options=Alpha|Beta)"), "{select}");
+        let number = line_with(text, "name=count").expect("number line");
+        assert!(number.contains("(name=Value,role=textbox,min=1.0,max=9.0)"), "{number}");
+        let date = line_with(text, "name=date").expect("date line");
+        assert!(date.contains("format=YYYY-MM-DD") && date.contains("placeholder=YYYY-MM-DD"), "{date}");
+        assert!(text.starts_with("[Start of page]\n"), "{text}");
+        assert!(!text.ends_with("[End of page]"), "page continues below:\n{text}");
+        assert!(state.page_info.pixels_below > 0);
+        assert_golden("rules", &state.llm_text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn same_and_cross_origin_iframes() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "frames.html").await;
+        // Let the cross-origin frame load.
+        let mut state = capture(&session).await;
+        for _ in 0..20 {
+            if state.llm_text.contains("Button in cross frame") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            state = capture(&session).await;
+        }
+        let text = &state.llm_text;
+        assert!(text.contains("Button in same frame"), "{text}");
+        assert!(text.contains("Button in cross frame"), "{text}");
+        let buttons: Vec<_> = state
+            .selector_map
+            .values()
+            .filter(|e| e.attr("id") == Some("child-button"))
+            .collect();
+        assert_eq!(buttons.len(), 2, "one button per frame: {text}");
+        let cross = buttons
+            .iter()
+            .find(|b| b.text.contains("cross"))
+            .expect("cross-origin button");
+        let same = buttons
+            .iter()
+            .find(|b| b.text.contains("same"))
+            .expect("same-origin button");
+        let main_target = session.focused_target().await.unwrap();
+        assert_ne!(
+            cross.target_id, main_target,
+            "cross-origin frame has its own target"
+        );
+        assert_eq!(same.target_id, main_target);
+        // Absolute bounds include the iframe offset.
+        let cross_frame = element_by_id(&state, "cross").expect("cross iframe indexed");
+        let cb = cross.absolute_bounds.unwrap();
+        let fb = cross_frame.absolute_bounds.unwrap();
+        assert!(cb.x >= fb.x && cb.y >= fb.y, "{cb:?} inside {fb:?}");
+        assert!(
+            text.contains("|scroll element[") && text.contains("<iframe"),
+            "{text}"
+        );
+        // The escape hatch reaches the cross-origin target.
+        let answer = session
+            .cdp(
+                Some(&cross.target_id),
+                "Runtime.evaluate",
+                serde_json::json!({"expression": "location.hostname", "returnByValue": true}),
+            )
+            .await
+            .unwrap();
+        assert!(answer.as_str().contains("localhost"), "{}", answer.as_str());
+        assert_golden("frames", text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn open_and_closed_shadow_dom() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "shadow.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        assert!(text.contains("|SHADOW(open)|"), "{text}");
+        assert!(text.contains("|SHADOW(closed)|"), "{text}");
+        assert!(
+            text.contains("Open Shadow")
+                && text.contains("Closed Shadow")
+                && text.contains("Shadow End"),
+            "{text}"
+        );
+        assert!(
+            indexed(&state, "open-button") && indexed(&state, "closed-input"),
+            "{text}"
+        );
+        assert!(
+            element_by_id(&state, "closed-input")
+                .unwrap()
+                .in_shadow_root
+        );
+        assert_eq!(state.stats.shadow_open, 1);
+        assert_eq!(state.stats.shadow_closed, 1);
+        assert_golden("shadow", text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn scroll_containers_report_pages() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "scroll.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        let list = line_with(text, "|scroll element").expect("scroll container line");
+        assert!(list.contains("pages above") && list.contains("pages below"), "{list}");
+        // The list has no interactive descendants → it is itself indexed.
+        assert!(indexed(&state, "list"), "{text}");
+        // The listbox is a dropdown container → indexed even with option children.
+        assert!(indexed(&state, "menu"), "{text}");
+        assert!(element_by_id(&state, "list").unwrap().is_scrollable);
+        // Scroll the page: pixels above appear and the start marker goes away.
+        session.cdp(Some(&session.focused_target().await.unwrap()), "Runtime.evaluate",
+            serde_json::json!({"expression": "window.scrollTo(0, document.documentElement.scrollHeight)"})).await.unwrap();
+        let scrolled = capture(&session).await;
+        assert!(scrolled.page_info.pixels_above >= 1000, "{:?}", scrolled.page_info);
+        assert!(!scrolled.llm_text.starts_with("[Start of page]"));
+        assert!(scrolled.llm_text.ends_with("[End of page]"), "{}", scrolled.llm_text);
+        assert!(scrolled.llm_text.contains("bottom link"));
+        assert_golden("scroll", text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn element_behind_modal_is_hidden() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "modal.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        assert!(indexed(&state, "close"), "{text}");
+        assert!(
+            !indexed(&state, "behind"),
+            "covered button must not be indexed:\n{text}"
+        );
+        assert!(!text.contains("Text behind the modal"), "{text}");
+        assert!(text.contains("Dialog text"));
+        assert_golden("modal", text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn five_thousand_elements_and_new_marks() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "big.html").await;
+        let first = capture(&session).await;
+        assert!(first.selector_map.len() > 100, "{}", first.selector_map.len());
+        assert!(!first.llm_text.contains("*["), "nothing is new on the first capture");
+        // Elements far below the viewport band are not listed.
+        assert!(!first.llm_text.contains("btn 4998"));
+        // Add an element: only it is marked new.
+        let target = session.focused_target().await.unwrap();
+        session.cdp(Some(&target), "Runtime.evaluate", serde_json::json!({"expression":
+            "const b=document.createElement('button');b.id='fresh';b.textContent='fresh';document.body.prepend(b)"}))
+            .await.unwrap();
+        let second = capture(&session).await;
+        let new: Vec<_> = second.selector_map.values().filter(|e| e.is_new).collect();
+        assert_eq!(new.len(), 1, "exactly the new button is new");
+        assert_eq!(new[0].attr("id"), Some("fresh"));
+        assert!(second.llm_text.contains(&format!("*[{}]<button", new[0].index)));
+        session.release().await;
+    });
+}
+
+#[test]
+fn screenshot_in_same_capture() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "modal.html").await;
+        let jpeg = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let shot = jpeg.screenshot.expect("jpeg");
+        assert_eq!(&shot.data[..3], &[0xFF, 0xD8, 0xFF]);
+        let png = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Png),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(&png.screenshot.expect("png").data[..4], b"\x89PNG");
+        assert!(capture(&session).await.screenshot.is_none());
+        session.release().await;
+    });
+}
+
+#[test]
+fn text_cap_and_tabs() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "big.html").await;
+        let state = session
+            .capture(&CaptureOptions {
+                max_text_len: 500,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(state.truncated);
+        assert_eq!(state.truncation_note(500), " (truncated to 500 characters)");
+        assert!(
+            state.llm_text.chars().count()
+                <= 500 + "[Start of page]\n".len() + "\n[End of page]".len()
+        );
+        let tab = session
+            .new_tab(&format!("http://{}/rules.html", support::server().await))
+            .await
+            .unwrap();
+        let tabs = session.tabs().await.unwrap();
+        assert_eq!(tabs.len(), 2);
+        let short = &tabs.iter().find(|t| t.target_id == tab).unwrap().tab_id;
+        assert_eq!(short.len(), 4);
+        assert!(tab.ends_with(short.as_str()));
+        let state = capture(&session).await;
+        assert_eq!(state.page_info.focused_tab.as_deref(), Some(short.as_str()));
+        assert_eq!(state.page_info.title, "Rules");
+        session
+            .switch_tab(&tabs.iter().find(|t| t.target_id != tab).unwrap().tab_id)
+            .await
+            .unwrap();
+        assert_eq!(capture(&session).await.page_info.title, "Big");
+        session.release().await;
+    });
+}

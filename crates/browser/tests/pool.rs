@@ -1,0 +1,182 @@
+//! Pool lifecycle against real Chromium: isolation, recycling, crash replacement, reaping,
+//! remote endpoints.
+
+mod support;
+
+use std::{io::BufRead, time::Duration};
+
+use browserd_browser::{
+    BrowserPool, PoolConfig,
+    pool::{descendant_pids, pid_alive},
+};
+use serde_json::json;
+use support::{rt, server, test_config};
+
+fn all_alive(pids: &[u32]) -> Vec<u32> {
+    pids.iter().copied().filter(|p| pid_alive(*p)).collect()
+}
+
+/// Chrome main processes plus every helper they spawned.
+async fn chrome_tree(pool: &BrowserPool) -> Vec<u32> {
+    let mut pids = pool.chrome_pids().await;
+    for pid in pids.clone() {
+        pids.extend(descendant_pids(pid));
+    }
+    pids
+}
+
+#[test]
+fn contexts_are_isolated_and_shutdown_reaps_everything() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(PoolConfig { contexts_per_process: 2, ..test_config() }).unwrap();
+        let base = format!("http://{}/rules.html", server().await);
+        let a = pool.lease().await.unwrap();
+        let b = pool.lease().await.unwrap();
+        assert_ne!(a.context_id(), b.context_id());
+        a.navigate(&base).await.unwrap();
+        b.navigate(&base).await.unwrap();
+        let ta = a.focused_target().await.unwrap();
+        let tb = b.focused_target().await.unwrap();
+        a.cdp(Some(&ta), "Runtime.evaluate", json!({"expression": "document.cookie='k=secret-a'; localStorage.setItem('k','a')"})).await.unwrap();
+        let cookie = b.cdp(Some(&tb), "Runtime.evaluate", json!({"expression": "document.cookie + '|' + localStorage.getItem('k')", "returnByValue": true})).await.unwrap();
+        assert!(!cookie.as_str().contains("secret-a"), "cookie leaked: {}", cookie.as_str());
+        assert!(cookie.as_str().contains("|null"), "storage leaked: {}", cookie.as_str());
+        // Both contexts share one Chrome (contexts_per_process = 2).
+        assert_eq!(pool.chrome_pids().await.len(), 1);
+        let tree = chrome_tree(&pool).await;
+        assert!(tree.len() > 1, "chrome has helper processes: {tree:?}");
+        let dirs: Vec<_> = std::fs::read_dir(std::env::temp_dir()).unwrap().flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("browserd-chrome-")).map(|e| e.path()).collect();
+        a.release().await;
+        drop(b); // released in the background
+        pool.shutdown().await;
+        assert!(all_alive(&tree).is_empty(), "processes outlived the pool: {:?}", all_alive(&tree));
+        assert!(pool.lease().await.is_err(), "leasing after shutdown fails");
+        for dir in dirs {
+            // Our pool's profile dir is gone (other binaries may own other dirs).
+            if !dir.exists() { return; }
+        }
+        panic!("no browserd user-data-dir was removed");
+    });
+}
+
+#[test]
+fn recycles_after_n_tasks_and_replaces_dead_chrome() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(PoolConfig {
+            contexts_per_process: 1,
+            recycle_after_tasks: 2,
+            ..test_config()
+        })
+        .unwrap();
+        let first = pool.lease().await.unwrap();
+        let pid1 = pool.chrome_pids().await[0];
+        first.release().await;
+        pool.lease().await.unwrap().release().await;
+        // Two tasks served: the process was recycled.
+        let tree1: Vec<u32> = std::iter::once(pid1).collect();
+        let third = pool.lease().await.unwrap();
+        let pid2 = pool.chrome_pids().await[0];
+        assert_ne!(pid1, pid2, "a new chrome after two tasks");
+        for _ in 0..100 {
+            if all_alive(&tree1).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            all_alive(&tree1).is_empty(),
+            "recycled chrome still running"
+        );
+        third.release().await;
+
+        // Kill chrome behind the pool's back: the next lease gets a fresh one.
+        let victim = pool.lease().await.unwrap();
+        let pid3 = pool.chrome_pids().await[0];
+        std::process::Command::new("kill")
+            .args(["-9", &pid3.to_string()])
+            .status()
+            .unwrap();
+        for _ in 0..100 {
+            if !pid_alive(pid3) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let err = victim.capture(&Default::default()).await;
+        assert!(err.is_err(), "capturing on a dead chrome fails");
+        victim.release().await;
+        let fresh = pool.lease().await.unwrap();
+        let pid4 = pool.chrome_pids().await[0];
+        assert_ne!(pid3, pid4);
+        fresh
+            .navigate(&format!("http://{}/modal.html", server().await))
+            .await
+            .unwrap();
+        assert!(
+            fresh
+                .capture(&Default::default())
+                .await
+                .unwrap()
+                .llm_text
+                .contains("Close dialog")
+        );
+        fresh.release().await;
+        let tree = chrome_tree(&pool).await;
+        pool.shutdown().await;
+        assert!(all_alive(&tree).is_empty());
+    });
+}
+
+#[test]
+fn remote_endpoint_mode() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("/usr/bin/chromium")
+            .args(browserd_browser::CHROME_FLAGS)
+            .arg("--remote-debugging-port=0")
+            .arg(format!("--user-data-dir={}", dir.path().display()))
+            .arg("about:blank")
+            .env("LANG", "C")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let ws = tokio::task::spawn_blocking(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(url) = line.strip_prefix("DevTools listening on ") {
+                    return Some(url.trim().to_owned());
+                }
+            }
+            None
+        })
+        .await
+        .unwrap()
+        .expect("devtools url");
+        let pool = BrowserPool::new(PoolConfig {
+            remote_endpoints: vec![ws],
+            ..test_config()
+        })
+        .unwrap();
+        let session = pool.lease().await.unwrap();
+        session
+            .navigate(&format!("http://{}/shadow.html", server().await))
+            .await
+            .unwrap();
+        let state = session.capture(&Default::default()).await.unwrap();
+        assert!(
+            state.llm_text.contains("Open shadow button"),
+            "{}",
+            state.llm_text
+        );
+        session.release().await;
+        pool.shutdown().await;
+        // The pool does not own a remote browser: it is still running.
+        assert!(child.try_wait().unwrap().is_none());
+        child.kill().unwrap();
+        child.wait().unwrap();
+    });
+}
