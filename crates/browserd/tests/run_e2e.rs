@@ -141,11 +141,13 @@ fn message_texts(request: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The `<browser_state>` part of the state message.
+/// The `<browser_state>` part of the state message (the last message mentioning it; the
+/// system prompt mentions it too).
 fn page_text(request: &Value) -> String {
     message_texts(request)
         .into_iter()
-        .find_map(|t| t.find("<browser_state>").map(|i| t[i..].to_owned()))
+        .rev()
+        .find_map(|t| t.rfind("<browser_state>").map(|i| t[i..].to_owned()))
         .unwrap_or_default()
 }
 
@@ -303,7 +305,7 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
     let (app, log) = start_app().await;
     let script: Vec<Turn> = vec![
         with_indices(
-            vec![("input", "name=username"), ("input", "name=password")],
+            vec![("input", "name=username"), ("input", "type=password")],
             |i| {
                 reply(
                     "fill in the login form",
@@ -379,7 +381,7 @@ async fn search_and_click_a_result() {
                 ]),
             )
         }),
-        with_indices(vec![("a", "href=[^ ]*rust-in-action")], |i| {
+        with_indices(vec![("a", r"/>\n\s*Rust in Action")], |i| {
             reply("open Rust in Action", json!([{"click": {"index": i[0]}}]))
         }),
         Box::new(|page: &str| {
@@ -464,7 +466,7 @@ async fn form_with_a_select_is_submitted() {
 async fn structured_output_must_satisfy_the_schema() {
     let (app, _log) = start_app().await;
     let script: Vec<Turn> = vec![
-        // Wrong type for price: the agent must refuse it and tell the model why.
+        // Wrong type for price: the schema check must refuse it and tell the model why.
         Box::new(|_page: &str| {
             reply(
                 "report the product",
@@ -473,7 +475,7 @@ async fn structured_output_must_satisfy_the_schema() {
         }),
         Box::new(|page: &str| {
             let name = Regex::new(r"Widget \w+").unwrap().find(page).map(|m| m.as_str().to_owned());
-            let price = Regex::new(r"(\d+\.\d+)").unwrap().captures(page).and_then(|c| c[1].parse::<f64>().ok());
+            let price = Regex::new(r"Price:\s*(\d+\.\d+)").unwrap().captures(page).and_then(|c| c[1].parse::<f64>().ok());
             match (name, price) {
                 (Some(name), Some(price)) => reply(
                     "report the product",
