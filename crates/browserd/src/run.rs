@@ -164,11 +164,13 @@ impl EventSink for TerminalSink {
                     eprintln!("  next goal: {}", one_line(goal, 200));
                 }
             }
-            AgentEvent::ActionResult {
-                action, result, ..
-            } => {
+            AgentEvent::ActionResult { action, result, .. } => {
                 let params = one_line(&action.params.to_string(), 160);
-                let outcome = match (&result.error, &result.long_term_memory, &result.extracted_content) {
+                let outcome = match (
+                    &result.error,
+                    &result.long_term_memory,
+                    &result.extracted_content,
+                ) {
                     (Some(error), _, _) => format!("✗ {}", one_line(error, 200)),
                     (None, Some(memory), _) => format!("✓ {}", one_line(memory, 200)),
                     (None, None, Some(content)) => format!("✓ {}", one_line(content, 200)),
@@ -222,7 +224,10 @@ fn task_config(args: &RunArgs, workspace: &TaskWorkspace) -> anyhow::Result<Task
     }
     let mut secrets = BTreeMap::new();
     for secret in &args.secrets {
-        secrets.insert(secret.name.clone(), SecretEntry::Value(secret.value.clone()));
+        secrets.insert(
+            secret.name.clone(),
+            SecretEntry::Value(secret.value.clone()),
+        );
     }
     config.sensitive_data = SensitiveData(secrets);
     config.workspace_dir = Some(workspace.dir().to_path_buf());
@@ -233,14 +238,17 @@ fn task_config(args: &RunArgs, workspace: &TaskWorkspace) -> anyhow::Result<Task
 }
 
 /// Runs the task; the exit code tells how it ended.
-pub async fn run(config_file: Option<&std::path::Path>, args: &RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config_file: Option<&std::path::Path>,
+    args: &RunArgs,
+) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let model = registry
         .build_or_default(args.model.as_deref())
         .context("choosing the model (--model, default_model or BROWSERD_LLM_* variables)")?;
-    let workspace = TaskWorkspace::open(args.workspace.as_deref())
-        .context("creating the task workspace")?;
+    let workspace =
+        TaskWorkspace::open(args.workspace.as_deref()).context("creating the task workspace")?;
     let task = task_config(args, &workspace)?;
 
     let pool = BrowserPool::new(PoolConfig {
@@ -302,18 +310,18 @@ pub async fn run(config_file: Option<&std::path::Path>, args: &RunArgs) -> anyho
             };
             let history = agent.run().await;
             watcher.abort();
-            Ok((history, interrupted.load(std::sync::atomic::Ordering::SeqCst)))
+            Ok((
+                history,
+                interrupted.load(std::sync::atomic::Ordering::SeqCst),
+            ))
         }
         Err(err) => Err(err),
     };
     // The agent is gone: release the session and stop Chrome whatever happened.
     match Arc::try_unwrap(browser) {
         Ok(browser) => {
-            let _ = tokio::time::timeout(
-                Duration::from_secs(15),
-                browser.into_session().release(),
-            )
-            .await;
+            let _ = tokio::time::timeout(Duration::from_secs(15), browser.into_session().release())
+                .await;
         }
         Err(_) => tracing::warn!("the browser session is still shared; shutting the pool down"),
     }
@@ -322,7 +330,11 @@ pub async fn run(config_file: Option<&std::path::Path>, args: &RunArgs) -> anyho
     report(&history, args, interrupted)
 }
 
-fn report(history: &AgentHistoryList, args: &RunArgs, interrupted: bool) -> anyhow::Result<ExitCode> {
+fn report(
+    history: &AgentHistoryList,
+    args: &RunArgs,
+    interrupted: bool,
+) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.history_out {
         let json = serde_json::to_vec_pretty(history).context("serializing the history")?;
         std::fs::write(path, json)

@@ -39,16 +39,24 @@ const LOGIN: &str = r#"<!doctype html><html><head><title>Bank login</title></hea
   <button type="submit" id="signin">Sign in</button>
 </form></body></html>"#;
 
-async fn login_submit(State(log): State<Shared>, Form(form): Form<HashMap<String, String>>) -> Html<String> {
+async fn login_submit(
+    State(log): State<Shared>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Html<String> {
     let user = form.get("username").cloned().unwrap_or_default();
     let pass = form.get("password").cloned().unwrap_or_default();
-    log.lock().unwrap().logins.push((user.clone(), pass.clone()));
+    log.lock()
+        .unwrap()
+        .logins
+        .push((user.clone(), pass.clone()));
     if user == "alice" && pass == "hunter2-xyz" {
         Html(format!(
             "<!doctype html><html><head><title>Account</title></head><body><h1>Welcome, {user}!</h1><p id=balance>Your balance is 42 EUR.</p></body></html>"
         ))
     } else {
-        Html(format!("<!doctype html><html><head><title>Bank login</title></head><body><p>Wrong password.</p>{LOGIN}</body></html>"))
+        Html(format!(
+            "<!doctype html><html><head><title>Bank login</title></head><body><p>Wrong password.</p>{LOGIN}</body></html>"
+        ))
     }
 }
 
@@ -56,7 +64,10 @@ const SEARCH: &str = r#"<!doctype html><html><head><title>Book shop</title></hea
 <form method="get" action="/results"><input type="search" name="q" placeholder="Search books">
 <button type="submit">Search</button></form></body></html>"#;
 
-async fn results(State(log): State<Shared>, Query(q): Query<HashMap<String, String>>) -> Html<String> {
+async fn results(
+    State(log): State<Shared>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Html<String> {
     let query = q.get("q").cloned().unwrap_or_default();
     log.lock().unwrap().searches.push(query.clone());
     Html(format!(
@@ -67,7 +78,10 @@ async fn results(State(log): State<Shared>, Query(q): Query<HashMap<String, Stri
     ))
 }
 
-async fn item(State(log): State<Shared>, axum::extract::Path(slug): axum::extract::Path<String>) -> Html<String> {
+async fn item(
+    State(log): State<Shared>,
+    axum::extract::Path(slug): axum::extract::Path<String>,
+) -> Html<String> {
     log.lock().unwrap().items_viewed.push(slug.clone());
     let price = if slug == "rust-in-action" { "39" } else { "45" };
     Html(format!(
@@ -82,10 +96,16 @@ const ORDER: &str = r#"<!doctype html><html><head><title>Order a shirt</title></
   <button type="submit">Place order</button>
 </form></body></html>"#;
 
-async fn order_submit(State(log): State<Shared>, Form(form): Form<HashMap<String, String>>) -> Html<String> {
+async fn order_submit(
+    State(log): State<Shared>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Html<String> {
     let name = form.get("fullname").cloned().unwrap_or_default();
     let color = form.get("color").cloned().unwrap_or_default();
-    log.lock().unwrap().orders.push((name.clone(), color.clone()));
+    log.lock()
+        .unwrap()
+        .orders
+        .push((name.clone(), color.clone()));
     Html(format!(
         "<!doctype html><html><head><title>Thanks</title></head><body><p>Order placed for {name} in {color}.</p></body></html>"
     ))
@@ -151,7 +171,10 @@ fn page_text(request: &Value) -> String {
         .unwrap_or_default()
 }
 
-async fn completions(State(model): State<Arc<MockModel>>, Json(request): Json<Value>) -> Json<Value> {
+async fn completions(
+    State(model): State<Arc<MockModel>>,
+    Json(request): Json<Value>,
+) -> Json<Value> {
     let turn = {
         let mut requests = model.requests.lock().unwrap();
         requests.push(request.clone());
@@ -197,7 +220,10 @@ fn reply(goal: &str, actions: Value) -> Value {
 }
 
 fn done_reply(text: &str, success: bool) -> Value {
-    reply("finish", json!([{"done": {"text": text, "success": success}}]))
+    reply(
+        "finish",
+        json!([{"done": {"text": text, "success": success}}]),
+    )
 }
 
 /// Index of the first `<tag …>` line of the page text matching `pattern`.
@@ -342,8 +368,18 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
         ],
     )
     .await;
-    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("the balance is 42 EUR"), "{}", out.stdout);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stdout.contains("the balance is 42 EUR"),
+        "{}",
+        out.stdout
+    );
     // The app got the real credentials.
     assert_eq!(
         log.lock().unwrap().logins,
@@ -351,7 +387,10 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
     );
     // The history: initial navigation + 3 model steps, done with success.
     assert_eq!(out.history["history"].as_array().map(Vec::len), Some(4));
-    assert_eq!(action_names(&out.history)[1..], ["input", "input", "click", "done"]);
+    assert_eq!(
+        action_names(&out.history)[1..],
+        ["input", "input", "click", "done"]
+    );
     let last = last_result(&out.history);
     assert_eq!(last["is_done"], true);
     assert_eq!(last["success"], true);
@@ -365,7 +404,11 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
     assert!(!out.history.to_string().contains("hunter2-xyz"));
     // The steps were shown live.
     assert!(out.stderr.contains("step 2"), "{}", out.stderr);
-    assert!(out.stderr.contains("next goal: submit the form"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("next goal: submit the form"),
+        "{}",
+        out.stderr
+    );
 }
 
 #[tokio::test]
@@ -400,10 +443,20 @@ async fn search_and_click_a_result() {
     let out = run_browserd(
         model_addr,
         dir.path(),
-        &["Find the price of the book Rust in Action", "--start-url", &start],
+        &[
+            "Find the price of the book Rust in Action",
+            "--start-url",
+            &start,
+        ],
     )
     .await;
-    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
     assert!(out.stdout.contains("costs 39 USD"), "{}", out.stdout);
     {
         let log = log.lock().unwrap();
@@ -417,8 +470,14 @@ async fn search_and_click_a_result() {
         .iter()
         .filter_map(|h| h["state"]["url"].as_str())
         .collect();
-    assert!(urls.iter().any(|u| u.contains("/results?q=rust")), "{urls:?}");
-    assert!(urls.last().unwrap().ends_with("/item/rust-in-action"), "{urls:?}");
+    assert!(
+        urls.iter().any(|u| u.contains("/results?q=rust")),
+        "{urls:?}"
+    );
+    assert!(
+        urls.last().unwrap().ends_with("/item/rust-in-action"),
+        "{urls:?}"
+    );
 }
 
 #[tokio::test]
@@ -453,13 +512,22 @@ async fn form_with_a_select_is_submitted() {
     let task = format!("Order a green shirt for Bob Smith at http://{app}/order");
     // No --start-url: the only URL of the task is opened first.
     let out = run_browserd(model_addr, dir.path(), &[&task]).await;
-    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
     assert_eq!(
         log.lock().unwrap().orders,
         [("Bob Smith".to_owned(), "green".to_owned())]
     );
     let first_step_results = &out.history["history"][1]["result"];
-    assert!(first_step_results[1]["error"].is_null(), "{first_step_results}");
+    assert!(
+        first_step_results[1]["error"].is_null(),
+        "{first_step_results}"
+    );
 }
 
 #[tokio::test]
@@ -474,8 +542,14 @@ async fn structured_output_must_satisfy_the_schema() {
             )
         }),
         Box::new(|page: &str| {
-            let name = Regex::new(r"Widget \w+").unwrap().find(page).map(|m| m.as_str().to_owned());
-            let price = Regex::new(r"Price:\s*(\d+\.\d+)").unwrap().captures(page).and_then(|c| c[1].parse::<f64>().ok());
+            let name = Regex::new(r"Widget \w+")
+                .unwrap()
+                .find(page)
+                .map(|m| m.as_str().to_owned());
+            let price = Regex::new(r"Price:\s*(\d+\.\d+)")
+                .unwrap()
+                .captures(page)
+                .and_then(|c| c[1].parse::<f64>().ok());
             match (name, price) {
                 (Some(name), Some(price)) => reply(
                     "report the product",
@@ -515,14 +589,24 @@ async fn structured_output_must_satisfy_the_schema() {
         ],
     )
     .await;
-    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
-    let printed: Value = serde_json::from_str(out.stdout.trim()).expect("stdout is the JSON result");
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let printed: Value =
+        serde_json::from_str(out.stdout.trim()).expect("stdout is the JSON result");
     assert_eq!(printed, json!({"name": "Widget Pro", "price": 19.99}));
     // The second request told the model what was wrong with the first answer.
     let requests = model.requests.lock().unwrap();
     assert_eq!(requests.len(), 2);
     let second = message_texts(&requests[1]).join("\n");
-    assert!(second.contains("cheap") || second.contains("number"), "{second}");
+    assert!(
+        second.contains("cheap") || second.contains("number"),
+        "{second}"
+    );
     let final_result = last_result(&out.history);
     assert_eq!(final_result["success"], true);
 }
@@ -530,7 +614,9 @@ async fn structured_output_must_satisfy_the_schema() {
 #[tokio::test]
 async fn a_failed_task_exits_non_zero() {
     let (app, _log) = start_app().await;
-    let script: Vec<Turn> = vec![Box::new(|_page: &str| done_reply("The page has no such thing", false))];
+    let script: Vec<Turn> = vec![Box::new(|_page: &str| {
+        done_reply("The page has no such thing", false)
+    })];
     let (model_addr, _model) = start_model(script).await;
     let dir = tempfile::tempdir().unwrap();
     let start = format!("http://{app}/product");
@@ -540,7 +626,13 @@ async fn a_failed_task_exits_non_zero() {
         &["Find the CEO's phone number", "--start-url", &start],
     )
     .await;
-    assert_eq!(out.code, Some(1), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
     assert!(out.stderr.contains("did not succeed"), "{}", out.stderr);
     assert_eq!(last_result(&out.history)["success"], false);
 }

@@ -92,10 +92,16 @@ impl ChatModel for InstantModel {
             *t
         };
         let action = match turn {
-            1 => json!([{"input": {"index": index_of(&page, "input", "name=username"), "text": "alice"}}]),
-            2 => json!([{"input": {"index": index_of(&page, "input", "type=password"), "text": "<secret>password</secret>"}}]),
+            1 => {
+                json!([{"input": {"index": index_of(&page, "input", "name=username"), "text": "alice"}}])
+            }
+            2 => {
+                json!([{"input": {"index": index_of(&page, "input", "type=password"), "text": "<secret>password</secret>"}}])
+            }
             3 => json!([{"click": {"index": index_of(&page, "button", "signin")}}]),
-            _ => json!([{"done": {"text": "Balance 42", "success": page.contains("Welcome alice")}}]),
+            _ => {
+                json!([{"done": {"text": "Balance 42", "success": page.contains("Welcome alice")}}])
+            }
         };
         Ok(ChatResponse {
             value: json!({
@@ -153,7 +159,11 @@ async fn agent_run(pool: &BrowserPool, url: &str) -> Vec<f64> {
     });
     let mut agent = Agent::new(config, browser.clone(), model, Arc::new(NoopSink)).unwrap();
     let history = agent.run().await;
-    assert_eq!(history.is_successful(), Some(true), "the login must succeed");
+    assert_eq!(
+        history.is_successful(),
+        Some(true),
+        "the login must succeed"
+    );
     drop(agent);
     let steps = history
         .history
@@ -185,8 +195,12 @@ async fn bare_run(pool: &BrowserPool, url: &str) -> Vec<f64> {
         let t = Instant::now();
         let page = session.capture(&options).await.unwrap();
         let action: Option<Value> = match turn {
-            1 => Some(json!({"input": {"index": index_of(&page.llm_text, "input", "name=username"), "text": "alice"}})),
-            2 => Some(json!({"input": {"index": index_of(&page.llm_text, "input", "type=password"), "text": "s3cret-pw"}})),
+            1 => Some(
+                json!({"input": {"index": index_of(&page.llm_text, "input", "name=username"), "text": "alice"}}),
+            ),
+            2 => Some(
+                json!({"input": {"index": index_of(&page.llm_text, "input", "type=password"), "text": "s3cret-pw"}}),
+            ),
             3 => Some(json!({"click": {"index": index_of(&page.llm_text, "button", "signin")}})),
             _ => None,
         };
@@ -219,9 +233,21 @@ async fn main() {
     let agent = median(agent_steps.clone());
     let bare = median(bare_steps.clone());
     println!("step_overhead: {RUNS} runs × 4 steps, real Chromium, instant model, vision on");
-    println!("  agent step (wall − model), median: {agent:8.1} ms   (n={})", agent_steps.len());
-    println!("  baseline: bare capture + action, median: {bare:8.1} ms   (n={})", bare_steps.len());
+    println!(
+        "  agent step (wall − model), median: {agent:8.1} ms   (n={})",
+        agent_steps.len()
+    );
+    println!(
+        "  baseline: bare capture + action, median: {bare:8.1} ms   (n={})",
+        bare_steps.len()
+    );
     println!("  ratio agent / baseline: {:.2}", agent / bare);
-    println!("  agent-side overhead (median difference): {:.1} ms", agent - bare);
-    println!("  target ≤ 60 ms per step (Python browser-use: 237 ms) → {}", if agent <= 60.0 { "met" } else { "NOT met" });
+    println!(
+        "  agent-side overhead (median difference): {:.1} ms",
+        agent - bare
+    );
+    println!(
+        "  target ≤ 60 ms per step (Python browser-use: 237 ms) → {}",
+        if agent <= 60.0 { "met" } else { "NOT met" }
+    );
 }

@@ -222,7 +222,11 @@ impl AgentBrowser for SessionBrowser {
         if !self.specs.iter().any(|s| s.name == name) {
             return Ok(ActionResult::error(format!("Unknown action {name}")));
         }
-        let params = if params.is_null() { json!({}) } else { params.clone() };
+        let params = if params.is_null() {
+            json!({})
+        } else {
+            params.clone()
+        };
         let action: Action = match serde_json::from_value(json!({ name: params })) {
             Ok(action) => action,
             Err(err) => {
@@ -277,7 +281,10 @@ impl AgentBrowser for SessionBrowser {
             .ok_or_else(|| BrowserError::new("the page content could not be read"))?;
         Ok(PageMarkdown {
             url: extraction["url"].as_str().unwrap_or_default().to_owned(),
-            markdown: extraction["markdown"].as_str().unwrap_or_default().to_owned(),
+            markdown: extraction["markdown"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         })
     }
 

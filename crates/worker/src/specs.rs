@@ -4,7 +4,8 @@ use browserd_agent::ActionSpec;
 use serde_json::{Map, Value};
 
 /// Actions the agent implements itself; the adapter neither offers nor runs them.
-pub const AGENT_OWNED_ACTIONS: [&str; 5] = ["done", "extract", "write_file", "read_file", "replace_file"];
+pub const AGENT_OWNED_ACTIONS: [&str; 5] =
+    ["done", "extract", "write_file", "read_file", "replace_file"];
 
 /// Our descriptions of browser-use's actions (browser-use leaves `search`, `navigate`,
 /// `upload_file`, `send_keys` and `dropdown_options` without one: the parameters speak).
@@ -32,7 +33,9 @@ fn description(name: &str) -> &'static str {
             "Take a screenshot: with file_name it is saved to the workspace, without it the next step shows it to you."
         }
         "save_as_pdf" => "Save the current page as a PDF file in the workspace.",
-        "select_dropdown" => "Select the option with this exact text or value in the dropdown with this index.",
+        "select_dropdown" => {
+            "Select the option with this exact text or value in the dropdown with this index."
+        }
         "evaluate" => {
             "Run JavaScript in the page and get its result (awaited, returned by value, capped at 20 000 characters). Use it for what the other actions cannot do, e.g. reading data or reaching elements in shadow DOM."
         }
@@ -42,13 +45,16 @@ fn description(name: &str) -> &'static str {
 
 /// browser-use's `terminates_sequence` set (the page is expected to change).
 fn terminates_sequence(name: &str) -> bool {
-    matches!(name, "search" | "navigate" | "go_back" | "switch" | "evaluate")
+    matches!(
+        name,
+        "search" | "navigate" | "go_back" | "switch" | "evaluate"
+    )
 }
 
 /// Every browser action (except those the agent owns), in browser-use's registration order.
 pub fn browser_action_specs() -> Vec<ActionSpec> {
-    let schema = serde_json::to_value(browserd_browser::actions::action_schema())
-        .unwrap_or(Value::Null);
+    let schema =
+        serde_json::to_value(browserd_browser::actions::action_schema()).unwrap_or(Value::Null);
     let defs = schema
         .get("$defs")
         .and_then(Value::as_object)
@@ -191,11 +197,17 @@ mod tests {
             .filter(|s| s.terminates_sequence)
             .map(|s| s.name.as_str())
             .collect();
-        assert_eq!(terminating, ["search", "navigate", "go_back", "switch", "evaluate"]);
+        assert_eq!(
+            terminating,
+            ["search", "navigate", "go_back", "switch", "evaluate"]
+        );
         let input = specs.iter().find(|s| s.name == "input").unwrap();
         assert_eq!(input.params_schema["type"], "object");
         assert!(input.params_schema["properties"]["text"].is_object());
-        assert_eq!(input.params_schema["required"], serde_json::json!(["index", "text"]));
+        assert_eq!(
+            input.params_schema["required"],
+            serde_json::json!(["index", "text"])
+        );
     }
 
     #[test]
