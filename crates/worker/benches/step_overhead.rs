@@ -230,6 +230,18 @@ async fn main() {
         bare_steps.extend(bare_run(&pool, &url).await);
     }
     pool.shutdown().await;
+    let by_step = |v: &[f64], k: usize| median(v.iter().skip(k).step_by(4).copied().collect());
+    for (k, name) in ["input user", "input password", "click submit", "done"]
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "  step {} ({name}): agent {:7.1} ms, baseline {:7.1} ms",
+            k + 1,
+            by_step(&agent_steps, k),
+            by_step(&bare_steps, k)
+        );
+    }
     let agent = median(agent_steps.clone());
     let bare = median(bare_steps.clone());
     println!("step_overhead: {RUNS} runs × 4 steps, real Chromium, instant model, vision on");
