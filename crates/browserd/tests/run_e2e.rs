@@ -636,3 +636,77 @@ async fn a_failed_task_exits_non_zero() {
     assert!(out.stderr.contains("did not succeed"), "{}", out.stderr);
     assert_eq!(last_result(&out.history)["success"], false);
 }
+
+/// A model that never answers in time: Ctrl-C must stop the run mid-call and leave no Chrome.
+#[tokio::test]
+async fn ctrl_c_stops_the_run_and_closes_chrome() {
+    let _permit = ONE_CHROME_AT_A_TIME.acquire().await.unwrap();
+    let (app, _log) = start_app().await;
+    let called = Arc::new(tokio::sync::Notify::new());
+    let slow = Router::new().route(
+        "/v1/chat/completions",
+        post({
+            let called = called.clone();
+            move || async move {
+                called.notify_one();
+                tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                Json(json!({}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let model = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, slow).await.unwrap() });
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserd"))
+        .args([
+            "run",
+            "Report the product price",
+            "--allow-loopback",
+            "--no-vision",
+        ])
+        .arg("--start-url")
+        .arg(format!("http://{app}/product"))
+        .arg("--workspace")
+        .arg(dir.path().join("workspace"))
+        .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
+        .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
+        .env("BROWSERD_LLM_MOCK_BASE_URL", format!("http://{model}/v1"))
+        .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
+        .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
+        .env("RUST_LOG", "warn")
+        .env_remove("BROWSERD_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(60), called.notified())
+        .await
+        .expect("the model was never called");
+    let chrome_pids = browserd_browser::pool::descendant_pids(pid);
+    assert!(!chrome_pids.is_empty(), "no Chrome under browserd");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+        .await
+        .expect("browserd did not stop within 30 s of Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = err.read_to_string(&mut stderr).await;
+    }
+    assert!(stderr.contains("stopped by Ctrl-C"), "{stderr}");
+    for chrome in chrome_pids {
+        assert!(
+            !browserd_browser::pool::pid_alive(chrome),
+            "Chrome process {chrome} survived"
+        );
+    }
+}
