@@ -1,10 +1,13 @@
-//! The browserd binary: CLI, configuration and wiring of the api (and, later, worker) roles.
+//! The browserd binary: CLI, configuration and wiring of the api (and, later, worker) roles, and
+//! `browserd run`, one task in-process from the terminal.
 
 mod config;
+mod run;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -51,6 +54,8 @@ enum Command {
     Api(ServeArgs),
     /// Apply database migrations and exit.
     Migrate,
+    /// Run one task in this process (no server, no database) and print each step.
+    Run(run::RunArgs),
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -109,11 +114,19 @@ fn init_tracing(format: LogFormat) {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     match &cli.command {
-        Command::Serve(args) | Command::Api(args) => serve(&cli, args).await,
+        Command::Run(args) => run::run(cli.config.as_deref(), args).await,
+        other => other_command(&cli, other).await.map(|()| ExitCode::SUCCESS),
+    }
+}
+
+async fn other_command(cli: &Cli, command: &Command) -> anyhow::Result<()> {
+    match command {
+        Command::Run(_) => Ok(()),
+        Command::Serve(args) | Command::Api(args) => serve(cli, args).await,
         Command::Migrate => {
             let store = connect(&cli.database_url, &StoreOptions::default()).await?;
             store.migrate().await.context("applying migrations")?;

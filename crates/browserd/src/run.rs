@@ -1,0 +1,385 @@
+//! `browserd run`: one task in-process — one Chrome, one session, the agent — with each step
+//! printed live on stderr and the final result on stdout.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use browserd_agent::{
+    Agent, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData, TaskConfig,
+    VisionMode,
+};
+use browserd_browser::egress::EgressSettings;
+use browserd_browser::{BrowserPool, PoolConfig, TaskOptions};
+use browserd_llm::ModelRegistry;
+use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
+use clap::Args;
+
+use crate::config;
+
+/// Exit code when the agent called `done` with `success: false`.
+pub const EXIT_UNSUCCESSFUL: u8 = 1;
+/// Exit code when the run ended without `done` (max steps, failures, browser lost).
+pub const EXIT_NOT_DONE: u8 = 2;
+/// Exit code when the run was stopped with Ctrl-C.
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// What the agent should do, in plain words.
+    pub task: String,
+
+    /// Open this URL before the first step.
+    #[arg(long)]
+    pub start_url: Option<String>,
+
+    /// Model name from the models config (default: `default_model`, or the only model).
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Step budget.
+    #[arg(long, default_value_t = 100)]
+    pub max_steps: u32,
+
+    /// JSON Schema file; the `done` data must match it.
+    #[arg(long)]
+    pub output_schema: Option<PathBuf>,
+
+    /// Only these domains may be requested (repeatable; `*.example.com` patterns).
+    #[arg(long = "allowed-domain")]
+    pub allowed_domains: Vec<String>,
+
+    /// Write the AgentHistory JSON here.
+    #[arg(long)]
+    pub history_out: Option<PathBuf>,
+
+    /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
+    #[arg(long)]
+    pub allow_loopback: bool,
+
+    /// Chrome / Chromium executable.
+    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
+    pub chrome: PathBuf,
+
+    /// Never send screenshots to the model.
+    #[arg(long, conflicts_with = "use_vision")]
+    pub no_vision: bool,
+
+    /// Send a screenshot every step (the default).
+    #[arg(long)]
+    pub use_vision: bool,
+
+    /// Actions run per step at most.
+    #[arg(long, default_value_t = 5)]
+    pub max_actions_per_step: usize,
+
+    /// Consecutive failures before the final done-only attempt.
+    #[arg(long, default_value_t = 5)]
+    pub max_failures: u32,
+
+    /// A task secret `NAME=VALUE` (repeatable); the model only sees `<secret>NAME</secret>`.
+    #[arg(long = "secret", value_name = "NAME=VALUE", value_parser = parse_secret)]
+    pub secrets: Vec<NamedSecret>,
+
+    /// Workspace directory for the agent's files and downloads (default: a temporary one).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+}
+
+/// A `--secret` value; `Debug` hides the value.
+#[derive(Clone)]
+pub struct NamedSecret {
+    name: String,
+    value: String,
+}
+
+impl std::fmt::Debug for NamedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NamedSecret({}=<redacted>)", self.name)
+    }
+}
+
+fn parse_secret(raw: &str) -> Result<NamedSecret, String> {
+    let (name, value) = raw
+        .split_once('=')
+        .ok_or_else(|| "expected NAME=VALUE".to_owned())?;
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+    {
+        return Err("the secret name must be letters, digits, '_', '-' or '.'".to_owned());
+    }
+    if value.is_empty() {
+        return Err(format!("secret {name} has an empty value"));
+    }
+    Ok(NamedSecret {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+/// Prints each step as it happens.
+struct TerminalSink {
+    started: Instant,
+    step_started: std::sync::Mutex<Instant>,
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        flat
+    }
+}
+
+#[async_trait]
+impl EventSink for TerminalSink {
+    async fn emit(&self, event: AgentEvent) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        match event {
+            AgentEvent::TaskStarted { task } => {
+                eprintln!("▶ task: {}", one_line(&task, 300));
+            }
+            AgentEvent::StepStarted { step, url } => {
+                *self.step_started.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+                if step == 0 {
+                    eprintln!("\n[{elapsed:7.1}s] step 0 (initial navigation)");
+                } else {
+                    eprintln!("\n[{elapsed:7.1}s] step {step}  {}", one_line(&url, 120));
+                }
+            }
+            AgentEvent::ModelOutput { output, .. } => {
+                if let Some(eval) = &output.evaluation_previous_goal {
+                    eprintln!("  eval:      {}", one_line(eval, 200));
+                }
+                if let Some(goal) = &output.next_goal {
+                    eprintln!("  next goal: {}", one_line(goal, 200));
+                }
+            }
+            AgentEvent::ActionResult { action, result, .. } => {
+                let params = one_line(&action.params.to_string(), 160);
+                let outcome = match (
+                    &result.error,
+                    &result.long_term_memory,
+                    &result.extracted_content,
+                ) {
+                    (Some(error), _, _) => format!("✗ {}", one_line(error, 200)),
+                    (None, Some(memory), _) => format!("✓ {}", one_line(memory, 200)),
+                    (None, None, Some(content)) => format!("✓ {}", one_line(content, 200)),
+                    (None, None, None) => "✓".to_owned(),
+                };
+                eprintln!("  {} {params} → {outcome}", action.name);
+            }
+            AgentEvent::StepFinished { record } => {
+                let took = self
+                    .step_started
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .elapsed()
+                    .as_secs_f64();
+                let m = &record.metadata;
+                eprintln!(
+                    "  step {} took {took:.1}s (capture {} ms, model {} ms, actions {} ms)",
+                    m.step_number, m.capture_ms, m.model_ms, m.actions_ms
+                );
+            }
+            AgentEvent::Paused => eprintln!("[{elapsed:7.1}s] paused"),
+            AgentEvent::Resumed => eprintln!("[{elapsed:7.1}s] resumed"),
+            AgentEvent::Finished { error, .. } => {
+                if let Some(error) = error {
+                    eprintln!("\n[{elapsed:7.1}s] ended: {}", one_line(&error, 300));
+                } else {
+                    eprintln!("\n[{elapsed:7.1}s] finished");
+                }
+            }
+        }
+    }
+}
+
+fn task_config(args: &RunArgs, workspace: &TaskWorkspace) -> anyhow::Result<TaskConfig> {
+    let mut config = TaskConfig::new(args.task.clone());
+    config.start_url = args.start_url.clone();
+    config.max_steps = args.max_steps;
+    config.max_actions_per_step = args.max_actions_per_step;
+    config.max_failures = args.max_failures;
+    if args.no_vision {
+        config.use_vision = VisionMode::Never;
+    } else if args.use_vision {
+        config.use_vision = VisionMode::Always;
+    }
+    if let Some(path) = &args.output_schema {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --output-schema {}", path.display()))?;
+        let schema: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
+        config.output_schema = Some(schema);
+    }
+    let mut secrets = BTreeMap::new();
+    for secret in &args.secrets {
+        secrets.insert(
+            secret.name.clone(),
+            SecretEntry::Value(secret.value.clone()),
+        );
+    }
+    config.sensitive_data = SensitiveData(secrets);
+    config.workspace_dir = Some(workspace.dir().to_path_buf());
+    config
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid task: {e}"))?;
+    Ok(config)
+}
+
+/// Runs the task; the exit code tells how it ended.
+pub async fn run(
+    config_file: Option<&std::path::Path>,
+    args: &RunArgs,
+) -> anyhow::Result<ExitCode> {
+    let models = config::load_models(config_file)?;
+    let registry = ModelRegistry::new(models).context("building the model registry")?;
+    let model = registry
+        .build_or_default(args.model.as_deref())
+        .context("choosing the model (--model, default_model or BROWSERD_LLM_* variables)")?;
+    let workspace =
+        TaskWorkspace::open(args.workspace.as_deref()).context("creating the task workspace")?;
+    let task = task_config(args, &workspace)?;
+
+    let pool = BrowserPool::new(PoolConfig {
+        chrome_path: args.chrome.clone(),
+        processes: 1,
+        contexts_per_process: 1,
+        recycle_after_tasks: 0,
+        ..PoolConfig::default()
+    })
+    .context("configuring the browser pool")?;
+    let egress = EgressSettings {
+        allowed_domains: args.allowed_domains.clone(),
+        allow_loopback: args.allow_loopback,
+        ..EgressSettings::default()
+    };
+    let session = match pool
+        .lease_with(TaskOptions {
+            egress: Some(egress),
+            workspace_dir: Some(workspace.dir().to_path_buf()),
+        })
+        .await
+    {
+        Ok(session) => session,
+        Err(err) => {
+            pool.shutdown().await;
+            return Err(err).context("starting the browser");
+        }
+    };
+    let options = SessionBrowserOptions {
+        sensitive_values: args
+            .secrets
+            .iter()
+            .map(|s| (s.name.clone(), s.value.clone()))
+            .collect(),
+        ..SessionBrowserOptions::default()
+    };
+    let browser = Arc::new(SessionBrowser::new(session, options));
+    let sink = Arc::new(TerminalSink {
+        started: Instant::now(),
+        step_started: std::sync::Mutex::new(Instant::now()),
+    });
+    let history = match Agent::new(task, browser.clone(), model, sink) {
+        Ok(mut agent) => {
+            let control = agent.control();
+            let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let watcher = {
+                let interrupted = interrupted.clone();
+                tokio::spawn(async move {
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        eprintln!("\nCtrl-C: stopping the agent (press again to force)…");
+                        interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                        control.stop();
+                        if tokio::signal::ctrl_c().await.is_ok() {
+                            eprintln!("forced exit");
+                            std::process::exit(i32::from(EXIT_INTERRUPTED));
+                        }
+                    }
+                })
+            };
+            let history = agent.run().await;
+            watcher.abort();
+            Ok((
+                history,
+                interrupted.load(std::sync::atomic::Ordering::SeqCst),
+            ))
+        }
+        Err(err) => Err(err),
+    };
+    // The agent is gone: release the session and stop Chrome whatever happened.
+    match Arc::try_unwrap(browser) {
+        Ok(browser) => {
+            let _ = tokio::time::timeout(Duration::from_secs(15), browser.into_session().release())
+                .await;
+        }
+        Err(_) => tracing::warn!("the browser session is still shared; shutting the pool down"),
+    }
+    pool.shutdown().await;
+    let (history, interrupted) = history.context("starting the agent")?;
+    report(&history, args, interrupted)
+}
+
+fn report(
+    history: &AgentHistoryList,
+    args: &RunArgs,
+    interrupted: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.history_out {
+        let json = serde_json::to_vec_pretty(history).context("serializing the history")?;
+        std::fs::write(path, json)
+            .with_context(|| format!("writing --history-out {}", path.display()))?;
+        eprintln!("history written to {}", path.display());
+    }
+    let steps = history.history.len();
+    let usage = &history.usage;
+    eprintln!(
+        "{steps} steps, {} model calls, {} input / {} output tokens{}",
+        usage.invocations,
+        usage.total.input_tokens,
+        usage.total.output_tokens,
+        usage
+            .total_cost_usd
+            .map(|c| format!(", ${c:.4}"))
+            .unwrap_or_default()
+    );
+    if let Some(result) = history.final_result() {
+        println!("{result}");
+    }
+    if interrupted {
+        eprintln!("stopped by Ctrl-C before the task finished");
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    match (history.is_done(), history.is_successful()) {
+        (true, Some(true)) => {
+            eprintln!("task succeeded");
+            Ok(ExitCode::SUCCESS)
+        }
+        (true, _) => {
+            eprintln!("task finished but the agent reports it did not succeed");
+            Ok(ExitCode::from(EXIT_UNSUCCESSFUL))
+        }
+        (false, _) => {
+            let why = history
+                .errors()
+                .into_iter()
+                .rev()
+                .flatten()
+                .next()
+                .map(|e| format!(": last error: {}", one_line(e, 300)))
+                .unwrap_or_default();
+            eprintln!("task did not finish (no done after {steps} steps){why}");
+            Ok(ExitCode::from(EXIT_NOT_DONE))
+        }
+    }
+}

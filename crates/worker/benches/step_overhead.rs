@@ -1,0 +1,265 @@
+//! Per-step overhead of a whole agent step with the real browser, excluding the model: a 4-step
+//! login (type user, type password from a secret, submit, done) on a local page with real
+//! Chromium and an instant in-process model that reads element indices from the state message.
+//! Each step's wall time minus its model time is measured; the baseline, from the same run, is
+//! the bare browser work of the same steps (a capture with screenshot + the same actions called
+//! directly on the session, no agent). Prints medians and the ratio. Target ≤ 60 ms per step
+//! (Python browser-use: 237 ms).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use axum::response::Html;
+use axum::routing::get;
+use browserd_agent::{Agent, NoopSink, SecretEntry, SensitiveData, TaskConfig, VisionMode};
+use browserd_browser::egress::EgressSettings;
+use browserd_browser::{
+    Action, ActionContext, BrowserPool, CaptureOptions, PoolConfig, ScreenshotFormat, TaskOptions,
+};
+use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, TokenUsage};
+use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
+use regex::Regex;
+use serde_json::{Value, json};
+
+const RUNS: usize = 15;
+
+const LOGIN: &str = r#"<!doctype html><html><head><title>Login</title></head><body>
+<h1>Sign in</h1><nav>{NAV}</nav>
+<form method="post" action="/welcome">
+  <label>User <input type="text" name="username"></label>
+  <label>Password <input type="password" name="password"></label>
+  <button type="submit" id="signin">Sign in</button>
+</form></body></html>"#;
+
+fn login_page() -> String {
+    // A realistically busy page: 150 links besides the form.
+    let nav: String = (0..150)
+        .map(|i| format!("<a href=\"/item/{i}\">Product number {i} with a description</a> "))
+        .collect();
+    LOGIN.replace("{NAV}", &nav)
+}
+
+async fn start_app() -> std::net::SocketAddr {
+    let page = login_page();
+    let app = axum::Router::new()
+        .route("/login", get(move || async move { Html(page) }))
+        .route(
+            "/welcome",
+            axum::routing::post(|| async {
+                Html("<html><head><title>Welcome</title></head><body><h1>Welcome alice</h1><p>Balance 42</p></body></html>")
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn index_of(page: &str, tag: &str, pattern: &str) -> u64 {
+    let re = Regex::new(&format!(r"\[(\d+)\]<{tag}\b[^\n]*{pattern}")).unwrap();
+    re.captures(page)
+        .and_then(|c| c[1].parse().ok())
+        .unwrap_or_else(|| panic!("no <{tag}> {pattern} in the page"))
+}
+
+/// Answers at once, reading indices from the state message like a model would.
+struct InstantModel {
+    turn: Mutex<usize>,
+}
+
+#[async_trait]
+impl ChatModel for InstantModel {
+    fn name(&self) -> &str {
+        "instant"
+    }
+
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let page = request
+            .messages
+            .iter()
+            .rev()
+            .flat_map(|m| m.content.iter())
+            .find_map(|p| match p {
+                ContentPart::Text(t) => t.rfind("<browser_state>").map(|i| t[i..].to_owned()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let turn = {
+            let mut t = self.turn.lock().unwrap();
+            *t += 1;
+            *t
+        };
+        let action = match turn {
+            1 => {
+                json!([{"input": {"index": index_of(&page, "input", "name=username"), "text": "alice"}}])
+            }
+            2 => {
+                json!([{"input": {"index": index_of(&page, "input", "type=password"), "text": "<secret>password</secret>"}}])
+            }
+            3 => json!([{"click": {"index": index_of(&page, "button", "signin")}}]),
+            _ => {
+                json!([{"done": {"text": "Balance 42", "success": page.contains("Welcome alice")}}])
+            }
+        };
+        Ok(ChatResponse {
+            value: json!({
+                "thinking": "t", "evaluation_previous_goal": "ok", "memory": "m",
+                "next_goal": "g", "action": action
+            }),
+            usage: TokenUsage::default(),
+            cost_usd: None,
+            latency: Duration::ZERO,
+            model: "instant".into(),
+            provider_model: "instant".into(),
+            stop_reason: Some("stop".into()),
+        })
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn egress() -> TaskOptions {
+    TaskOptions {
+        egress: Some(EgressSettings {
+            allow_loopback: true,
+            ..EgressSettings::default()
+        }),
+        workspace_dir: None,
+    }
+}
+
+/// One agent run; returns each model step's (wall − model) in ms.
+async fn agent_run(pool: &BrowserPool, url: &str) -> Vec<f64> {
+    let workspace = TaskWorkspace::open(None).unwrap();
+    let mut options = egress();
+    options.workspace_dir = Some(workspace.dir().to_path_buf());
+    let session = pool.lease_with(options).await.unwrap();
+    let browser = Arc::new(SessionBrowser::new(
+        session,
+        SessionBrowserOptions {
+            sensitive_values: vec![("password".into(), "s3cret-pw".into())],
+            ..SessionBrowserOptions::default()
+        },
+    ));
+    let mut config = TaskConfig::new("Log in as alice and report the balance.");
+    config.start_url = Some(url.to_owned());
+    config.use_vision = VisionMode::Always;
+    config.workspace_dir = Some(workspace.dir().to_path_buf());
+    config.sensitive_data = SensitiveData(BTreeMap::from([(
+        "password".to_owned(),
+        SecretEntry::Value("s3cret-pw".into()),
+    )]));
+    let model = Arc::new(InstantModel {
+        turn: Mutex::new(0),
+    });
+    let mut agent = Agent::new(config, browser.clone(), model, Arc::new(NoopSink)).unwrap();
+    let history = agent.run().await;
+    assert_eq!(
+        history.is_successful(),
+        Some(true),
+        "the login must succeed"
+    );
+    drop(agent);
+    let steps = history
+        .history
+        .iter()
+        .filter(|h| h.metadata.step_number >= 1)
+        .map(|h| {
+            let m = &h.metadata;
+            (m.step_end_time - m.step_start_time) * 1000.0 - m.model_ms as f64
+        })
+        .collect();
+    if let Ok(browser) = Arc::try_unwrap(browser) {
+        browser.into_session().release().await;
+    }
+    steps
+}
+
+/// The same browser work without the agent: per step a capture (with screenshot) + the action.
+async fn bare_run(pool: &BrowserPool, url: &str) -> Vec<f64> {
+    let session = pool.lease_with(egress()).await.unwrap();
+    let ctx = ActionContext::default();
+    let nav: Action = serde_json::from_value(json!({"navigate": {"url": url}})).unwrap();
+    session.execute(&nav, &ctx).await;
+    let options = CaptureOptions {
+        screenshot: Some(ScreenshotFormat::Jpeg { quality: 80 }),
+        ..CaptureOptions::default()
+    };
+    let mut steps = Vec::new();
+    for turn in 1..=4 {
+        let t = Instant::now();
+        let page = session.capture(&options).await.unwrap();
+        let action: Option<Value> = match turn {
+            1 => Some(
+                json!({"input": {"index": index_of(&page.llm_text, "input", "name=username"), "text": "alice"}}),
+            ),
+            2 => Some(
+                json!({"input": {"index": index_of(&page.llm_text, "input", "type=password"), "text": "s3cret-pw"}}),
+            ),
+            3 => Some(json!({"click": {"index": index_of(&page.llm_text, "button", "signin")}})),
+            _ => None,
+        };
+        if let Some(action) = action {
+            let action: Action = serde_json::from_value(action).unwrap();
+            let result = session.execute(&action, &ctx).await;
+            assert!(result.error.is_none(), "{:?}", result.error);
+        }
+        steps.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    session.release().await;
+    steps
+}
+
+#[tokio::main]
+async fn main() {
+    let addr = start_app().await;
+    let url = format!("http://{addr}/login");
+    let pool = BrowserPool::new(PoolConfig::default()).unwrap();
+    // Warm up Chrome and both paths.
+    agent_run(&pool, &url).await;
+    bare_run(&pool, &url).await;
+    let mut agent_steps = Vec::new();
+    let mut bare_steps = Vec::new();
+    for _ in 0..RUNS {
+        agent_steps.extend(agent_run(&pool, &url).await);
+        bare_steps.extend(bare_run(&pool, &url).await);
+    }
+    pool.shutdown().await;
+    let by_step = |v: &[f64], k: usize| median(v.iter().skip(k).step_by(4).copied().collect());
+    for (k, name) in ["input user", "input password", "click submit", "done"]
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "  step {} ({name}): agent {:7.1} ms, baseline {:7.1} ms",
+            k + 1,
+            by_step(&agent_steps, k),
+            by_step(&bare_steps, k)
+        );
+    }
+    let agent = median(agent_steps.clone());
+    let bare = median(bare_steps.clone());
+    println!("step_overhead: {RUNS} runs × 4 steps, real Chromium, instant model, vision on");
+    println!(
+        "  agent step (wall − model), median: {agent:8.1} ms   (n={})",
+        agent_steps.len()
+    );
+    println!(
+        "  baseline: bare capture + action, median: {bare:8.1} ms   (n={})",
+        bare_steps.len()
+    );
+    println!("  ratio agent / baseline: {:.2}", agent / bare);
+    println!(
+        "  agent-side overhead (median difference): {:.1} ms",
+        agent - bare
+    );
+    println!(
+        "  target ≤ 60 ms per step (Python browser-use: 237 ms) → {}",
+        if agent <= 60.0 { "met" } else { "NOT met" }
+    );
+}

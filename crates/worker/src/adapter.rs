@@ -1,0 +1,322 @@
+//! [`SessionBrowser`]: the agent's `AgentBrowser` over a leased `BrowserSession`.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use browserd_agent::{
+    ActionResult, ActionSpec, AgentBrowser, BrowserError, BrowserState, FocusInfo,
+    InteractedElement, MarkdownOptions, PageInfo, PageMarkdown, PageStats, Screenshot, TabInfo,
+};
+use browserd_browser::actions::{ExtractParams, SensitiveValue};
+use browserd_browser::{
+    Action, ActionContext, BrowserSession, CaptureOptions, DownloadState, ScreenshotFormat,
+    SelectorMap,
+};
+use serde_json::{Map, Value, json};
+
+use crate::specs::{AGENT_OWNED_ACTIONS, browser_action_specs};
+
+/// Upper bound of one capture (each CDP call inside has its own timeout too).
+const CAPTURE_LIMIT: Duration = Duration::from_secs(60);
+/// Upper bound of one small lookup (focused tab).
+const LOOKUP_LIMIT: Duration = Duration::from_secs(15);
+
+/// How the adapter captures and what it passes to actions.
+#[derive(Clone, Debug)]
+pub struct SessionBrowserOptions {
+    /// DOM capture settings (text cap, iframes, paint order).
+    pub capture: CaptureOptions,
+    /// Encoding of the screenshots the agent asks for.
+    pub screenshot_format: ScreenshotFormat,
+    /// Local files `upload_file` may use besides the workspace.
+    pub available_file_paths: Vec<PathBuf>,
+    /// `(name, value)` of the task's secrets: typed values equal to one are reported by name.
+    pub sensitive_values: Vec<(String, String)>,
+}
+
+impl Default for SessionBrowserOptions {
+    fn default() -> Self {
+        Self {
+            capture: CaptureOptions::default(),
+            screenshot_format: ScreenshotFormat::Jpeg { quality: 80 },
+            available_file_paths: Vec::new(),
+            sensitive_values: Vec::new(),
+        }
+    }
+}
+
+/// The agent's browser: one task's `BrowserSession`.
+pub struct SessionBrowser {
+    session: BrowserSession,
+    capture: CaptureOptions,
+    screenshot_format: ScreenshotFormat,
+    context: ActionContext,
+    specs: Vec<ActionSpec>,
+    /// Selector map of the last capture (for the history's interacted elements).
+    last_elements: Mutex<SelectorMap>,
+}
+
+impl std::fmt::Debug for SessionBrowser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionBrowser")
+            .field("context", &self.session.context_id())
+            .finish_non_exhaustive()
+    }
+}
+
+fn to_u32(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+fn to_u32_usize(v: usize) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+/// A browser crate error as the agent sees it; a lost connection ends the task.
+fn agent_error(err: &browserd_browser::BrowserError) -> BrowserError {
+    use browserd_browser::BrowserError as E;
+    match err {
+        E::ConnectionClosed | E::PoolShutDown | E::Launch(_) | E::Connect { .. } => {
+            BrowserError::fatal(format!("the browser is gone: {err}"))
+        }
+        _ => BrowserError::new(err.to_string()),
+    }
+}
+
+/// Maps the browser crate's result to the agent's, field by field.
+pub(crate) fn map_result(result: browserd_browser::ActionResult) -> ActionResult {
+    ActionResult {
+        is_done: result.is_done,
+        success: result.success,
+        error: result.error,
+        attachments: result.attachments,
+        long_term_memory: result.long_term_memory,
+        extracted_content: result.extracted_content,
+        include_extracted_content_only_once: result.include_extracted_content_only_once,
+        metadata: result.metadata.map(Value::Object),
+    }
+}
+
+impl SessionBrowser {
+    /// Wraps `session`.
+    pub fn new(session: BrowserSession, options: SessionBrowserOptions) -> Self {
+        let context = ActionContext {
+            available_file_paths: options.available_file_paths,
+            sensitive_values: options
+                .sensitive_values
+                .into_iter()
+                .filter(|(_, value)| !value.is_empty())
+                .map(|(name, value)| SensitiveValue { name, value })
+                .collect(),
+            llm_screenshot_size: None,
+        };
+        Self {
+            session,
+            capture: options.capture,
+            screenshot_format: options.screenshot_format,
+            context,
+            specs: browser_action_specs(),
+            last_elements: Mutex::new(SelectorMap::new()),
+        }
+    }
+
+    /// The wrapped session.
+    pub fn session(&self) -> &BrowserSession {
+        &self.session
+    }
+
+    /// Gives the session back (to release it).
+    pub fn into_session(self) -> BrowserSession {
+        self.session
+    }
+
+    fn remember(&self, map: SelectorMap) {
+        *self.last_elements.lock().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+}
+
+#[async_trait]
+impl AgentBrowser for SessionBrowser {
+    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError> {
+        let mut options = self.capture.clone();
+        options.screenshot = include_screenshot.then_some(self.screenshot_format);
+        let page = tokio::time::timeout(CAPTURE_LIMIT, self.session.capture(&options))
+            .await
+            .map_err(|_| {
+                BrowserError::new(format!(
+                    "capturing the page timed out after {} s",
+                    CAPTURE_LIMIT.as_secs()
+                ))
+            })?
+            .map_err(|e| agent_error(&e))?;
+        let info = &page.page_info;
+        let downloaded_files = self
+            .session
+            .downloads()
+            .into_iter()
+            .filter(|d| d.state == DownloadState::Completed)
+            .filter_map(|d| d.path.map(|p| p.display().to_string()))
+            .collect();
+        let screenshot = page.screenshot.as_ref().map(|s| Screenshot {
+            bytes: s.data.clone(),
+            mime: match s.format {
+                ScreenshotFormat::Png => "image/png".to_owned(),
+                ScreenshotFormat::Jpeg { .. } => "image/jpeg".to_owned(),
+            },
+        });
+        let state = BrowserState {
+            url: info.url.clone(),
+            title: info.title.clone(),
+            tabs: info
+                .tabs
+                .iter()
+                .map(|t| TabInfo {
+                    tab_id: t.tab_id.clone(),
+                    url: t.url.clone(),
+                    title: t.title.clone(),
+                })
+                .collect(),
+            current_tab_id: info.focused_tab.clone(),
+            page_info: Some(PageInfo {
+                viewport_width: to_u32(info.viewport_width),
+                viewport_height: to_u32(info.viewport_height),
+                page_width: to_u32(info.page_width),
+                page_height: to_u32(info.page_height),
+                scroll_x: to_u32(info.scroll_x),
+                scroll_y: to_u32(info.scroll_y),
+                pixels_above: to_u32(info.pixels_above),
+                pixels_below: to_u32(info.pixels_below),
+            }),
+            page_stats: Some(PageStats {
+                links: to_u32_usize(page.stats.links),
+                interactive: to_u32_usize(page.stats.interactive_elements),
+                iframes: to_u32_usize(page.stats.iframes),
+                shadow_open: to_u32_usize(page.stats.shadow_open),
+                shadow_closed: to_u32_usize(page.stats.shadow_closed),
+                images: to_u32_usize(page.stats.images),
+                total: to_u32_usize(page.stats.total_elements),
+            }),
+            llm_text: page.llm_text.clone(),
+            element_count: page.selector_map.len(),
+            screenshot,
+            closed_dialogs: page.closed_popup_messages.clone(),
+            downloaded_files,
+            error: None,
+        };
+        self.remember(page.selector_map);
+        Ok(state)
+    }
+
+    fn action_specs(&self) -> Vec<ActionSpec> {
+        self.specs.clone()
+    }
+
+    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserError> {
+        if AGENT_OWNED_ACTIONS.contains(&name) {
+            return Ok(ActionResult::error(format!(
+                "Action {name} is handled by the agent, not the browser"
+            )));
+        }
+        if !self.specs.iter().any(|s| s.name == name) {
+            return Ok(ActionResult::error(format!("Unknown action {name}")));
+        }
+        let params = if params.is_null() {
+            json!({})
+        } else {
+            params.clone()
+        };
+        let action: Action = match serde_json::from_value(json!({ name: params })) {
+            Ok(action) => action,
+            Err(err) => {
+                return Ok(ActionResult::error(format!(
+                    "Invalid parameters for {name}: {err}"
+                )));
+            }
+        };
+        let result = self.session.execute(&action, &self.context).await;
+        Ok(map_result(result))
+    }
+
+    async fn focused_tab(&self) -> Result<FocusInfo, BrowserError> {
+        let lookup = async {
+            let target = self.session.focused_target().await?;
+            let tabs = self.session.tabs().await?;
+            let url = tabs
+                .iter()
+                .find(|t| t.target_id == target)
+                .map(|t| t.url.clone())
+                .unwrap_or_default();
+            Ok::<_, browserd_browser::BrowserError>(FocusInfo {
+                tab_id: browserd_browser::short_tab_id(&target),
+                url,
+            })
+        };
+        tokio::time::timeout(LOOKUP_LIMIT, lookup)
+            .await
+            .map_err(|_| BrowserError::new("looking up the focused tab timed out"))?
+            .map_err(|e| agent_error(&e))
+    }
+
+    async fn extract_markdown(
+        &self,
+        options: &MarkdownOptions,
+    ) -> Result<PageMarkdown, BrowserError> {
+        let action = Action::Extract(ExtractParams {
+            query: String::new(),
+            extract_links: options.extract_links,
+            extract_images: options.extract_images,
+            start_from_char: 0,
+            already_collected: Vec::new(),
+        });
+        let result = self.session.execute(&action, &self.context).await;
+        if let Some(error) = result.error {
+            return Err(BrowserError::new(error));
+        }
+        let extraction = result
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("extraction"))
+            .ok_or_else(|| BrowserError::new("the page content could not be read"))?;
+        Ok(PageMarkdown {
+            url: extraction["url"].as_str().unwrap_or_default().to_owned(),
+            markdown: extraction["markdown"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        })
+    }
+
+    async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
+        let index = u32::try_from(index).ok()?;
+        let element = self
+            .last_elements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&index)
+            .cloned()?;
+        let attributes: Map<String, Value> = element
+            .attributes
+            .iter()
+            .filter(|(k, _)| k != "value")
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        Some(InteractedElement {
+            index: u64::from(index),
+            node_name: element.tag_name.clone(),
+            attributes,
+            x_path: None,
+            ax_name: element.ax_name.clone(),
+            element_hash: Some(format!(
+                "{}:{}",
+                element.frame_id.as_deref().unwrap_or(&element.target_id),
+                element.backend_node_id
+            )),
+            bounds: element
+                .absolute_bounds
+                .as_ref()
+                .map(|r| json!({"x": r.x, "y": r.y, "width": r.width, "height": r.height})),
+        })
+    }
+}
