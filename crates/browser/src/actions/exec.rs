@@ -11,6 +11,7 @@ use super::{
     workspace::{Workspace, WorkspaceError, sanitize_file_name},
 };
 use crate::{
+    cdp::CdpEvent,
     error::BrowserError,
     session::{BrowserSession, WaitOutcome, load_cap, wait_for_event},
     types::{ElementInfo, short_tab_id},
@@ -593,10 +594,15 @@ impl BrowserSession {
         let focused = self.focused_target().await?;
         let focused_session = self.prepare_tab(&focused).await?;
         let mut rx = self.chrome.conn.events();
+        // Whether the clicked element is one whose activation usually navigates (a link, a
+        // submit control). Form submission is scheduled asynchronously by the page, so for
+        // these the navigation-start event may arrive a little after the click returns.
+        let mut may_navigate = false;
         let mut result = match (p.index, p.coordinate_x, p.coordinate_y) {
             (_, Some(x), Some(y)) => self.click_coordinates(&focused_session, x, y, ctx).await?,
             (Some(index), _, _) => {
                 let el = self.element(index).await?;
+                may_navigate = likely_navigates(&el);
                 if el.is_select || el.tag_name == "select" {
                     return self.dropdown_options(&el).await;
                 }
@@ -616,30 +622,36 @@ impl BrowserSession {
         // One browser round trip first, so navigation events the click caused have arrived.
         let tabs_after = self.tabs().await?;
         // A navigation the click started: wait for its load (browser-use's caps).
-        let mut started = false;
-        while let Ok(ev) = rx.try_recv() {
-            if ev.session_id.as_deref() == Some(focused_session.as_str())
+        let main_frame = format!("\"frameId\":\"{focused}\"");
+        let is_navigation_start = |ev: &CdpEvent| {
+            ev.session_id.as_deref() == Some(focused_session.as_str())
                 && matches!(
                     ev.method.as_str(),
                     "Page.frameRequestedNavigation"
                         | "Page.frameStartedNavigating"
                         | "Page.frameStartedLoading"
                 )
-                && ev
-                    .raw
-                    .as_str()
-                    .contains(&format!("\"frameId\":\"{focused}\""))
+                && ev.raw.as_str().contains(&main_frame)
                 && !ev.raw.as_str().contains("\"disposition\":\"new")
-            {
+        };
+        let mut started = false;
+        while let Ok(ev) = rx.try_recv() {
+            if is_navigation_start(&ev) {
                 started = true;
                 break;
             }
+        }
+        if !started && may_navigate && tabs_after.len() == tabs_before.len() {
+            // Event-driven grace window: returns as soon as the navigation starts.
+            started = matches!(
+                wait_for_event(&mut rx, CLICK_NAVIGATION_GRACE, is_navigation_start).await,
+                WaitOutcome::Seen | WaitOutcome::Lagged
+            );
         }
         if started {
             let before = self.target_url(&focused).await.unwrap_or_default();
             // Ends on the load event, a same-document navigation, or the main frame stopping
             // (a download or a cancelled navigation never fires load).
-            let main_frame = format!("\"frameId\":\"{focused}\"");
             let outcome = wait_for_event(&mut rx, load_cap(&before, ""), |ev| {
                 (ev.session_id.as_deref() == Some(focused_session.as_str())
                     && (matches!(
@@ -1656,6 +1668,24 @@ fn display_name(ws: &Workspace, path: &std::path::Path) -> String {
         .unwrap_or(path)
         .to_string_lossy()
         .into_owned()
+}
+
+/// How long a click on a link or submit control waits for the navigation it schedules to
+/// start (the wait ends at the first navigation event, so it only costs time when nothing
+/// navigates).
+const CLICK_NAVIGATION_GRACE: Duration = Duration::from_millis(250);
+
+/// Links with an `href` and form submit controls: clicks that usually start a navigation.
+fn likely_navigates(el: &ElementInfo) -> bool {
+    let kind = el.attr("type").map(str::to_ascii_lowercase);
+    match el.tag_name.as_str() {
+        "a" | "area" => el
+            .attr("href")
+            .is_some_and(|h| !h.is_empty() && !h.starts_with('#') && !h.starts_with("javascript:")),
+        "button" => !matches!(kind.as_deref(), Some("button" | "reset")),
+        "input" => matches!(kind.as_deref(), Some("submit" | "image")),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
