@@ -1307,16 +1307,19 @@ impl BrowserSession {
             .with_meta("extraction", json!({"url": url, "query": p.query, "markdown": page.content, "stats": page.stats, "extract_links": p.extract_links, "extract_images": wants_images})))
     }
 
-    async fn search_page(&self, p: &SearchPageParams) -> Outcome {
-        if p.pattern.is_empty() {
-            return Err(Fail("pattern is empty".into()));
-        }
-        let session = self.focused_session().await?;
-        let arg = json!({"pattern": p.pattern, "regex": p.regex, "case_sensitive": p.case_sensitive, "context_chars": p.context_chars.min(2000), "css_scope": p.css_scope, "max_results": p.max_results.clamp(1, 500)});
-        let answer = self
+    /// Runs a page-side query script (`search_page`, `find_elements`) with its argument and
+    /// returns the total count and the listed results under `list_key`.
+    async fn page_query(
+        &self,
+        session: &str,
+        script: &str,
+        arg: &Value,
+        list_key: &str,
+    ) -> Result<(u64, Vec<Value>), Fail> {
+        let mut answer = self
             .eval(
-                &session,
-                &js::with_arg(js::SEARCH_PAGE, &arg),
+                session,
+                &js::with_arg(script, arg),
                 timeouts::SCROLL_TO_TEXT,
             )
             .await?;
@@ -1324,11 +1327,22 @@ impl BrowserSession {
             return Err(Fail(err.to_owned()));
         }
         let total = answer.get("total").and_then(Value::as_u64).unwrap_or(0);
-        let matches = answer
-            .get("matches")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        let list = match answer.get_mut(list_key).map(Value::take) {
+            Some(Value::Array(list)) => list,
+            _ => Vec::new(),
+        };
+        Ok((total, list))
+    }
+
+    async fn search_page(&self, p: &SearchPageParams) -> Outcome {
+        if p.pattern.is_empty() {
+            return Err(Fail("pattern is empty".into()));
+        }
+        let session = self.focused_session().await?;
+        let arg = json!({"pattern": p.pattern, "regex": p.regex, "case_sensitive": p.case_sensitive, "context_chars": p.context_chars.min(2000), "css_scope": p.css_scope, "max_results": p.max_results.clamp(1, 500)});
+        let (total, matches) = self
+            .page_query(&session, js::SEARCH_PAGE, &arg, "matches")
+            .await?;
         if total == 0 {
             return Ok(ActionResult::memory(format!(
                 "No matches for '{}' on the page",
@@ -1357,22 +1371,9 @@ impl BrowserSession {
     async fn find_elements(&self, p: &FindElementsParams) -> Outcome {
         let session = self.focused_session().await?;
         let arg = json!({"selector": p.selector, "attributes": p.attributes, "max_results": p.max_results.clamp(1, 1000), "include_text": p.include_text});
-        let answer = self
-            .eval(
-                &session,
-                &js::with_arg(js::FIND_ELEMENTS, &arg),
-                timeouts::SCROLL_TO_TEXT,
-            )
+        let (total, items) = self
+            .page_query(&session, js::FIND_ELEMENTS, &arg, "items")
             .await?;
-        if let Some(err) = answer.get("error").and_then(Value::as_str) {
-            return Err(Fail(err.to_owned()));
-        }
-        let total = answer.get("total").and_then(Value::as_u64).unwrap_or(0);
-        let items = answer
-            .get("items")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
         if total == 0 {
             return Ok(ActionResult::memory(format!(
                 "No elements match '{}'",
