@@ -609,9 +609,21 @@ explain what went wrong, and set success to false unless the task is really comp
         let started = epoch_secs();
         let mut acc = StepAcc::default();
 
-        // 1. Prepare context.
+        // 1. Prepare context. When the model gets no image this step, the screenshot for the
+        // history record is taken alongside (it waits for a compositor frame) and collected
+        // after the model call, before any action runs — off the step's critical path.
+        let send_image = match self.config.use_vision {
+            VisionMode::Always => true,
+            VisionMode::Never => false,
+            VisionMode::Auto => self.screenshot_requested,
+        };
+        self.screenshot_requested = false;
+        let pending_shot = (!send_image).then(|| {
+            let browser = self.browser.clone();
+            AbortOnDrop(tokio::spawn(async move { browser.screenshot().await }))
+        });
         let t_capture = Instant::now();
-        let captured = tokio::time::timeout(ACTION_TIMEOUT, self.browser.capture(true)).await;
+        let captured = tokio::time::timeout(ACTION_TIMEOUT, self.browser.capture(send_image)).await;
         let state = match captured {
             Ok(Ok(state)) => state,
             Ok(Err(e)) if e.fatal => return StepEnd::Fatal(format!("browser failed: {e}")),
@@ -701,12 +713,6 @@ explain what went wrong, and set success to false unless the task is really comp
         let raw_state = render_state_message(&self.messages, &inputs);
         let state_text = self.urls.shorten(&self.secrets.redact(&raw_state));
         let mut state_message = Message::user(state_text.clone());
-        let send_image = match self.config.use_vision {
-            VisionMode::Always => true,
-            VisionMode::Never => false,
-            VisionMode::Auto => self.screenshot_requested,
-        };
-        self.screenshot_requested = false;
         if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.bytes.len() > 100)
         {
             state_message.content.push(browserd_llm::ContentPart::Text(
@@ -761,6 +767,12 @@ call done if the task is finished.",
                     }
                 },
             }
+        }
+        if let Some(pending) = pending_shot
+            && let Ok(Ok(Ok(Some(shot)))) =
+                tokio::time::timeout(ACTION_TIMEOUT, pending.join()).await
+        {
+            state_history.screenshot_ref = self.sink.store_screenshot(step, &shot).await;
         }
         let state_message_text = self.config.record_state_message.then_some(state_text);
 
@@ -1321,5 +1333,21 @@ call done if the task is finished.",
                 StepEnd::Continue
             }
         }
+    }
+}
+
+/// A spawned task aborted when its handle is dropped (a step that ends early leaves nothing
+/// running behind it).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

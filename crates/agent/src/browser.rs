@@ -180,6 +180,11 @@ pub trait AgentBrowser: Send + Sync {
     /// Captures the focused page.
     async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError>;
 
+    /// A screenshot of the focused page alone, for the history record of a step whose model
+    /// call does not need the image (it is taken concurrently with that step's capture and
+    /// the model call). `None` when the browser takes no screenshots.
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError>;
+
     /// The actions the browser runs (their parameter schemas, sequence semantics).
     fn action_specs(&self) -> Vec<ActionSpec>;
 

@@ -240,7 +240,16 @@ async fn vision_never_and_auto_and_flash_mode() {
     let model = ScriptedModel::json([done("x", true)]);
     let mut c = login_config();
     c.use_vision = VisionMode::Never;
-    make(c, &browser, &model, &sink).run().await;
+    let shots_before = browser.screenshots_alone();
+    let history = make(c, &browser, &model, &sink).run().await;
+    // The model gets no image, but the step's history still has its screenshot, taken on
+    // the side while the model was asked.
+    assert_eq!(browser.screenshots_alone(), shots_before + 1);
+    let last = history.history.last().unwrap();
+    assert_eq!(
+        last.state.screenshot_ref.as_deref(),
+        Some(format!("shot-{}", last.metadata.step_number).as_str())
+    );
     let req = &model.step_requests()[0];
     assert!(
         !req.messages[1]

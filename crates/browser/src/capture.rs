@@ -239,6 +239,123 @@ async fn click_listener_ids(
     ids
 }
 
+/// What the in-page click-listener scan of the main document found.
+#[derive(Debug, Default, PartialEq)]
+enum ListenerScan {
+    /// No listeners, too many elements or matches, or the scan failed: nothing to flag.
+    #[default]
+    Nothing,
+    /// `total` elements in `querySelectorAll('*')` order; the matching ones by position, with
+    /// their `nodeName` to check the mapping onto the snapshot.
+    Positions {
+        total: usize,
+        hits: Vec<(usize, String)>,
+    },
+}
+
+/// The scan of [`click_listener_ids`] answering by value in one round trip: positions in
+/// document order (`querySelectorAll('*')`), which [`light_dom_listener_ids`] maps onto the
+/// snapshot's elements — no second call to name the nodes.
+async fn click_listener_scan(
+    conn: &CdpConnection,
+    session: &str,
+    timeout: Duration,
+) -> ListenerScan {
+    let types = CLICK_LISTENER_TYPES
+        .iter()
+        .map(|t| format!("l.{t}"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    let expression = format!(
+        r#"(() => {{
+  if (typeof getEventListeners !== 'function') return null;
+  const all = document.querySelectorAll('*');
+  if (all.length > 10000) return null;
+  const hits = [];
+  for (let i = 0; i < all.length; i++) {{
+    try {{
+      const l = getEventListeners(all[i]);
+      if ({types}) {{
+        if (hits.length >= {MAX_LISTENER_ELEMENTS}) return null;
+        hits.push([i, all[i].nodeName]);
+      }}
+    }} catch (e) {{}}
+  }}
+  return hits.length > 0 ? {{total: all.length, hits}} : null;
+}})()"#
+    );
+    #[derive(Deserialize)]
+    struct Evaluated {
+        result: Returned,
+    }
+    #[derive(Deserialize)]
+    struct Returned {
+        value: Option<Found>,
+    }
+    #[derive(Deserialize)]
+    struct Found {
+        total: usize,
+        hits: Vec<(usize, String)>,
+    }
+    let answer = conn
+        .call_raw(
+            Some(session),
+            "Runtime.evaluate",
+            json!({
+                "expression": expression,
+                "includeCommandLineAPI": true,
+                "returnByValue": true,
+            }),
+            timeout,
+        )
+        .await;
+    match answer.and_then(|raw| raw.decode::<Evaluated>()) {
+        Ok(Evaluated {
+            result: Returned {
+                value: Some(Found { total, hits }),
+            },
+        }) => ListenerScan::Positions { total, hits },
+        _ => ListenerScan::Nothing,
+    }
+}
+
+/// Maps scan positions onto the main document's light-DOM elements of the snapshot (which
+/// lists them in document order). `None` when the mapping cannot be trusted: the document has
+/// shadow trees (the snapshot walks the flat tree, where slotted light children move), or the
+/// element count or a hit's `nodeName` differs (the page changed between snapshot and scan).
+fn light_dom_listener_ids(
+    tree: &Tree,
+    root: Option<NodeId>,
+    total: usize,
+    hits: &[(usize, String)],
+) -> Option<HashSet<i64>> {
+    let main_frame = tree.node(root?).frame_id.clone();
+    let mut elements: Vec<NodeId> = Vec::with_capacity(total);
+    for (id, node) in tree.nodes.iter().enumerate() {
+        if node.target != 0 || node.frame_id != main_frame {
+            continue;
+        }
+        if node.in_shadow || matches!(node.kind, NodeKind::ShadowRoot(_)) {
+            return None;
+        }
+        if node.kind == NodeKind::Element {
+            elements.push(id as NodeId);
+        }
+    }
+    if elements.len() != total {
+        return None;
+    }
+    let mut ids = HashSet::with_capacity(hits.len());
+    for (position, node_name) in hits {
+        let node = tree.node(*elements.get(*position)?);
+        if !node.node_name.eq_ignore_ascii_case(node_name) {
+            return None;
+        }
+        ids.insert(node.backend_node_id);
+    }
+    Some(ids)
+}
+
 async fn layout_metrics(
     conn: &CdpConnection,
     session: &str,
@@ -408,8 +525,8 @@ pub(crate) async fn capture<S: SessionSource>(
     // tree build; the accessibility lookups follow it in Chrome's queue, and the listener
     // flags are applied afterwards (nothing before the serializer reads them).
     let listeners = async {
-        let ids = click_listener_ids(conn, &session, timeout).await;
-        (ids, started.elapsed())
+        let scan = click_listener_scan(conn, &session, timeout).await;
+        (scan, started.elapsed())
     };
     let main = async {
         let snapshot = conn.call_raw(
@@ -419,7 +536,7 @@ pub(crate) async fn capture<S: SessionSource>(
             timeout,
         );
         let metrics = layout_metrics(conn, &session, timeout);
-        let (raw, metrics, shot, targets) = tokio::join!(snapshot, metrics, shot, targets);
+        let (raw, metrics, targets) = tokio::join!(snapshot, metrics, targets);
         let raw = raw?;
         let metrics = metrics.unwrap_or_default();
         let (tabs, iframe_targets) = targets?;
@@ -582,34 +699,51 @@ pub(crate) async fn capture<S: SessionSource>(
             }
         }
         timings.accessibility = ax_started.elapsed();
-        Ok::<_, BrowserError>((tree, root, metrics, shot, tabs, timings))
+        Ok::<_, BrowserError>((tree, root, metrics, tabs, timings))
     };
-    let (main, (js_ids, listener_probe)) = tokio::join!(main, listeners);
-    let (mut tree, root, metrics, shot, tabs, mut timings) = main?;
-    timings.listener_probe = listener_probe;
-    if !js_ids.is_empty() {
-        for node in tree.nodes.iter_mut() {
-            if node.target == 0 && js_ids.contains(&node.backend_node_id) {
-                node.js_click_listener = true;
+    // The screenshot waits for a compositor frame (tens of ms): nothing else waits for it —
+    // the DOM side runs to the end of serialization while it is in flight.
+    let dom = async {
+        let (main, (scan, listener_probe)) = tokio::join!(main, listeners);
+        let (mut tree, root, metrics, tabs, mut timings) = main?;
+        let js_ids = match scan {
+            ListenerScan::Nothing => HashSet::new(),
+            ListenerScan::Positions { total, hits } => {
+                match light_dom_listener_ids(&tree, root, total, &hits) {
+                    Some(ids) => ids,
+                    // Shadow trees or a page that changed: ask Chrome for the nodes instead.
+                    None => click_listener_ids(conn, &session, timeout).await,
+                }
+            }
+        };
+        timings.listener_probe = listener_probe;
+        if !js_ids.is_empty() {
+            for node in tree.nodes.iter_mut() {
+                if node.target == 0 && js_ids.contains(&node.backend_node_id) {
+                    node.js_click_listener = true;
+                }
             }
         }
-    }
 
-    let serialize_started = Instant::now();
-    let previous = previous.clone();
-    let paint_order_filtering = options.paint_order_filtering;
-    let inline = small_and_shallow(&tree, root);
-    let (serialized, selector_map, tree) = run_capture_work(inline, move || {
-        let mut tree = tree;
-        hidden_hints(&mut tree);
-        let serialized: Serialized =
-            Serializer::new(&tree, &previous, None, paint_order_filtering).run(root);
-        let selector_map = selector_map(&tree, &serialized);
-        (serialized, selector_map, tree)
-    })
-    .await?;
-    drop(tree);
-    timings.serialize = serialize_started.elapsed();
+        let serialize_started = Instant::now();
+        let previous = previous.clone();
+        let paint_order_filtering = options.paint_order_filtering;
+        let inline = small_and_shallow(&tree, root);
+        let (serialized, selector_map, tree) = run_capture_work(inline, move || {
+            let mut tree = tree;
+            hidden_hints(&mut tree);
+            let serialized: Serialized =
+                Serializer::new(&tree, &previous, None, paint_order_filtering).run(root);
+            let selector_map = selector_map(&tree, &serialized);
+            (serialized, selector_map, tree)
+        })
+        .await?;
+        drop(tree);
+        timings.serialize = serialize_started.elapsed();
+        Ok::<_, BrowserError>((serialized, selector_map, metrics, tabs, timings))
+    };
+    let (dom, shot) = tokio::join!(dom, shot);
+    let (serialized, selector_map, metrics, tabs, mut timings) = dom?;
     timings.total = started.elapsed();
 
     let screenshot = match shot {

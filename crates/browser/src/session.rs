@@ -24,7 +24,10 @@ use crate::{
     egress::{EgressGuard, EgressGuardOptions, EgressPolicy, EgressScope, EgressSettings},
     error::{BrowserError, Result},
     pool::{Chrome, Lease},
-    types::{CaptureOptions, DownloadInfo, DownloadState, PageState, SelectorMap, TabInfo},
+    types::{
+        CaptureOptions, DownloadInfo, DownloadState, PageState, Screenshot, ScreenshotFormat,
+        SelectorMap, TabInfo,
+    },
 };
 
 /// Per-task settings of a lease.
@@ -571,6 +574,14 @@ impl BrowserSession {
             .conn
             .call_raw(session.as_deref(), method, params, timeout)
             .await
+    }
+
+    /// A viewport screenshot of the focused tab alone (what `capture` takes alongside the DOM
+    /// when asked). Chrome answers it after its next compositor frame, tens of ms later.
+    pub async fn viewport_screenshot(&self, format: ScreenshotFormat) -> Result<Screenshot> {
+        let target = self.focused_target().await?;
+        let session = self.sessions.session_for(&target).await?;
+        capture::screenshot(&self.chrome.conn, &session, format, self.timeout).await
     }
 
     /// Captures the focused tab: indexed text, selector map, page info and (optionally) a

@@ -21,10 +21,10 @@ use browserd_browser::{
     TaskOptions,
     actions::{
         ClickParams, DoneParams, EvaluateParams, ExtractParams, FindElementsParams, FindTextParams,
-        IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, ReadFileParams,
-        ReplaceFileParams, SaveAsPdfParams, ScreenshotParams, ScrollParams, SearchEngine,
-        SearchPageParams, SearchParams, SelectDropdownParams, SendKeysParams, TabParams,
-        UploadFileParams, WaitParams, WriteFileParams,
+        IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, ReplaceFileParams,
+        SaveAsPdfParams, ScreenshotParams, ScrollParams, SearchEngine, SearchPageParams,
+        SearchParams, SelectDropdownParams, SendKeysParams, TabParams, UploadFileParams,
+        WaitParams,
     },
     egress::EgressSettings,
 };
@@ -779,17 +779,7 @@ fn download_and_upload_use_the_workspace() {
             "report.txt"
         );
         // a workspace file, through a nearby element (the file name span)
-        ok(&run(
-            &session,
-            Action::WriteFile(WriteFileParams {
-                file_name: "notes.txt".into(),
-                content: "n".into(),
-                append: false,
-                trailing_newline: true,
-                leading_newline: false,
-            }),
-        )
-        .await);
+        std::fs::write(session.workspace().root().join("notes.txt"), "n\n").expect("write");
         ok(&run(
             &session,
             Action::UploadFile(UploadFileParams {
@@ -1072,70 +1062,11 @@ fn page_reading_actions() {
 }
 
 #[test]
-fn workspace_file_actions_and_done() {
+fn done_attaches_workspace_files() {
     let guard = support::shared_pool();
     rt().block_on(async {
         let session = guard.pool().lease().await.expect("lease");
-        let write = |name: &str, content: &str, append| {
-            Action::WriteFile(WriteFileParams {
-                file_name: name.into(),
-                content: content.into(),
-                append,
-                trailing_newline: true,
-                leading_newline: false,
-            })
-        };
-        ok(&run(&session, write("todo.md", "- a", false)).await);
-        ok(&run(&session, write("todo.md", "- b", true)).await);
-        ok(&run(
-            &session,
-            Action::ReplaceFile(ReplaceFileParams {
-                file_name: "todo.md".into(),
-                old_str: "- b".into(),
-                new_str: "- c".into(),
-            }),
-        )
-        .await);
-        let r = run(
-            &session,
-            Action::ReadFile(ReadFileParams {
-                file_name: "todo.md".into(),
-            }),
-        )
-        .await;
-        assert!(ok(&r).contains("- a\n- c\n"), "{r:?}");
-        assert_eq!(
-            std::fs::read_to_string(session.workspace().root().join("todo.md")).expect("read"),
-            "- a\n- c\n"
-        );
-        let r = run(
-            &session,
-            Action::ReplaceFile(ReplaceFileParams {
-                file_name: "todo.md".into(),
-                old_str: "zzz".into(),
-                new_str: "y".into(),
-            }),
-        )
-        .await;
-        assert!(err(&r).contains("not found"));
-        for bad in ["../escape.md", "/tmp/abs.md", "x.sh"] {
-            let r = run(&session, write(bad, "x", false)).await;
-            assert!(r.error.is_some(), "{bad} must be refused: {r:?}");
-        }
-        assert!(
-            !std::path::Path::new("/tmp/abs.md").exists()
-                || std::fs::read_to_string("/tmp/abs.md")
-                    .map(|s| s != "x\n")
-                    .unwrap_or(true)
-        );
-        let r = run(
-            &session,
-            Action::ReadFile(ReadFileParams {
-                file_name: "/etc/hostname".into(),
-            }),
-        )
-        .await;
-        assert!(err(&r).contains("not available"), "{r:?}");
+        std::fs::write(session.workspace().root().join("todo.md"), "- a\n").expect("write");
         let r = run(
             &session,
             Action::Done(DoneParams {
@@ -1147,16 +1078,18 @@ fn workspace_file_actions_and_done() {
         .await;
         assert!(r.is_done && r.success == Some(true));
         assert!(r.attachments.as_ref().expect("attachments")[0].ends_with("todo.md"));
-        let r = run(
-            &session,
-            Action::Done(DoneParams {
-                text: "x".into(),
-                success: false,
-                files_to_display: vec!["missing.md".into()],
-            }),
-        )
-        .await;
-        assert!(err(&r).contains("missing.md"));
+        for missing in ["missing.md", "../escape.md", "/etc/hostname"] {
+            let r = run(
+                &session,
+                Action::Done(DoneParams {
+                    text: "x".into(),
+                    success: false,
+                    files_to_display: vec![missing.into()],
+                }),
+            )
+            .await;
+            assert!(r.error.is_some(), "{missing} must be refused: {r:?}");
+        }
         session.release().await;
     });
 }

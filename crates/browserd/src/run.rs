@@ -1,7 +1,6 @@
 //! `browserd run`: one task in-process — one Chrome, one session, the agent — with each step
 //! printed live on stderr and the final result on stdout.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,33 +80,33 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5)]
     pub max_failures: u32,
 
-    /// A task secret `NAME=VALUE` (repeatable); the model only sees `<secret>NAME</secret>`.
-    #[arg(long = "secret", value_name = "NAME=VALUE", value_parser = parse_secret)]
-    pub secrets: Vec<NamedSecret>,
+    /// A task secret by name (repeatable): its value is read from the environment variable
+    /// `BROWSERD_SECRET_<NAME>` (upper-cased, other characters as `_`), never from the command
+    /// line, where every user of the machine could read it. The model only sees
+    /// `<secret>NAME</secret>`.
+    #[arg(long = "secret", value_name = "NAME", value_parser = parse_secret_name)]
+    pub secrets: Vec<String>,
+
+    /// A JSON file of task secrets in browser-use's `sensitive_data` shape:
+    /// `{"name": "value"}` or `{"*.example.com": {"name": "value"}}` (scoped to those domains).
+    #[arg(long, value_name = "FILE")]
+    pub secrets_file: Option<PathBuf>,
 
     /// Workspace directory for the agent's files and downloads (default: a temporary one).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
 }
 
-/// A `--secret` value; `Debug` hides the value.
-#[derive(Clone)]
-pub struct NamedSecret {
-    name: String,
-    value: String,
-}
-
-impl std::fmt::Debug for NamedSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NamedSecret({}=<redacted>)", self.name)
+/// Checks a `--secret` name; a `NAME=VALUE` is refused so values never sit in the process list.
+fn parse_secret_name(raw: &str) -> Result<String, String> {
+    let name = raw.trim();
+    if let Some((name, _)) = name.split_once('=') {
+        return Err(format!(
+            "--secret takes only a name: put the value in the environment variable {} \
+             (values on the command line are visible to every user of the machine)",
+            secret_env_var(name.trim())
+        ));
     }
-}
-
-fn parse_secret(raw: &str) -> Result<NamedSecret, String> {
-    let (name, value) = raw
-        .split_once('=')
-        .ok_or_else(|| "expected NAME=VALUE".to_owned())?;
-    let name = name.trim();
     if name.is_empty()
         || !name
             .chars()
@@ -115,13 +114,66 @@ fn parse_secret(raw: &str) -> Result<NamedSecret, String> {
     {
         return Err("the secret name must be letters, digits, '_', '-' or '.'".to_owned());
     }
-    if value.is_empty() {
-        return Err(format!("secret {name} has an empty value"));
+    Ok(name.to_owned())
+}
+
+/// The environment variable holding the value of `--secret NAME`.
+pub fn secret_env_var(name: &str) -> String {
+    let suffix: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("BROWSERD_SECRET_{suffix}")
+}
+
+/// The task's secrets: `--secrets-file` first, then each `--secret` from its variable.
+fn load_secrets(args: &RunArgs) -> anyhow::Result<SensitiveData> {
+    let mut secrets = match &args.secrets_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading --secrets-file {}", path.display()))?;
+            // serde_json's error names line and column only, never the text around it.
+            serde_json::from_str::<SensitiveData>(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "--secrets-file {} must be a JSON object of name -> value or \
+                     domain -> {{name -> value}} ({e})",
+                    path.display()
+                )
+            })?
+        }
+        None => SensitiveData::default(),
+    };
+    for name in &args.secrets {
+        let var = secret_env_var(name);
+        let value = std::env::var(&var).map_err(|_| {
+            anyhow::anyhow!("--secret {name}: set its value in the environment variable {var}")
+        })?;
+        if value.is_empty() {
+            anyhow::bail!("--secret {name}: the environment variable {var} is empty");
+        }
+        secrets.0.insert(name.clone(), SecretEntry::Value(value));
     }
-    Ok(NamedSecret {
-        name: name.to_owned(),
-        value: value.to_owned(),
-    })
+    Ok(secrets)
+}
+
+/// Every secret value with its name, for redaction in what the browser reports.
+fn secret_values(secrets: &SensitiveData) -> Vec<(String, String)> {
+    let mut values = Vec::new();
+    for (key, entry) in &secrets.0 {
+        match entry {
+            SecretEntry::Value(value) => values.push((key.clone(), value.clone())),
+            SecretEntry::Scoped(map) => {
+                values.extend(map.iter().map(|(n, v)| (n.clone(), v.clone())));
+            }
+        }
+    }
+    values
 }
 
 /// Prints each step as it happens.
@@ -222,14 +274,7 @@ fn task_config(args: &RunArgs, workspace: &TaskWorkspace) -> anyhow::Result<Task
             .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
         config.output_schema = Some(schema);
     }
-    let mut secrets = BTreeMap::new();
-    for secret in &args.secrets {
-        secrets.insert(
-            secret.name.clone(),
-            SecretEntry::Value(secret.value.clone()),
-        );
-    }
-    config.sensitive_data = SensitiveData(secrets);
+    config.sensitive_data = load_secrets(args)?;
     config.workspace_dir = Some(workspace.dir().to_path_buf());
     config
         .validate()
@@ -278,11 +323,7 @@ pub async fn run(
         }
     };
     let options = SessionBrowserOptions {
-        sensitive_values: args
-            .secrets
-            .iter()
-            .map(|s| (s.name.clone(), s.value.clone()))
-            .collect(),
+        sensitive_values: secret_values(&task.sensitive_data),
         ..SessionBrowserOptions::default()
     };
     let browser = Arc::new(SessionBrowser::new(session, options));

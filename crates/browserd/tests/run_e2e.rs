@@ -265,6 +265,15 @@ struct RunOutput {
 }
 
 async fn run_browserd(model: SocketAddr, dir: &Path, args: &[&str]) -> RunOutput {
+    run_browserd_with_env(model, dir, args, &[]).await
+}
+
+async fn run_browserd_with_env(
+    model: SocketAddr,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> RunOutput {
     let _permit = ONE_CHROME_AT_A_TIME.acquire().await.unwrap();
     let history_path = dir.join("history.json");
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserd"))
@@ -284,6 +293,7 @@ async fn run_browserd(model: SocketAddr, dir: &Path, args: &[&str]) -> RunOutput
         .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
         .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .env_remove("BROWSERD_CONFIG")
         .kill_on_drop(true)
         .output();
@@ -356,7 +366,7 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
     let (model_addr, model) = start_model(script).await;
     let dir = tempfile::tempdir().unwrap();
     let start = format!("http://{app}/login");
-    let out = run_browserd(
+    let out = run_browserd_with_env(
         model_addr,
         dir.path(),
         &[
@@ -364,8 +374,9 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
             "--start-url",
             &start,
             "--secret",
-            "password=hunter2-xyz",
+            "password",
         ],
+        &[("BROWSERD_SECRET_PASSWORD", "hunter2-xyz")],
     )
     .await;
     assert_eq!(
@@ -709,4 +720,40 @@ async fn ctrl_c_stops_the_run_and_closes_chrome() {
             "Chrome process {chrome} survived"
         );
     }
+}
+
+#[tokio::test]
+async fn secrets_come_from_the_environment_never_the_command_line() {
+    let (model_addr, model) = start_model(Vec::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A value on the command line is refused before anything starts, naming the variable.
+    let out = run_browserd(
+        model_addr,
+        dir.path(),
+        &["Log in", "--secret", "bank-pin=1234"],
+    )
+    .await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("BROWSERD_SECRET_BANK_PIN"),
+        "{}",
+        out.stderr
+    );
+    // A named secret whose variable is unset is a clear error, not an empty secret.
+    let out = run_browserd(model_addr, dir.path(), &["Log in", "--secret", "pin"]).await;
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("BROWSERD_SECRET_PIN"), "{}", out.stderr);
+    // A secrets file that is not the expected shape names the file, not its content.
+    let file = dir.path().join("secrets.json");
+    std::fs::write(&file, r#"{"pin": ["not-a-string-9876"]}"#).unwrap();
+    let out = run_browserd(
+        model_addr,
+        dir.path(),
+        &["Log in", "--secrets-file", file.to_str().unwrap()],
+    )
+    .await;
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("--secrets-file"), "{}", out.stderr);
+    assert!(!out.stderr.contains("not-a-string-9876"), "{}", out.stderr);
+    assert!(model.requests.lock().unwrap().is_empty());
 }

@@ -137,6 +137,17 @@ impl SessionBrowser {
     }
 }
 
+/// The agent's view of a browser screenshot.
+fn agent_screenshot(shot: &browserd_browser::Screenshot) -> Screenshot {
+    Screenshot {
+        bytes: shot.data.clone(),
+        mime: match shot.format {
+            ScreenshotFormat::Png => "image/png".to_owned(),
+            ScreenshotFormat::Jpeg { .. } => "image/jpeg".to_owned(),
+        },
+    }
+}
+
 #[async_trait]
 impl AgentBrowser for SessionBrowser {
     async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError> {
@@ -159,13 +170,7 @@ impl AgentBrowser for SessionBrowser {
             .filter(|d| d.state == DownloadState::Completed)
             .filter_map(|d| d.path.map(|p| p.display().to_string()))
             .collect();
-        let screenshot = page.screenshot.as_ref().map(|s| Screenshot {
-            bytes: s.data.clone(),
-            mime: match s.format {
-                ScreenshotFormat::Png => "image/png".to_owned(),
-                ScreenshotFormat::Jpeg { .. } => "image/jpeg".to_owned(),
-            },
-        });
+        let screenshot = page.screenshot.as_ref().map(agent_screenshot);
         let state = BrowserState {
             url: info.url.clone(),
             title: info.title.clone(),
@@ -207,6 +212,22 @@ impl AgentBrowser for SessionBrowser {
         };
         self.remember(page.selector_map);
         Ok(state)
+    }
+
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError> {
+        let shot = tokio::time::timeout(
+            CAPTURE_LIMIT,
+            self.session.viewport_screenshot(self.screenshot_format),
+        )
+        .await
+        .map_err(|_| {
+            BrowserError::new(format!(
+                "the screenshot timed out after {} s",
+                CAPTURE_LIMIT.as_secs()
+            ))
+        })?
+        .map_err(|e| agent_error(&e))?;
+        Ok(Some(agent_screenshot(&shot)))
     }
 
     fn action_specs(&self) -> Vec<ActionSpec> {

@@ -222,6 +222,7 @@ struct FakeState {
     inputs: HashMap<u64, String>,
     executed: Vec<(String, Value)>,
     captures: usize,
+    screenshots_alone: usize,
     next_tab: u32,
 }
 
@@ -363,6 +364,11 @@ impl FakeBrowser {
         self.state.lock().unwrap().captures
     }
 
+    /// Screenshots taken apart from a capture (history screenshots of image-less steps).
+    pub fn screenshots_alone(&self) -> usize {
+        self.state.lock().unwrap().screenshots_alone
+    }
+
     fn page(&self, url: &str) -> Page {
         let base = url.split(['?', '#']).next().unwrap_or(url);
         self.pages
@@ -478,6 +484,14 @@ impl AgentBrowser for FakeBrowser {
             downloaded_files: Vec::new(),
             error: None,
         })
+    }
+
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError> {
+        self.state.lock().unwrap().screenshots_alone += 1;
+        Ok(self.screenshot.then(|| Screenshot {
+            bytes: vec![0x89; self.screenshot_bytes],
+            mime: "image/png".into(),
+        }))
     }
 
     fn action_specs(&self) -> Vec<ActionSpec> {

@@ -210,14 +210,7 @@ impl BrowserSession {
     }
 
     async fn run(&self, action: &Action, ctx: &ActionContext) -> Outcome {
-        if !matches!(
-            action,
-            Action::Done(_)
-                | Action::WriteFile(_)
-                | Action::ReadFile(_)
-                | Action::ReplaceFile(_)
-                | Action::Wait(_)
-        ) {
+        if !matches!(action, Action::Done(_) | Action::Wait(_)) {
             self.ensure_focus().await?;
         }
         match action {
@@ -294,37 +287,6 @@ impl BrowserSession {
                 self.dropdown_options(&el).await
             }
             Action::SelectDropdown(p) => self.select_dropdown(p.index, &p.text).await,
-            Action::WriteFile(p) => {
-                let path = self.workspace.write(
-                    &p.file_name,
-                    &p.content,
-                    p.append,
-                    p.trailing_newline,
-                    p.leading_newline,
-                )?;
-                let verb = if p.append { "Appended" } else { "Wrote" };
-                Ok(ActionResult::memory(format!(
-                    "{verb} {} characters to file {}",
-                    p.content.chars().count(),
-                    display_name(&self.workspace, &path)
-                )))
-            }
-            Action::ReplaceFile(p) => {
-                let count = self
-                    .workspace
-                    .replace(&p.file_name, &p.old_str, &p.new_str)?;
-                if count == 0 {
-                    return Err(Fail(format!(
-                        "String '{}' not found in file {}",
-                        p.old_str, p.file_name
-                    )));
-                }
-                Ok(ActionResult::memory(format!(
-                    "Replaced {count} occurrence(s) in file {}",
-                    p.file_name
-                )))
-            }
-            Action::ReadFile(p) => self.read_file(&p.file_name, ctx),
             Action::Evaluate(p) => self.evaluate(&p.code).await,
         }
     }
@@ -1410,31 +1372,6 @@ impl BrowserSession {
         Ok(ActionResult::once(
             out,
             format!("Found {total} elements matching '{}'", p.selector),
-        ))
-    }
-
-    // ---- files --------------------------------------------------------------------------
-
-    fn read_file(&self, name: &str, ctx: &ActionContext) -> Outcome {
-        let text = match self.workspace.read(name) {
-            Ok(text) => text,
-            Err(WorkspaceError::NotFound(_))
-            | Err(WorkspaceError::Escapes(_))
-            | Err(WorkspaceError::InvalidName(_)) => {
-                let path = self.allowed_file(name, ctx)?;
-                Workspace::read_path(name, &path)?
-            }
-            Err(other) => return Err(other.into()),
-        };
-        let memory: String = text.chars().take(1000).collect();
-        let memory = if text.chars().count() > 1000 {
-            format!("Read from file {name}:\n{memory}…")
-        } else {
-            format!("Read from file {name}:\n{memory}")
-        };
-        Ok(ActionResult::once(
-            format!("Read from file {name}.\n<content>\n{text}\n</content>"),
-            memory,
         ))
     }
 

@@ -300,30 +300,6 @@ pub struct SelectDropdownParams {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct WriteFileParams {
-    pub file_name: String,
-    pub content: String,
-    #[serde(default)]
-    pub append: bool,
-    #[serde(default = "default_true")]
-    pub trailing_newline: bool,
-    #[serde(default)]
-    pub leading_newline: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ReplaceFileParams {
-    pub file_name: String,
-    pub old_str: String,
-    pub new_str: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ReadFileParams {
-    pub file_name: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EvaluateParams {
     pub code: String,
 }
@@ -353,9 +329,6 @@ pub enum Action {
     SaveAsPdf(SaveAsPdfParams),
     DropdownOptions(IndexParams),
     SelectDropdown(SelectDropdownParams),
-    WriteFile(WriteFileParams),
-    ReplaceFile(ReplaceFileParams),
-    ReadFile(ReadFileParams),
     Evaluate(EvaluateParams),
 }
 
@@ -383,9 +356,6 @@ impl Action {
             Action::SaveAsPdf(_) => "save_as_pdf",
             Action::DropdownOptions(_) => "dropdown_options",
             Action::SelectDropdown(_) => "select_dropdown",
-            Action::WriteFile(_) => "write_file",
-            Action::ReplaceFile(_) => "replace_file",
-            Action::ReadFile(_) => "read_file",
             Action::Evaluate(_) => "evaluate",
         }
     }

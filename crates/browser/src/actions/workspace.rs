@@ -1,20 +1,13 @@
-//! The per-task workspace directory: the only place file actions read and write, and where
-//! downloads, screenshots and PDFs land.
+//! The per-task workspace directory as the browser sees it: where downloads, screenshots and
+//! PDFs land, and where `upload_file` and `done`'s attachments may take files from. The
+//! agent's own file actions (`write_file`, `read_file`, `replace_file`) live in the agent
+//! crate's workspace over the same directory.
 //!
 //! Names are relative, single-component-or-nested paths without `..`, absolute parts or
 //! drive prefixes; every resolved path is canonicalized and must stay under the canonical
-//! root (so a symlink pointing out is refused); write/read/replace only accept browser-use's
-//! extensions.
+//! root (so a symlink pointing out is refused).
 
 use std::path::{Component, Path, PathBuf};
-
-/// browser-use's `write_file` extensions (pdf/docx are written as text here).
-pub const ALLOWED_EXTENSIONS: [&str; 9] = [
-    "md", "txt", "json", "jsonl", "csv", "pdf", "docx", "html", "xml",
-];
-
-/// Largest file `read_file` returns.
-pub const MAX_READ_BYTES: u64 = 2 * 1024 * 1024;
 
 /// Why a workspace operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -23,14 +16,10 @@ pub enum WorkspaceError {
         "invalid file name {0:?}: use a relative name like notes.md without '..' or absolute paths"
     )]
     InvalidName(String),
-    #[error("file name {name:?} has an unsupported extension; allowed: {allowed}")]
-    Extension { name: String, allowed: String },
     #[error("{0:?} is outside the task workspace")]
     Escapes(String),
     #[error("file {0:?} does not exist")]
     NotFound(String),
-    #[error("file {0:?} is too large to read ({1} bytes)")]
-    TooLarge(String, u64),
     #[error("io error on {name:?}: {source}")]
     Io {
         name: String,
@@ -96,22 +85,6 @@ impl Workspace {
         Ok(clean)
     }
 
-    fn check_extension(name: &str, path: &Path) -> Result<(), WorkspaceError> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .unwrap_or_default();
-        if ALLOWED_EXTENSIONS.contains(&ext.as_str()) {
-            Ok(())
-        } else {
-            Err(WorkspaceError::Extension {
-                name: name.to_owned(),
-                allowed: ALLOWED_EXTENSIONS.join(", "),
-            })
-        }
-    }
-
     /// Resolves `name` to a path inside the workspace (the file need not exist; its existing
     /// ancestors must resolve inside the root).
     pub fn resolve(&self, name: &str) -> Result<PathBuf, WorkspaceError> {
@@ -160,88 +133,6 @@ impl Workspace {
             .canonicalize()
             .map(|p| p.starts_with(&self.root))
             .unwrap_or(false)
-    }
-
-    /// browser-use's `write_file`.
-    pub fn write(
-        &self,
-        name: &str,
-        content: &str,
-        append: bool,
-        trailing_newline: bool,
-        leading_newline: bool,
-    ) -> Result<PathBuf, WorkspaceError> {
-        let path = self.resolve(name)?;
-        Self::check_extension(name, &path)?;
-        let io = |source| WorkspaceError::Io {
-            name: name.to_owned(),
-            source,
-        };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io)?;
-        }
-        let mut text = String::new();
-        if leading_newline {
-            text.push('\n');
-        }
-        text.push_str(content);
-        if trailing_newline {
-            text.push('\n');
-        }
-        if append {
-            use std::io::Write;
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(io)?;
-            file.write_all(text.as_bytes()).map_err(io)?;
-        } else {
-            std::fs::write(&path, text).map_err(io)?;
-        }
-        Ok(path)
-    }
-
-    /// Reads a text file of the workspace.
-    pub fn read(&self, name: &str) -> Result<String, WorkspaceError> {
-        let path = self.resolve(name)?;
-        Self::read_path(name, &path)
-    }
-
-    pub(crate) fn read_path(name: &str, path: &Path) -> Result<String, WorkspaceError> {
-        let meta =
-            std::fs::metadata(path).map_err(|_| WorkspaceError::NotFound(name.to_owned()))?;
-        if !meta.is_file() {
-            return Err(WorkspaceError::NotFound(name.to_owned()));
-        }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(WorkspaceError::TooLarge(name.to_owned(), meta.len()));
-        }
-        let bytes = std::fs::read(path).map_err(|source| WorkspaceError::Io {
-            name: name.to_owned(),
-            source,
-        })?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
-    /// browser-use's `replace_file`: replaces every occurrence; returns how many.
-    pub fn replace(&self, name: &str, old: &str, new: &str) -> Result<usize, WorkspaceError> {
-        if old.is_empty() {
-            return Err(WorkspaceError::InvalidName(
-                "(old_str must not be empty)".into(),
-            ));
-        }
-        let path = self.resolve(name)?;
-        Self::check_extension(name, &path)?;
-        let text = Self::read_path(name, &path)?;
-        let count = text.matches(old).count();
-        if count > 0 {
-            std::fs::write(&path, text.replace(old, new)).map_err(|source| WorkspaceError::Io {
-                name: name.to_owned(),
-                source,
-            })?;
-        }
-        Ok(count)
     }
 
     /// A path for a new file named like `name` that does not exist yet (`x.pdf`, `x (1).pdf`…).
@@ -337,10 +228,6 @@ mod tests {
             assert!(ws.resolve(bad).is_err(), "{bad:?} must be refused");
         }
         assert!(ws.resolve("sub/ok.md").expect("ok").starts_with(ws.root()));
-        assert!(matches!(
-            ws.write("x.exe", "a", false, true, false),
-            Err(WorkspaceError::Extension { .. })
-        ));
     }
 
     #[test]
@@ -350,7 +237,7 @@ mod tests {
         std::fs::write(outside.path().join("secret.txt"), "s").expect("write");
         std::os::unix::fs::symlink(outside.path(), ws.root().join("link")).expect("symlink");
         assert!(matches!(
-            ws.read("link/secret.txt"),
+            ws.resolve("link/secret.txt"),
             Err(WorkspaceError::Escapes(_))
         ));
         std::os::unix::fs::symlink(
@@ -358,22 +245,19 @@ mod tests {
             ws.root().join("dangling.md"),
         )
         .expect("symlink");
-        assert!(ws.write("dangling.md", "x", false, false, false).is_err());
-        assert!(!outside.path().join("nope.md").exists());
+        assert!(ws.resolve("dangling.md").is_err());
     }
 
     #[test]
-    fn write_append_replace_read() {
+    fn lists_files_and_sanitizes_names() {
         let ws = Workspace::temporary().expect("ws");
-        ws.write("notes.md", "one", false, true, false)
-            .expect("write");
-        ws.write("notes.md", "two", true, true, false)
-            .expect("append");
-        assert_eq!(ws.read("notes.md").expect("read"), "one\ntwo\n");
-        assert_eq!(ws.replace("notes.md", "two", "three").expect("replace"), 1);
-        assert_eq!(ws.read("notes.md").expect("read"), "one\nthree\n");
-        assert_eq!(ws.replace("notes.md", "absent", "x").expect("replace"), 0);
-        assert!(ws.list().contains(&"notes.md".to_owned()));
+        std::fs::write(ws.root().join("notes.md"), "one").expect("write");
+        std::fs::write(ws.downloads_dir().join("report.pdf"), "%PDF").expect("write");
+        assert_eq!(ws.list(), ["downloads/report.pdf", "notes.md"]);
+        assert_eq!(
+            ws.unique_path("notes.md").expect("unique"),
+            ws.root().join("notes (1).md")
+        );
         assert_eq!(sanitize_file_name("../../evil.sh", "f"), "evil.sh");
         assert_eq!(sanitize_file_name("..", "f"), "f");
     }
