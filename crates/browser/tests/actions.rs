@@ -21,10 +21,9 @@ use browserd_browser::{
     TaskOptions,
     actions::{
         ClickParams, DoneParams, EvaluateParams, ExtractParams, FindElementsParams, FindTextParams,
-        IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, ReplaceFileParams,
-        SaveAsPdfParams, ScreenshotParams, ScrollParams, SearchEngine, SearchPageParams,
-        SearchParams, SelectDropdownParams, SendKeysParams, TabParams, UploadFileParams,
-        WaitParams,
+        IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, SaveAsPdfParams,
+        ScreenshotParams, ScrollParams, SearchEngine, SearchPageParams, SearchParams,
+        SelectDropdownParams, SendKeysParams, TabParams, UploadFileParams, WaitParams,
     },
     egress::EgressSettings,
 };
