@@ -347,6 +347,19 @@ impl BrowserSession {
         })
     }
 
+    /// Resolves the element and scrolls it into view, both requests in flight together (they
+    /// only need the backendNodeId; Chrome runs them in order on the element's session).
+    async fn resolve_and_scroll_into_view(&self, el: &ElementInfo) -> Result<Resolved, Fail> {
+        let scroll = self.chrome.conn.call_raw(
+            Some(&el.session_id),
+            "DOM.scrollIntoViewIfNeeded",
+            json!({"backendNodeId": el.backend_node_id}),
+            self.timeout,
+        );
+        let (resolved, _) = tokio::join!(self.resolve(el), scroll);
+        resolved
+    }
+
     async fn call_on(
         &self,
         r: &Resolved,
@@ -815,16 +828,8 @@ impl BrowserSession {
     }
 
     async fn click_element(&self, el: &ElementInfo) -> Outcome {
-        let r = self.resolve(el).await?;
+        let r = self.resolve_and_scroll_into_view(el).await?;
         let conn = &self.chrome.conn;
-        let _ = conn
-            .call_raw(
-                Some(&r.session),
-                "DOM.scrollIntoViewIfNeeded",
-                json!({"backendNodeId": el.backend_node_id}),
-                self.timeout,
-            )
-            .await;
         let ((vw, vh), quads) = tokio::join!(self.viewport(&r.session), self.quads(el));
         let label = describe(el);
         let point = best_point(&quads, vw, vh);
@@ -868,16 +873,8 @@ impl BrowserSession {
 
     async fn input(&self, p: &InputParams, ctx: &ActionContext) -> Outcome {
         let el = self.element(p.index).await?;
-        let r = self.resolve(&el).await?;
+        let r = self.resolve_and_scroll_into_view(&el).await?;
         let conn = &self.chrome.conn;
-        let _ = conn
-            .call_raw(
-                Some(&r.session),
-                "DOM.scrollIntoViewIfNeeded",
-                json!({"backendNodeId": el.backend_node_id}),
-                self.timeout,
-            )
-            .await;
         let shown = match ctx
             .sensitive_values
             .iter()
