@@ -610,20 +610,21 @@ explain what went wrong, and set success to false unless the task is really comp
         let mut acc = StepAcc::default();
 
         // 1. Prepare context. When the model gets no image this step, the screenshot for the
-        // history record is taken alongside (it waits for a compositor frame) and collected
-        // after the model call, before any action runs — off the step's critical path.
+        // history record (it waits for a compositor frame) is started once the DOM capture is
+        // done — not competing with it for Chrome — and collected after the model call,
+        // before any action runs: off the step's critical path.
         let send_image = match self.config.use_vision {
             VisionMode::Always => true,
             VisionMode::Never => false,
             VisionMode::Auto => self.screenshot_requested,
         };
         self.screenshot_requested = false;
+        let t_capture = Instant::now();
+        let captured = tokio::time::timeout(ACTION_TIMEOUT, self.browser.capture(send_image)).await;
         let pending_shot = (!send_image).then(|| {
             let browser = self.browser.clone();
             AbortOnDrop(tokio::spawn(async move { browser.screenshot().await }))
         });
-        let t_capture = Instant::now();
-        let captured = tokio::time::timeout(ACTION_TIMEOUT, self.browser.capture(send_image)).await;
         let state = match captured {
             Ok(Ok(state)) => state,
             Ok(Err(e)) if e.fatal => return StepEnd::Fatal(format!("browser failed: {e}")),
