@@ -244,7 +244,15 @@ async fn bare_run(pool: &BrowserPool, url: &str, vision: bool) -> Vec<(f64, f64,
 async fn main() {
     let addr = start_app().await;
     let url = format!("http://{addr}/login");
-    let pool = BrowserPool::new(PoolConfig::default()).unwrap();
+    // Extra Chrome flags to compare (`BENCH_CHROME_ARGS="--flag-a --flag-b"`).
+    let extra_args = std::env::var("BENCH_CHROME_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let pool = BrowserPool::new(PoolConfig {
+        extra_args,
+        ..PoolConfig::default()
+    })
+    .unwrap();
     for vision in [true, false] {
         measure(&pool, &url, vision).await;
     }
