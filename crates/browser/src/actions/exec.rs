@@ -829,7 +829,6 @@ impl BrowserSession {
 
     async fn click_element(&self, el: &ElementInfo) -> Outcome {
         let r = self.resolve_and_scroll_into_view(el).await?;
-        let conn = &self.chrome.conn;
         let ((vw, vh), quads) = tokio::join!(self.viewport(&r.session), self.quads(el));
         let label = describe(el);
         let point = best_point(&quads, vw, vh);
