@@ -128,6 +128,15 @@ const LISTENER_OBJECT_GROUP: &str = "browserd-click-listeners";
 const CLICK_LISTENER_TYPES: [&str; 5] =
     ["click", "mousedown", "mouseup", "pointerdown", "pointerup"];
 
+/// The JS test on `l = getEventListeners(el)` for a click/mouse/pointer listener.
+fn has_click_listener_js() -> String {
+    CLICK_LISTENER_TYPES
+        .iter()
+        .map(|t| format!("l.{t}"))
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
 /// Elements with click/mouse/pointer listeners (browser-use's `getEventListeners` probe):
 /// skipped above 10 000 elements, abandoned above 100 matches. Failures are not fatal.
 ///
@@ -143,11 +152,7 @@ async fn click_listener_ids(
     session: &str,
     timeout: Duration,
 ) -> HashSet<i64> {
-    let types = CLICK_LISTENER_TYPES
-        .iter()
-        .map(|t| format!("l.{t}"))
-        .collect::<Vec<_>>()
-        .join(" || ");
+    let types = has_click_listener_js();
     let expression = format!(
         r#"(() => {{
   if (typeof getEventListeners !== 'function') return null;
@@ -261,11 +266,7 @@ async fn click_listener_scan(
     session: &str,
     timeout: Duration,
 ) -> ListenerScan {
-    let types = CLICK_LISTENER_TYPES
-        .iter()
-        .map(|t| format!("l.{t}"))
-        .collect::<Vec<_>>()
-        .join(" || ");
+    let types = has_click_listener_js();
     let expression = format!(
         r#"(() => {{
   if (typeof getEventListeners !== 'function') return null;

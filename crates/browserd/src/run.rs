@@ -117,19 +117,10 @@ fn parse_secret_name(raw: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-/// The environment variable holding the value of `--secret NAME`.
+/// The environment variable holding the value of `--secret NAME` (the name upper-cased, other
+/// characters `_`, as for the `BROWSERD_LLM_<MODEL>_*` variables).
 pub fn secret_env_var(name: &str) -> String {
-    let suffix: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("BROWSERD_SECRET_{suffix}")
+    format!("BROWSERD_SECRET_{}", browserd_llm::config::env_name(name))
 }
 
 /// The task's secrets: `--secrets-file` first, then each `--secret` from its variable.

@@ -559,7 +559,7 @@ pub(crate) fn validate_base_url(text: &str) -> Result<Url, String> {
     Ok(url)
 }
 
-/// `gpt-4.1-mini` → `GPT_4_1_MINI`.
+/// A name as an environment-variable part: `gpt-4.1-mini` → `GPT_4_1_MINI`.
 pub fn env_name(model_name: &str) -> String {
     model_name
         .chars()

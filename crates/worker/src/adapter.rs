@@ -137,6 +137,22 @@ impl SessionBrowser {
     }
 }
 
+/// Runs a capture-like browser call bounded by `CAPTURE_LIMIT`, with the agent's error.
+async fn within_capture_limit<T>(
+    what: &str,
+    call: impl std::future::Future<Output = browserd_browser::Result<T>>,
+) -> Result<T, BrowserError> {
+    tokio::time::timeout(CAPTURE_LIMIT, call)
+        .await
+        .map_err(|_| {
+            BrowserError::new(format!(
+                "{what} timed out after {} s",
+                CAPTURE_LIMIT.as_secs()
+            ))
+        })?
+        .map_err(|e| agent_error(&e))
+}
+
 /// The agent's view of a browser screenshot.
 fn agent_screenshot(shot: &browserd_browser::Screenshot) -> Screenshot {
     Screenshot {
@@ -153,15 +169,8 @@ impl AgentBrowser for SessionBrowser {
     async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError> {
         let mut options = self.capture.clone();
         options.screenshot = include_screenshot.then_some(self.screenshot_format);
-        let page = tokio::time::timeout(CAPTURE_LIMIT, self.session.capture(&options))
-            .await
-            .map_err(|_| {
-                BrowserError::new(format!(
-                    "capturing the page timed out after {} s",
-                    CAPTURE_LIMIT.as_secs()
-                ))
-            })?
-            .map_err(|e| agent_error(&e))?;
+        let page =
+            within_capture_limit("capturing the page", self.session.capture(&options)).await?;
         let info = &page.page_info;
         let downloaded_files = self
             .session
@@ -215,18 +224,11 @@ impl AgentBrowser for SessionBrowser {
     }
 
     async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError> {
-        let shot = tokio::time::timeout(
-            CAPTURE_LIMIT,
+        let shot = within_capture_limit(
+            "the screenshot",
             self.session.viewport_screenshot(self.screenshot_format),
         )
-        .await
-        .map_err(|_| {
-            BrowserError::new(format!(
-                "the screenshot timed out after {} s",
-                CAPTURE_LIMIT.as_secs()
-            ))
-        })?
-        .map_err(|e| agent_error(&e))?;
+        .await?;
         Ok(Some(agent_screenshot(&shot)))
     }
 
