@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use chromiumoxide::cdp::browser_protocol::target::SetDiscoverTargetsParams;
 use chromiumoxide::{Browser, BrowserConfig};
 use futures::StreamExt;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
@@ -164,6 +165,18 @@ impl Chrome {
             }
             handler_dead.store(true, Ordering::SeqCst);
         });
+        // chromiumoxide's handler attaches to every tab it discovers and enables Runtime,
+        // Network, Performance, Log and an isolated world there, which Chrome then pays for on
+        // every navigation. The crate drives tabs over its own connection, so discovery is
+        // turned off on chromiumoxide's (best effort: a failure only costs speed).
+        let stop_discovery = browser.execute(SetDiscoverTargetsParams::new(false));
+        match tokio::time::timeout(config.cdp_timeout, stop_discovery).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "could not stop chromiumoxide's target discovery")
+            }
+            Err(_) => tracing::warn!("stopping chromiumoxide's target discovery timed out"),
+        }
         let ws_url = browser.websocket_address().clone();
         let conn = match CdpConnection::connect(&ws_url, config.cdp_timeout).await {
             Ok(conn) => conn,

@@ -9,10 +9,6 @@ use std::{
     time::Duration,
 };
 
-use chromiumoxide::cdp::browser_protocol::{
-    browser::BrowserContextId,
-    target::{CreateBrowserContextParams, CreateTargetParams},
-};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
@@ -113,14 +109,15 @@ impl Sessions {
 
 impl SessionSource for Sessions {
     async fn session_for(&self, target_id: &str) -> Result<String> {
-        if let Some(s) = self.by_target.lock().await.get(target_id) {
+        // The lock is held across the attach: two callers racing for a new tab (the action
+        // that opened it and the listener preparing it) must end up on one session, or events
+        // enabled on one would be awaited on the other.
+        let mut by_target = self.by_target.lock().await;
+        if let Some(s) = by_target.get(target_id) {
             return Ok(s.clone());
         }
         let session = self.chrome.conn.attach(target_id).await?;
-        self.by_target
-            .lock()
-            .await
-            .insert(target_id.to_owned(), session.clone());
+        by_target.insert(target_id.to_owned(), session.clone());
         Ok(session)
     }
 }
@@ -168,20 +165,25 @@ impl BrowserSession {
             )),
             None => None,
         };
-        let context_id = {
-            let guard = chrome.browser.read().await;
-            let browser = guard.as_ref().ok_or(BrowserError::ConnectionClosed)?;
-            let id = tokio::time::timeout(
+        // Contexts and tabs are made on the crate's own connection: chromiumoxide's handler
+        // would attach to each tab and enable Runtime, Network, Performance and Log there, plus
+        // an isolated world per document — work Chrome then repeats on every navigation.
+        #[derive(Deserialize)]
+        struct Created {
+            #[serde(rename = "browserContextId")]
+            browser_context_id: String,
+        }
+        let context_id = chrome
+            .conn
+            .call_raw(
+                None,
+                "Target.createBrowserContext",
+                json!({"disposeOnDetach": false}),
                 timeout,
-                browser.create_browser_context(CreateBrowserContextParams::default()),
             )
-            .await
-            .map_err(|_| BrowserError::Timeout {
-                method: "Target.createBrowserContext".into(),
-                timeout,
-            })??;
-            id.inner().clone()
-        };
+            .await?
+            .decode::<Created>()?
+            .browser_context_id;
         let sessions = Arc::new(Sessions {
             chrome: chrome.clone(),
             by_target: Mutex::new(HashMap::new()),
@@ -285,30 +287,37 @@ impl BrowserSession {
         self.timeout
     }
 
-    fn timeout_err(&self, method: &str) -> BrowserError {
-        BrowserError::Timeout {
-            method: method.to_owned(),
-            timeout: self.timeout,
-        }
-    }
-
     /// Opens a tab in this context and focuses it; returns its target id.
     pub async fn new_tab(&self, url: &str) -> Result<String> {
-        let target_id = {
-            let guard = self.chrome.browser.read().await;
-            let browser = guard.as_ref().ok_or(BrowserError::ConnectionClosed)?;
-            let params = CreateTargetParams::builder()
-                .url(url)
-                .browser_context_id(BrowserContextId::new(self.context_id.clone()))
-                .build()
-                .map_err(BrowserError::InvalidArgument)?;
-            let page = tokio::time::timeout(self.timeout, browser.new_page(params))
-                .await
-                .map_err(|_| self.timeout_err("Target.createTarget"))??;
-            page.target_id().as_ref().to_owned()
-        };
+        #[derive(Deserialize)]
+        struct Created {
+            #[serde(rename = "targetId")]
+            target_id: String,
+        }
+        // Opened blank and then navigated, so the load is awaited like any navigation (and the
+        // tab's events are enabled before its first document).
+        let target_id = self
+            .chrome
+            .conn
+            .call_raw(
+                None,
+                "Target.createTarget",
+                json!({"url": "about:blank", "browserContextId": self.context_id}),
+                self.timeout,
+            )
+            .await?
+            .decode::<Created>()?
+            .target_id;
         prepare_tab(&self.sessions, &self.events, &target_id, self.timeout).await?;
         self.state.lock().await.focused = Some(target_id.clone());
+        if url != "about:blank" {
+            let outcome = self.navigate_target(&target_id, url).await?;
+            if let Some(text) = outcome.error_text {
+                return Err(BrowserError::InvalidArgument(format!(
+                    "navigation to {url} failed: {text}"
+                )));
+            }
+        }
         Ok(target_id)
     }
 
@@ -650,13 +659,18 @@ impl BrowserSession {
     }
 
     async fn dispose_context(&self) {
-        let guard = self.chrome.browser.read().await;
-        if let Some(browser) = guard.as_ref() {
-            let dispose =
-                browser.dispose_browser_context(BrowserContextId::new(self.context_id.clone()));
-            if tokio::time::timeout(self.timeout, dispose).await.is_err() {
-                tracing::warn!(context = %self.context_id, "disposing browser context timed out");
-            }
+        let disposed = self
+            .chrome
+            .conn
+            .call_raw(
+                None,
+                "Target.disposeBrowserContext",
+                json!({"browserContextId": self.context_id}),
+                self.timeout,
+            )
+            .await;
+        if let Err(err) = disposed {
+            tracing::warn!(context = %self.context_id, error = %err, "disposing browser context failed");
         }
     }
 
