@@ -1,9 +1,9 @@
 //! The raw CDP escape hatch: one websocket per Chrome, untyped commands on any session.
 //!
-//! chromiumoxide drives process launch, contexts, targets and navigation. Everything that
-//! observes a page (DOMSnapshot, DOM, Accessibility, layout metrics, screenshots) and every
-//! command that must reach a target chromiumoxide does not model (cross-origin iframe targets)
-//! goes through this module instead: commands are `(session, method, JSON params)`, answers
+//! chromiumoxide launches the process (and is told to stop discovering targets, so its handler
+//! never attaches to a tab). Contexts, tabs, navigation, everything that observes a page
+//! (DOMSnapshot, DOM, Accessibility, layout metrics, screenshots) and every action go through
+//! this module instead: commands are `(session, method, JSON params)`, answers
 //! are kept as the raw UTF-8 text Chrome sent and decoded straight into the caller's own
 //! types, so a Chrome protocol change can only break the fields we actually read, and huge
 //! answers (a DOMSnapshot of a 2 MB page) are parsed once, without an intermediate

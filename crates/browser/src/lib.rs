@@ -3,8 +3,8 @@
 //! capture of a tab as browser-use's indexed page text (DOMSnapshot + layout + selective
 //! accessibility, visibility, interactivity rules, paint-order occlusion, bbox containment,
 //! same- and cross-origin iframes, shadow DOM) with its index → element map, page metrics,
-//! tabs and an optional screenshot. chromiumoxide launches and drives Chrome; observation and
-//! the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
+//! tabs and an optional screenshot. chromiumoxide launches Chrome; contexts, tabs, navigation,
+//! observation and the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
 //!
 //! Browser actions with browser-use's names and semantics ([`actions`]) run on a session with
 //! [`BrowserSession::execute`]; JavaScript dialogs, downloads and popups are handled per session.
