@@ -26,7 +26,13 @@ use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use regex::Regex;
 use serde_json::{Value, json};
 
-const RUNS: usize = 15;
+/// Runs per mode (`BENCH_RUNS`, default 15).
+fn runs() -> usize {
+    std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15)
+}
 
 const LOGIN: &str = r#"<!doctype html><html><head><title>Login</title></head><body>
 <h1>Sign in</h1><nav>{NAV}</nav>
@@ -150,8 +156,8 @@ fn egress() -> TaskOptions {
     }
 }
 
-/// One agent run; returns each model step's (wall − model) in ms.
-async fn agent_run(pool: &BrowserPool, url: &str, vision: bool) -> Vec<f64> {
+/// One agent run; returns each model step's (wall − model, capture, actions) in ms.
+async fn agent_run(pool: &BrowserPool, url: &str, vision: bool) -> Vec<(f64, f64, f64)> {
     let workspace = TaskWorkspace::open(None).unwrap();
     let mut options = egress();
     options.workspace_dir = Some(workspace.dir().to_path_buf());
@@ -193,7 +199,11 @@ async fn agent_run(pool: &BrowserPool, url: &str, vision: bool) -> Vec<f64> {
         .filter(|h| h.metadata.step_number >= 1)
         .map(|h| {
             let m = &h.metadata;
-            (m.step_end_time - m.step_start_time) * 1000.0 - m.model_ms as f64
+            (
+                (m.step_end_time - m.step_start_time) * 1000.0 - m.model_ms as f64,
+                m.capture_ms as f64,
+                m.actions_ms as f64,
+            )
         })
         .collect();
     if let Ok(browser) = Arc::try_unwrap(browser) {
@@ -253,7 +263,13 @@ async fn main() {
         ..PoolConfig::default()
     })
     .unwrap();
-    for vision in [true, false] {
+    // `BENCH_VISION=on|off` measures one mode only.
+    let modes: &[bool] = match std::env::var("BENCH_VISION").as_deref() {
+        Ok("on") => &[true],
+        Ok("off") => &[false],
+        _ => &[true, false],
+    };
+    for &vision in modes {
         measure(&pool, &url, vision).await;
     }
     pool.shutdown().await;
@@ -265,11 +281,14 @@ async fn measure(pool: &BrowserPool, url: &str, vision: bool) {
     bare_run(pool, url, vision).await;
     let mut agent_steps = Vec::new();
     let mut bare_steps = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs() {
         agent_steps.extend(agent_run(pool, url, vision).await);
         bare_steps.extend(bare_run(pool, url, vision).await);
     }
     let by_step = |v: &[f64], k: usize| median(v.iter().skip(k).step_by(4).copied().collect());
+    let agent_capture_ms: Vec<f64> = agent_steps.iter().map(|s| s.1).collect();
+    let agent_action_ms: Vec<f64> = agent_steps.iter().map(|s| s.2).collect();
+    let agent_steps: Vec<f64> = agent_steps.iter().map(|s| s.0).collect();
     let capture_ms: Vec<f64> = bare_steps.iter().map(|s| s.1).collect();
     let action_ms: Vec<f64> = bare_steps.iter().map(|s| s.2).collect();
     let bare_steps: Vec<f64> = bare_steps.iter().map(|s| s.0).collect();
@@ -279,7 +298,8 @@ async fn measure(pool: &BrowserPool, url: &str, vision: bool) {
         "vision off (no screenshot)"
     };
     println!(
-        "step_overhead: {RUNS} runs × 4 steps, real Chromium, scripted model answering in {} ms (excluded), {vision_label}",
+        "step_overhead: {} runs × 4 steps, real Chromium, scripted model answering in {} ms (excluded), {vision_label}",
+        runs(),
         model_latency().as_millis()
     );
     for (k, name) in ["input user", "input password", "click submit", "done"]
@@ -287,9 +307,11 @@ async fn measure(pool: &BrowserPool, url: &str, vision: bool) {
         .enumerate()
     {
         println!(
-            "  step {} ({name}): agent {:7.1} ms, baseline {:7.1} ms (capture {:5.1} + action {:5.1})",
+            "  step {} ({name}): agent {:6.1} ms (capture {:5.1} + actions {:5.1}), baseline {:6.1} ms (capture {:5.1} + action {:5.1})",
             k + 1,
             by_step(&agent_steps, k),
+            by_step(&agent_capture_ms, k),
+            by_step(&agent_action_ms, k),
             by_step(&bare_steps, k),
             by_step(&capture_ms, k),
             by_step(&action_ms, k),

@@ -782,28 +782,32 @@ impl BrowserSession {
     }
 
     async fn mouse_click(&self, session: &str, x: f64, y: f64) -> Result<(), Fail> {
+        // Move, press and release go out together: Chrome's input router handles one
+        // session's events in order, so awaiting each answer first only adds round trips.
         let conn = &self.chrome.conn;
-        conn.call_raw(
-            Some(session),
-            "Input.dispatchMouseEvent",
-            json!({"type": "mouseMoved", "x": x, "y": y}),
-            self.timeout,
-        )
-        .await?;
-        conn.call_raw(
-            Some(session),
-            "Input.dispatchMouseEvent",
-            json!({"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1}),
-            timeouts::MOUSE_PRESSED,
-        )
-        .await?;
-        conn.call_raw(
-            Some(session),
-            "Input.dispatchMouseEvent",
-            json!({"type": "mouseReleased", "x": x, "y": y, "button": "left", "clickCount": 1}),
-            timeouts::MOUSE_RELEASED,
-        )
-        .await?;
+        let (moved, pressed, released) = tokio::join!(
+            conn.call_raw(
+                Some(session),
+                "Input.dispatchMouseEvent",
+                json!({"type": "mouseMoved", "x": x, "y": y}),
+                self.timeout,
+            ),
+            conn.call_raw(
+                Some(session),
+                "Input.dispatchMouseEvent",
+                json!({"type": "mousePressed", "x": x, "y": y, "button": "left", "clickCount": 1}),
+                timeouts::MOUSE_PRESSED,
+            ),
+            conn.call_raw(
+                Some(session),
+                "Input.dispatchMouseEvent",
+                json!({"type": "mouseReleased", "x": x, "y": y, "button": "left", "clickCount": 1}),
+                timeouts::MOUSE_RELEASED,
+            ),
+        );
+        moved?;
+        pressed?;
+        released?;
         Ok(())
     }
 
