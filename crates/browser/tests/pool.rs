@@ -180,3 +180,43 @@ fn remote_endpoint_mode() {
         child.wait().unwrap();
     });
 }
+
+#[test]
+fn a_target_gets_one_session_however_many_ask_at_once() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(test_config()).unwrap();
+        let session = pool.lease().await.unwrap();
+        // A tab nobody in the session has attached to yet (as when a page opens one).
+        let created = session
+            .cdp(
+                None,
+                "Target.createTarget",
+                json!({"url": "about:blank", "browserContextId": session.context_id()}),
+            )
+            .await
+            .unwrap()
+            .decode::<serde_json::Value>()
+            .unwrap();
+        let target = created["targetId"].as_str().unwrap().to_owned();
+        let asks = (0..4).map(|_| session.session_for_target(&target));
+        let sessions: Vec<String> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            sessions.iter().all(|s| s == &sessions[0]),
+            "one CDP session per target, got {sessions:?}"
+        );
+        // The tab is usable through that session.
+        session.switch_tab(&target).await.unwrap();
+        session
+            .navigate(&format!("http://{}/rules.html", server().await))
+            .await
+            .unwrap();
+        let state = session.capture(&Default::default()).await.unwrap();
+        assert!(!state.selector_map.is_empty(), "{}", state.llm_text);
+        session.release().await;
+        pool.shutdown().await;
+    });
+}
