@@ -88,6 +88,8 @@ pub(crate) struct Chrome {
     pub active: AtomicUsize,
     pub leased_total: AtomicUsize,
     pub remote: bool,
+    /// Kills Chrome if this process dies first (see [`kill_when_this_process_exits`]).
+    exit_watcher: std::sync::Mutex<Option<std::process::Child>>,
 }
 
 impl Chrome {
@@ -128,7 +130,14 @@ impl Chrome {
                 .await
                 .map_err(|_| BrowserError::Launch("chrome did not start in time".into()))??;
         let pid = browser.get_mut_child().and_then(|child| child.inner.id());
-        Self::finish(browser, handler, Some(dir), pid, false, config).await
+        let watcher =
+            pid.and_then(|pid| kill_when_this_process_exits(pid, &dir.path().to_string_lossy()));
+        let chrome = Self::finish(browser, handler, Some(dir), pid, false, config).await?;
+        *chrome
+            .exit_watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = watcher;
+        Ok(chrome)
     }
 
     async fn connect(endpoint: &str, config: &PoolConfig) -> Result<Arc<Chrome>> {
@@ -201,6 +210,7 @@ impl Chrome {
             active: AtomicUsize::new(0),
             leased_total: AtomicUsize::new(0),
             remote,
+            exit_watcher: std::sync::Mutex::new(None),
         }))
     }
 
@@ -250,7 +260,38 @@ impl Chrome {
         if let Ok(mut dir) = self.user_data_dir.lock() {
             dir.take();
         }
+        let watcher = self
+            .exit_watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut watcher) = watcher {
+            let _ = watcher.kill();
+            let _ = watcher.wait();
+        }
     }
+}
+
+/// Makes sure the Chrome `pid` does not outlive this process, however it ends (a crash, a
+/// SIGKILL, a panicking test): a small watcher process (`tail --pid`, which polls once a second
+/// without spawning anything) waits for this process to go and then kills Chrome — only if
+/// `pid`'s command line still contains `marker` (its unique profile directory), so a reused pid
+/// is never hit. Chrome's helpers exit with it. Kill the returned watcher when Chrome is closed
+/// normally. Best effort: without `sh`/`tail` nothing is watched.
+pub fn kill_when_this_process_exits(pid: u32, marker: &str) -> Option<std::process::Child> {
+    let marker = marker.replace('\'', "");
+    let watcher = format!(
+        "tail --pid={} -f /dev/null 2>/dev/null; grep -qaF -- '{marker}' /proc/{pid}/cmdline 2>/dev/null && kill -9 {pid}",
+        std::process::id()
+    );
+    std::process::Command::new("sh")
+        .args(["-c", &watcher])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .inspect_err(|err| tracing::warn!(error = %err, "could not start the Chrome exit watcher"))
+        .ok()
 }
 
 /// All descendants of `pid` (from /proc; empty where /proc is unavailable).

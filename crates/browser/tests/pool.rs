@@ -220,3 +220,62 @@ fn a_target_gets_one_session_however_many_ask_at_once() {
         pool.shutdown().await;
     });
 }
+
+/// Not a test on its own: the process `chrome_does_not_outlive_a_killed_worker` starts and kills.
+#[test]
+#[ignore = "helper process of chrome_does_not_outlive_a_killed_worker"]
+fn helper_worker_holding_a_chrome() {
+    if std::env::var_os("BROWSERD_TEST_HELPER_WORKER").is_none() {
+        return;
+    }
+    rt().block_on(async {
+        let pool = BrowserPool::new(test_config()).unwrap();
+        let _session = pool.lease().await.unwrap();
+        let pids: Vec<String> = chrome_tree(&pool)
+            .await
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        println!("CHROME_PIDS {}", pids.join(" "));
+        use std::io::Write;
+        std::io::stdout().flush().unwrap();
+        tokio::time::sleep(Duration::from_secs(120)).await;
+    });
+}
+
+#[test]
+fn chrome_does_not_outlive_a_killed_worker() {
+    let mut worker = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_worker_holding_a_chrome",
+            "--nocapture",
+        ])
+        .env("BROWSERD_TEST_HELPER_WORKER", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = worker.stdout.take().unwrap();
+    let pids: Vec<u32> = std::io::BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix("CHROME_PIDS ")
+                .map(|p| p.split(' ').filter_map(|x| x.parse().ok()).collect())
+        })
+        .expect("the helper reports its Chrome");
+    assert!(!all_alive(&pids).is_empty(), "Chrome runs: {pids:?}");
+    // SIGKILL: no destructor, no shutdown.
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !all_alive(&pids).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        all_alive(&pids).is_empty(),
+        "Chrome outlived its killed worker: {:?}",
+        all_alive(&pids)
+    );
+}

@@ -149,19 +149,14 @@ async fn start_env() -> Env {
         .build()
         .expect("browser config");
     let (mut browser, mut handler) = Browser::launch(config).await.expect("launch chromium");
-    // The environment lives in a static that is never dropped: a watcher process kills this
-    // Chrome once the test binary has exited, so no browser outlives the run.
+    // The environment lives in a static that is never dropped: Chrome must still not outlive
+    // the test binary.
     if let Some(pid) = browser.get_mut_child().and_then(|c| c.inner.id()) {
-        let watcher = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -9 {pid} 2>/dev/null",
-            std::process::id()
+        // The watcher runs for the life of the test binary (dropping a Child leaves it running).
+        let _ = browserd_browser::pool::kill_when_this_process_exits(
+            pid,
+            &profile.path().to_string_lossy(),
         );
-        let _ = std::process::Command::new("sh")
-            .args(["-c", &watcher])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
     }
     tokio::spawn(async move {
         while let Some(event) = handler.next().await {
