@@ -266,6 +266,11 @@ impl Chrome {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(mut watcher) = watcher {
+            let group = watcher.id();
+            let _ = std::process::Command::new("sh")
+                .args(["-c", &format!("kill -9 -{group}")])
+                .stderr(std::process::Stdio::null())
+                .status();
             let _ = watcher.kill();
             let _ = watcher.wait();
         }
@@ -276,16 +281,20 @@ impl Chrome {
 /// SIGKILL, a panicking test): a small watcher process (`tail --pid`, which polls once a second
 /// without spawning anything) waits for this process to go and then kills Chrome — only if
 /// `pid`'s command line still contains `marker` (its unique profile directory), so a reused pid
-/// is never hit. Chrome's helpers exit with it. Kill the returned watcher when Chrome is closed
-/// normally. Best effort: without `sh`/`tail` nothing is watched.
+/// is never hit. Chrome's helpers exit with it. The watcher leads its own process group: kill
+/// the group when Chrome is closed normally. Best effort: without `sh`/`tail` nothing is watched.
 pub fn kill_when_this_process_exits(pid: u32, marker: &str) -> Option<std::process::Child> {
     let marker = marker.replace('\'', "");
     let watcher = format!(
         "tail --pid={} -f /dev/null 2>/dev/null; grep -qaF -- '{marker}' /proc/{pid}/cmdline 2>/dev/null && kill -9 {pid}",
         std::process::id()
     );
+    use std::os::unix::process::CommandExt;
     std::process::Command::new("sh")
         .args(["-c", &watcher])
+        // Its own process group, so stopping it stops its `tail` too (and a terminal's Ctrl-C,
+        // sent to the foreground group, does not reach it).
+        .process_group(0)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
