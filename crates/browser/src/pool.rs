@@ -132,7 +132,16 @@ impl Chrome {
         let pid = browser.get_mut_child().and_then(|child| child.inner.id());
         let watcher =
             pid.and_then(|pid| kill_when_this_process_exits(pid, &dir.path().to_string_lossy()));
-        let chrome = Self::finish(browser, handler, Some(dir), pid, false, config).await?;
+        let chrome = match Self::finish(browser, handler, Some(dir), pid, false, config).await {
+            Ok(chrome) => chrome,
+            Err(err) => {
+                // `finish` killed Chrome: the watcher has nothing left to guard.
+                if let Some(watcher) = watcher {
+                    stop_exit_watcher(watcher);
+                }
+                return Err(err);
+            }
+        };
         *chrome
             .exit_watcher
             .lock()
@@ -265,14 +274,8 @@ impl Chrome {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some(mut watcher) = watcher {
-            let group = watcher.id();
-            let _ = std::process::Command::new("sh")
-                .args(["-c", &format!("kill -9 -{group}")])
-                .stderr(std::process::Stdio::null())
-                .status();
-            let _ = watcher.kill();
-            let _ = watcher.wait();
+        if let Some(watcher) = watcher {
+            stop_exit_watcher(watcher);
         }
     }
 }
@@ -301,6 +304,17 @@ pub fn kill_when_this_process_exits(pid: u32, marker: &str) -> Option<std::proce
         .spawn()
         .inspect_err(|err| tracing::warn!(error = %err, "could not start the Chrome exit watcher"))
         .ok()
+}
+
+/// Stops a watcher from [`kill_when_this_process_exits`]: its whole process group (the `sh`
+/// and its `tail`; dash's `kill` takes `-PGID`, not `--`), then reaps it.
+fn stop_exit_watcher(mut watcher: std::process::Child) {
+    let group = watcher.id();
+    let _ = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -9 -{group}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+    let _ = watcher.wait();
 }
 
 /// All descendants of `pid` (from /proc; empty where /proc is unavailable).
