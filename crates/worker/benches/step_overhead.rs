@@ -8,6 +8,10 @@
 //! every step) and off (the step's history screenshot is taken while the model is asked).
 //! Prints per-step and overall medians and the ratio. Target ≤ 60 ms per step (Python
 //! browser-use: 237 ms).
+//!
+//! With `BENCH_BROWSER_USE_PYTHON=/path/to/python` (a Python with `browser-use` installed) each
+//! mode also runs Python browser-use on the same page with the same scripted answers
+//! (`browser_use_step.py`, its own Chrome per run, as it does by default) and prints the ratio.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -332,8 +336,61 @@ async fn measure(pool: &BrowserPool, url: &str, vision: bool) {
         "  agent-side overhead (median difference): {:.1} ms",
         agent - bare
     );
+    if let Some(python) = std::env::var_os("BENCH_BROWSER_USE_PYTHON") {
+        let steps = browser_use_steps(python, url.to_owned(), vision).await;
+        println!(
+            "  Python browser-use, same page and answers, this run: median {:6.1} ms per step (n={}; by step {})",
+            median(steps.clone()),
+            steps.len(),
+            (0..4)
+                .map(|k| format!("{:.0}", by_step(&steps, k)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        );
+        println!(
+            "  ratio agent / Python browser-use: {:.2}",
+            agent / median(steps)
+        );
+    }
     println!(
         "  target ≤ 60 ms per step (Python browser-use: 237 ms) → {}\n",
         if agent <= 60.0 { "met" } else { "NOT met" }
     );
+}
+
+/// Runs `browser_use_step.py` with `python` on `url` in one vision mode; its steps' wall −
+/// model times in ms (4 per run, in run order).
+async fn browser_use_steps(python: std::ffi::OsString, url: String, vision: bool) -> Vec<f64> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/browser_use_step.py");
+    let output = tokio::process::Command::new(&python)
+        .arg(script)
+        .arg(&url)
+        .env("BENCH_VISION", if vision { "on" } else { "off" })
+        .env("BENCH_RUNS", runs().to_string())
+        .env("BENCH_MODEL_MS", model_latency().as_millis().to_string())
+        .env("BROWSER_USE_LOGGING_LEVEL", "error")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .await
+        .expect("run the browser-use script");
+    assert!(
+        output.status.success(),
+        "browser_use_step.py failed ({})",
+        output.status
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("{\"vision\""))
+        .expect("browser_use_step.py printed no result line");
+    let result: Value = serde_json::from_str(line).expect("a JSON result line");
+    let steps: Vec<f64> = result["steps_ms"]
+        .as_array()
+        .expect("steps_ms")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert_eq!(steps.len(), 4 * runs(), "4 model steps per browser-use run");
+    steps
 }
