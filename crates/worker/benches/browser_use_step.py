@@ -24,16 +24,9 @@ from browser_use import Agent, BrowserProfile, BrowserSession  # noqa: E402
 from browser_use.llm.openai.chat import ChatOpenAI  # noqa: E402
 from browser_use.llm.views import ChatInvokeCompletion, ChatInvokeUsage  # noqa: E402
 
-# browserd's own Chrome flags, minus the two browser-use sets itself.
-CHROME_FLAGS = [
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
+# The Chrome flags browserd launches with (minus the two browser-use sets itself), handed over by
+# the Rust bench as one space-separated string.
+CHROME_FLAGS = os.environ.get("BENCH_CHROME_FLAGS", "").split()
 MODEL_SECONDS = float(os.environ.get("BENCH_MODEL_MS", "200")) / 1000
 
 

@@ -133,6 +133,13 @@ impl ChatModel for InstantModel {
     }
 }
 
+/// Extra Chrome flags to compare (`BENCH_CHROME_ARGS="--flag-a --flag-b"`).
+fn extra_chrome_args() -> Vec<String> {
+    std::env::var("BENCH_CHROME_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
 /// The scripted model's answer time (`BENCH_MODEL_MS`, default 200 ms — below any hosted
 /// model's). It is excluded from the step time; it only gives work that overlaps the model
 /// call (the history screenshot of a step whose model gets no image) room to overlap.
@@ -258,12 +265,8 @@ async fn bare_run(pool: &BrowserPool, url: &str, vision: bool) -> Vec<(f64, f64,
 async fn main() {
     let addr = start_app().await;
     let url = format!("http://{addr}/login");
-    // Extra Chrome flags to compare (`BENCH_CHROME_ARGS="--flag-a --flag-b"`).
-    let extra_args = std::env::var("BENCH_CHROME_ARGS")
-        .map(|v| v.split_whitespace().map(str::to_owned).collect())
-        .unwrap_or_default();
     let pool = BrowserPool::new(PoolConfig {
-        extra_args,
+        extra_args: extra_chrome_args(),
         ..PoolConfig::default()
     })
     .unwrap();
@@ -362,9 +365,17 @@ async fn measure(pool: &BrowserPool, url: &str, vision: bool) {
 /// model times in ms (4 per run, in run order).
 async fn browser_use_steps(python: std::ffi::OsString, url: String, vision: bool) -> Vec<f64> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/browser_use_step.py");
+    // browserd's flags and the bench's extra ones; browser-use adds headless and no-sandbox.
+    let chrome_flags: Vec<String> = browserd_browser::CHROME_FLAGS
+        .iter()
+        .filter(|f| !matches!(**f, "--headless=new" | "--no-sandbox"))
+        .map(|f| (*f).to_owned())
+        .chain(extra_chrome_args())
+        .collect();
     let output = tokio::process::Command::new(&python)
         .arg(script)
         .arg(&url)
+        .env("BENCH_CHROME_FLAGS", chrome_flags.join(" "))
         .env("BENCH_VISION", if vision { "on" } else { "off" })
         .env("BENCH_RUNS", runs().to_string())
         .env("BENCH_MODEL_MS", model_latency().as_millis().to_string())
