@@ -24,6 +24,18 @@ pub enum StoreError {
     ReservedEventKind(String),
     #[error("step {number} of task {id} already exists")]
     StepExists { id: TaskId, number: i32 },
+    /// The task holds secrets but this server has no secrets key to seal them with.
+    #[error(
+        "this server has no secrets key (BROWSERD_SECRETS_KEY or --secrets-key-file), so it cannot accept task secrets"
+    )]
+    NoSecretsKey,
+    /// The task's sealed secrets cannot be opened.
+    #[error("task secrets: {0}")]
+    Seal(#[from] crate::sealed::SealError),
+    /// The caller no longer holds the task's lease (it expired and was reaped, the task ended,
+    /// or another worker took it over); it must abandon the task.
+    #[error("the lease on task {0} is no longer held by this worker")]
+    LeaseLost(TaskId),
     #[error("invalid cursor")]
     InvalidCursor,
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).

@@ -14,11 +14,13 @@ pub const NOTIFY_CHANNEL: &str = "task_events";
 
 /// Whether an append must be refused once the task has ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum EventGuard {
+pub(crate) enum EventGuard<'a> {
     /// Status transitions: the guarded UPDATE already decided.
     Any,
     /// Everything else: nothing may follow the final event.
     Live,
+    /// A worker's progress: as `Live`, and only while `owner` holds the task's lease.
+    Owner(&'a str),
 }
 
 pub(crate) async fn append_event_in(
@@ -26,26 +28,38 @@ pub(crate) async fn append_event_in(
     task_id: TaskId,
     kind: &str,
     payload: serde_json::Value,
-    guard: EventGuard,
+    guard: EventGuard<'_>,
 ) -> Result<TaskEvent, StoreError> {
+    let owner = match guard {
+        EventGuard::Owner(owner) => Some(owner),
+        EventGuard::Any | EventGuard::Live => None,
+    };
     let seq = sqlx::query_scalar!(
         "update tasks set last_event_seq = last_event_seq + 1
          where id = $1 and ($2 or status not in ('finished', 'failed', 'stopped'))
+           and ($3::text is null or lease_owner = $3)
          returning last_event_seq",
         task_id.0,
         guard == EventGuard::Any,
+        owner,
     )
     .fetch_optional(&mut *conn)
     .await?;
     let Some(seq) = seq else {
-        let status = sqlx::query_scalar!("select status from tasks where id = $1", task_id.0)
-            .fetch_optional(&mut *conn)
-            .await?;
-        return Err(match status {
+        let current = sqlx::query!(
+            "select status, lease_owner from tasks where id = $1",
+            task_id.0
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        return Err(match current {
             None => StoreError::TaskNotFound(task_id),
-            Some(status) => StoreError::TaskEnded {
+            Some(row) if owner.is_some() && row.lease_owner.as_deref() != owner => {
+                StoreError::LeaseLost(task_id)
+            }
+            Some(row) => StoreError::TaskEnded {
                 id: task_id,
-                status: parse_status(&status)?,
+                status: parse_status(&row.status)?,
             },
         });
     };

@@ -9,6 +9,8 @@ mod api_keys;
 mod error;
 mod events;
 mod hub;
+mod queue;
+mod sealed;
 mod steps;
 mod tasks;
 
@@ -22,6 +24,8 @@ pub use api_keys::{ApiKeyRecord, CreatedApiKey, KEY_PREFIX, hash_api_key};
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
 pub use hub::{EventHub, Signal, Subscription};
+pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use sealed::{SealError, SecretsKeyring};
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 
@@ -51,6 +55,9 @@ impl Default for StoreOptions {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    /// Seals task secrets on creation and opens them on claim; without one, tasks with
+    /// secrets are refused.
+    keyring: Option<std::sync::Arc<SecretsKeyring>>,
 }
 
 impl Store {
@@ -66,12 +73,30 @@ impl Store {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            keyring: None,
+        })
     }
 
     /// Wraps an existing pool (tests use the per-test pool of `#[sqlx::test]`).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            keyring: None,
+        }
+    }
+
+    /// Uses `keyring` to seal task secrets at creation and open them when a worker claims.
+    #[must_use]
+    pub fn with_secrets_keyring(mut self, keyring: SecretsKeyring) -> Self {
+        self.keyring = Some(std::sync::Arc::new(keyring));
+        self
+    }
+
+    /// A secrets key is configured.
+    pub fn has_secrets_key(&self) -> bool {
+        self.keyring.is_some()
     }
 
     pub fn pool(&self) -> &PgPool {

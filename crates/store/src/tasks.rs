@@ -8,7 +8,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use browserd_types::dto::TaskView;
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -31,6 +31,8 @@ pub struct NewTask {
     pub max_failures: i32,
     pub timeout_s: Option<i32>,
     pub metadata: BTreeMap<String, String>,
+    pub max_tokens: Option<i64>,
+    pub max_cost_usd: Option<f64>,
 }
 
 impl fmt::Debug for NewTask {
@@ -74,6 +76,12 @@ pub struct TaskRecord {
     pub updated_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub finished_at: Option<OffsetDateTime>,
+    pub max_tokens: Option<i64>,
+    pub max_cost_usd: Option<f64>,
+    /// browser-use's `UsageSummary` of the run so far.
+    pub usage: Option<serde_json::Value>,
+    /// URL at the start of the latest step (where a resumed run goes back to).
+    pub last_url: Option<String>,
 }
 
 impl From<TaskRecord> for TaskView {
@@ -93,6 +101,11 @@ impl From<TaskRecord> for TaskView {
             max_failures: t.max_failures,
             timeout_s: t.timeout_s,
             metadata: t.metadata,
+            max_tokens: t.max_tokens,
+            max_cost_usd: t.max_cost_usd,
+            usage: t.usage,
+            queue_position: None,
+            attempts: t.attempts,
             output: t.output,
             is_success: t.is_success,
             error: t.error,
@@ -105,7 +118,7 @@ impl From<TaskRecord> for TaskView {
     }
 }
 
-struct TaskRow {
+pub(crate) struct TaskRow {
     id: Uuid,
     api_key_id: Uuid,
     status: String,
@@ -132,6 +145,10 @@ struct TaskRow {
     updated_at: OffsetDateTime,
     started_at: Option<OffsetDateTime>,
     finished_at: Option<OffsetDateTime>,
+    max_tokens: Option<i64>,
+    max_cost_usd: Option<f64>,
+    usage: Option<serde_json::Value>,
+    last_url: Option<String>,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
@@ -165,6 +182,10 @@ impl TryFrom<TaskRow> for TaskRecord {
             updated_at: row.updated_at,
             started_at: row.started_at,
             finished_at: row.finished_at,
+            max_tokens: row.max_tokens,
+            max_cost_usd: row.max_cost_usd,
+            usage: row.usage,
+            last_url: row.last_url,
         })
     }
 }
@@ -233,14 +254,12 @@ impl Store {
         new: NewTask,
     ) -> Result<TaskRecord, StoreError> {
         let id = TaskId::new();
-        let secrets = (!new.secrets.is_empty()).then(|| {
-            serde_json::Value::Object(
-                new.secrets
-                    .iter()
-                    .map(|(name, value)| (name.clone(), value.expose_secret().into()))
-                    .collect(),
-            )
-        });
+        let secrets = if new.secrets.is_empty() {
+            None
+        } else {
+            let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
+            Some(keyring.seal(id, &new.secrets))
+        };
         let metadata = serde_json::to_value(&new.metadata)
             .map_err(|err| StoreError::Corrupt(format!("metadata: {err}")))?;
         let mut tx = self.pool.begin().await?;
@@ -248,13 +267,14 @@ impl Store {
             TaskRow,
             "insert into tasks (id, api_key_id, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, secrets)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                 max_actions_per_step, max_failures, timeout_s, metadata, secrets_sealed,
+                 max_tokens, max_cost_usd)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
              returning id, api_key_id, status, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at",
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url",
             id.0,
             owner.0,
             new.task,
@@ -270,6 +290,8 @@ impl Store {
             new.timeout_s,
             metadata,
             secrets,
+            new.max_tokens,
+            new.max_cost_usd,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -299,7 +321,7 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
              from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
             id.0,
             owner.map(|o| o.0),
@@ -324,7 +346,7 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
              from tasks
              where api_key_id = $1
                and ($2::text is null or status = $2)
@@ -383,11 +405,12 @@ impl Store {
         let row = sqlx::query_as!(
             TaskRow,
             "update tasks set
-                 status = case when started_at is null then $3 else $4 end,
+                 status = case when started_at is null or ($11 and lease_owner is null)
+                               then $3 else $4 end,
                  started_at = case when started_at is null and $3 = 'running'
                                    then now() else started_at end,
                  finished_at = case when $5 then now() else finished_at end,
-                 secrets = case when $5 then null else secrets end,
+                 secrets_sealed = case when $5 then null else secrets_sealed end,
                  lease_owner = case when $6 then null else lease_owner end,
                  lease_expires_at = case when $6 then null else lease_expires_at end,
                  output = coalesce($7, output),
@@ -399,7 +422,7 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at",
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url",
             id.0,
             owner.map(|o| o.0),
             target_if_new.as_str(),
@@ -410,6 +433,7 @@ impl Store {
             details.is_success,
             details.error,
             &allowed,
+            transition == Transition::Resume,
         )
         .fetch_optional(&mut *tx)
         .await?;
@@ -487,6 +511,22 @@ impl Store {
         tx.commit().await?;
         Ok(DeletedTask { artifact_paths })
     }
+}
+
+pub(crate) async fn fetch_task(conn: &mut sqlx::PgConnection, id: TaskId) -> Result<TaskRecord, StoreError> {
+    let row = sqlx::query_as!(
+        TaskRow,
+        "select id, api_key_id, status, task, start_url, max_steps, model,
+             allowed_domains, prohibited_domains, output_schema, use_vision,
+             max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
+             error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
+             updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
+         from tasks where id = $1",
+        id.0,
+    )
+    .fetch_one(conn)
+    .await?;
+    TaskRecord::try_from(row)
 }
 
 #[cfg(test)]

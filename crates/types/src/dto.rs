@@ -12,7 +12,8 @@ use utoipa::ToSchema;
 
 use crate::{TaskId, TaskStatus};
 
-/// Limits and defaults of `POST /v1/tasks`.
+/// Limits and defaults of `POST /v1/tasks`. The defaults are the one definition used by the
+/// api, the agent's `TaskConfig` and `browserd run`.
 pub mod limits {
     pub const TASK_MAX_CHARS: usize = 20_000;
     pub const MAX_STEPS_DEFAULT: i64 = 100;
@@ -21,6 +22,12 @@ pub mod limits {
     pub const MAX_ACTIONS_PER_STEP_RANGE: std::ops::RangeInclusive<i64> = 1..=20;
     pub const MAX_FAILURES_DEFAULT: i64 = 5;
     pub const MAX_FAILURES_RANGE: std::ops::RangeInclusive<i64> = 0..=50;
+    /// Screenshots go to the model every step unless the task says otherwise.
+    pub const USE_VISION_DEFAULT: bool = true;
+    /// Token budget (input + output of every model call): 1 to 1 billion.
+    pub const MAX_TOKENS_RANGE: std::ops::RangeInclusive<i64> = 1..=1_000_000_000;
+    /// Cost budget in USD: above 0, at most 10 000.
+    pub const MAX_COST_USD_MAX: f64 = 10_000.0;
     /// Wall-clock budget: one second to one day.
     pub const TIMEOUT_S_RANGE: std::ops::RangeInclusive<i64> = 1..=86_400;
     pub const METADATA_MAX_PAIRS: usize = 16;
@@ -86,6 +93,16 @@ pub struct CreateTaskRequest {
     /// Free-form string pairs (at most 16).
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
+    /// Token budget: the task ends (`failed`) once its model calls used more input + output
+    /// tokens than this.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000000)]
+    pub max_tokens: Option<i64>,
+    /// Cost budget in USD (from the model's price table): the task ends (`failed`) once its
+    /// model calls cost more. Refused for a model without prices.
+    #[serde(default)]
+    #[schema(maximum = 10000)]
+    pub max_cost_usd: Option<f64>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -106,6 +123,8 @@ impl fmt::Debug for CreateTaskRequest {
             .field("max_failures", &self.max_failures)
             .field("timeout_s", &self.timeout_s)
             .field("metadata", &self.metadata)
+            .field("max_tokens", &self.max_tokens)
+            .field("max_cost_usd", &self.max_cost_usd)
             .finish()
     }
 }
@@ -129,6 +148,17 @@ pub struct TaskView {
     pub max_failures: i32,
     pub timeout_s: Option<i32>,
     pub metadata: BTreeMap<String, String>,
+    pub max_tokens: Option<i64>,
+    pub max_cost_usd: Option<f64>,
+    /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
+    /// `invocations`).
+    #[schema(value_type = Option<Object>)]
+    pub usage: Option<serde_json::Value>,
+    /// While queued: 1 for the next task a worker will claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<i64>,
+    /// Times a worker has claimed the task (more than 1 after a worker was lost).
+    pub attempts: i32,
     /// Final result (a JSON string when `output_schema` was given).
     pub output: Option<String>,
     pub is_success: Option<bool>,

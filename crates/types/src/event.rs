@@ -12,8 +12,19 @@ pub mod event_kind {
     /// A status transition; payload `{"status": ..., "previous_status": ..., ...}`. A status event
     /// with a terminal status is the task's final event.
     pub const STATUS: &str = "status";
-    /// A persisted agent step; payload `{"number": n, ...}`.
+    /// A persisted agent step (written in the transaction that stores it); payload
+    /// `{"number", "url", "title", "has_screenshot", "screenshot_url", "record"}` where `record` is
+    /// the step's AgentHistory item.
     pub const STEP: &str = "step";
+    /// A step began; payload `{"number", "url"}` (step 0 is the initial navigation).
+    pub const STEP_STARTED: &str = "step_started";
+    /// The model answered; payload `{"number", "output", "usage"}`.
+    pub const MODEL_OUTPUT: &str = "model_output";
+    /// An action finished; payload `{"number", "index", "action", "result"}`.
+    pub const ACTION_RESULT: &str = "action_result";
+    /// The run's outcome, just before the terminal status; payload `{"is_done", "success",
+    /// "final_result", "error", "usage"}`.
+    pub const RESULT: &str = "result";
     /// A free-form log line from the worker; payload `{"level": ..., "message": ...}`.
     pub const LOG: &str = "log";
 }

@@ -1,0 +1,480 @@
+//! The work queue and the worker's writes: claiming queued tasks (`FOR UPDATE SKIP LOCKED`, in
+//! creation order), leases with heartbeats, handing tasks back, reaping expired leases, and the
+//! per-step transaction (step row + screenshot artifact + `step` event) guarded by the lease.
+//!
+//! Every write a worker makes while running a task names the lease owner; once the lease is
+//! gone (reaped, task ended, taken over) the write fails with [`StoreError::LeaseLost`] and
+//! the worker abandons the task. The unique key on `(task_id, number)` is the second fence: a
+//! step number is written once.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use browserd_types::{ArtifactId, TaskEvent, TaskId, TaskStatus, event_kind};
+use secrecy::SecretString;
+use serde_json::json;
+use time::OffsetDateTime;
+
+use crate::events::{EventGuard, append_event_in};
+use crate::tasks::{TaskRecord, fetch_task, parse_status};
+use crate::{Store, StoreError};
+
+/// The LISTEN/NOTIFY channel on which a task id is sent whenever a task becomes `queued`
+/// (sent by a trigger, delivered on commit).
+pub const QUEUE_CHANNEL: &str = "task_queue";
+
+/// A task a worker has just claimed, with its secrets opened in memory.
+pub struct ClaimedTask {
+    pub record: TaskRecord,
+    pub secrets: BTreeMap<String, SecretString>,
+    /// The secrets could not be opened (no key, another key, damaged): the task must fail.
+    pub secrets_error: Option<String>,
+}
+
+impl std::fmt::Debug for ClaimedTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimedTask")
+            .field("id", &self.record.id)
+            .field("attempts", &self.record.attempts)
+            .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the reaper did with one expired lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReapedTask {
+    pub id: TaskId,
+    /// `queued` (to be resumed by any worker), `paused` (lease dropped, still paused) or
+    /// `failed` (no attempts left).
+    pub status: TaskStatus,
+    pub attempts: i32,
+}
+
+/// One finished step, written in one transaction with its screenshot and its `step` event.
+#[derive(Clone, Debug)]
+pub struct StepWrite {
+    pub number: i32,
+    pub url: Option<String>,
+    pub title: Option<String>,
+    pub model_output: Option<serde_json::Value>,
+    pub results: serde_json::Value,
+    /// The step's token usage and cost.
+    pub usage: Option<serde_json::Value>,
+    /// The whole AgentHistory item.
+    pub record: serde_json::Value,
+    /// `(id, content type, bytes)` of the step's screenshot.
+    pub screenshot: Option<(ArtifactId, String, Vec<u8>)>,
+    pub started_at: OffsetDateTime,
+    pub finished_at: OffsetDateTime,
+    /// The run's usage summary after this step.
+    pub task_usage: serde_json::Value,
+    /// Payload of the `step` event.
+    pub event: serde_json::Value,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Store {
+    /// Claims the oldest queued task for `owner` with a lease of `lease`: status `running`,
+    /// `attempts + 1`, and a `status` event, in one transaction. `None` when the queue is empty
+    /// (or every queued task is being claimed by someone else right now).
+    pub async fn claim_task(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<ClaimedTask>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let claimed = sqlx::query!(
+            "with next as (
+                 select id from tasks where status = 'queued'
+                 order by created_at, id limit 1 for update skip locked)
+             update tasks t set
+                 status = 'running',
+                 started_at = coalesce(t.started_at, now()),
+                 lease_owner = $1,
+                 lease_expires_at = now() + make_interval(secs => $2),
+                 heartbeat_at = now(),
+                 attempts = t.attempts + 1,
+                 updated_at = now()
+             from next where t.id = next.id
+             returning t.id, t.attempts, t.secrets_sealed",
+            owner,
+            secs(lease),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(claimed) = claimed else {
+            return Ok(None);
+        };
+        let id = TaskId(claimed.id);
+        append_event_in(
+            &mut tx,
+            id,
+            event_kind::STATUS,
+            json!({
+                "status": TaskStatus::Running,
+                "transition": "start",
+                "attempt": claimed.attempts,
+            }),
+            EventGuard::Any,
+        )
+        .await?;
+        let record = fetch_task(&mut tx, id).await?;
+        tx.commit().await?;
+        let (secrets, secrets_error) = match (&claimed.secrets_sealed, &self.keyring) {
+            (None, _) => (BTreeMap::new(), None),
+            (Some(_), None) => (
+                BTreeMap::new(),
+                Some(StoreError::NoSecretsKey.to_string()),
+            ),
+            (Some(sealed), Some(keyring)) => match keyring.open(id, sealed) {
+                Ok(secrets) => (secrets, None),
+                Err(err) => (BTreeMap::new(), Some(format!("task secrets: {err}"))),
+            },
+        };
+        Ok(Some(ClaimedTask {
+            record,
+            secrets,
+            secrets_error,
+        }))
+    }
+
+    /// Renews `owner`'s lease on task `id` and returns the task's status, or `None` when the
+    /// lease is no longer `owner`'s (the worker must abandon the task).
+    pub async fn renew_lease(
+        &self,
+        id: TaskId,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<TaskStatus>, StoreError> {
+        let status = sqlx::query_scalar!(
+            "update tasks set lease_expires_at = now() + make_interval(secs => $3),
+                 heartbeat_at = now()
+             where id = $1 and lease_owner = $2
+             returning status",
+            id.0,
+            owner,
+            secs(lease),
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        status.map(|s| parse_status(&s)).transpose()
+    }
+
+    /// Gives `owner`'s lease on task `id` back so that another worker resumes it at once: a
+    /// running task goes back to `queued` (status event `requeue` with `reason`), a paused one
+    /// stays paused without an owner. Returns the status after, or `None` if `owner` did not
+    /// hold the lease.
+    pub async fn release_task(
+        &self,
+        id: TaskId,
+        owner: &str,
+        reason: &str,
+    ) -> Result<Option<TaskStatus>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let status = sqlx::query_scalar!(
+            "update tasks set
+                 status = case when status = 'running' then 'queued' else status end,
+                 lease_owner = null, lease_expires_at = null, updated_at = now()
+             where id = $1 and lease_owner = $2
+             returning status",
+            id.0,
+            owner,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(status) = status else {
+            return Ok(None);
+        };
+        let status = parse_status(&status)?;
+        if status == TaskStatus::Queued {
+            append_event_in(
+                &mut tx,
+                id,
+                event_kind::STATUS,
+                json!({"status": status, "transition": "requeue", "reason": reason}),
+                EventGuard::Any,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(status))
+    }
+
+    /// Finds tasks whose lease expired (their worker died or hung) and, up to `max_attempts`
+    /// claims, puts running ones back in the queue and drops the owner of paused ones; a task
+    /// that has used all its attempts fails with a reason that says so. At most 100 per call.
+    pub async fn reap_expired_leases(
+        &self,
+        max_attempts: i32,
+    ) -> Result<Vec<ReapedTask>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let expired = sqlx::query!(
+            "select id, status, attempts from tasks
+             where lease_owner is not null and lease_expires_at < now()
+               and status in ('running', 'paused')
+             order by lease_expires_at limit 100
+             for update skip locked",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut reaped = Vec::with_capacity(expired.len());
+        for row in expired {
+            let id = TaskId(row.id);
+            let current = parse_status(&row.status)?;
+            let (status, payload) = if row.attempts >= max_attempts {
+                let error = format!(
+                    "the worker running this task was lost (its lease expired) and the task has \
+                     used all {max_attempts} attempts"
+                );
+                sqlx::query!(
+                    "update tasks set status = 'failed', error = $2, secrets_sealed = null,
+                         lease_owner = null, lease_expires_at = null, finished_at = now(),
+                         updated_at = now()
+                     where id = $1",
+                    id.0,
+                    error,
+                )
+                .execute(&mut *tx)
+                .await?;
+                (
+                    TaskStatus::Failed,
+                    Some(json!({"status": TaskStatus::Failed, "transition": "fail",
+                                "output": null, "is_success": null, "error": error})),
+                )
+            } else if current == TaskStatus::Running {
+                sqlx::query!(
+                    "update tasks set status = 'queued', lease_owner = null,
+                         lease_expires_at = null, updated_at = now()
+                     where id = $1",
+                    id.0,
+                )
+                .execute(&mut *tx)
+                .await?;
+                (
+                    TaskStatus::Queued,
+                    Some(json!({"status": TaskStatus::Queued, "transition": "requeue",
+                                "reason": "lease expired"})),
+                )
+            } else {
+                sqlx::query!(
+                    "update tasks set lease_owner = null, lease_expires_at = null where id = $1",
+                    id.0,
+                )
+                .execute(&mut *tx)
+                .await?;
+                (current, None)
+            };
+            if let Some(payload) = payload {
+                append_event_in(&mut tx, id, event_kind::STATUS, payload, EventGuard::Any).await?;
+            }
+            reaped.push(ReapedTask {
+                id,
+                status,
+                attempts: row.attempts,
+            });
+        }
+        tx.commit().await?;
+        Ok(reaped)
+    }
+
+    /// Fails queued or paused tasks that still hold secrets and have not changed for longer
+    /// than `retention`: their secrets are wiped with the terminal status.
+    pub async fn expire_stale_secrets(
+        &self,
+        retention: Duration,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let error = format!(
+            "the task waited longer than the secrets retention ({} s) while queued or paused; \
+             its secrets were wiped",
+            retention.as_secs()
+        );
+        let ids = sqlx::query_scalar!(
+            "update tasks set status = 'failed', error = $2, secrets_sealed = null,
+                 lease_owner = null, lease_expires_at = null, finished_at = now(),
+                 updated_at = now()
+             where id in (
+                 select id from tasks
+                 where secrets_sealed is not null and status in ('queued', 'paused')
+                   and updated_at < now() - make_interval(secs => $1)
+                 limit 100 for update skip locked)
+             returning id",
+            secs(retention),
+            error,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        for id in &ids {
+            append_event_in(
+                &mut tx,
+                TaskId(*id),
+                event_kind::STATUS,
+                json!({"status": TaskStatus::Failed, "transition": "fail",
+                       "output": null, "is_success": null, "error": error}),
+                EventGuard::Any,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(ids.into_iter().map(TaskId).collect())
+    }
+
+    /// Appends a progress event of task `id` while `owner` holds its lease.
+    pub async fn append_worker_event(
+        &self,
+        id: TaskId,
+        owner: &str,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<TaskEvent, StoreError> {
+        if kind == event_kind::STATUS {
+            return Err(StoreError::ReservedEventKind(kind.to_owned()));
+        }
+        let mut tx = self.pool.begin().await?;
+        let event = append_event_in(&mut tx, id, kind, payload, EventGuard::Owner(owner)).await?;
+        tx.commit().await?;
+        Ok(event)
+    }
+
+    /// A step began: remembers its URL as the task's `last_url` and appends the
+    /// `step_started` event.
+    pub async fn start_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        number: i32,
+        url: &str,
+    ) -> Result<TaskEvent, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let event = append_event_in(
+            &mut tx,
+            id,
+            event_kind::STEP_STARTED,
+            json!({"number": number, "url": url}),
+            EventGuard::Owner(owner),
+        )
+        .await?;
+        if !url.is_empty() {
+            sqlx::query!("update tasks set last_url = $2 where id = $1", id.0, url)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(event)
+    }
+
+    /// Persists a finished step in one transaction: the `step` event (which takes the task's
+    /// row lock and checks `owner`'s lease), the screenshot artifact, the step row and the
+    /// task's usage. Nothing is announced before it is stored: the event is delivered on
+    /// commit.
+    pub async fn write_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        step: StepWrite,
+    ) -> Result<TaskEvent, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let event = append_event_in(
+            &mut tx,
+            id,
+            event_kind::STEP,
+            step.event,
+            EventGuard::Owner(owner),
+        )
+        .await?;
+        let screenshot_id = match step.screenshot {
+            Some((artifact, content_type, bytes)) => {
+                let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+                sqlx::query!(
+                    "insert into artifacts (id, task_id, kind, name, content_type, content,
+                         size_bytes)
+                     values ($1, $2, 'screenshot', $3, $4, $5, $6)",
+                    artifact.0,
+                    id.0,
+                    format!("step-{}", step.number),
+                    content_type,
+                    bytes,
+                    size,
+                )
+                .execute(&mut *tx)
+                .await?;
+                Some(artifact.0)
+            }
+            None => None,
+        };
+        let inserted = sqlx::query!(
+            "insert into task_steps (task_id, number, url, title, model_output, results, usage,
+                 record, screenshot_artifact_id, started_at, finished_at)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             on conflict (task_id, number) do nothing",
+            id.0,
+            step.number,
+            step.url,
+            step.title,
+            step.model_output,
+            step.results,
+            step.usage,
+            step.record,
+            screenshot_id,
+            step.started_at,
+            step.finished_at,
+        )
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::StepExists {
+                id,
+                number: step.number,
+            });
+        }
+        sqlx::query!(
+            "update tasks set usage = $2, updated_at = now() where id = $1",
+            id.0,
+            step.task_usage,
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(event)
+    }
+
+    /// The persisted AgentHistory items of task `id`, in step order (steps written without a
+    /// record are skipped).
+    pub async fn step_records(&self, id: TaskId) -> Result<Vec<serde_json::Value>, StoreError> {
+        let rows = sqlx::query_scalar!(
+            "select record from task_steps where task_id = $1 and record is not null
+             order by number",
+            id.0,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().flatten().collect())
+    }
+
+    /// Number of queued tasks (admission control).
+    pub async fn queued_tasks(&self) -> Result<i64, StoreError> {
+        let n = sqlx::query_scalar!(
+            "select count(*) as \"n!\" from tasks where status = 'queued'"
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n)
+    }
+
+    /// 1-based position of queued task `id` in claim order; `None` when it is not queued.
+    pub async fn queue_position(&self, id: TaskId) -> Result<Option<i64>, StoreError> {
+        let position = sqlx::query_scalar!(
+            "select count(*) as \"n!\" from tasks q, tasks t
+             where t.id = $1 and t.status = 'queued' and q.status = 'queued'
+               and (q.created_at, q.id) <= (t.created_at, t.id)",
+            id.0,
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((position > 0).then_some(position))
+    }
+}

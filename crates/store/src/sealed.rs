@@ -1,0 +1,217 @@
+//! Task secrets at rest: sealed with XChaCha20-Poly1305 under the operator's key before they
+//! reach the database, opened only by the worker that claimed the task, in memory.
+//!
+//! A sealed value is `b"bds1" ‖ key id (8 bytes, SHA-256 of the key) ‖ nonce (24 bytes) ‖
+//! ciphertext`, with the task id as associated data, so a sealed value copied onto another task
+//! does not open. The key id lets a keyring hold the current key and previous ones: new values
+//! are sealed with the current key, values sealed with a previous key still open (rotation).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use browserd_types::TaskId;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+const MAGIC: &[u8; 4] = b"bds1";
+const KEY_ID_LEN: usize = 8;
+const NONCE_LEN: usize = 24;
+
+/// Why a key could not be loaded or a sealed value could not be opened. Never carries key
+/// material or plaintext.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error(
+        "a secrets key must be 32 bytes encoded in base64 (e.g. `openssl rand -base64 32`){0}"
+    )]
+    BadKey(String),
+    #[error("the secrets were sealed with a key this server does not have (key id {0})")]
+    UnknownKey(String),
+    #[error("the sealed secrets are damaged or belong to another task")]
+    Damaged,
+}
+
+struct Key {
+    id: [u8; KEY_ID_LEN],
+    cipher: XChaCha20Poly1305,
+}
+
+impl Key {
+    fn from_base64(text: &str) -> Result<Self, SealError> {
+        let bytes = Zeroizing::new(
+            STANDARD
+                .decode(text.trim())
+                .map_err(|_| SealError::BadKey(String::new()))?,
+        );
+        if bytes.len() != 32 {
+            return Err(SealError::BadKey(format!(", got {} bytes", bytes.len())));
+        }
+        let digest = Sha256::digest(bytes.as_slice());
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(&digest[..KEY_ID_LEN]);
+        let cipher = XChaCha20Poly1305::new_from_slice(&bytes)
+            .map_err(|_| SealError::BadKey(String::new()))?;
+        Ok(Self { id, cipher })
+    }
+}
+
+/// The current secrets key and the previous ones still accepted for opening.
+pub struct SecretsKeyring {
+    current: Key,
+    previous: Vec<Key>,
+}
+
+impl fmt::Debug for SecretsKeyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretsKeyring")
+            .field("current", &hex::encode(self.current.id))
+            .field(
+                "previous",
+                &self
+                    .previous
+                    .iter()
+                    .map(|k| hex::encode(k.id))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl SecretsKeyring {
+    /// A keyring from base64 keys: `current` seals and opens, `previous` only open.
+    pub fn from_base64(current: &str, previous: &[&str]) -> Result<Self, SealError> {
+        Ok(Self {
+            current: Key::from_base64(current)?,
+            previous: previous
+                .iter()
+                .filter(|k| !k.trim().is_empty())
+                .map(|k| Key::from_base64(k))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// Hex id of the current key (safe to log).
+    pub fn current_key_id(&self) -> String {
+        hex::encode(self.current.id)
+    }
+
+    /// Seals task `task`'s secrets.
+    pub fn seal(&self, task: TaskId, secrets: &BTreeMap<String, SecretString>) -> Vec<u8> {
+        let plain: serde_json::Map<String, serde_json::Value> = secrets
+            .iter()
+            .map(|(name, value)| (name.clone(), value.expose_secret().into()))
+            .collect();
+        let plain = Zeroizing::new(serde_json::to_vec(&plain).unwrap_or_default());
+        let mut nonce = [0u8; NONCE_LEN];
+        getrandom::fill(&mut nonce).expect("the operating system's random source failed");
+        let aad = task.0.as_bytes();
+        let ciphertext = self
+            .current
+            .cipher
+            .encrypt(
+                &XNonce::from(nonce),
+                Payload {
+                    msg: &plain,
+                    aad: aad.as_slice(),
+                },
+            )
+            .expect("XChaCha20-Poly1305 encryption cannot fail for in-memory input");
+        let mut sealed = Vec::with_capacity(4 + KEY_ID_LEN + NONCE_LEN + ciphertext.len());
+        sealed.extend_from_slice(MAGIC);
+        sealed.extend_from_slice(&self.current.id);
+        sealed.extend_from_slice(&nonce);
+        sealed.extend_from_slice(&ciphertext);
+        sealed
+    }
+
+    /// Opens secrets sealed for task `task`.
+    pub fn open(
+        &self,
+        task: TaskId,
+        sealed: &[u8],
+    ) -> Result<BTreeMap<String, SecretString>, SealError> {
+        let header = 4 + KEY_ID_LEN + NONCE_LEN;
+        if sealed.len() < header || &sealed[..4] != MAGIC {
+            return Err(SealError::Damaged);
+        }
+        let key_id = &sealed[4..4 + KEY_ID_LEN];
+        let key = std::iter::once(&self.current)
+            .chain(&self.previous)
+            .find(|k| k.id == key_id)
+            .ok_or_else(|| SealError::UnknownKey(hex::encode(key_id)))?;
+        let nonce: [u8; NONCE_LEN] = sealed[4 + KEY_ID_LEN..header]
+            .try_into()
+            .map_err(|_| SealError::Damaged)?;
+        let nonce = XNonce::from(nonce);
+        let aad = task.0.as_bytes();
+        let plain = Zeroizing::new(
+            key.cipher
+                .decrypt(
+                    &nonce,
+                    Payload {
+                        msg: &sealed[header..],
+                        aad: aad.as_slice(),
+                    },
+                )
+                .map_err(|_| SealError::Damaged)?,
+        );
+        let map: BTreeMap<String, String> =
+            serde_json::from_slice(&plain).map_err(|_| SealError::Damaged)?;
+        Ok(map
+            .into_iter()
+            .map(|(name, value)| (name, SecretString::from(value)))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const KEY_B: &str = "HxweHRwbGhkYFxYVFBMSERAPDg0MCwoJCAcGBQQDAgE=";
+
+    fn secrets() -> BTreeMap<String, SecretString> {
+        BTreeMap::from([("pw".to_owned(), SecretString::from("hunter2-xyz"))])
+    }
+
+    #[test]
+    fn seals_opens_and_binds_to_the_task() {
+        let ring = SecretsKeyring::from_base64(KEY_A, &[]).unwrap();
+        let task = TaskId::new();
+        let sealed = ring.seal(task, &secrets());
+        assert!(!sealed.windows(11).any(|w| w == b"hunter2-xyz"));
+        let opened = ring.open(task, &sealed).unwrap();
+        assert_eq!(opened["pw"].expose_secret(), "hunter2-xyz");
+        assert!(matches!(ring.open(TaskId::new(), &sealed), Err(SealError::Damaged)));
+        let mut flipped = sealed.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(matches!(ring.open(task, &flipped), Err(SealError::Damaged)));
+    }
+
+    #[test]
+    fn rotation_keeps_old_values_readable() {
+        let old = SecretsKeyring::from_base64(KEY_A, &[]).unwrap();
+        let task = TaskId::new();
+        let sealed = old.seal(task, &secrets());
+        let rotated = SecretsKeyring::from_base64(KEY_B, &[KEY_A]).unwrap();
+        assert!(rotated.open(task, &sealed).is_ok());
+        let without_old = SecretsKeyring::from_base64(KEY_B, &[]).unwrap();
+        assert!(matches!(
+            without_old.open(task, &sealed),
+            Err(SealError::UnknownKey(_))
+        ));
+    }
+
+    #[test]
+    fn bad_keys_are_refused_without_echoing_them() {
+        let err = SecretsKeyring::from_base64("c2hvcnQ=", &[]).unwrap_err();
+        assert!(err.to_string().contains("got 5 bytes"), "{err}");
+        assert!(SecretsKeyring::from_base64("not base64!", &[]).is_err());
+    }
+}
