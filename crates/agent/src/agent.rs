@@ -123,6 +123,8 @@ pub struct Agent {
     screenshot_requested: bool,
     available_file_paths: Vec<String>,
     last_step_end: Option<f64>,
+    /// Continues a run recorded elsewhere (see [`Agent::resume_from`]).
+    resumed: bool,
 }
 
 impl std::fmt::Debug for Agent {
@@ -190,8 +192,48 @@ impl Agent {
             plan: Vec::new(),
             screenshot_requested: false,
             last_step_end: None,
+            resumed: false,
             config,
         })
+    }
+
+    /// Continues a run whose earlier steps are `prior` (persisted by a worker that is gone):
+    /// the step number, the consecutive-failure count, the history shown to the model, the
+    /// plan, the loop detector's action window and the usage are rebuilt from it, and the
+    /// initial navigation is not repeated. What `prior` cannot tell (the page fingerprints of
+    /// the stagnation check, a compaction summary) starts afresh. An empty `prior` changes
+    /// nothing.
+    #[must_use]
+    pub fn resume_from(mut self, prior: AgentHistoryList) -> Self {
+        if prior.history.is_empty() {
+            return self;
+        }
+        for item in &prior.history {
+            let step = item.metadata.step_number;
+            let output = item.model_output.as_ref();
+            self.messages.add_step(
+                HistoryItem::from_step(step, output, &item.result),
+                &item.result,
+            );
+            let failed = (item.result.len() == 1 && item.result[0].error.is_some())
+                || item.result.is_empty();
+            if failed {
+                self.consecutive_failures += 1;
+            } else {
+                self.consecutive_failures = 0;
+            }
+            if step > 0
+                && let Some(output) = output
+            {
+                self.loop_detector.record_actions(&output.action);
+                self.update_plan(output);
+            }
+            self.n_steps = self.n_steps.max(step + 1);
+            self.last_step_end = Some(item.metadata.step_end_time);
+        }
+        self.history = prior;
+        self.resumed = true;
+        self
     }
 
     /// Uses another model for `extract` and history compaction.
@@ -229,7 +271,9 @@ impl Agent {
         self.sink.emit(AgentEvent::TaskStarted { task }).await;
         let mut end_error: Option<String> = None;
 
-        if let Err(fatal) = self.initial_navigation().await {
+        if !self.resumed
+            && let Err(fatal) = self.initial_navigation().await
+        {
             end_error = Some(fatal);
         }
 
@@ -295,7 +339,7 @@ impl Agent {
 
         if end_error.is_none() && !self.history.is_done() && self.n_steps > self.config.max_steps {
             let error = "Failed to complete task in maximum steps".to_owned();
-            self.history.history.push(AgentHistory {
+            let record = AgentHistory {
                 result: vec![ActionResult::error(error.clone())],
                 metadata: StepMetadata {
                     step_number: self.n_steps,
@@ -304,7 +348,13 @@ impl Agent {
                     ..StepMetadata::default()
                 },
                 ..AgentHistory::default()
-            });
+            };
+            self.history.history.push(record.clone());
+            self.sink
+                .emit(AgentEvent::StepFinished {
+                    record: Box::new(record),
+                })
+                .await;
             end_error = Some(error);
         }
 
@@ -898,6 +948,7 @@ call done if the task is finished.",
                 model_ms: millis(acc.model_time),
                 actions_ms,
                 usage: acc.usage,
+                invocations: acc.invocations,
                 cost_usd: acc.cost,
             },
             state_message,

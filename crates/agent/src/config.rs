@@ -113,24 +113,34 @@ pub struct TaskConfig {
     pub record_state_message: bool,
 }
 
+/// A default from the one table of task defaults (`browserd_types::dto::limits`).
+fn limit(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
 impl Default for TaskConfig {
     fn default() -> Self {
+        use browserd_types::dto::limits;
         Self {
             task: String::new(),
             start_url: None,
             directly_open_url: true,
             output_schema: None,
             sensitive_data: SensitiveData::default(),
-            max_steps: 100,
-            max_failures: 5,
+            max_steps: limit(limits::MAX_STEPS_DEFAULT),
+            max_failures: limit(limits::MAX_FAILURES_DEFAULT),
             final_response_after_failure: true,
-            max_actions_per_step: 5,
+            max_actions_per_step: limit(limits::MAX_ACTIONS_PER_STEP_DEFAULT) as usize,
             use_thinking: true,
             flash_mode: false,
             enable_planning: true,
             planning_replan_on_stall: 3,
             planning_exploration_limit: 5,
-            use_vision: VisionMode::Always,
+            use_vision: if limits::USE_VISION_DEFAULT {
+                VisionMode::Always
+            } else {
+                VisionMode::Never
+            },
             max_history_items: None,
             max_clickable_elements_length: 40_000,
             compact_every_n_steps: 25,

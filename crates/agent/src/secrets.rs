@@ -1,6 +1,7 @@
 //! Task secrets: `<secret>name</secret>` placeholders filled in only when an action runs (scoped
-//! secrets only on their domains), TOTP codes for names ending in `2fa_code`, and redaction of the
-//! real values from every text the agent emits or stores.
+//! secrets only on URLs their domain pattern matches, with the egress policy's semantics — see
+//! [`crate::domains`]), TOTP codes for names ending in `2fa_code`, and redaction of the real values
+//! from every text the agent emits or stores.
 
 use std::collections::BTreeMap;
 use std::sync::{LazyLock, Mutex};
@@ -9,7 +10,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use crate::config::{SecretEntry, SensitiveData};
-use crate::domains::url_matches_pattern;
+use crate::domains::{DomainPattern, PatternError};
 
 static PLACEHOLDER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"<secret>\s*([^<]+?)\s*</secret>").expect("valid regex"));
@@ -17,7 +18,9 @@ static PLACEHOLDER: LazyLock<Regex> =
 /// Secrets of one task.
 pub struct Secrets {
     global: BTreeMap<String, String>,
-    scoped: Vec<(String, BTreeMap<String, String>)>,
+    /// Pattern text, the parsed pattern (`None` when invalid: such secrets are never filled),
+    /// and the secrets.
+    scoped: Vec<(String, Option<DomainPattern>, BTreeMap<String, String>)>,
     /// TOTP codes handed out so far (redacted like the other values).
     issued_codes: Mutex<Vec<(String, String)>>,
 }
@@ -28,7 +31,7 @@ impl std::fmt::Debug for Secrets {
             .field("global", &self.global.keys().collect::<Vec<_>>())
             .field(
                 "scoped",
-                &self.scoped.iter().map(|(p, _)| p).collect::<Vec<_>>(),
+                &self.scoped.iter().map(|(p, _, _)| p).collect::<Vec<_>>(),
             )
             .finish()
     }
@@ -43,6 +46,9 @@ pub enum SecretError {
     /// A `*2fa_code` value is not a usable base32 TOTP secret.
     #[error("secret `{0}` is not a valid base32 TOTP secret")]
     BadTotp(String),
+    /// The domain pattern of scoped secrets is invalid.
+    #[error("sensitive_data: {0}")]
+    InvalidScope(PatternError),
 }
 
 fn is_totp(name: &str) -> bool {
@@ -50,7 +56,8 @@ fn is_totp(name: &str) -> bool {
 }
 
 impl Secrets {
-    /// Builds the secret set of a task.
+    /// Builds the secret set of a task. Secrets under an invalid domain pattern are never
+    /// filled (but still redacted); [`Secrets::try_new`] refuses them instead.
     pub fn new(data: &SensitiveData) -> Self {
         let mut global = BTreeMap::new();
         let mut scoped = Vec::new();
@@ -59,7 +66,9 @@ impl Secrets {
                 SecretEntry::Value(value) => {
                     global.insert(key.clone(), value.clone());
                 }
-                SecretEntry::Scoped(map) => scoped.push((key.clone(), map.clone())),
+                SecretEntry::Scoped(map) => {
+                    scoped.push((key.clone(), DomainPattern::parse(key).ok(), map.clone()));
+                }
             }
         }
         Self {
@@ -67,6 +76,29 @@ impl Secrets {
             scoped,
             issued_codes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Like [`Secrets::new`], but an invalid domain pattern is an error (the one the api and
+    /// the egress policy give for it).
+    pub fn try_new(data: &SensitiveData) -> Result<Self, SecretError> {
+        for (key, entry) in &data.0 {
+            if let SecretEntry::Scoped(_) = entry {
+                DomainPattern::parse(key).map_err(SecretError::InvalidScope)?;
+            }
+        }
+        Ok(Self::new(data))
+    }
+
+    /// The scoped secret maps whose pattern matches `url`.
+    fn scoped_for<'a>(&'a self, url: &str) -> impl Iterator<Item = &'a BTreeMap<String, String>> {
+        let url = url::Url::parse(url).ok();
+        self.scoped.iter().filter_map(move |(_, pattern, map)| {
+            let hit = url
+                .as_ref()
+                .zip(pattern.as_ref())
+                .is_some_and(|(url, pattern)| pattern.matches_url(url));
+            hit.then_some(map)
+        })
     }
 
     /// No secrets at all.
@@ -77,10 +109,8 @@ impl Secrets {
     /// Names usable on `url`, sorted.
     pub fn names_for_url(&self, url: &str) -> Vec<String> {
         let mut names: Vec<String> = self.global.keys().cloned().collect();
-        for (pattern, map) in &self.scoped {
-            if url_matches_pattern(url, pattern) {
-                names.extend(map.keys().cloned());
-            }
+        for map in self.scoped_for(url) {
+            names.extend(map.keys().cloned());
         }
         names.sort();
         names.dedup();
@@ -88,14 +118,10 @@ impl Secrets {
     }
 
     fn value_for(&self, name: &str, url: &str) -> Option<&str> {
-        for (pattern, map) in &self.scoped {
-            if let Some(v) = map.get(name)
-                && url_matches_pattern(url, pattern)
-            {
-                return Some(v);
-            }
-        }
-        self.global.get(name).map(String::as_str)
+        self.scoped_for(url)
+            .find_map(|map| map.get(name))
+            .or_else(|| self.global.get(name))
+            .map(String::as_str)
     }
 
     fn resolve(&self, name: &str, url: &str) -> Result<String, SecretError> {
@@ -171,7 +197,7 @@ impl Secrets {
             .iter()
             .map(|(k, v)| (v.clone(), k.clone()))
             .collect();
-        for (_, map) in &self.scoped {
+        for (_, _, map) in &self.scoped {
             pairs.extend(map.iter().map(|(k, v)| (v.clone(), k.clone())));
         }
         if let Ok(issued) = self.issued_codes.lock() {
@@ -245,4 +271,86 @@ pub fn totp_now(base32_secret: &str) -> Option<String> {
         .ok()?
         .as_secs();
     Some(totp.generate(now))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn scoped(pattern: &str) -> SensitiveData {
+        SensitiveData(BTreeMap::from([(
+            pattern.to_owned(),
+            SecretEntry::Scoped(BTreeMap::from([("pw".to_owned(), "s3cret".to_owned())])),
+        )]))
+    }
+
+    /// The shared domain-pattern table through secret scoping: a pattern is accepted here iff
+    /// the api and the egress policy accept it, and a secret scoped to it is filled exactly on
+    /// the URLs the egress policy treats as matching it.
+    #[test]
+    fn domain_pattern_conformance_table() {
+        for case in browserd_domains::conformance::CASES {
+            let data = scoped(case.pattern);
+            if let Some(why) = case.rejected {
+                match Secrets::try_new(&data) {
+                    Err(SecretError::InvalidScope(e)) => {
+                        assert!(e.problem.contains(why), "{:?}: {e}", case.pattern);
+                    }
+                    other => panic!("{:?}: {other:?}", case.pattern),
+                }
+                // Without validation the secret is simply never available.
+                let lenient = Secrets::new(&data);
+                for url in ["https://example.com/", "http://93.184.215.14/"] {
+                    assert!(lenient.names_for_url(url).is_empty(), "{:?}", case.pattern);
+                }
+                continue;
+            }
+            let secrets = Secrets::try_new(&data).expect(case.pattern);
+            for (url, want) in case
+                .matches
+                .iter()
+                .map(|u| (u, true))
+                .chain(case.does_not_match.iter().map(|u| (u, false)))
+            {
+                let mut params = json!({"text": "<secret>pw</secret>"});
+                let filled = secrets.fill_placeholders(&mut params, url);
+                if want {
+                    assert_eq!(filled, Ok(true), "{:?} on {url}", case.pattern);
+                    assert_eq!(params["text"], "s3cret");
+                } else {
+                    assert_eq!(
+                        filled,
+                        Err(SecretError::Unavailable("pw".into())),
+                        "{:?} on {url}",
+                        case.pattern
+                    );
+                }
+                assert_eq!(
+                    crate::domains::url_matches_pattern(url, case.pattern),
+                    want,
+                    "action domains: {:?} on {url}",
+                    case.pattern
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn scoped_values_win_over_global_ones_on_matching_pages_only() {
+        let mut data = scoped("*.example.com");
+        data.0
+            .insert("pw".to_owned(), SecretEntry::Value("global".to_owned()));
+        let secrets = Secrets::new(&data);
+        let fill = |url: &str| {
+            let mut v = json!("<secret>pw</secret>");
+            secrets.fill_placeholders(&mut v, url).unwrap();
+            v
+        };
+        assert_eq!(fill("https://a.example.com/login"), "s3cret");
+        assert_eq!(fill("https://evil.com/"), "global");
+        assert_eq!(fill("not a url"), "global");
+        assert_eq!(secrets.redact("s3cret and global"), "<secret>pw</secret> and <secret>pw</secret>");
+    }
 }

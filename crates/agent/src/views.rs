@@ -187,6 +187,9 @@ pub struct StepMetadata {
     pub actions_ms: u64,
     /// Tokens of every model call of this step (incl. retries, extraction, compaction).
     pub usage: TokenUsage,
+    /// Model calls made in this step.
+    #[serde(default)]
+    pub invocations: u32,
     /// Cost in USD when the model has a price table.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,

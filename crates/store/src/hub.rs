@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::NOTIFY_CHANNEL;
+use crate::queue::QUEUE_CHANNEL;
 use crate::{Store, StoreError};
 
 /// Buffered signals per watched task before a slow subscriber is told to resync.
@@ -35,10 +36,12 @@ pub enum Signal {
 
 type Channels = Arc<Mutex<HashMap<TaskId, broadcast::Sender<Signal>>>>;
 
-/// The per-process fan-out of task event notifications. Cheap to clone.
+/// The per-process fan-out of task event notifications (and of queue wake-ups for workers).
+/// Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct EventHub {
     channels: Channels,
+    queue: Arc<tokio::sync::Notify>,
 }
 
 /// A live subscription to one task's signals; unsubscribes on drop.
@@ -103,6 +106,13 @@ impl EventHub {
         }
     }
 
+    /// Resolves when a task may have become claimable (a `task_queue` notification, or a
+    /// listener reconnect after which notifications may have been missed). One wake-up is kept
+    /// for a caller that was not waiting.
+    pub async fn queue_wakeup(&self) {
+        self.queue.notified().await;
+    }
+
     /// Number of tasks with at least one subscriber.
     pub fn watched_tasks(&self) -> usize {
         self.channels
@@ -149,6 +159,9 @@ impl EventHub {
                 received = listener.try_recv() => received,
             };
             match received {
+                Ok(Some(notification)) if notification.channel() == QUEUE_CHANNEL => {
+                    self.queue.notify_one();
+                }
                 Ok(Some(notification)) => self.dispatch(notification.payload()),
                 Ok(None) | Err(_) => {
                     if let Err(err) = &received {
@@ -162,6 +175,7 @@ impl EventHub {
                     listener = reconnected;
                     // Anything committed while we were away was not signalled.
                     self.resync_all();
+                    self.queue.notify_one();
                 }
             }
         }
@@ -175,7 +189,9 @@ impl EventHub {
 
 async fn listen(store: &Store) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
+    listener
+        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL])
+        .await?;
     Ok(listener)
 }
 

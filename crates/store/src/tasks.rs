@@ -391,6 +391,30 @@ impl Store {
         transition: Transition,
         details: TransitionDetails,
     ) -> Result<TaskRecord, StoreError> {
+        self.transition(owner, None, id, transition, details).await
+    }
+
+    /// As [`Store::transition_task`], for the worker holding task `id`'s lease: refused with
+    /// [`StoreError::LeaseLost`] when `lease_owner` no longer holds it.
+    pub async fn transition_claimed_task(
+        &self,
+        lease_owner: &str,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError> {
+        self.transition(None, Some(lease_owner), id, transition, details)
+            .await
+    }
+
+    async fn transition(
+        &self,
+        owner: Option<ApiKeyId>,
+        lease_owner: Option<&str>,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError> {
         let allowed: Vec<String> = transition
             .allowed_from()
             .iter()
@@ -418,6 +442,7 @@ impl Store {
                  error = coalesce($9, error),
                  updated_at = now()
              where id = $1 and ($2::uuid is null or api_key_id = $2) and status = any($10)
+               and ($12::text is null or lease_owner = $12)
              returning id, api_key_id, status, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
@@ -434,14 +459,16 @@ impl Store {
             details.error,
             &allowed,
             transition == Transition::Resume,
+            lease_owner,
         )
         .fetch_optional(&mut *tx)
         .await?;
 
         let Some(row) = row else {
             drop(tx);
-            let current = sqlx::query_scalar!(
-                "select status from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
+            let current = sqlx::query!(
+                "select status, lease_owner from tasks
+                 where id = $1 and ($2::uuid is null or api_key_id = $2)",
                 id.0,
                 owner.map(|o| o.0),
             )
@@ -449,9 +476,12 @@ impl Store {
             .await?;
             return match current {
                 None => Err(StoreError::TaskNotFound(id)),
-                Some(current) => Err(StoreError::IllegalTransition {
+                Some(row) if lease_owner.is_some() && row.lease_owner.as_deref() != lease_owner => {
+                    Err(StoreError::LeaseLost(id))
+                }
+                Some(row) => Err(StoreError::IllegalTransition {
                     transition: transition.name(),
-                    current: parse_status(&current)?,
+                    current: parse_status(&row.status)?,
                 }),
             };
         };

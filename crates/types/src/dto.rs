@@ -44,6 +44,11 @@ pub mod limits {
     pub const LIST_LIMIT_MAX: i64 = 100;
 }
 
+/// Path of the screenshot of step `number` of task `task` (served by the api).
+pub fn screenshot_path(task: TaskId, number: i32) -> String {
+    format!("/v1/tasks/{task}/steps/{number}/screenshot")
+}
+
 /// Body of `POST /v1/tasks`. Unknown fields are rejected.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -17,7 +17,8 @@
 //!   to `queued` (no worker owns it), otherwise to `running`.
 //! - `stop` ends a `queued`, `running` or `paused` task as `stopped`; a stopped task cannot be
 //!   resumed (cloud semantics).
-//! - `finish` (agent done) only from `running`; `fail` from any non-terminal status (worker
+//! - `finish` (agent done) from `running` (or `paused`, when a pause arrived as the agent
+//!   called done); `fail` from any non-terminal status (worker
 //!   error, reaped lease with no attempts left, timeout while paused).
 //! - `requeue`: a `running` task whose worker died goes back to `queued`.
 //!
@@ -124,7 +125,7 @@ impl Transition {
             Transition::Pause => &[Queued, Running],
             Transition::Resume => &[Paused],
             Transition::Stop => &[Queued, Running, Paused],
-            Transition::Finish => &[Running],
+            Transition::Finish => &[Running, Paused],
             Transition::Fail => &[Queued, Running, Paused],
             Transition::Requeue => &[Running],
         }

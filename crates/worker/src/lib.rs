@@ -1,5 +1,7 @@
-//! Runs tasks: the adapter from the browser crate to the agent's `AgentBrowser` trait; later the
-//! claim/lease loop.
+//! Runs tasks: one task lifecycle ([`TaskRunner`]) used by `browserd run` and by the service's
+//! workers ([`Worker`]: claim, lease, heartbeat, control, persistence through [`StoreSink`],
+//! reaping, hand-back on shutdown), and the adapter from the browser crate to the agent's
+//! `AgentBrowser` trait.
 //!
 //! [`SessionBrowser`] wraps one leased [`browserd_browser::BrowserSession`]: `capture` turns a
 //! `PageState` into the agent's `BrowserState`, `action_specs` come from the browser crate's
@@ -13,9 +15,17 @@
 //! overall cap here); a dead browser is reported as a fatal `BrowserError`.
 
 mod adapter;
+mod runner;
+mod service;
+mod sink;
 mod specs;
 mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
+pub use runner::{
+    RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec, secret_values,
+};
+pub use service::{Worker, WorkerConfig, task_spec};
+pub use sink::StoreSink;
 pub use specs::{AGENT_OWNED_ACTIONS, browser_action_specs};
 pub use workspace::TaskWorkspace;

@@ -1,0 +1,439 @@
+//! One task from start to end, the same for `browserd run` and the service's workers: the
+//! model from the registry, a browser context leased from the pool with the task's egress
+//! settings, the workspace, the agent (fresh, or resumed from persisted history), budgets, and
+//! the caller's event sink. The caller decides what the outcome means for it (exit code,
+//! terminal status).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use browserd_agent::{
+    Agent, AgentControl, AgentEvent, AgentHistoryList, EventSink, Screenshot, SecretEntry,
+    SensitiveData, TaskConfig, VisionMode,
+};
+use browserd_browser::egress::EgressSettings;
+use browserd_browser::{BrowserPool, TaskOptions};
+use browserd_llm::{ChatModel, ModelRegistry};
+use serde_json::{Value, json};
+
+use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
+
+/// How long releasing a browser context may take after the run.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long going back to the last URL of a resumed run may take.
+const RESUME_NAVIGATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Everything one task asks for. [`TaskSpec::new`] holds the defaults (from
+/// `browserd_types::dto::limits`, through the agent's `TaskConfig::default`).
+#[derive(Clone, Debug)]
+pub struct TaskSpec {
+    pub task: String,
+    pub start_url: Option<String>,
+    /// A configured model's name; the registry's default when `None`.
+    pub model: Option<String>,
+    pub allowed_domains: Vec<String>,
+    pub prohibited_domains: Vec<String>,
+    pub output_schema: Option<Value>,
+    pub use_vision: VisionMode,
+    pub max_steps: u32,
+    pub max_actions_per_step: usize,
+    pub max_failures: u32,
+    /// Wall-clock budget of the whole run (what is left of it for a resumed run).
+    pub timeout: Option<Duration>,
+    /// Input + output tokens of every model call.
+    pub max_tokens: Option<u64>,
+    /// USD, from the model's price table.
+    pub max_cost_usd: Option<f64>,
+    pub secrets: SensitiveData,
+    /// Free-form pairs of the client (not shown to the model).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl TaskSpec {
+    /// A task with every default.
+    pub fn new(task: impl Into<String>) -> Self {
+        let defaults = TaskConfig::default();
+        Self {
+            task: task.into(),
+            start_url: None,
+            model: None,
+            allowed_domains: Vec::new(),
+            prohibited_domains: Vec::new(),
+            output_schema: None,
+            use_vision: defaults.use_vision,
+            max_steps: defaults.max_steps,
+            max_actions_per_step: defaults.max_actions_per_step,
+            max_failures: defaults.max_failures,
+            timeout: None,
+            max_tokens: None,
+            max_cost_usd: None,
+            secrets: SensitiveData::default(),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    /// The agent's configuration for this task, with its workspace.
+    pub fn agent_config(&self, workspace: &TaskWorkspace) -> TaskConfig {
+        let mut config = TaskConfig::new(self.task.clone());
+        config.start_url = self.start_url.clone();
+        config.output_schema = self.output_schema.clone();
+        config.use_vision = self.use_vision;
+        config.max_steps = self.max_steps;
+        config.max_actions_per_step = self.max_actions_per_step;
+        config.max_failures = self.max_failures;
+        config.sensitive_data = self.secrets.clone();
+        config.workspace_dir = Some(workspace.dir().to_path_buf());
+        config
+    }
+
+    /// The browser context's egress settings.
+    pub fn egress(&self, allow_loopback: bool) -> EgressSettings {
+        EgressSettings {
+            allowed_domains: self.allowed_domains.clone(),
+            prohibited_domains: self.prohibited_domains.clone(),
+            allow_loopback,
+            ..EgressSettings::default()
+        }
+    }
+}
+
+/// Operator settings of a runner that no task can change.
+#[derive(Clone, Debug, Default)]
+pub struct RunnerSettings {
+    /// Tasks may browse 127.0.0.0/8, ::1 and `localhost` (local sites, tests).
+    pub allow_loopback: bool,
+}
+
+/// A run that did not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The task's model is not configured (or its key is missing).
+    #[error("model: {0}")]
+    Model(String),
+    /// The task is not runnable as configured (e.g. an invalid output schema).
+    #[error("invalid task: {0}")]
+    InvalidTask(String),
+    /// No browser context could be leased.
+    #[error("browser: {0}")]
+    Browser(String),
+    /// The workspace directory could not be created.
+    #[error("workspace: {0}")]
+    Workspace(String),
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunEnd {
+    /// The agent called `done`.
+    Done { success: Option<bool> },
+    /// A budget ran out (max tokens, max cost, timeout); the reason names it.
+    Budget(String),
+    /// Stopped from outside (Ctrl-C, the API, a lost lease).
+    Stopped,
+    /// Ended without `done`: max steps, max failures, a dead browser.
+    NotDone(String),
+}
+
+/// A finished run.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub history: AgentHistoryList,
+    pub end: RunEnd,
+}
+
+impl RunOutcome {
+    /// The final text (or JSON) of `done`.
+    pub fn final_result(&self) -> Option<&str> {
+        self.history.final_result()
+    }
+
+    /// Why the run failed, if it did not end with `done`.
+    pub fn error(&self) -> Option<String> {
+        match &self.end {
+            RunEnd::Done { .. } => None,
+            RunEnd::Budget(reason) | RunEnd::NotDone(reason) => Some(reason.clone()),
+            RunEnd::Stopped => Some("stopped".to_owned()),
+        }
+    }
+}
+
+/// One run's inputs besides the spec.
+pub struct RunRequest {
+    pub spec: TaskSpec,
+    /// The task's directory; a temporary one when `None`.
+    pub workspace_dir: Option<PathBuf>,
+    pub sink: Arc<dyn EventSink>,
+    pub control: AgentControl,
+    /// Steps already recorded by an earlier attempt (resume).
+    pub prior: Option<AgentHistoryList>,
+    /// Where the earlier attempt was: opened before the resumed agent's first step.
+    pub resume_url: Option<String>,
+}
+
+/// Runs tasks on a browser pool with models from a registry.
+pub struct TaskRunner {
+    pool: Arc<BrowserPool>,
+    models: Arc<ModelRegistry>,
+    settings: RunnerSettings,
+}
+
+impl TaskRunner {
+    pub fn new(pool: Arc<BrowserPool>, models: Arc<ModelRegistry>, settings: RunnerSettings) -> Self {
+        Self {
+            pool,
+            models,
+            settings,
+        }
+    }
+
+    /// The pool the runner leases from.
+    pub fn pool(&self) -> &Arc<BrowserPool> {
+        &self.pool
+    }
+
+    /// Builds the task's model (a fresh stack per task: the fallback switch is per run).
+    /// Fails at once for a model that is not configured.
+    pub fn model(&self, name: Option<&str>) -> Result<Arc<dyn ChatModel>, RunError> {
+        self.models
+            .build_or_default(name)
+            .map_err(|err| RunError::Model(err.to_string()))
+    }
+
+    /// Runs the task to its end. Errors only when it could not start; everything after that
+    /// is in the outcome.
+    pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, RunError> {
+        let RunRequest {
+            spec,
+            workspace_dir,
+            sink,
+            control,
+            prior,
+            resume_url,
+        } = request;
+        let model = self.model(spec.model.as_deref())?;
+        let workspace = TaskWorkspace::open(workspace_dir.as_deref())
+            .map_err(|err| RunError::Workspace(err.to_string()))?;
+        let config = spec.agent_config(&workspace);
+        config.validate().map_err(RunError::InvalidTask)?;
+        if let Some(timeout) = spec.timeout
+            && timeout.is_zero()
+        {
+            return Err(RunError::InvalidTask(
+                "the task's timeout_s has already elapsed".to_owned(),
+            ));
+        }
+
+        let session = self
+            .pool
+            .lease_with(TaskOptions {
+                egress: Some(spec.egress(self.settings.allow_loopback)),
+                workspace_dir: Some(workspace.dir().to_path_buf()),
+            })
+            .await
+            .map_err(|err| RunError::Browser(err.to_string()))?;
+        let browser = Arc::new(SessionBrowser::new(
+            session,
+            SessionBrowserOptions {
+                sensitive_values: secret_values(&spec.secrets),
+                ..SessionBrowserOptions::default()
+            },
+        ));
+        if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
+            let params = json!({"url": url, "new_tab": false});
+            let navigate =
+                browserd_agent::AgentBrowser::execute(browser.as_ref(), "navigate", &params);
+            match tokio::time::timeout(RESUME_NAVIGATION_TIMEOUT, navigate).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => tracing::warn!(%err, "could not go back to the last page"),
+                Err(_) => tracing::warn!("going back to the last page timed out"),
+            }
+        }
+
+        let budget = Arc::new(BudgetSink::new(sink, control.clone(), &spec, prior.as_ref()));
+        let deadline = spec.timeout.map(|timeout| {
+            let control = control.clone();
+            let budget = budget.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                budget.exceed(format!(
+                    "timeout_s: the task ran out of its wall-clock budget ({} s)",
+                    timeout.as_secs()
+                ));
+                control.stop();
+            }))
+        });
+
+        let outcome = match Agent::new(config, browser.clone(), model, budget.clone()) {
+            Ok(agent) => {
+                let mut agent = agent.with_control(control.clone());
+                if let Some(prior) = prior {
+                    agent = agent.resume_from(prior);
+                }
+                let history = agent.run().await;
+                Ok(history)
+            }
+            Err(err) => Err(RunError::InvalidTask(err.to_string())),
+        };
+        drop(deadline);
+        match Arc::try_unwrap(browser) {
+            Ok(browser) => {
+                let _ =
+                    tokio::time::timeout(RELEASE_TIMEOUT, browser.into_session().release()).await;
+            }
+            Err(_) => tracing::warn!("the browser session is still shared; it is released on drop"),
+        }
+        let history = outcome?;
+        let end = if history.is_done() {
+            RunEnd::Done {
+                success: history.is_successful(),
+            }
+        } else if let Some(reason) = budget.exceeded() {
+            RunEnd::Budget(reason)
+        } else if control.is_stopped() {
+            RunEnd::Stopped
+        } else {
+            RunEnd::NotDone(
+                budget
+                    .end_error()
+                    .unwrap_or_else(|| "the run ended without done".to_owned()),
+            )
+        };
+        Ok(RunOutcome { history, end })
+    }
+}
+
+/// Every secret value with its name, for redaction in what the browser reports.
+pub fn secret_values(secrets: &SensitiveData) -> Vec<(String, String)> {
+    let mut values = Vec::new();
+    for (key, entry) in &secrets.0 {
+        match entry {
+            SecretEntry::Value(value) => values.push((key.clone(), value.clone())),
+            SecretEntry::Scoped(map) => {
+                values.extend(map.iter().map(|(n, v)| (n.clone(), v.clone())));
+            }
+        }
+    }
+    values
+}
+
+/// Passes events on, and stops the agent once the task's token or cost budget is used up.
+struct BudgetSink {
+    inner: Arc<dyn EventSink>,
+    control: AgentControl,
+    max_tokens: Option<u64>,
+    max_cost_usd: Option<f64>,
+    state: Mutex<BudgetState>,
+}
+
+#[derive(Default)]
+struct BudgetState {
+    tokens: u64,
+    cost_usd: f64,
+    exceeded: Option<String>,
+    end_error: Option<String>,
+}
+
+impl BudgetSink {
+    fn new(
+        inner: Arc<dyn EventSink>,
+        control: AgentControl,
+        spec: &TaskSpec,
+        prior: Option<&AgentHistoryList>,
+    ) -> Self {
+        let mut state = BudgetState::default();
+        if let Some(prior) = prior {
+            let total = &prior.usage.total;
+            state.tokens = total.input_tokens + total.output_tokens;
+            state.cost_usd = prior.usage.total_cost_usd.unwrap_or(0.0);
+        }
+        Self {
+            inner,
+            control,
+            max_tokens: spec.max_tokens,
+            max_cost_usd: spec.max_cost_usd,
+            state: Mutex::new(state),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BudgetState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the first budget that ran out.
+    fn exceed(&self, reason: String) {
+        let mut state = self.lock();
+        if state.exceeded.is_none() {
+            state.exceeded = Some(reason);
+        }
+    }
+
+    fn exceeded(&self) -> Option<String> {
+        self.lock().exceeded.clone()
+    }
+
+    fn end_error(&self) -> Option<String> {
+        self.lock().end_error.clone()
+    }
+}
+
+#[async_trait]
+impl EventSink for BudgetSink {
+    async fn emit(&self, event: AgentEvent) {
+        let mut over = None;
+        match &event {
+            AgentEvent::StepFinished { record } => {
+                let mut state = self.lock();
+                let usage = &record.metadata.usage;
+                state.tokens += usage.input_tokens + usage.output_tokens;
+                state.cost_usd += record.metadata.cost_usd.unwrap_or(0.0);
+                if let Some(max) = self.max_tokens
+                    && state.tokens > max
+                {
+                    over = Some(format!(
+                        "max_tokens: the task used {} tokens, more than its budget of {max}",
+                        state.tokens
+                    ));
+                } else if let Some(max) = self.max_cost_usd
+                    && state.cost_usd > max
+                {
+                    over = Some(format!(
+                        "max_cost_usd: the task cost ${:.4}, more than its budget of ${max}",
+                        state.cost_usd
+                    ));
+                }
+            }
+            AgentEvent::Finished { error, .. } => {
+                let mut state = self.lock();
+                state.end_error = error.clone();
+            }
+            _ => {}
+        }
+        let finished = matches!(event, AgentEvent::Finished { .. });
+        let is_done_step = matches!(&event, AgentEvent::StepFinished { record }
+            if record.result.last().is_some_and(|r| r.is_done));
+        self.inner.emit(event).await;
+        if let Some(reason) = over
+            && !finished
+            && !is_done_step
+        {
+            self.exceed(reason);
+            self.control.stop();
+        }
+    }
+
+    async fn store_screenshot(&self, step: u32, screenshot: &Screenshot) -> Option<String> {
+        self.inner.store_screenshot(step, screenshot).await
+    }
+}
+
+/// A spawned task aborted when dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

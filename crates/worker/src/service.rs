@@ -1,0 +1,482 @@
+//! The worker role: claim queued tasks from Postgres, run each with the [`TaskRunner`] and a
+//! [`StoreSink`], hold the lease with a heartbeat, apply stop/pause/resume as they arrive, reap
+//! leases of workers that died, and hand tasks back on shutdown.
+//!
+//! Postgres is the only coordinator: claims use `FOR UPDATE SKIP LOCKED` in creation order; a
+//! `task_queue` notification (or the polling fallback) wakes the claim loop; control signals
+//! are status changes, seen through the process's [`EventHub`] within milliseconds and through
+//! the heartbeat's answer at the latest.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use browserd_agent::{
+    AgentControl, AgentHistory, AgentHistoryList, SecretEntry, SensitiveData, UsageSummary,
+    VisionMode,
+};
+use browserd_store::{ClaimedTask, EventHub, Signal, Store, StoreError, TaskRecord, TransitionDetails};
+use browserd_types::{TaskId, TaskStatus, Transition};
+use secrecy::{ExposeSecret, SecretString};
+use time::OffsetDateTime;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::runner::{AbortOnDrop, RunEnd, RunRequest, TaskRunner, TaskSpec};
+use crate::sink::StoreSink;
+
+/// Operator settings of a worker process.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// This worker's name in `tasks.lease_owner` (unique per process).
+    pub id: String,
+    /// Tasks run at once (also bounded by the browser pool's capacity).
+    pub concurrency: usize,
+    /// Lease duration; the heartbeat renews it every third of it.
+    pub lease: Duration,
+    /// Claim attempts when no notification arrives (the LISTEN fallback).
+    pub poll_interval: Duration,
+    /// Claims per task before a lost worker makes it fail.
+    pub max_attempts: i32,
+    /// On shutdown, how long running steps may take before their tasks are handed back.
+    pub shutdown_grace: Duration,
+    /// Queued or paused tasks holding secrets longer than this fail and lose their secrets.
+    pub secrets_retention: Duration,
+    /// Each task's workspace is `<root>/<task id>`.
+    pub workspace_root: PathBuf,
+}
+
+impl WorkerConfig {
+    /// A unique worker id: host name, process id and a random suffix.
+    pub fn unique_id() -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "worker".to_owned());
+        let suffix: u32 = rand_u32();
+        format!("{host}:{}:{suffix:08x}", std::process::id())
+    }
+}
+
+fn rand_u32() -> u32 {
+    let id = uuid::Uuid::new_v4();
+    let bytes = id.as_bytes();
+    u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+/// A worker process's claim loop and its running tasks.
+pub struct Worker {
+    store: Store,
+    hub: EventHub,
+    runner: Arc<TaskRunner>,
+    config: Arc<WorkerConfig>,
+}
+
+impl Worker {
+    pub fn new(store: Store, hub: EventHub, runner: Arc<TaskRunner>, config: WorkerConfig) -> Self {
+        Self {
+            store,
+            hub,
+            runner,
+            config: Arc::new(config),
+        }
+    }
+
+    /// Claims and runs tasks until `shutdown` is cancelled; then stops claiming, lets running
+    /// steps finish (bounded by the grace period), hands their tasks back and returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let config = self.config.clone();
+        tracing::info!(worker = %config.id, concurrency = config.concurrency, "worker started");
+        let tracker = TaskTracker::new();
+        tracker.spawn(maintain(self.store.clone(), config.clone(), shutdown.clone()));
+        let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+        loop {
+            let permit = tokio::select! {
+                () = shutdown.cancelled() => break,
+                permit = slots.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+            };
+            match self.store.claim_task(&config.id, config.lease).await {
+                Ok(Some(claimed)) => {
+                    let id = claimed.record.id;
+                    let attempt = claimed.record.attempts;
+                    tracing::info!(task_id = %id, attempt, "claimed task");
+                    let job = TaskJob {
+                        store: self.store.clone(),
+                        hub: self.hub.clone(),
+                        runner: self.runner.clone(),
+                        config: config.clone(),
+                    };
+                    let shutdown = shutdown.clone();
+                    tracker.spawn(
+                        async move {
+                            job.run(claimed, shutdown).await;
+                            drop(permit);
+                        }
+                        .instrument(tracing::info_span!("task", task_id = %id, attempt)),
+                    );
+                }
+                Ok(None) => {
+                    drop(permit);
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = self.hub.queue_wakeup() => {}
+                        () = tokio::time::sleep(config.poll_interval) => {}
+                    }
+                }
+                Err(err) => {
+                    drop(permit);
+                    tracing::warn!(%err, "claiming a task failed");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(config.poll_interval) => {}
+                    }
+                }
+            }
+        }
+        tracker.close();
+        let cap = config.shutdown_grace + Duration::from_secs(10);
+        if tokio::time::timeout(cap, tracker.wait()).await.is_err() {
+            tracing::warn!("tasks still running after the shutdown grace period");
+        }
+        tracing::info!(worker = %config.id, "worker stopped");
+    }
+}
+
+/// Reaps expired leases and expires stale secrets, on every worker (SKIP LOCKED makes that
+/// safe), every half lease.
+async fn maintain(store: Store, config: Arc<WorkerConfig>, shutdown: CancellationToken) {
+    let period = (config.lease / 2).max(Duration::from_millis(500));
+    loop {
+        match store.reap_expired_leases(config.max_attempts).await {
+            Ok(reaped) => {
+                for task in reaped {
+                    tracing::warn!(task_id = %task.id, status = %task.status, attempts = task.attempts,
+                        "reaped an expired lease");
+                }
+            }
+            Err(err) => tracing::warn!(%err, "reaping expired leases failed"),
+        }
+        match store.expire_stale_secrets(config.secrets_retention).await {
+            Ok(ids) => {
+                for id in ids {
+                    tracing::warn!(task_id = %id, "task failed: secrets retention elapsed");
+                }
+            }
+            Err(err) => tracing::warn!(%err, "expiring stale secrets failed"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+/// The runner's view of a task row: every field of the create request.
+pub fn task_spec(
+    record: &TaskRecord,
+    secrets: &BTreeMap<String, SecretString>,
+    now: OffsetDateTime,
+) -> TaskSpec {
+    let mut spec = TaskSpec::new(record.task.clone());
+    spec.start_url = record.start_url.clone();
+    spec.model = record.model.clone();
+    spec.allowed_domains = record.allowed_domains.clone();
+    spec.prohibited_domains = record.prohibited_domains.clone();
+    spec.output_schema = record.output_schema.clone();
+    spec.use_vision = if record.use_vision {
+        VisionMode::Always
+    } else {
+        VisionMode::Never
+    };
+    spec.max_steps = u32::try_from(record.max_steps).unwrap_or(1);
+    spec.max_actions_per_step = usize::try_from(record.max_actions_per_step).unwrap_or(1);
+    spec.max_failures = u32::try_from(record.max_failures).unwrap_or(0);
+    spec.timeout = record.timeout_s.map(|secs| {
+        // The budget counts from the first start, paused time included.
+        let started = record.started_at.unwrap_or(now);
+        let left = started + time::Duration::seconds(i64::from(secs)) - now;
+        Duration::try_from(left).unwrap_or(Duration::ZERO)
+    });
+    spec.max_tokens = record.max_tokens.and_then(|t| u64::try_from(t).ok());
+    spec.max_cost_usd = record.max_cost_usd;
+    spec.secrets = SensitiveData(
+        secrets
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.clone(),
+                    SecretEntry::Value(value.expose_secret().to_owned()),
+                )
+            })
+            .collect(),
+    );
+    spec.metadata = record.metadata.clone();
+    spec
+}
+
+/// One claimed task on this worker.
+struct TaskJob {
+    store: Store,
+    hub: EventHub,
+    runner: Arc<TaskRunner>,
+    config: Arc<WorkerConfig>,
+}
+
+impl TaskJob {
+    async fn run(self, claimed: ClaimedTask, shutdown: CancellationToken) {
+        let ClaimedTask {
+            record,
+            secrets,
+            secrets_error,
+        } = claimed;
+        let id = record.id;
+        if let Some(error) = secrets_error {
+            self.end(id, Transition::Fail, None, None, Some(error)).await;
+            return;
+        }
+        if let Err(err) = self.runner.model(record.model.as_deref()) {
+            self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                .await;
+            return;
+        }
+        let spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
+        drop(secrets);
+        if spec.timeout.is_some_and(|t| t.is_zero()) {
+            let error = format!(
+                "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
+                record.timeout_s.unwrap_or_default()
+            );
+            self.end(id, Transition::Fail, None, None, Some(error)).await;
+            return;
+        }
+        let prior = match self.prior_history(&record).await {
+            Ok(prior) => prior,
+            Err(err) => {
+                tracing::warn!(%err, "could not read the task's history; handing it back");
+                let _ = self
+                    .store
+                    .release_task(id, &self.config.id, "history unreadable")
+                    .await;
+                return;
+            }
+        };
+        let resume_url = prior.as_ref().and(record.last_url.clone());
+        if let Some(prior) = &prior {
+            tracing::info!(steps = prior.history.len(), url = ?resume_url, "resuming the task");
+        }
+
+        let control = AgentControl::new();
+        let sink = Arc::new(StoreSink::new(
+            self.store.clone(),
+            id,
+            self.config.id.clone(),
+            control.clone(),
+            prior
+                .as_ref()
+                .map(|p| p.usage.clone())
+                .unwrap_or_default(),
+        ));
+        let watcher = AbortOnDrop(tokio::spawn(
+            watch_task(
+                self.store.clone(),
+                self.hub.clone(),
+                id,
+                self.config.clone(),
+                control.clone(),
+                sink.clone(),
+            )
+            .in_current_span(),
+        ));
+        let workspace_dir = self.config.workspace_root.join(id.to_string());
+        let run = self.runner.run(RunRequest {
+            spec,
+            workspace_dir: Some(workspace_dir.clone()),
+            sink: sink.clone(),
+            control: control.clone(),
+            prior,
+            resume_url,
+        });
+        tokio::pin!(run);
+        let mut result = tokio::select! {
+            result = &mut run => Some(result),
+            () = shutdown.cancelled() => None,
+        };
+        if result.is_none() {
+            // Shutting down: finish the running step, then hand the task back.
+            control.pause();
+            result = tokio::select! {
+                result = &mut run => Some(result),
+                () = sink.wait_for_pause_point() => None,
+                () = tokio::time::sleep(self.config.shutdown_grace) => None,
+            };
+        }
+        drop(watcher);
+        let Some(result) = result else {
+            drop(run);
+            match self
+                .store
+                .release_task(id, &self.config.id, "worker shut down")
+                .await
+            {
+                Ok(Some(status)) => tracing::info!(%status, "handed the task back"),
+                Ok(None) => tracing::info!("the task was no longer ours to hand back"),
+                Err(err) => tracing::warn!(%err, "handing the task back failed; its lease will expire"),
+            }
+            return;
+        };
+        if let Some(reason) = sink.abandoned() {
+            tracing::warn!(%reason, "task abandoned");
+            return;
+        }
+        match result {
+            Err(err) => {
+                self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                    .await;
+            }
+            Ok(outcome) => {
+                let output = outcome.final_result().map(str::to_owned);
+                match outcome.end {
+                    RunEnd::Done { success } => {
+                        self.end(id, Transition::Finish, output, success, None).await;
+                    }
+                    RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
+                        self.end(id, Transition::Fail, output, None, Some(reason))
+                            .await;
+                    }
+                    RunEnd::Stopped => {
+                        // Stopped from outside: the status already says how it ended.
+                        if let Ok(Some(task)) = self.store.get_task(None, id).await
+                            && !task.status.is_terminal()
+                        {
+                            self.end(id, Transition::Stop, output, None, None).await;
+                        }
+                    }
+                }
+            }
+        }
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
+    }
+
+    /// The persisted steps of an earlier attempt, when there are any.
+    async fn prior_history(
+        &self,
+        record: &TaskRecord,
+    ) -> Result<Option<AgentHistoryList>, StoreError> {
+        if record.attempts <= 1 {
+            return Ok(None);
+        }
+        let records = self.store.step_records(record.id).await?;
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let history = records
+            .into_iter()
+            .map(serde_json::from_value::<AgentHistory>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| StoreError::Corrupt(format!("step record: {err}")))?;
+        let usage = record
+            .usage
+            .clone()
+            .and_then(|u| serde_json::from_value::<UsageSummary>(u).ok())
+            .unwrap_or_default();
+        Ok(Some(AgentHistoryList { history, usage }))
+    }
+
+    /// Moves the task to its final status (only while this worker holds the lease).
+    async fn end(
+        &self,
+        id: TaskId,
+        transition: Transition,
+        output: Option<String>,
+        is_success: Option<bool>,
+        error: Option<String>,
+    ) {
+        let details = TransitionDetails {
+            output,
+            is_success,
+            error,
+        };
+        match self
+            .store
+            .transition_claimed_task(&self.config.id, id, transition, details)
+            .await
+        {
+            Ok(task) => tracing::info!(status = %task.status, "task ended"),
+            Err(StoreError::IllegalTransition { current, .. }) => {
+                tracing::info!(%current, "task already ended");
+            }
+            Err(err) => tracing::warn!(%err, "could not record the end of the task"),
+        }
+    }
+}
+
+/// Keeps the lease alive and applies control signals: a status change (seen through the
+/// hub at once, or through the heartbeat's answer) pauses, resumes or stops the agent; a lost
+/// lease or a deleted task abandons it.
+async fn watch_task(
+    store: Store,
+    hub: EventHub,
+    id: TaskId,
+    config: Arc<WorkerConfig>,
+    control: AgentControl,
+    sink: Arc<StoreSink>,
+) {
+    let mut subscription = Some(hub.subscribe(id));
+    let mut heartbeat = tokio::time::interval((config.lease / 3).max(Duration::from_millis(200)));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let signal = async {
+            match subscription.as_mut() {
+                Some(subscription) => subscription.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            signal = signal => match signal {
+                None => subscription = None,
+                Some(Signal::Deleted) => {
+                    sink.abandon("the task was deleted".to_owned());
+                    return;
+                }
+                Some(Signal::Appended { .. } | Signal::Resync) => {
+                    match store.get_task(None, id).await {
+                        Ok(Some(task)) if task.lease_owner.as_deref() == Some(config.id.as_str()) => {
+                            apply_status(task.status, &control);
+                        }
+                        Ok(Some(task)) if task.status.is_terminal() => control.stop(),
+                        Ok(_) => {
+                            sink.abandon("the lease was taken away".to_owned());
+                            return;
+                        }
+                        Err(err) => tracing::debug!(%err, "reading the task's status failed"),
+                    }
+                }
+            },
+            _ = heartbeat.tick() => match store.renew_lease(id, &config.id, config.lease).await {
+                Ok(Some(status)) => apply_status(status, &control),
+                Ok(None) => {
+                    match store.get_task(None, id).await {
+                        Ok(Some(task)) if task.status.is_terminal() => control.stop(),
+                        _ => sink.abandon("the lease expired or was taken over".to_owned()),
+                    }
+                    return;
+                }
+                Err(err) => tracing::warn!(%err, "renewing the lease failed"),
+            },
+        }
+    }
+}
+
+fn apply_status(status: TaskStatus, control: &AgentControl) {
+    match status {
+        TaskStatus::Running => control.resume(),
+        TaskStatus::Paused => control.pause(),
+        TaskStatus::Finished | TaskStatus::Failed | TaskStatus::Stopped => control.stop(),
+        TaskStatus::Queued => {}
+    }
+}
