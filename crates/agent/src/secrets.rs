@@ -351,6 +351,9 @@ mod tests {
         assert_eq!(fill("https://a.example.com/login"), "s3cret");
         assert_eq!(fill("https://evil.com/"), "global");
         assert_eq!(fill("not a url"), "global");
-        assert_eq!(secrets.redact("s3cret and global"), "<secret>pw</secret> and <secret>pw</secret>");
+        assert_eq!(
+            secrets.redact("s3cret and global"),
+            "<secret>pw</secret> and <secret>pw</secret>"
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use browserd_domains::{DomainList, DomainRules, Forbidden, UrlTarget};
 use browserd_store::NewTask;
 use browserd_types::dto::{CreateTaskRequest, limits};
 use secrecy::ExposeSecret;
@@ -30,7 +31,7 @@ pub fn validate_create_task(
 
     let start_url = request
         .start_url
-        .map(|url| validate_start_url(&url).map(|()| url))
+        .map(|raw| validate_start_url(&raw).map(|url| (raw, url)))
         .transpose()?;
 
     let max_steps = int_field(
@@ -75,8 +76,17 @@ pub fn validate_create_task(
         None => models.default_model().map(str::to_owned),
     };
 
-    let allowed_domains = validate_domains("allowed_domains", request.allowed_domains)?;
-    let prohibited_domains = validate_domains("prohibited_domains", request.prohibited_domains)?;
+    let (allowed_domains, allowed) = validate_domains("allowed_domains", request.allowed_domains)?;
+    let (prohibited_domains, prohibited) =
+        validate_domains("prohibited_domains", request.prohibited_domains)?;
+    let rules = DomainRules::new(allowed, prohibited);
+    let start_url = match start_url {
+        Some((raw, url)) => {
+            check_start_url_against_lists(&url, &rules)?;
+            Some(raw)
+        }
+        None => None,
+    };
 
     let secrets = request.secrets.unwrap_or_default();
     if secrets.len() > limits::SECRETS_MAX {
@@ -159,7 +169,7 @@ fn int_field(
     i32::try_from(value).map_err(|_| ApiError::validation(field, format!("{field} is too large")))
 }
 
-fn validate_start_url(raw: &str) -> Result<(), ApiError> {
+fn validate_start_url(raw: &str) -> Result<url::Url, ApiError> {
     if raw.chars().count() > limits::URL_MAX_CHARS {
         return Err(ApiError::validation(
             "start_url",
@@ -181,18 +191,45 @@ fn validate_start_url(raw: &str) -> Result<(), ApiError> {
             ),
         ));
     }
-    if url.host_str().is_none_or(str::is_empty) {
+    if UrlTarget::new(&url).is_none() {
         return Err(ApiError::validation(
             "start_url",
             "start_url must have a host",
         ));
     }
-    Ok(())
+    Ok(url)
 }
 
-/// Domain patterns as browser-use accepts them: `example.com`, `*.example.com`,
-/// `https://example.com`, `http*://example.com`, an IP, optionally with a port.
-fn validate_domains(field: &str, domains: Option<Vec<String>>) -> Result<Vec<String>, ApiError> {
+/// A start URL the task's own domain lists forbid would only fail the run at its first step.
+fn check_start_url_against_lists(url: &url::Url, rules: &DomainRules) -> Result<(), ApiError> {
+    let Some(target) = UrlTarget::new(url) else {
+        return Ok(());
+    };
+    match rules.check(&target) {
+        Ok(()) => Ok(()),
+        Err(Forbidden::NotInAllowedDomains) => Err(ApiError::validation(
+            "start_url",
+            format!(
+                "start_url is forbidden by allowed_domains: no pattern in it matches (host `{}`)",
+                target.host()
+            ),
+        )),
+        Err(Forbidden::ProhibitedDomain { pattern }) => Err(ApiError::validation(
+            "start_url",
+            format!(
+                "start_url is forbidden by prohibited_domains: it matches the pattern `{pattern}`"
+            ),
+        )),
+    }
+}
+
+/// Domain patterns, parsed by `browserd_domains` — the parser the egress policy uses, so a list
+/// accepted here is a list the task's browser accepts. Returns the patterns as stored (trimmed,
+/// lowercase) and the parsed list.
+fn validate_domains(
+    field: &str,
+    domains: Option<Vec<String>>,
+) -> Result<(Vec<String>, DomainList), ApiError> {
     let domains = domains.unwrap_or_default();
     if domains.len() > limits::DOMAINS_MAX {
         return Err(ApiError::validation(
@@ -200,36 +237,14 @@ fn validate_domains(field: &str, domains: Option<Vec<String>>) -> Result<Vec<Str
             format!("{field} may hold at most {} entries", limits::DOMAINS_MAX),
         ));
     }
-    let mut cleaned = Vec::with_capacity(domains.len());
-    for (index, pattern) in domains.into_iter().enumerate() {
-        let entry_field = format!("{field}[{index}]");
-        let pattern = pattern.trim().to_ascii_lowercase();
-        let host = pattern
-            .split_once("://")
-            .map_or(
-                pattern.as_str(),
-                |(scheme, host)| {
-                    if scheme.is_empty() { "" } else { host }
-                },
-            );
-        let valid = !host.is_empty()
-            && host.len() <= limits::DOMAIN_MAX_CHARS
-            && host.chars().all(|c| {
-                c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '*' | ':' | '[' | ']' | '_')
-            })
-            && !host.starts_with('.')
-            && !host.contains("..");
-        if !valid {
-            return Err(ApiError::validation(
-                entry_field,
-                format!(
-                    "`{pattern}` is not a domain pattern (expected e.g. `example.com`, `*.example.com` or `https://example.com`)"
-                ),
-            ));
-        }
-        cleaned.push(pattern);
-    }
-    Ok(cleaned)
+    let cleaned: Vec<String> = domains
+        .iter()
+        .map(|pattern| pattern.trim().to_ascii_lowercase())
+        .collect();
+    let list = DomainList::parse(&domains).map_err(|err| {
+        ApiError::validation(format!("{field}[{}]", err.index), err.error.to_string())
+    })?;
+    Ok((cleaned, list))
 }
 
 fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
@@ -289,4 +304,106 @@ fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn validate(body: Value) -> Result<NewTask, (String, String)> {
+        let request: CreateTaskRequest = serde_json::from_value(body).expect("request shape");
+        validate_create_task(request, &ModelCatalog::default()).map_err(|err| match err {
+            ApiError::Validation { field, message } => (field.unwrap_or_default(), message),
+            other => panic!("not a validation error: {other:?}"),
+        })
+    }
+
+    /// The shared domain-pattern table through `validate_create_task`: a pattern is accepted
+    /// here iff the egress policy accepts it (the 422 names the entry and carries the parser's
+    /// reason), and an http(s) `start_url` passes `allowed_domains: [pattern]` (and fails
+    /// `prohibited_domains: [pattern]`) iff the pattern matches it.
+    #[test]
+    fn domain_pattern_conformance_table() {
+        for case in browserd_domains::conformance::CASES {
+            let pattern = case.pattern;
+            if let Some(why) = case.rejected {
+                for list in ["allowed_domains", "prohibited_domains"] {
+                    let (field, message) =
+                        validate(json!({"task": "t", list: ["ok.example", pattern]}))
+                            .expect_err(pattern);
+                    assert_eq!(field, format!("{list}[1]"), "{pattern:?}");
+                    assert!(message.contains(why), "{pattern:?}: {message}");
+                    assert!(message.starts_with("invalid domain pattern"), "{message}");
+                }
+                continue;
+            }
+            let task = validate(json!({"task": "t", "allowed_domains": [pattern]})).unwrap();
+            assert_eq!(task.allowed_domains, [pattern.trim().to_ascii_lowercase()]);
+            let urls = case
+                .matches
+                .iter()
+                .map(|u| (u, true))
+                .chain(case.does_not_match.iter().map(|u| (u, false)))
+                // start_url is http(s) only; other schemes are refused for that reason alone.
+                .filter(|(u, _)| u.starts_with("http://") || u.starts_with("https://"));
+            for (url, want) in urls {
+                let allowed =
+                    validate(json!({"task": "t", "start_url": url, "allowed_domains": [pattern]}));
+                let prohibited = validate(
+                    json!({"task": "t", "start_url": url, "prohibited_domains": [pattern]}),
+                );
+                assert_eq!(
+                    allowed.is_ok(),
+                    want,
+                    "{pattern:?} allows {url}: {allowed:?}"
+                );
+                assert_eq!(prohibited.is_err(), want, "{pattern:?} prohibits {url}");
+                for err in [allowed.err(), prohibited.err()].into_iter().flatten() {
+                    assert_eq!(err.0, "start_url", "{err:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn start_url_forbidden_by_its_own_lists_is_refused_naming_the_list() {
+        let (field, message) = validate(json!({
+            "task": "t",
+            "start_url": "https://evil.test/login",
+            "allowed_domains": ["example.com", "*.docs.rs"],
+        }))
+        .unwrap_err();
+        assert_eq!(field, "start_url");
+        assert!(message.contains("allowed_domains"), "{message}");
+        assert!(message.contains("evil.test"), "{message}");
+        let (field, message) = validate(json!({
+            "task": "t",
+            "start_url": "https://www.evil.test/login",
+            "prohibited_domains": ["ok.test", "Evil.test"],
+        }))
+        .unwrap_err();
+        assert_eq!(field, "start_url");
+        assert!(message.contains("prohibited_domains"), "{message}");
+        assert!(message.contains("`Evil.test`"), "{message}");
+        // A non-empty allow list alone decides, like the egress policy.
+        assert!(
+            validate(json!({
+                "task": "t",
+                "start_url": "https://evil.test/",
+                "allowed_domains": ["evil.test"],
+                "prohibited_domains": ["evil.test"],
+            }))
+            .is_ok()
+        );
+        // README's example patterns, the URL prefix with a path included.
+        let task = validate(json!({
+            "task": "t",
+            "start_url": "https://example.com/path/page?x=1",
+            "allowed_domains": ["https://example.com/path", "http*://example.com", "https://example.com/*"],
+        }))
+        .unwrap();
+        assert_eq!(task.allowed_domains.len(), 3);
+    }
 }

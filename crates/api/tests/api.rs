@@ -352,7 +352,7 @@ async fn create_task_applies_defaults(pool: PgPool) {
             "start_url": "https://example.com/a?b=c",
             "max_steps": 500,
             "model": "claude",
-            "allowed_domains": ["example.com", "*.Example.org", "https://docs.rs"],
+            "allowed_domains": ["example.com", "*.Example.org", "https://docs.rs", "https://Example.com/path"],
             "prohibited_domains": ["evil.test"],
             "output_schema": {"type": "object", "properties": {"price": {"type": "number"}}, "required": ["price"]},
             "use_vision": false,
@@ -365,7 +365,12 @@ async fn create_task_applies_defaults(pool: PgPool) {
     assert_eq!(full["model"], "claude");
     assert_eq!(
         full["allowed_domains"],
-        json!(["example.com", "*.example.org", "https://docs.rs"])
+        json!([
+            "example.com",
+            "*.example.org",
+            "https://docs.rs",
+            "https://example.com/path"
+        ])
     );
     assert_eq!(full["output_schema"]["required"], json!(["price"]));
     assert_eq!(full["timeout_s"], 600);
@@ -414,6 +419,23 @@ async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
         (
             json!({"task": "t", "allowed_domains": "example.com"}),
             "allowed_domains",
+        ),
+        // Patterns go through the egress policy's parser (browserd-domains' conformance table).
+        (
+            json!({"task": "t", "allowed_domains": ["ok.com", "fine.org", "example.*"]}),
+            "allowed_domains[2]",
+        ),
+        (
+            json!({"task": "t", "prohibited_domains": ["example.com:8080"]}),
+            "prohibited_domains[0]",
+        ),
+        (
+            json!({"task": "t", "start_url": "https://evil.test/", "allowed_domains": ["example.com"]}),
+            "start_url",
+        ),
+        (
+            json!({"task": "t", "start_url": "https://a.evil.test/", "prohibited_domains": ["*.evil.test"]}),
+            "start_url",
         ),
         (
             json!({"task": "t", "secrets": {"bad name": "v"}}),

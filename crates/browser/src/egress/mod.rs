@@ -4,7 +4,8 @@
 //! on every target: pages, popups, cross-origin iframes, workers).
 //!
 //! Rules follow browser-use's security watchdog (`allowed_domains`, `prohibited_domains`,
-//! `block_ip_addresses`, see [`pattern`]) and add what a shared service needs by default: private,
+//! `block_ip_addresses`; the domain patterns are `browserd_domains`', shared with the api and the
+//! agent) and add what a shared service needs by default: private,
 //! link-local, metadata, reserved and (unless [`EgressSettings::allow_loopback`]) loopback
 //! destinations are blocked in every encoding the browser accepts, and so are host names that
 //! resolve to them.
@@ -24,17 +25,16 @@
 pub mod addr;
 pub mod guard;
 mod link;
-pub mod pattern;
 pub mod policy;
 pub mod resolve;
 
 pub use addr::{AddressRange, classify};
+pub use browserd_domains::{DomainPattern, PatternError};
 pub use guard::{
     BlockedRequest, EgressGuard, EgressGuardError, EgressGuardOptions, EgressGuardStats,
     EgressScope,
 };
 pub use link::LinkError;
-pub use pattern::{DomainPattern, PatternError};
 pub use policy::{
     DEFAULT_DNS_TIMEOUT, DenyReason, EgressConfigError, EgressDenied, EgressPolicy, EgressSettings,
 };

@@ -1,15 +1,16 @@
 //! The egress policy: which URLs a task's browser may request.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use browserd_domains::{
+    DomainList, DomainRules, Forbidden, PatternError, UrlTarget, is_web_scheme,
+};
 use url::{Host, Url};
 
 use super::addr::{AddressRange, classify};
-use super::pattern::{DomainPattern, MatchTarget, PatternError, is_web_scheme};
 use super::resolve::{HostResolver, ResolveError};
 
 /// Default per-lookup DNS timeout.
@@ -218,66 +219,11 @@ pub(crate) fn shorten_url(url: &str) -> String {
     format!("{}…", &url[..cut])
 }
 
-/// A compiled domain list: exact hosts indexed, other patterns scanned in order.
-#[derive(Debug, Clone, Default)]
-struct DomainList {
-    exact: HashSet<String>,
-    /// Root domains (one dot) whose `www.` variant also matches.
-    exact_www: HashSet<String>,
-    /// Source text per exact host, for reporting the matched pattern.
-    exact_source: std::collections::HashMap<String, String>,
-    patterns: Vec<DomainPattern>,
-}
-
-impl DomainList {
-    fn compile(list: &'static str, raw: &[String]) -> Result<Self, EgressConfigError> {
-        let mut out = DomainList::default();
-        for item in raw {
-            let pattern = DomainPattern::parse(item)
-                .map_err(|error| EgressConfigError::InvalidPattern { list, error })?;
-            if let Some((host, www)) = pattern.exact_host() {
-                out.exact.insert(host.to_string());
-                out.exact_source
-                    .insert(host.to_string(), pattern.as_str().to_string());
-                if www {
-                    out.exact_www.insert(host.to_string());
-                }
-            } else {
-                out.patterns.push(pattern);
-            }
-        }
-        Ok(out)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.patterns.is_empty()
-    }
-
-    /// The matching pattern's text, if any.
-    fn find(&self, target: &MatchTarget<'_>) -> Option<String> {
-        if is_web_scheme(target.scheme) {
-            if self.exact.contains(target.host) {
-                return self.exact_source.get(target.host).cloned();
-            }
-            if let Some(bare) = target.host.strip_prefix("www.")
-                && self.exact_www.contains(bare)
-            {
-                return self.exact_source.get(bare).cloned();
-            }
-        }
-        self.patterns
-            .iter()
-            .find(|p| p.matches(target))
-            .map(|p| p.as_str().to_string())
-    }
-}
-
 /// A validated egress policy. Cheap to share behind an [`Arc`].
 #[derive(Debug)]
 pub struct EgressPolicy {
     settings: EgressSettings,
-    allowed: DomainList,
-    prohibited: DomainList,
+    rules: DomainRules,
     resolver: Arc<HostResolver>,
 }
 
@@ -289,15 +235,22 @@ impl EgressPolicy {
                 settings.dns_timeout_ms,
             ));
         }
-        let allowed = DomainList::compile("allowed_domains", &settings.allowed_domains)?;
-        let prohibited = DomainList::compile("prohibited_domains", &settings.prohibited_domains)?;
+        let list = |list: &'static str, items: &[String]| {
+            DomainList::parse(items).map_err(|e| EgressConfigError::InvalidPattern {
+                list,
+                error: e.error,
+            })
+        };
+        let rules = DomainRules::new(
+            list("allowed_domains", &settings.allowed_domains)?,
+            list("prohibited_domains", &settings.prohibited_domains)?,
+        );
         let resolver = Arc::new(HostResolver::system(Duration::from_millis(
             settings.dns_timeout_ms,
         )));
         Ok(Self {
             settings,
-            allowed,
-            prohibited,
+            rules,
             resolver,
         })
     }
@@ -319,7 +272,7 @@ impl EgressPolicy {
     }
 
     fn has_domain_rules(&self) -> bool {
-        !self.allowed.is_empty() || !self.prohibited.is_empty()
+        !self.rules.is_empty()
     }
 
     /// Parses and checks a URL string (see [`check_url`](Self::check_url)).
@@ -358,22 +311,14 @@ impl EgressPolicy {
                 });
             }
         }
-        let host = match url.host() {
-            None => return deny(DenyReason::MissingHost),
-            Some(Host::Domain(d)) if d.trim_end_matches('.').is_empty() => {
-                return deny(DenyReason::MissingHost);
-            }
-            Some(host) => host,
+        let Some(target) = UrlTarget::new(url) else {
+            return deny(DenyReason::MissingHost);
         };
-        let host_text = match &host {
-            Host::Domain(d) => d.trim_end_matches('.').to_ascii_lowercase(),
-            Host::Ipv4(ip) => ip.to_string(),
-            Host::Ipv6(ip) => format!("[{ip}]"),
-        };
-        let literal_ip = match host {
-            Host::Ipv4(v4) => Some(IpAddr::V4(v4)),
-            Host::Ipv6(v6) => Some(IpAddr::V6(v6)),
-            Host::Domain(_) => None,
+        let host_text = target.host().to_string();
+        let literal_ip = match url.host() {
+            Some(Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => Some(IpAddr::V6(v6)),
+            _ => None,
         };
         if let Some(ip) = literal_ip {
             if self.settings.block_ip_addresses {
@@ -390,22 +335,16 @@ impl EgressPolicy {
                 range,
             });
         }
-        let target = MatchTarget {
-            scheme,
-            host: &host_text,
-            url,
-        };
-        if !self.allowed.is_empty() {
-            if self.allowed.find(&target).is_none() {
-                return deny(DenyReason::NotInAllowedDomains { host: host_text });
+        match self.rules.check(&target) {
+            Ok(()) => Ok(()),
+            Err(Forbidden::NotInAllowedDomains) => {
+                deny(DenyReason::NotInAllowedDomains { host: host_text })
             }
-        } else if let Some(pattern) = self.prohibited.find(&target) {
-            return deny(DenyReason::ProhibitedDomain {
+            Err(Forbidden::ProhibitedDomain { pattern }) => deny(DenyReason::ProhibitedDomain {
                 host: host_text,
-                pattern,
-            });
+                pattern: pattern.as_str().to_string(),
+            }),
         }
-        Ok(())
     }
 
     /// The full check: [`check_url`](Self::check_url), then, for host names, a DNS lookup
@@ -804,6 +743,71 @@ mod tests {
             }),
             Err(EgressConfigError::InvalidDnsTimeout(0))
         ));
+    }
+
+    /// The shared domain-pattern table through `EgressPolicy::new` and `check_url`: a pattern is
+    /// accepted here iff the api accepts it, and a URL loads under `allowed_domains: [pattern]`
+    /// (and is refused under `prohibited_domains: [pattern]`) iff the pattern matches it.
+    #[test]
+    fn domain_pattern_conformance_table() {
+        for case in browserd_domains::conformance::CASES {
+            let with = |allowed: bool| {
+                EgressPolicy::new(EgressSettings {
+                    allowed_domains: if allowed {
+                        vec![case.pattern.into()]
+                    } else {
+                        vec![]
+                    },
+                    prohibited_domains: if allowed {
+                        vec![]
+                    } else {
+                        vec![case.pattern.into()]
+                    },
+                    ..EgressSettings::default()
+                })
+            };
+            let Some(why) = case.rejected else {
+                let (allow, prohibit) = (with(true).unwrap(), with(false).unwrap());
+                for url in case.matches {
+                    assert_eq!(reason(&allow, url), None, "{:?} allows {url}", case.pattern);
+                    assert!(
+                        matches!(
+                            reason(&prohibit, url),
+                            Some(DenyReason::ProhibitedDomain { .. })
+                        ),
+                        "{:?} prohibits {url}",
+                        case.pattern
+                    );
+                }
+                for url in case.does_not_match {
+                    assert!(
+                        reason(&allow, url).is_some(),
+                        "{:?} allows {url}",
+                        case.pattern
+                    );
+                    assert!(
+                        !matches!(
+                            reason(&prohibit, url),
+                            Some(DenyReason::ProhibitedDomain { .. })
+                        ),
+                        "{:?} prohibits {url}",
+                        case.pattern
+                    );
+                }
+                continue;
+            };
+            for allowed in [true, false] {
+                let e = with(allowed).expect_err(case.pattern);
+                let msg = e.to_string();
+                assert!(msg.contains(why), "{:?}: {msg}", case.pattern);
+                let list = if allowed {
+                    "allowed_domains"
+                } else {
+                    "prohibited_domains"
+                };
+                assert!(msg.starts_with(list), "{msg}");
+            }
+        }
     }
 
     #[test]
