@@ -33,6 +33,11 @@ pub enum ApiError {
     },
     #[error("rate limit exceeded; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// 429: admission control; the queue is full.
+    #[error(
+        "the task queue is full ({queued} tasks waiting); retry in {retry_after_secs} s"
+    )]
+    QueueFull { queued: i64, retry_after_secs: u64 },
     #[error("method not allowed")]
     MethodNotAllowed,
     #[error("{0}")]
@@ -66,7 +71,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::QueueFull { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -83,6 +90,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::QueueFull { .. } => "queue_full",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal_error",
@@ -111,7 +119,11 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (status, axum::Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after_secs } = self {
+        if let ApiError::RateLimited { retry_after_secs }
+        | ApiError::QueueFull {
+            retry_after_secs, ..
+        } = self
+        {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(retry_after_secs.max(1)),
@@ -149,6 +161,7 @@ impl From<StoreError> for ApiError {
                 current_status: Some(status),
             },
             StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
+            err @ StoreError::NoSecretsKey => ApiError::validation("secrets", err.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }

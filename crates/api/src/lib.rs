@@ -51,6 +51,9 @@ pub struct ApiConfig {
     pub rate_limit: Option<RateLimit>,
     /// Models a task may name.
     pub models: ModelCatalog,
+    /// Above this many queued tasks, `POST /v1/tasks` answers 429 with `Retry-After`
+    /// (`None`: no limit).
+    pub max_queued_tasks: Option<i64>,
 }
 
 impl Default for ApiConfig {
@@ -59,6 +62,7 @@ impl Default for ApiConfig {
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             rate_limit: None,
             models: ModelCatalog::default(),
+            max_queued_tasks: None,
         }
     }
 }
@@ -69,6 +73,7 @@ pub struct AppState {
     store: Store,
     hub: EventHub,
     models: Arc<ModelCatalog>,
+    max_queued_tasks: Option<i64>,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
     metrics: PrometheusHandle,
@@ -112,6 +117,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::resume_task))
         .routes(routes!(tasks::list_steps))
         .routes(routes!(tasks::step_screenshot))
+        .routes(routes!(tasks::task_history))
         .routes(routes!(events::task_events))
 }
 
@@ -152,6 +158,7 @@ pub fn router(
         store,
         hub,
         models: Arc::new(config.models),
+        max_queued_tasks: config.max_queued_tasks,
         rate_limiter,
         shutdown,
         metrics,

@@ -30,7 +30,7 @@ use crate::validation::validate_create_task;
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid field", body = ErrorBody),
-        (status = 429, description = "Rate limited", body = ErrorBody),
+        (status = 429, description = "Rate limited (`rate_limited`) or the queue is full (`queue_full`); see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -41,11 +41,30 @@ pub async fn create_task(
 ) -> Result<Response, ApiError> {
     tracing::debug!(?request, "create task");
     let new_task = validate_create_task(request, &state.models)?;
+    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
+        return Err(ApiError::validation(
+            "secrets",
+            "this server has no secrets key configured (BROWSERD_SECRETS_KEY or \
+             --secrets-key-file), so it cannot accept task secrets",
+        ));
+    }
+    if let Some(max) = state.max_queued_tasks {
+        let queued = state.store.queued_tasks().await?;
+        if queued >= max {
+            return Err(ApiError::QueueFull {
+                queued,
+                retry_after_secs: 5,
+            });
+        }
+    }
     let task = state.store.create_task(caller.key_id, new_task).await?;
     tracing::info!(task_id = %task.id, "task created");
     let location = HeaderValue::try_from(format!("/v1/tasks/{}", task.id))
         .map_err(|err| ApiError::Internal(err.to_string()))?;
-    let mut response = (StatusCode::CREATED, Json(TaskView::from(task))).into_response();
+    let position = state.store.queue_position(task.id).await?;
+    let mut view = TaskView::from(task);
+    view.queue_position = position;
+    let mut response = (StatusCode::CREATED, Json(view)).into_response();
     response.headers_mut().insert(header::LOCATION, location);
     Ok(response)
 }
@@ -114,7 +133,12 @@ pub async fn get_task(
     TaskPath(id): TaskPath,
 ) -> Result<Json<TaskView>, ApiError> {
     let task = owned_task(&state, &caller, id).await?;
-    Ok(Json(task.into()))
+    let queued = task.status == TaskStatus::Queued;
+    let mut view = TaskView::from(task);
+    if queued {
+        view.queue_position = state.store.queue_position(id).await?;
+    }
+    Ok(Json(view))
 }
 
 /// Delete a task with its steps, events and artifacts. Refused while a worker runs it.
@@ -320,6 +344,37 @@ pub async fn step_screenshot(
         .header("x-content-type-options", "nosniff")
         .body(Body::from(bytes))
         .map_err(|err| ApiError::Internal(err.to_string()))
+}
+
+/// The task's AgentHistory, in the shape `browserd run --history-out` writes
+/// (`{"history": [AgentHistory…], "usage": UsageSummary}`): step 0 is the initial navigation.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/history",
+    tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "The history so far", body = Object),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such task for this key", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn task_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    TaskPath(id): TaskPath,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let task = owned_task(&state, &caller, id).await?;
+    let history = state.store.step_records(id).await?;
+    let usage = task.usage.unwrap_or_else(|| {
+        serde_json::json!({
+            "total": {"input_tokens": 0, "cached_input_tokens": 0,
+                      "cache_creation_input_tokens": 0, "output_tokens": 0},
+            "invocations": 0
+        })
+    });
+    Ok(Json(serde_json::json!({"history": history, "usage": usage})))
 }
 
 /// The task if it exists and belongs to the caller; 404 otherwise (another key's task is

@@ -131,6 +131,40 @@ pub fn validate_create_task(
     let metadata = request.metadata.unwrap_or_default();
     validate_metadata(&metadata)?;
 
+    let max_tokens = request
+        .max_tokens
+        .map(|value| {
+            if limits::MAX_TOKENS_RANGE.contains(&value) {
+                Ok(value)
+            } else {
+                Err(ApiError::validation(
+                    "max_tokens",
+                    format!(
+                        "max_tokens must be between {} and {}, got {value}",
+                        limits::MAX_TOKENS_RANGE.start(),
+                        limits::MAX_TOKENS_RANGE.end()
+                    ),
+                ))
+            }
+        })
+        .transpose()?;
+    let max_cost_usd = request
+        .max_cost_usd
+        .map(|value| {
+            if value.is_finite() && value > 0.0 && value <= limits::MAX_COST_USD_MAX {
+                Ok(value)
+            } else {
+                Err(ApiError::validation(
+                    "max_cost_usd",
+                    format!(
+                        "max_cost_usd must be above 0 and at most {}, got {value}",
+                        limits::MAX_COST_USD_MAX
+                    ),
+                ))
+            }
+        })
+        .transpose()?;
+
     Ok(NewTask {
         task: request.task,
         start_url,
@@ -140,11 +174,13 @@ pub fn validate_create_task(
         prohibited_domains,
         secrets,
         output_schema: request.output_schema,
-        use_vision: request.use_vision.unwrap_or(true),
+        use_vision: request.use_vision.unwrap_or(limits::USE_VISION_DEFAULT),
         max_actions_per_step,
         max_failures,
         timeout_s,
         metadata,
+        max_tokens,
+        max_cost_usd,
     })
 }
 

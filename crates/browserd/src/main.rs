@@ -1,8 +1,9 @@
-//! The browserd binary: CLI, configuration and wiring of the api (and, later, worker) roles, and
-//! `browserd run`, one task in-process from the terminal.
+//! The browserd binary: CLI, configuration and wiring of the roles — `serve` (api + worker in
+//! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal.
 
 mod config;
 mod run;
+mod worker;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -32,6 +33,9 @@ struct Cli {
     #[arg(long, env = "BROWSERD_CONFIG", global = true)]
     config: Option<PathBuf>,
 
+    #[command(flatten)]
+    secrets: worker::SecretsArgs,
+
     /// Log output format (filter with RUST_LOG, default `info`).
     #[arg(long, env = "BROWSERD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
@@ -48,10 +52,23 @@ enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run every role of a single node (today: the api; the worker joins later).
-    Serve(ServeArgs),
-    /// Run the HTTP/WebSocket api only.
+    /// Run every role of a single node: the api and a worker in one process.
+    Serve {
+        #[command(flatten)]
+        api: ServeArgs,
+        #[command(flatten)]
+        worker: worker::WorkerArgs,
+    },
+    /// Run the HTTP/WebSocket api only (no browser).
     Api(ServeArgs),
+    /// Run a worker only: claim queued tasks and run them.
+    Worker {
+        #[command(flatten)]
+        worker: worker::WorkerArgs,
+        /// Maximum Postgres connections of this process.
+        #[arg(long, env = "BROWSERD_DB_MAX_CONNECTIONS", default_value_t = 10)]
+        db_max_connections: u32,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Run one task in this process (no server, no database) and print each step.
@@ -98,6 +115,10 @@ struct ServeArgs {
     /// Seconds to wait for in-flight requests on shutdown.
     #[arg(long, env = "BROWSERD_SHUTDOWN_GRACE_S", default_value_t = 10)]
     shutdown_grace_s: u64,
+
+    /// Above this many queued tasks, POST /v1/tasks answers 429 with Retry-After (0: no limit).
+    #[arg(long, env = "BROWSERD_MAX_QUEUED_TASKS", default_value_t = 10_000)]
+    max_queued_tasks: i64,
 }
 
 fn init_tracing(format: LogFormat) {
@@ -126,7 +147,12 @@ async fn main() -> anyhow::Result<ExitCode> {
 async fn other_command(cli: &Cli, command: &Command) -> anyhow::Result<()> {
     match command {
         Command::Run(_) => Ok(()),
-        Command::Serve(args) | Command::Api(args) => serve(cli, args).await,
+        Command::Serve { api, worker } => serve(cli, api, Some(worker)).await,
+        Command::Api(args) => serve(cli, args, None).await,
+        Command::Worker {
+            worker,
+            db_max_connections,
+        } => worker::run_worker_only(cli, worker, *db_max_connections).await,
         Command::Migrate => {
             let store = connect(&cli.database_url, &StoreOptions::default()).await?;
             store.migrate().await.context("applying migrations")?;
@@ -161,7 +187,11 @@ async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<S
         .context("connecting to the database (DATABASE_URL)")
 }
 
-async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
+async fn serve(
+    cli: &Cli,
+    args: &ServeArgs,
+    worker_args: Option<&worker::WorkerArgs>,
+) -> anyhow::Result<()> {
     let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
     let rate_limit = match (
         NonZeroU32::new(args.rate_limit_per_second),
@@ -173,7 +203,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         }),
         (None, _) => None,
     };
-    let store = connect(
+    let mut store = connect(
         &cli.database_url,
         &StoreOptions {
             max_connections: args.db_max_connections,
@@ -182,11 +212,22 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     )
     .await?;
     store.migrate().await.context("applying migrations")?;
+    if let Some(keyring) = cli.secrets.keyring()? {
+        store = store.with_secrets_keyring(keyring);
+    }
 
     let shutdown = CancellationToken::new();
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
         .await
         .context("listening for task events")?;
+    // The worker stops on its own token, cancelled with the server's: it hands its tasks back
+    // while the api finishes its requests.
+    let worker = match worker_args {
+        Some(worker_args) => Some(
+            worker::start(cli, worker_args, store.clone(), hub.clone(), shutdown.clone()).await?,
+        ),
+        None => None,
+    };
     let app = browserd_api::router(
         store,
         hub,
@@ -194,6 +235,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,
             models,
+            max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
         },
         shutdown.clone(),
     );
@@ -214,12 +256,15 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("shutdown grace period elapsed; exiting with requests in flight");
         }
     }
+    if let Some(worker) = worker {
+        worker.stopped().await;
+    }
     let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
     tracing::info!("stopped");
     Ok(())
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
+pub(crate) async fn cancel_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -9,20 +9,18 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use async_trait::async_trait;
 use browserd_agent::{
-    Agent, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData, TaskConfig,
-    VisionMode,
+    AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData, VisionMode,
 };
-use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, PoolConfig, TaskOptions};
+use browserd_browser::{BrowserPool, PoolConfig};
 use browserd_llm::ModelRegistry;
-use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
+use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
 
 use crate::config;
 
 /// Exit code when the agent called `done` with `success: false`.
 pub const EXIT_UNSUCCESSFUL: u8 = 1;
-/// Exit code when the run ended without `done` (max steps, failures, browser lost).
+/// Exit code when the run ended without `done` (max steps, failures, budgets, browser lost).
 pub const EXIT_NOT_DONE: u8 = 2;
 /// Exit code when the run was stopped with Ctrl-C.
 pub const EXIT_INTERRUPTED: u8 = 130;
@@ -40,9 +38,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub model: Option<String>,
 
-    /// Step budget.
-    #[arg(long, default_value_t = 100)]
-    pub max_steps: u32,
+    /// Step budget (default 100).
+    #[arg(long)]
+    pub max_steps: Option<u32>,
 
     /// JSON Schema file; the `done` data must match it.
     #[arg(long)]
@@ -51,6 +49,22 @@ pub struct RunArgs {
     /// Only these domains may be requested (repeatable; `*.example.com` patterns).
     #[arg(long = "allowed-domain")]
     pub allowed_domains: Vec<String>,
+
+    /// These domains may never be requested (repeatable; ignored when --allowed-domain is set).
+    #[arg(long = "prohibited-domain")]
+    pub prohibited_domains: Vec<String>,
+
+    /// Wall-clock budget of the run in seconds.
+    #[arg(long)]
+    pub timeout_s: Option<u64>,
+
+    /// Token budget (input + output of every model call).
+    #[arg(long)]
+    pub max_tokens: Option<u64>,
+
+    /// Cost budget in USD (needs a price table in the model's configuration).
+    #[arg(long)]
+    pub max_cost_usd: Option<f64>,
 
     /// Write the AgentHistory JSON here.
     #[arg(long)]
@@ -72,13 +86,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub use_vision: bool,
 
-    /// Actions run per step at most.
-    #[arg(long, default_value_t = 5)]
-    pub max_actions_per_step: usize,
+    /// Actions run per step at most (default 5).
+    #[arg(long)]
+    pub max_actions_per_step: Option<usize>,
 
-    /// Consecutive failures before the final done-only attempt.
-    #[arg(long, default_value_t = 5)]
-    pub max_failures: u32,
+    /// Consecutive failures before the final done-only attempt (default 5).
+    #[arg(long)]
+    pub max_failures: Option<u32>,
 
     /// A task secret by name (repeatable): its value is read from the environment variable
     /// `BROWSERD_SECRET_<NAME>` (upper-cased, other characters as `_`), never from the command
@@ -151,20 +165,6 @@ fn load_secrets(args: &RunArgs) -> anyhow::Result<SensitiveData> {
         secrets.0.insert(name.clone(), SecretEntry::Value(value));
     }
     Ok(secrets)
-}
-
-/// Every secret value with its name, for redaction in what the browser reports.
-fn secret_values(secrets: &SensitiveData) -> Vec<(String, String)> {
-    let mut values = Vec::new();
-    for (key, entry) in &secrets.0 {
-        match entry {
-            SecretEntry::Value(value) => values.push((key.clone(), value.clone())),
-            SecretEntry::Scoped(map) => {
-                values.extend(map.iter().map(|(n, v)| (n.clone(), v.clone())));
-            }
-        }
-    }
-    values
 }
 
 /// Prints each step as it happens.
@@ -247,30 +247,38 @@ impl EventSink for TerminalSink {
     }
 }
 
-fn task_config(args: &RunArgs, workspace: &TaskWorkspace) -> anyhow::Result<TaskConfig> {
-    let mut config = TaskConfig::new(args.task.clone());
-    config.start_url = args.start_url.clone();
-    config.max_steps = args.max_steps;
-    config.max_actions_per_step = args.max_actions_per_step;
-    config.max_failures = args.max_failures;
-    if args.no_vision {
-        config.use_vision = VisionMode::Never;
-    } else if args.use_vision {
-        config.use_vision = VisionMode::Always;
+fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
+    let mut spec = TaskSpec::new(args.task.clone());
+    spec.start_url = args.start_url.clone();
+    spec.model = args.model.clone();
+    spec.allowed_domains = args.allowed_domains.clone();
+    spec.prohibited_domains = args.prohibited_domains.clone();
+    if let Some(max_steps) = args.max_steps {
+        spec.max_steps = max_steps;
     }
+    if let Some(max_actions) = args.max_actions_per_step {
+        spec.max_actions_per_step = max_actions;
+    }
+    if let Some(max_failures) = args.max_failures {
+        spec.max_failures = max_failures;
+    }
+    if args.no_vision {
+        spec.use_vision = VisionMode::Never;
+    } else if args.use_vision {
+        spec.use_vision = VisionMode::Always;
+    }
+    spec.timeout = args.timeout_s.map(Duration::from_secs);
+    spec.max_tokens = args.max_tokens;
+    spec.max_cost_usd = args.max_cost_usd;
     if let Some(path) = &args.output_schema {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading --output-schema {}", path.display()))?;
         let schema: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
-        config.output_schema = Some(schema);
+        spec.output_schema = Some(schema);
     }
-    config.sensitive_data = load_secrets(args)?;
-    config.workspace_dir = Some(workspace.dir().to_path_buf());
-    config
-        .validate()
-        .map_err(|e| anyhow::anyhow!("invalid task: {e}"))?;
-    Ok(config)
+    spec.secrets = load_secrets(args)?;
+    Ok(spec)
 }
 
 /// Runs the task; the exit code tells how it ended.
@@ -280,86 +288,70 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
-    let model = registry
-        .build_or_default(args.model.as_deref())
-        .context("choosing the model (--model, default_model or BROWSERD_LLM_* variables)")?;
-    let workspace =
-        TaskWorkspace::open(args.workspace.as_deref()).context("creating the task workspace")?;
-    let task = task_config(args, &workspace)?;
-
-    let pool = BrowserPool::new(PoolConfig {
-        chrome_path: args.chrome.clone(),
-        processes: 1,
-        contexts_per_process: 1,
-        recycle_after_tasks: 0,
-        ..PoolConfig::default()
-    })
-    .context("configuring the browser pool")?;
-    let egress = EgressSettings {
-        allowed_domains: args.allowed_domains.clone(),
-        allow_loopback: args.allow_loopback,
-        ..EgressSettings::default()
-    };
-    let session = match pool
-        .lease_with(TaskOptions {
-            egress: Some(egress),
-            workspace_dir: Some(workspace.dir().to_path_buf()),
+    let spec = task_spec(args)?;
+    let pool = Arc::new(
+        BrowserPool::new(PoolConfig {
+            chrome_path: args.chrome.clone(),
+            processes: 1,
+            contexts_per_process: 1,
+            recycle_after_tasks: 0,
+            ..PoolConfig::default()
         })
-        .await
-    {
-        Ok(session) => session,
-        Err(err) => {
-            pool.shutdown().await;
-            return Err(err).context("starting the browser");
-        }
+        .context("configuring the browser pool")?,
+    );
+    let runner = TaskRunner::new(
+        pool.clone(),
+        Arc::new(registry),
+        RunnerSettings {
+            allow_loopback: args.allow_loopback,
+        },
+    );
+    // An unknown model is an error before any browser starts.
+    runner
+        .model(spec.model.as_deref())
+        .context("choosing the model (--model, default_model or BROWSERD_LLM_* variables)")?;
+    let control = AgentControl::new();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let interrupted = interrupted.clone();
+        let control = control.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nCtrl-C: stopping the agent (press again to force)…");
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                control.stop();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("forced exit");
+                    std::process::exit(i32::from(EXIT_INTERRUPTED));
+                }
+            }
+        })
     };
-    let options = SessionBrowserOptions {
-        sensitive_values: secret_values(&task.sensitive_data),
-        ..SessionBrowserOptions::default()
-    };
-    let browser = Arc::new(SessionBrowser::new(session, options));
     let sink = Arc::new(TerminalSink {
         started: Instant::now(),
         step_started: std::sync::Mutex::new(Instant::now()),
     });
-    let history = match Agent::new(task, browser.clone(), model, sink) {
-        Ok(mut agent) => {
-            let control = agent.control();
-            let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let watcher = {
-                let interrupted = interrupted.clone();
-                tokio::spawn(async move {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        eprintln!("\nCtrl-C: stopping the agent (press again to force)…");
-                        interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-                        control.stop();
-                        if tokio::signal::ctrl_c().await.is_ok() {
-                            eprintln!("forced exit");
-                            std::process::exit(i32::from(EXIT_INTERRUPTED));
-                        }
-                    }
-                })
-            };
-            let history = agent.run().await;
-            watcher.abort();
-            Ok((
-                history,
-                interrupted.load(std::sync::atomic::Ordering::SeqCst),
-            ))
-        }
-        Err(err) => Err(err),
-    };
-    // The agent is gone: release the session and stop Chrome whatever happened.
-    match Arc::try_unwrap(browser) {
-        Ok(browser) => {
-            let _ = tokio::time::timeout(Duration::from_secs(15), browser.into_session().release())
-                .await;
-        }
-        Err(_) => tracing::warn!("the browser session is still shared; shutting the pool down"),
-    }
+    let outcome = runner
+        .run(RunRequest {
+            spec,
+            workspace_dir: args.workspace.clone(),
+            sink,
+            control,
+            prior: None,
+            resume_url: None,
+        })
+        .await;
+    watcher.abort();
     pool.shutdown().await;
-    let (history, interrupted) = history.context("starting the agent")?;
-    report(&history, args, interrupted)
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(err) => return Err(err).context("starting the task"),
+    };
+    let interrupted = interrupted.load(std::sync::atomic::Ordering::SeqCst);
+    if let RunEnd::Budget(reason) = &outcome.end {
+        eprintln!("budget exhausted: {reason}");
+    }
+    report(&outcome.history, args, interrupted)
 }
 
 fn report(

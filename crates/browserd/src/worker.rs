@@ -1,0 +1,221 @@
+//! The worker role's configuration and wiring: browser pool, model registry, task runner and
+//! the claim loop, started alone (`browserd worker`) or beside the api (`browserd serve`); and
+//! the secrets key shared by both roles (the api seals, the worker opens).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use browserd_browser::{BrowserPool, PoolConfig};
+use browserd_llm::ModelRegistry;
+use browserd_store::{EventHub, SecretsKeyring, Store, StoreOptions};
+use browserd_worker::{RunnerSettings, TaskRunner, Worker, WorkerConfig};
+use clap::Args;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Cli, config, connect};
+
+/// Where task secrets are sealed and opened.
+#[derive(Debug, Args)]
+pub struct SecretsArgs {
+    /// File holding the 32-byte secrets key in base64 (alternative to BROWSERD_SECRETS_KEY).
+    #[arg(long, env = "BROWSERD_SECRETS_KEY_FILE", global = true)]
+    secrets_key_file: Option<PathBuf>,
+
+    /// The 32-byte secrets key in base64 (`openssl rand -base64 32`). Without a key, tasks
+    /// with secrets are refused.
+    #[arg(long, env = "BROWSERD_SECRETS_KEY", global = true, hide_env_values = true)]
+    secrets_key: Option<String>,
+
+    /// Previous secrets keys (comma-separated base64), still accepted for opening secrets
+    /// sealed before a key rotation.
+    #[arg(
+        long,
+        env = "BROWSERD_SECRETS_OLD_KEYS",
+        global = true,
+        hide_env_values = true
+    )]
+    secrets_old_keys: Option<String>,
+}
+
+impl SecretsArgs {
+    /// The configured keyring, if any. The key never appears in an error.
+    pub fn keyring(&self) -> anyhow::Result<Option<SecretsKeyring>> {
+        let current = match (&self.secrets_key, &self.secrets_key_file) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!("give either BROWSERD_SECRETS_KEY or --secrets-key-file, not both")
+            }
+            (Some(key), None) => key.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading --secrets-key-file {}", path.display()))?,
+            (None, None) => return Ok(None),
+        };
+        let old: Vec<&str> = self
+            .secrets_old_keys
+            .as_deref()
+            .map(|keys| keys.split(',').collect())
+            .unwrap_or_default();
+        let keyring = SecretsKeyring::from_base64(&current, &old).context("secrets key")?;
+        tracing::info!(key_id = %keyring.current_key_id(), "task secrets are encrypted at rest");
+        Ok(Some(keyring))
+    }
+}
+
+/// Settings of the worker role.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Tasks this worker runs at once.
+    #[arg(long, env = "BROWSERD_CONCURRENCY", default_value_t = 4)]
+    concurrency: usize,
+
+    /// Lease duration in seconds; the heartbeat renews it every third of it. A task whose
+    /// worker stops renewing is resumed by another worker once it expires.
+    #[arg(long, env = "BROWSERD_LEASE_S", default_value_t = 30)]
+    lease_s: u64,
+
+    /// Claim attempts per task before a task whose workers keep dying fails.
+    #[arg(long, env = "BROWSERD_MAX_ATTEMPTS", default_value_t = 3)]
+    max_attempts: i32,
+
+    /// Milliseconds between claim attempts when no queue notification arrives.
+    #[arg(long, env = "BROWSERD_POLL_INTERVAL_MS", default_value_t = 2000)]
+    poll_interval_ms: u64,
+
+    /// On SIGTERM, seconds the running steps may take before their tasks are handed back.
+    #[arg(long, env = "BROWSERD_TASK_GRACE_S", default_value_t = 30)]
+    task_grace_s: u64,
+
+    /// Queued or paused tasks holding secrets for longer than this fail and lose them.
+    #[arg(long, env = "BROWSERD_SECRETS_RETENTION_S", default_value_t = 86_400)]
+    secrets_retention_s: u64,
+
+    /// Chrome / Chromium executable.
+    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
+    chrome: PathBuf,
+
+    /// Chrome processes of this worker (each hosts several tasks' contexts).
+    #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
+    chrome_processes: usize,
+
+    /// Extra Chrome command-line flags (space-separated).
+    #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
+    chrome_args: String,
+
+    /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost): local sites and tests. Every
+    /// other private, link-local and metadata address stays blocked.
+    #[arg(long, env = "BROWSERD_ALLOW_LOOPBACK")]
+    allow_loopback: bool,
+
+    /// Directory holding each running task's workspace (default: the system temp dir).
+    #[arg(long, env = "BROWSERD_WORKSPACE_ROOT")]
+    workspace_root: Option<PathBuf>,
+}
+
+/// A running worker and what it owns.
+pub struct RunningWorker {
+    handle: JoinHandle<()>,
+    pool: Arc<BrowserPool>,
+}
+
+impl RunningWorker {
+    /// Waits for the worker to hand its tasks back, then stops every Chrome.
+    pub async fn stopped(self) {
+        let _ = self.handle.await;
+        self.pool.shutdown().await;
+    }
+}
+
+/// Starts the worker role on `store`; it stops when `shutdown` is cancelled.
+pub async fn start(
+    cli: &Cli,
+    args: &WorkerArgs,
+    store: Store,
+    hub: EventHub,
+    shutdown: CancellationToken,
+) -> anyhow::Result<RunningWorker> {
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(args.lease_s >= 1, "--lease-s must be at least 1");
+    anyhow::ensure!(args.max_attempts >= 1, "--max-attempts must be at least 1");
+    anyhow::ensure!(
+        args.chrome_processes >= 1,
+        "--chrome-processes must be at least 1"
+    );
+    let models = config::load_models(cli.config.as_deref())?;
+    let registry = ModelRegistry::new(models).context("building the model registry")?;
+    let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
+    let pool = Arc::new(
+        BrowserPool::new(PoolConfig {
+            chrome_path: args.chrome.clone(),
+            processes: args.chrome_processes,
+            contexts_per_process,
+            extra_args: args
+                .chrome_args
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+            ..PoolConfig::default()
+        })
+        .context("configuring the browser pool")?,
+    );
+    let runner = Arc::new(TaskRunner::new(
+        pool.clone(),
+        Arc::new(registry),
+        RunnerSettings {
+            allow_loopback: args.allow_loopback,
+        },
+    ));
+    let workspace_root = args
+        .workspace_root
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("browserd-tasks"));
+    std::fs::create_dir_all(&workspace_root)
+        .with_context(|| format!("creating {}", workspace_root.display()))?;
+    let config = WorkerConfig {
+        id: WorkerConfig::unique_id(),
+        // The pool holds `processes × contexts_per_process` contexts: never more tasks.
+        concurrency: args
+            .concurrency
+            .min(args.chrome_processes * contexts_per_process),
+        lease: Duration::from_secs(args.lease_s),
+        poll_interval: Duration::from_millis(args.poll_interval_ms.max(10)),
+        max_attempts: args.max_attempts,
+        shutdown_grace: Duration::from_secs(args.task_grace_s),
+        secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
+        workspace_root,
+    };
+    let worker = Worker::new(store, hub, runner, config);
+    let handle = tokio::spawn(worker.run(shutdown));
+    Ok(RunningWorker { handle, pool })
+}
+
+/// `browserd worker`: the worker role alone.
+pub async fn run_worker_only(
+    cli: &Cli,
+    args: &WorkerArgs,
+    db_max_connections: u32,
+) -> anyhow::Result<()> {
+    let mut store = connect(
+        &cli.database_url,
+        &StoreOptions {
+            max_connections: db_max_connections,
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    store.migrate().await.context("applying migrations")?;
+    if let Some(keyring) = cli.secrets.keyring()? {
+        store = store.with_secrets_keyring(keyring);
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(crate::cancel_on_signal(shutdown.clone()));
+    let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
+        .await
+        .context("listening for task events")?;
+    let worker = start(cli, args, store, hub, shutdown).await?;
+    worker.stopped().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
+    tracing::info!("stopped");
+    Ok(())
+}
