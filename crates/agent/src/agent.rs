@@ -163,6 +163,9 @@ impl Agent {
             ),
             None => None,
         };
+        // A scoped secret under an invalid domain pattern would silently never be filled.
+        let secrets = Secrets::try_new(&config.sensitive_data)
+            .map_err(|e| AgentError::InvalidConfig(e.to_string()))?;
         let workspace = Workspace::open(config.workspace_dir.as_deref())?;
         let mut task_text = config.task.clone();
         if let Some(schema) = &config.output_schema {
@@ -172,7 +175,7 @@ impl Agent {
             task_text.push_str(&schema.to_string());
         }
         Ok(Self {
-            secrets: Secrets::new(&config.sensitive_data),
+            secrets,
             urls: UrlShortener::new(config.url_shortening_limit),
             messages: MessageManager::new(config.max_history_items),
             loop_detector: ActionLoopDetector::new(config.loop_detection_window),
