@@ -1,0 +1,591 @@
+//! Support for browserd's whole-system tests: a fresh Postgres database per test, the real
+//! `browserd` binary started as api / worker / serve child processes (logs captured, killable
+//! with any signal), a mock model server speaking the OpenAI chat-completions wire format whose
+//! answers are computed from the page text it is shown, local fixture pages, and a WebSocket
+//! client of the task event stream.
+//!
+//! The only stand-in is the model; Postgres, Chromium and every browserd process are real.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::response::Html;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use regex::Regex;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+/// A secrets key for tests (32 bytes, base64).
+pub const SECRETS_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// The `browserd` binary built by `cargo test --workspace` (the browserd package has
+/// integration tests, so cargo builds its binary before any test runs).
+pub fn browserd_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("BROWSERD_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/browserd
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile> directory");
+    let bin = profile_dir.join("browserd");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p browserd` (or the whole `cargo test --workspace`) first",
+        bin.display()
+    );
+    bin
+}
+
+// ---------------------------------------------------------------- database
+
+/// A database of its own for one test, dropped at the end.
+pub struct TestDb {
+    pub url: String,
+    name: String,
+    admin: String,
+}
+
+impl TestDb {
+    /// Creates an empty database on the server of `DATABASE_URL` (migrations are applied by
+    /// the first browserd process).
+    pub async fn create() -> Self {
+        let base = std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/browserd".to_owned());
+        let (server, _) = base.rsplit_once('/').expect("DATABASE_URL has a path");
+        let name = format!("browserd_sys_{}", uuid::Uuid::new_v4().simple());
+        let admin = format!("{server}/postgres");
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
+            .await
+            .expect("connect to postgres");
+        let create = format!("create database {name}");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        Self {
+            url: format!("{server}/{name}"),
+            name,
+            admin,
+        }
+    }
+
+    pub async fn pool(&self) -> sqlx::PgPool {
+        sqlx::PgPool::connect(&self.url).await.expect("connect to the test database")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin = self.admin.clone();
+        let name = self.name.clone();
+        // Best effort, off the test's runtime (which may be shutting down).
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                if let Ok(mut conn) =
+                    <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await
+                {
+                    let drop = format!("drop database if exists {name} with (force)");
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+// ---------------------------------------------------------------- processes
+
+/// A running browserd child process.
+pub struct Process {
+    pub child: Child,
+    pub logs: Arc<Mutex<String>>,
+    /// The api address, for roles that listen.
+    pub address: Option<String>,
+}
+
+impl Process {
+    /// Starts `browserd <role> args…` against `db` with the mock model `model`.
+    pub async fn start(db: &TestDb, model: SocketAddr, role: &str, args: &[&str]) -> Self {
+        Self::start_with_env(db, model, role, args, &[]).await
+    }
+
+    pub async fn start_with_env(
+        db: &TestDb,
+        model: SocketAddr,
+        role: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let listens = role == "api" || role == "serve";
+        let mut command = Command::new(browserd_bin());
+        command
+            .arg(role)
+            .args(args)
+            .env("DATABASE_URL", &db.url)
+            .env("BROWSERD_LISTEN", "127.0.0.1:0")
+            .env("BROWSERD_SECRETS_KEY", SECRETS_KEY)
+            .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
+            .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
+            .env("BROWSERD_LLM_MOCK_BASE_URL", format!("http://{model}/v1"))
+            .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
+            .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
+            .env("BROWSERD_LLM_MOCK_PRICE_INPUT", "1")
+            .env("BROWSERD_LLM_MOCK_PRICE_OUTPUT", "2")
+            .env("BROWSERD_RATE_LIMIT_PER_SECOND", "0")
+            .env("RUST_LOG", "info,browserd_worker=debug")
+            .env_remove("BROWSERD_CONFIG")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("spawn browserd");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let logs = Arc::new(Mutex::new(String::new()));
+        let address_re = Regex::new(r"listening address=(\S+)").unwrap();
+        let ready_re = Regex::new(r"worker started").unwrap();
+        let address = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let plain = strip_ansi(&line);
+                {
+                    let mut logs = logs.lock().unwrap();
+                    logs.push_str(&plain);
+                    logs.push('\n');
+                }
+                if listens && let Some(c) = address_re.captures(&plain) {
+                    return Some(c[1].to_owned());
+                }
+                if !listens && ready_re.is_match(&plain) {
+                    return None;
+                }
+            }
+            panic!("browserd {role} exited:\n{}", logs.lock().unwrap());
+        })
+        .await
+        .unwrap_or_else(|_| panic!("browserd {role} did not start within 60 s"));
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut logs = sink.lock().unwrap();
+                logs.push_str(&strip_ansi(&line));
+                logs.push('\n');
+            }
+        });
+        Self {
+            child,
+            logs,
+            address,
+        }
+    }
+
+    pub fn address(&self) -> &str {
+        self.address.as_deref().expect("this role listens")
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id().expect("running")).unwrap()
+    }
+
+    /// Sends `signal` (`KILL`, `TERM`, …) with kill(1).
+    pub async fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; its exit code.
+    pub async fn wait(&mut self, limit: Duration) -> Option<i32> {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .expect("browserd exited in time")
+            .unwrap()
+            .code()
+    }
+}
+
+fn strip_ansi(line: &str) -> String {
+    let re = Regex::new(r"\x1b\[[0-9;]*m").unwrap();
+    re.replace_all(line, "").into_owned()
+}
+
+/// Creates an API key with the CLI.
+pub async fn create_key(db: &TestDb) -> String {
+    let output = Command::new(browserd_bin())
+        .args(["keys", "create", "--name", "system-test"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+// ---------------------------------------------------------------- api client
+
+/// A client of one api process with one key.
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    pub key: String,
+    pub http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(address: &str, key: &str) -> Self {
+        Self {
+            base: format!("http://{address}"),
+            key: key.to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get_bytes(&self, path: &str) -> (u16, String, Vec<u8>) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        (status, content_type, response.bytes().await.unwrap().to_vec())
+    }
+
+    /// Creates a task; panics unless 201.
+    pub async fn create_task(&self, body: Value) -> String {
+        let (status, task) = self.post("/v1/tasks", body).await;
+        assert_eq!(status, 201, "{task}");
+        task["id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn task(&self, id: &str) -> Value {
+        let (status, task) = self.get(&format!("/v1/tasks/{id}")).await;
+        assert_eq!(status, 200, "{task}");
+        task
+    }
+
+    /// Polls until the task's status is one of `statuses` (at most `limit`).
+    pub async fn wait_status(&self, id: &str, statuses: &[&str], limit: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let task = self.task(id).await;
+            if statuses.iter().any(|s| task["status"] == *s) {
+                return task;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "task never reached {statuses:?}: {task}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Opens the event WebSocket after `after_seq`.
+    pub async fn events(&self, id: &str, after_seq: i64) -> EventStream {
+        let url = format!(
+            "{}/v1/tasks/{id}/events?after_seq={after_seq}",
+            self.base.replacen("http", "ws", 1)
+        );
+        let mut request = url.into_client_request().unwrap();
+        request
+            .headers_mut()
+            .insert("authorization", format!("Bearer {}", self.key).parse().unwrap());
+        let (ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        EventStream { ws }
+    }
+}
+
+/// A task's live event stream.
+pub struct EventStream {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl EventStream {
+    /// The next event, `None` once the server closed the stream (after the final event).
+    pub async fn next(&mut self, limit: Duration) -> Option<Value> {
+        loop {
+            match tokio::time::timeout(limit, self.ws.next())
+                .await
+                .expect("an event in time")
+            {
+                Some(Ok(Message::Text(text))) => {
+                    return Some(serde_json::from_str(text.as_str()).unwrap());
+                }
+                Some(Ok(Message::Close(_))) | None => return None,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => panic!("websocket error: {err}"),
+            }
+        }
+    }
+
+    /// Every event until the stream closes.
+    pub async fn until_closed(&mut self, limit: Duration) -> Vec<Value> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next(limit).await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+// ---------------------------------------------------------------- mock model
+
+/// Computes the model's answer (an AgentOutput) from the page text it was shown.
+pub type Brain = Arc<dyn Fn(&str) -> Value + Send + Sync>;
+
+/// An OpenAI-compatible chat-completions server.
+pub struct MockModel {
+    pub addr: SocketAddr,
+    pub requests: Arc<Mutex<Vec<Value>>>,
+}
+
+#[derive(Clone)]
+struct ModelState {
+    brain: Brain,
+    delay: Duration,
+    requests: Arc<Mutex<Vec<Value>>>,
+}
+
+impl MockModel {
+    /// Starts the server; each answer takes `delay` (a fixed model latency).
+    pub async fn start(brain: Brain, delay: Duration) -> Self {
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = ModelState {
+            brain,
+            delay,
+            requests: requests.clone(),
+        };
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { addr, requests }
+    }
+
+    /// Every request body received so far.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn completions(State(state): State<ModelState>, Json(request): Json<Value>) -> Json<Value> {
+    state.requests.lock().unwrap().push(request.clone());
+    tokio::time::sleep(state.delay).await;
+    let page = page_text(&request);
+    let output = (state.brain)(&page);
+    Json(json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "model": "mock-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": output.to_string()}}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
+    }))
+}
+
+/// Text of every message of a chat-completions request, in order.
+pub fn message_texts(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .map(|m| match &m["content"] {
+                    Value::String(s) => s.clone(),
+                    Value::Array(parts) => parts
+                        .iter()
+                        .filter_map(|p| p["text"].as_str())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    _ => String::new(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `<browser_state>` part of the state message.
+pub fn page_text(request: &Value) -> String {
+    message_texts(request)
+        .into_iter()
+        .rev()
+        .find_map(|t| t.rfind("<browser_state>").map(|i| t[i..].to_owned()))
+        .unwrap_or_default()
+}
+
+/// An AgentOutput with `actions`.
+pub fn reply(goal: &str, actions: Value) -> Value {
+    json!({
+        "thinking": format!("I will {goal}."),
+        "evaluation_previous_goal": "Looks right.",
+        "memory": format!("Working on: {goal}"),
+        "next_goal": goal,
+        "action": actions
+    })
+}
+
+/// An AgentOutput calling `done`.
+pub fn done_reply(text: &str, success: bool) -> Value {
+    reply("finish", json!([{"done": {"text": text, "success": success}}]))
+}
+
+/// Index of the first `<tag …>` line of the page text matching `pattern`.
+pub fn index_of(page: &str, tag: &str, pattern: &str) -> Option<u64> {
+    let re = Regex::new(&format!(r"\[(\d+)\]<{tag}\b[^\n]*{pattern}")).unwrap();
+    re.captures(page).and_then(|c| c[1].parse().ok())
+}
+
+/// The model for the stairs fixture: click "Next" until the page says it is the top, then
+/// report the number written there.
+pub fn stairs_brain() -> Brain {
+    Arc::new(|page: &str| {
+        let top = Regex::new(r"Top reached: (\w+)").unwrap();
+        if let Some(c) = top.captures(page) {
+            return done_reply(&format!("The code at the top is {}", &c[1]), true);
+        }
+        match index_of(page, "a", r"/>\s*Next") {
+            Some(index) => reply("climb one stair", json!([{"click": {"index": index}}])),
+            None => done_reply(&format!("no Next link on:\n{page}"), false),
+        }
+    })
+}
+
+// ---------------------------------------------------------------- fixture pages
+
+/// Local pages: `/stairs/{n}?top=T` (a "Next" link to n+1 until T, where the page shows a code),
+/// `/login` (a form whose password must be the task secret).
+pub struct Site {
+    pub addr: SocketAddr,
+    pub logins: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+#[derive(Clone, Default)]
+struct SiteState {
+    logins: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Site {
+    pub async fn start() -> Self {
+        let state = SiteState::default();
+        let app = Router::new()
+            .route("/stairs/{n}", get(stairs))
+            .route("/login", get(|| async { Html(LOGIN) }).post(login))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            addr,
+            logins: state.logins,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+async fn stairs(
+    Path(n): Path<u32>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Html<String> {
+    let top: u32 = query.get("top").and_then(|t| t.parse().ok()).unwrap_or(3);
+    if n >= top {
+        return Html(format!(
+            "<!doctype html><html><head><title>Stair {n}</title></head><body>\
+             <h1>Stair {n}</h1><p>Top reached: CODE{top}X</p></body></html>"
+        ));
+    }
+    Html(format!(
+        "<!doctype html><html><head><title>Stair {n}</title></head><body>\
+         <h1>Stair {n} of {top}</h1><p><a href=\"/stairs/{}?top={top}\">Next</a></p></body></html>",
+        n + 1
+    ))
+}
+
+const LOGIN: &str = r#"<!doctype html><html><head><title>Login</title></head><body>
+<form method="post" action="/login">
+  <label>User <input type="text" name="username"></label>
+  <label>Password <input type="password" name="password"></label>
+  <button type="submit" id="signin">Sign in</button>
+</form></body></html>"#;
+
+async fn login(
+    State(state): State<SiteState>,
+    axum::extract::Form(form): axum::extract::Form<std::collections::HashMap<String, String>>,
+) -> Html<String> {
+    let user = form.get("username").cloned().unwrap_or_default();
+    let pass = form.get("password").cloned().unwrap_or_default();
+    state.logins.lock().unwrap().push((user.clone(), pass));
+    Html(format!(
+        "<!doctype html><html><head><title>Account</title></head><body><h1>Welcome, {user}!</h1>\
+         <p>Balance: 42 EUR</p></body></html>"
+    ))
+}
