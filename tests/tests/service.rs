@@ -382,7 +382,7 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
 
     // SIGTERM during a step: the worker finishes the step, hands the task back and exits 0;
     // a new worker resumes it.
-    let id = client.create_task(long_task(6)).await;
+    let id = client.create_task(long_task(20)).await;
     let mut stream = client.events(&id, 0).await;
     wait_for_step(&mut stream, 2).await;
     worker.signal("TERM").await;
@@ -392,7 +392,8 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     assert_eq!(task["status"], "queued", "{task}");
     let worker = Process::start(&db, model.addr, "worker", &worker_args).await;
     let task = client.wait_status(&id, &["finished"], LONG).await;
-    assert!(task["output"].as_str().unwrap().contains("CODE6X"));
+    assert!(task["output"].as_str().unwrap().contains("CODE20X"), "{task}");
+    assert_eq!(task["attempts"], 2, "{task}");
     let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
     assert_steps_contiguous(steps["items"].as_array().unwrap());
 
@@ -437,18 +438,21 @@ async fn budgets_admission_and_bad_input() {
     let model = MockModel::start(stairs_brain(), Duration::from_millis(10)).await;
     let db = TestDb::create().await;
     // The api knows a model `other` that the worker does not.
+    let config = std::env::temp_dir().join(format!("browserd-other-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(
+        &config,
+        "[models.other]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"other\"\n",
+    )
+    .unwrap();
     let api = Process::start_with_env(
         &db,
         model.addr,
         "api",
         &["--max-queued-tasks", "3"],
-        &[
-            ("BROWSERD_LLM_OTHER_PROVIDER", "openai"),
-            ("BROWSERD_LLM_OTHER_BASE_URL", "http://127.0.0.1:9/v1"),
-            ("BROWSERD_LLM_OTHER_MODEL", "other"),
-        ],
+        &[("BROWSERD_CONFIG", config.to_str().unwrap())],
     )
     .await;
+    let _ = std::fs::remove_file(&config);
     let client = Client::new(api.address(), &create_key(&db).await);
 
     // Bad input is a 422 naming the field, not a failed run.

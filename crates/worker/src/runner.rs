@@ -278,12 +278,21 @@ impl TaskRunner {
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
         };
         drop(deadline);
-        match Arc::try_unwrap(browser) {
-            Ok(browser) => {
-                let _ =
-                    tokio::time::timeout(RELEASE_TIMEOUT, browser.into_session().release()).await;
+        // A step interrupted by stop may leave an aborted screenshot task holding a clone for
+        // a moment: let the runtime drop it, then release the context.
+        let mut browser = browser;
+        for _ in 0..100 {
+            match Arc::try_unwrap(browser) {
+                Ok(owned) => {
+                    let release = owned.into_session().release();
+                    let _ = tokio::time::timeout(RELEASE_TIMEOUT, release).await;
+                    break;
+                }
+                Err(shared) => {
+                    browser = shared;
+                    tokio::task::yield_now().await;
+                }
             }
-            Err(_) => tracing::warn!("the browser session is still shared; it is released on drop"),
         }
         let history = outcome?;
         let end = if history.is_done() {

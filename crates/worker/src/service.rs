@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use browserd_agent::{
@@ -271,6 +272,7 @@ impl TaskJob {
         }
 
         let control = AgentControl::new();
+        let draining = Arc::new(AtomicBool::new(false));
         let sink = Arc::new(StoreSink::new(
             self.store.clone(),
             id,
@@ -289,6 +291,7 @@ impl TaskJob {
                 self.config.clone(),
                 control.clone(),
                 sink.clone(),
+                draining.clone(),
             )
             .in_current_span(),
         ));
@@ -308,6 +311,7 @@ impl TaskJob {
         };
         if result.is_none() {
             // Shutting down: finish the running step, then hand the task back.
+            draining.store(true, Ordering::SeqCst);
             control.pause();
             result = tokio::select! {
                 result = &mut run => Some(result),
@@ -330,7 +334,7 @@ impl TaskJob {
             return;
         };
         if let Some(reason) = sink.abandoned() {
-            tracing::warn!(%reason, "task abandoned");
+            tracing::info!(%reason, "task given up by this worker");
             return;
         }
         match result {
@@ -425,7 +429,14 @@ async fn watch_task(
     config: Arc<WorkerConfig>,
     control: AgentControl,
     sink: Arc<StoreSink>,
+    draining: Arc<AtomicBool>,
 ) {
+    let apply = |status: TaskStatus| {
+        // While draining the agent stays paused whatever the status says.
+        if !(draining.load(Ordering::SeqCst) && status == TaskStatus::Running) {
+            apply_status(status, &control);
+        }
+    };
     let mut subscription = Some(hub.subscribe(id));
     let mut heartbeat = tokio::time::interval((config.lease / 3).max(Duration::from_millis(200)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -446,7 +457,7 @@ async fn watch_task(
                 Some(Signal::Appended { .. } | Signal::Resync) => {
                     match store.get_task(None, id).await {
                         Ok(Some(task)) if task.lease_owner.as_deref() == Some(config.id.as_str()) => {
-                            apply_status(task.status, &control);
+                            apply(task.status);
                         }
                         Ok(Some(task)) if task.status.is_terminal() => control.stop(),
                         Ok(_) => {
@@ -458,7 +469,7 @@ async fn watch_task(
                 }
             },
             _ = heartbeat.tick() => match store.renew_lease(id, &config.id, config.lease).await {
-                Ok(Some(status)) => apply_status(status, &control),
+                Ok(Some(status)) => apply(status),
                 Ok(None) => {
                     match store.get_task(None, id).await {
                         Ok(Some(task)) if task.status.is_terminal() => control.stop(),

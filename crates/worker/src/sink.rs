@@ -78,7 +78,12 @@ impl StoreSink {
     pub fn abandon(&self, reason: String) {
         let mut state = self.lock();
         if state.abandoned.is_none() {
-            tracing::warn!(task_id = %self.task_id, %reason, "abandoning the task");
+            if self.control.is_stopped() {
+                // Stopped from outside (the API, a deleted task): the refusal is expected.
+                tracing::debug!(task_id = %self.task_id, %reason, "task ended elsewhere");
+            } else {
+                tracing::warn!(task_id = %self.task_id, %reason, "abandoning the task");
+            }
             state.abandoned = Some(reason);
         }
         drop(state);
