@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use browserd_store::{
-    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, Signal, Store, StoreError,
-    TransitionDetails,
+    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal, StepWrite,
+    Store, StoreError, TransitionDetails,
 };
+use secrecy::ExposeSecret;
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
 use secrecy::SecretString;
 use serde_json::json;
@@ -30,7 +31,16 @@ fn new_task(text: &str) -> NewTask {
         max_failures: 5,
         timeout_s: None,
         metadata: BTreeMap::new(),
+        max_tokens: None,
+        max_cost_usd: None,
     }
+}
+
+const TEST_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// A store that can seal and open task secrets.
+fn sealing_store(pool: PgPool) -> Store {
+    Store::from_pool(pool).with_secrets_keyring(SecretsKeyring::from_base64(TEST_KEY, &[]).unwrap())
 }
 
 async fn key(store: &Store) -> ApiKeyId {
@@ -38,7 +48,7 @@ async fn key(store: &Store) -> ApiKeyId {
 }
 
 async fn secrets_present(store: &Store, id: TaskId) -> bool {
-    sqlx::query_scalar::<_, bool>("select secrets is not null from tasks where id = $1")
+    sqlx::query_scalar::<_, bool>("select secrets_sealed is not null from tasks where id = $1")
         .bind(id.0)
         .fetch_one(store.pool())
         .await
@@ -47,7 +57,7 @@ async fn secrets_present(store: &Store, id: TaskId) -> bool {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn api_keys_authenticate_by_hash_only(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let created = store.create_api_key("ci").await.unwrap();
     let key = secrecy::ExposeSecret::expose_secret(&created.key).to_owned();
     assert!(key.starts_with("bd_") && key.len() == 46, "{key}");
@@ -81,7 +91,7 @@ async fn api_keys_authenticate_by_hash_only(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn tasks_are_scoped_to_their_key(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let (alice, bob) = (key(&store).await, key(&store).await);
     let task = store.create_task(alice, new_task("a")).await.unwrap();
     assert_eq!(task.status, TaskStatus::Queued);
@@ -119,7 +129,7 @@ async fn tasks_are_scoped_to_their_key(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let owner = key(&store).await;
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let go = |t| store.transition_task(Some(owner), id, t, TransitionDetails::default());
@@ -140,9 +150,12 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
         other => panic!("{other:?}"),
     }
     let running = store
-        .transition_task(None, id, Transition::Start, Default::default())
+        .claim_task("worker-1", Duration::from_secs(30))
         .await
-        .unwrap();
+        .unwrap()
+        .unwrap()
+        .record;
+    assert_eq!(running.id, id);
     assert_eq!(running.status, TaskStatus::Running);
     assert!(running.started_at.is_some());
     assert_eq!(
@@ -214,7 +227,7 @@ async fn status_machine_is_enforced_and_terminal_wipes_secrets(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn concurrent_appends_get_unique_gap_free_seqs(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let owner = key(&store).await;
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let writers: Vec<_> = (0..4)
@@ -255,7 +268,7 @@ async fn concurrent_appends_get_unique_gap_free_seqs(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let owner = key(&store).await;
     let shutdown = CancellationToken::new();
     let (hub, listener) = EventHub::start(&store, shutdown.clone()).await.unwrap();
@@ -292,7 +305,7 @@ async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn steps_artifacts_and_delete(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let owner = key(&store).await;
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let png = vec![0x89, b'P', b'N', b'G', 1, 2, 3];
@@ -378,7 +391,7 @@ async fn steps_artifacts_and_delete(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn listing_pages_are_stable_across_inserts(pool: PgPool) {
-    let store = Store::from_pool(pool);
+    let store = sealing_store(pool);
     let owner = key(&store).await;
     let mut created = Vec::new();
     for i in 0..7 {
@@ -414,4 +427,184 @@ async fn listing_pages_are_stable_across_inserts(pool: PgPool) {
         .collect();
     created.reverse();
     assert_eq!(seen, created);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queue, leases, recovery
+
+fn step_write(number: i32) -> StepWrite {
+    let now = OffsetDateTime::now_utc();
+    StepWrite {
+        number,
+        url: Some("http://127.0.0.1/".into()),
+        title: Some("t".into()),
+        model_output: None,
+        results: json!([]),
+        usage: None,
+        record: json!({"metadata": {"step_number": number}}),
+        screenshot: None,
+        started_at: now,
+        finished_at: now,
+        task_usage: json!({"invocations": number}),
+        event: json!({"number": number}),
+    }
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn claims_go_in_creation_order_and_never_twice(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(store.create_task(owner, new_task(&format!("t{i}"))).await.unwrap().id);
+    }
+    // Six concurrent claimers: every task exactly once.
+    let claims = futures::future::join_all((0..8).map(|i| {
+        let store = store.clone();
+        async move {
+            store
+                .claim_task(&format!("w{i}"), Duration::from_secs(30))
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    let mut claimed: Vec<_> = claims.into_iter().flatten().map(|c| c.record.id).collect();
+    assert_eq!(claimed.len(), 6);
+    claimed.sort_by_key(|id| id.0);
+    claimed.dedup();
+    assert_eq!(claimed.len(), 6);
+    // In creation order for one claimer.
+    let store2 = store.clone();
+    let a = store2.create_task(owner, new_task("a")).await.unwrap().id;
+    let b = store2.create_task(owner, new_task("b")).await.unwrap().id;
+    let first = store.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    assert_eq!(first.record.id, a);
+    assert_eq!(first.record.attempts, 1);
+    assert_eq!(first.secrets["pw"].expose_secret(), "s3cr3t-value");
+    let second = store.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    assert_eq!(second.record.id, b);
+    assert!(store.claim_task("w", Duration::from_secs(30)).await.unwrap().is_none());
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn secrets_are_sealed_at_rest_and_refused_without_a_key(pool: PgPool) {
+    let store = sealing_store(pool.clone());
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let stored: Vec<u8> = sqlx::query_scalar("select secrets_sealed from tasks where id = $1")
+        .bind(id.0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(!stored.windows(12).any(|w| w == b"s3cr3t-value"));
+    let keyless = Store::from_pool(pool);
+    assert!(matches!(
+        keyless.create_task(owner, new_task("t")).await,
+        Err(StoreError::NoSecretsKey)
+    ));
+    // A worker without the key claims the task but cannot open the secrets: it must fail it.
+    let claimed = keyless.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    assert!(claimed.secrets.is_empty());
+    assert!(claimed.secrets_error.unwrap().contains("secrets key"));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn leases_expire_into_the_queue_then_fail_after_the_last_attempt(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let lease = Duration::from_millis(200);
+    store.claim_task("w1", lease).await.unwrap().unwrap();
+    assert_eq!(
+        store.renew_lease(id, "w1", lease).await.unwrap(),
+        Some(TaskStatus::Running)
+    );
+    assert_eq!(store.renew_lease(id, "someone-else", lease).await.unwrap(), None);
+    store.write_step(id, "w1", step_write(0)).await.unwrap();
+    // Not expired yet: nothing to reap.
+    assert!(store.reap_expired_leases(2).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reaped = store.reap_expired_leases(2).await.unwrap();
+    assert_eq!(reaped.len(), 1);
+    assert_eq!(reaped[0].status, TaskStatus::Queued);
+    // The zombie's late writes fail, and it no longer renews.
+    assert!(matches!(
+        store.write_step(id, "w1", step_write(1)).await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    assert_eq!(store.renew_lease(id, "w1", lease).await.unwrap(), None);
+    // The second worker resumes; a step number is written once.
+    let again = store.claim_task("w2", lease).await.unwrap().unwrap();
+    assert_eq!(again.record.attempts, 2);
+    assert_eq!(store.step_records(id).await.unwrap().len(), 1);
+    assert!(matches!(
+        store.write_step(id, "w2", step_write(0)).await,
+        Err(StoreError::StepExists { number: 0, .. })
+    ));
+    store.write_step(id, "w2", step_write(1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reaped = store.reap_expired_leases(2).await.unwrap();
+    assert_eq!(reaped[0].status, TaskStatus::Failed);
+    let task = store.get_task(None, id).await.unwrap().unwrap();
+    assert!(task.error.unwrap().contains("all 2 attempts"));
+    assert!(!secrets_present(&store, id).await);
+    assert_eq!(task.usage, Some(json!({"invocations": 1})));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn released_tasks_go_back_to_the_queue_and_paused_ones_resume_through_it(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    let lease = Duration::from_secs(30);
+    store.claim_task("w1", lease).await.unwrap().unwrap();
+    assert_eq!(
+        store.release_task(id, "w1", "shutdown").await.unwrap(),
+        Some(TaskStatus::Queued)
+    );
+    assert_eq!(store.queue_position(id).await.unwrap(), Some(1));
+    store.claim_task("w2", lease).await.unwrap().unwrap();
+    store
+        .transition_task(Some(owner), id, Transition::Pause, Default::default())
+        .await
+        .unwrap();
+    // Paused on a worker that shuts down: it stays paused, without an owner …
+    assert_eq!(
+        store.release_task(id, "w2", "shutdown").await.unwrap(),
+        Some(TaskStatus::Paused)
+    );
+    // … and resuming puts it back in the queue for any worker.
+    let resumed = store
+        .transition_task(Some(owner), id, Transition::Resume, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(resumed.status, TaskStatus::Queued);
+    // Only the lease holder may end a task.
+    store.claim_task("w3", lease).await.unwrap().unwrap();
+    assert!(matches!(
+        store
+            .transition_claimed_task("w2", id, Transition::Finish, Default::default())
+            .await,
+        Err(StoreError::LeaseLost(_))
+    ));
+    let done = store
+        .transition_claimed_task("w3", id, Transition::Finish, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status, TaskStatus::Finished);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn stale_secrets_fail_their_task(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    assert!(store.expire_stale_secrets(Duration::from_secs(3600)).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(store.expire_stale_secrets(Duration::from_secs(1)).await.unwrap(), [id]);
+    let task = store.get_task(None, id).await.unwrap().unwrap();
+    assert_eq!(task.status, TaskStatus::Failed);
+    assert!(task.error.unwrap().contains("retention"));
+    assert!(!secrets_present(&store, id).await);
 }
