@@ -85,7 +85,13 @@ impl TestApp {
 
     async fn start_with(pool: PgPool, config: ApiConfig) -> Self {
         capture_logs();
-        let store = Store::from_pool(pool);
+        let store = Store::from_pool(pool).with_secrets_keyring(
+            browserd_store::SecretsKeyring::from_base64(
+                "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+                &[],
+            )
+            .unwrap(),
+        );
         let shutdown = CancellationToken::new();
         let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
         let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
@@ -739,16 +745,14 @@ async fn control_endpoints_follow_the_status_machine(pool: PgPool) {
         "never started, so back to the queue"
     );
 
-    // A worker starts it: pause/resume now go running ⇄ paused.
-    app.store
-        .transition_task(
-            None,
-            task_id(&resumed),
-            Transition::Start,
-            Default::default(),
-        )
+    // A worker claims it: pause/resume now go running ⇄ paused.
+    let claimed = app
+        .store
+        .claim_task("worker-1", Duration::from_secs(30))
         .await
+        .unwrap()
         .unwrap();
+    assert_eq!(claimed.record.id, task_id(&resumed));
     assert_eq!(
         act("pause").await.unwrap().json::<Value>().await.unwrap()["status"],
         "paused"
@@ -1071,13 +1075,15 @@ async fn secret_values_never_leave_the_database(pool: PgPool) {
         .unwrap()
         .parse()
         .unwrap();
-    // The value is stored (the worker needs it) ...
-    let stored: Option<Value> = sqlx::query_scalar("select secrets from tasks where id = $1")
-        .bind(id.0)
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap();
-    assert_eq!(stored.unwrap()["password"], secret.as_str());
+    // The value is stored sealed (the worker needs it, nobody else may read it) ...
+    let stored: Option<Vec<u8>> =
+        sqlx::query_scalar("select secrets_sealed from tasks where id = $1")
+            .bind(id.0)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
+    let stored = stored.expect("sealed secrets are stored");
+    assert!(!stored.windows(secret.len()).any(|w| w == secret.as_bytes()));
     // ... but appears in no response, event or log line.
     for path in [
         format!("/v1/tasks/{id}"),
@@ -1122,7 +1128,8 @@ async fn secret_values_never_leave_the_database(pool: PgPool) {
     );
     assert!(!logs.contains(&secret), "secret leaked into logs");
     // Terminal status wiped it.
-    let stored: Option<Value> = sqlx::query_scalar("select secrets from tasks where id = $1")
+    let stored: Option<Vec<u8>> =
+        sqlx::query_scalar("select secrets_sealed from tasks where id = $1")
         .bind(id.0)
         .fetch_one(app.store.pool())
         .await

@@ -64,9 +64,14 @@ struct Server {
 }
 
 async fn start_server(url: &str) -> Server {
+    // The api role alone: this test process plays the worker.
     let mut child = Command::new(BIN)
-        .arg("serve")
+        .arg("api")
         .env("DATABASE_URL", url)
+        .env(
+            "BROWSERD_SECRETS_KEY",
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        )
         .env("BROWSERD_LISTEN", "127.0.0.1:0")
         .env("BROWSERD_LOG_FORMAT", "json")
         .env("RUST_LOG", "debug")
