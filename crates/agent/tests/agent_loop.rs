@@ -1267,3 +1267,68 @@ async fn long_extraction_goes_to_a_workspace_file_and_is_shown_once() {
         "the agent's own extract spec only"
     );
 }
+
+#[tokio::test]
+async fn a_resumed_run_continues_from_the_persisted_history() {
+    let prior: AgentHistoryList = serde_json::from_value(json!({
+        "history": [
+            {
+                "model_output": {"evaluation_previous_goal": "Start", "next_goal": "Initial navigation",
+                                 "action": [{"navigate": {"url": "http://app.test/login", "new_tab": false}}]},
+                "result": [{"is_done": false, "long_term_memory": "Navigated to http://app.test/login"}],
+                "state": {"url": "http://app.test/login", "title": "Initial Actions", "tabs": [],
+                          "interacted_element": [null]},
+                "metadata": {"step_number": 0, "step_start_time": 1.0, "step_end_time": 2.0,
+                             "capture_ms": 0, "model_ms": 0, "actions_ms": 5,
+                             "usage": {"input_tokens": 0, "cached_input_tokens": 0,
+                                       "cache_creation_input_tokens": 0, "output_tokens": 0}}
+            },
+            {
+                "model_output": {"memory": "MEMO-ONE", "next_goal": "click sign in",
+                                 "plan_update": ["open the form", "sign in"], "current_plan_item": 1,
+                                 "action": [{"click": {"index": 99}}]},
+                "result": [{"is_done": false, "error": "Element index 99 not found"}],
+                "state": {"url": "http://app.test/login", "title": "Login", "tabs": [],
+                          "interacted_element": [null]},
+                "metadata": {"step_number": 1, "step_start_time": 3.0, "step_end_time": 4.0,
+                             "capture_ms": 1, "model_ms": 2, "actions_ms": 3, "invocations": 1,
+                             "usage": {"input_tokens": 1000, "cached_input_tokens": 0,
+                                       "cache_creation_input_tokens": 0, "output_tokens": 50}}
+            }
+        ],
+        "usage": {"total": {"input_tokens": 1000, "cached_input_tokens": 0,
+                            "cache_creation_input_tokens": 0, "output_tokens": 50},
+                  "invocations": 1}
+    }))
+    .unwrap();
+    let browser = FakeBrowser::login_site();
+    let model = ScriptedModel::json([done("resumed and done", true)]);
+    let sink = RecordingSink::new();
+    let mut config = login_config();
+    config.max_failures = 1;
+    let history = make(config, &browser, &model, &sink)
+        .resume_from(prior)
+        .run()
+        .await;
+    assert!(
+        browser.executed().is_empty(),
+        "no second initial navigation: {:?}",
+        browser.executed()
+    );
+    let request = &model.step_requests()[0];
+    let state = state_of(request);
+    assert!(state.contains("<step_1>"), "{state}");
+    assert!(state.contains("MEMO-ONE"), "{state}");
+    assert!(state.contains("[x] 0: open the form") && state.contains("[>] 1: sign in"));
+    // One failure was recorded before: with max_failures 1 only done is offered now.
+    assert_eq!(allowed_actions(request), ["done"]);
+    let numbers: Vec<u32> = history
+        .history
+        .iter()
+        .map(|h| h.metadata.step_number)
+        .collect();
+    assert_eq!(numbers, [0, 1, 2]);
+    assert!(history.is_done());
+    assert_eq!(history.usage.invocations, 2);
+    assert!(history.usage.total.input_tokens > 1000, "usage carried over");
+}

@@ -491,3 +491,76 @@ fn apply_status(status: TaskStatus, control: &AgentControl) {
         TaskStatus::Queued => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use browserd_types::{ApiKeyId, TaskId};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_field_of_the_task_row_reaches_the_runner() {
+        let now = OffsetDateTime::now_utc();
+        let record = TaskRecord {
+            id: TaskId::new(),
+            api_key_id: ApiKeyId(uuid::Uuid::now_v7()),
+            status: TaskStatus::Running,
+            task: "buy a monitor".into(),
+            start_url: Some("https://shop.example.com/".into()),
+            max_steps: 42,
+            model: Some("gpt".into()),
+            allowed_domains: vec!["*.example.com".into()],
+            prohibited_domains: vec!["ads.example.com".into()],
+            output_schema: Some(json!({"type": "object"})),
+            use_vision: false,
+            max_actions_per_step: 7,
+            max_failures: 2,
+            timeout_s: Some(600),
+            metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+            output: None,
+            is_success: None,
+            error: None,
+            lease_owner: Some("w".into()),
+            lease_expires_at: None,
+            attempts: 2,
+            last_event_seq: 9,
+            created_at: now,
+            updated_at: now,
+            started_at: Some(now - time::Duration::seconds(100)),
+            finished_at: None,
+            max_tokens: Some(5000),
+            max_cost_usd: Some(1.5),
+            usage: None,
+            last_url: None,
+        };
+        let secrets = BTreeMap::from([("pw".to_owned(), SecretString::from("hunter2"))]);
+        let spec = task_spec(&record, &secrets, now);
+        assert_eq!(spec.task, "buy a monitor");
+        assert_eq!(spec.start_url.as_deref(), Some("https://shop.example.com/"));
+        assert_eq!(spec.model.as_deref(), Some("gpt"));
+        assert_eq!(spec.allowed_domains, ["*.example.com"]);
+        assert_eq!(spec.prohibited_domains, ["ads.example.com"]);
+        assert_eq!(spec.output_schema, Some(json!({"type": "object"})));
+        assert_eq!(spec.use_vision, VisionMode::Never);
+        assert_eq!(spec.max_steps, 42);
+        assert_eq!(spec.max_actions_per_step, 7);
+        assert_eq!(spec.max_failures, 2);
+        // The wall-clock budget counts from the first start.
+        assert_eq!(spec.timeout, Some(Duration::from_secs(500)));
+        assert_eq!(spec.max_tokens, Some(5000));
+        assert_eq!(spec.max_cost_usd, Some(1.5));
+        assert_eq!(
+            spec.secrets.0.get("pw"),
+            Some(&SecretEntry::Value("hunter2".into()))
+        );
+        assert_eq!(spec.metadata["k"], "v");
+        let egress = spec.egress(true);
+        assert_eq!(egress.allowed_domains, ["*.example.com"]);
+        assert_eq!(egress.prohibited_domains, ["ads.example.com"]);
+        assert!(egress.allow_loopback);
+        // Past its budget: nothing left.
+        let late = task_spec(&record, &secrets, now + time::Duration::seconds(600));
+        assert_eq!(late.timeout, Some(Duration::ZERO));
+    }
+}
