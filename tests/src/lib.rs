@@ -82,7 +82,9 @@ impl TestDb {
     }
 
     pub async fn pool(&self) -> sqlx::PgPool {
-        sqlx::PgPool::connect(&self.url).await.expect("connect to the test database")
+        sqlx::PgPool::connect(&self.url)
+            .await
+            .expect("connect to the test database")
     }
 }
 
@@ -311,7 +313,11 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
-        (status, content_type, response.bytes().await.unwrap().to_vec())
+        (
+            status,
+            content_type,
+            response.bytes().await.unwrap().to_vec(),
+        )
     }
 
     /// Creates a task; panics unless 201.
@@ -350,9 +356,10 @@ impl Client {
             self.base.replacen("http", "ws", 1)
         );
         let mut request = url.into_client_request().unwrap();
-        request
-            .headers_mut()
-            .insert("authorization", format!("Bearer {}", self.key).parse().unwrap());
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.key).parse().unwrap(),
+        );
         let (ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
         EventStream { ws }
     }
@@ -493,7 +500,10 @@ pub fn reply(goal: &str, actions: Value) -> Value {
 
 /// An AgentOutput calling `done`.
 pub fn done_reply(text: &str, success: bool) -> Value {
-    reply("finish", json!([{"done": {"text": text, "success": success}}]))
+    reply(
+        "finish",
+        json!([{"done": {"text": text, "success": success}}]),
+    )
 }
 
 /// Index of the first `<tag …>` line of the page text matching `pattern`.

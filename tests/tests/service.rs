@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use browserd_agent::AgentHistoryList;
 use browserd_tests::{
-    Client, MockModel, Process, Site, TestDb, create_key, done_reply, index_of, reply,
-    stairs_brain,
+    Client, MockModel, Process, Site, TestDb, create_key, done_reply, index_of, reply, stairs_brain,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -33,15 +32,25 @@ fn kinds(events: &[Value]) -> Vec<String> {
 
 fn assert_contiguous_seqs(events: &[Value]) {
     for (i, event) in events.iter().enumerate() {
-        assert_eq!(event["seq"], json!(i as i64 + 1), "seq gap or duplicate at {i}: {events:?}");
+        assert_eq!(
+            event["seq"],
+            json!(i as i64 + 1),
+            "seq gap or duplicate at {i}: {events:?}"
+        );
     }
 }
 
 /// Step numbers 0..=N, each once.
 fn assert_steps_contiguous(steps: &[Value]) {
-    let numbers: Vec<i64> = steps.iter().map(|s| s["number"].as_i64().unwrap()).collect();
+    let numbers: Vec<i64> = steps
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
     let expected: Vec<i64> = (0..numbers.len() as i64).collect();
-    assert_eq!(numbers, expected, "steps are 0..N without gaps or duplicates");
+    assert_eq!(
+        numbers, expected,
+        "steps are 0..N without gaps or duplicates"
+    );
 }
 
 async fn pg_dump(db: &TestDb) -> String {
@@ -67,7 +76,10 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
     let tried = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let brain = Arc::new(move |page: &str| {
         if page.contains("Top reached") {
-            let code = regex::Regex::new(r"Top reached: (\w+)").unwrap().captures(page).unwrap()[1]
+            let code = regex::Regex::new(r"Top reached: (\w+)")
+                .unwrap()
+                .captures(page)
+                .unwrap()[1]
                 .to_owned();
             return reply(
                 "report the code",
@@ -141,7 +153,10 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
     assert_eq!(output, json!({"code": "CODE3X"}));
     assert_eq!(task["metadata"], json!({"customer": "acme"}));
     assert_eq!(task["max_tokens"], 1_000_000);
-    assert!(task["usage"]["invocations"].as_u64().unwrap() >= 3, "{task}");
+    assert!(
+        task["usage"]["invocations"].as_u64().unwrap() >= 3,
+        "{task}"
+    );
 
     // Steps, their events, the screenshots and the history agree.
     let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
@@ -153,7 +168,9 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
         assert_eq!(event["payload"]["number"], step["number"]);
         assert_eq!(event["payload"]["screenshot_url"], step["screenshot_url"]);
     }
-    let shot = steps[1]["screenshot_url"].as_str().expect("step 1 has a screenshot");
+    let shot = steps[1]["screenshot_url"]
+        .as_str()
+        .expect("step 1 has a screenshot");
     let (status, content_type, bytes) = client.get_bytes(shot).await;
     assert_eq!(status, 200);
     assert!(content_type.starts_with("image/"), "{content_type}");
@@ -168,14 +185,20 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
     assert!(parsed.is_done() && parsed.is_successful() == Some(true));
     // The browser got the domain lists: the other host was blocked at step 1.
     let first = &parsed.history[1];
-    assert_eq!(first.model_output.as_ref().unwrap().action[0].name, "navigate");
+    assert_eq!(
+        first.model_output.as_ref().unwrap().action[0].name,
+        "navigate"
+    );
     assert!(first.result[0].error.is_some(), "{:?}", first.result);
     // The model got no screenshot (use_vision false), the secret's name but never its value.
     let requests = model.requests();
     assert!(!requests.is_empty());
     for request in &requests {
         let text = request.to_string();
-        assert!(!text.contains("image_url"), "no image with use_vision=false");
+        assert!(
+            !text.contains("image_url"),
+            "no image with use_vision=false"
+        );
         assert!(!text.contains(&secret));
     }
     assert!(requests[0].to_string().contains("pw"));
@@ -240,7 +263,10 @@ async fn a_secret_is_typed_into_the_page_and_never_stored() {
         ("logs", server.logs()),
         ("events", serde_json::to_string(&events).unwrap()),
         ("history", history.to_string()),
-        ("model requests", serde_json::to_string(&model.requests()).unwrap()),
+        (
+            "model requests",
+            serde_json::to_string(&model.requests()).unwrap(),
+        ),
     ] {
         assert!(!text.contains(&secret), "secret found in {what}");
     }
@@ -263,8 +289,14 @@ async fn a_killed_worker_is_replaced_and_clients_of_any_api_follow_the_task() {
     let db = TestDb::create().await;
     let api_a = Process::start(&db, model.addr, "api", &[]).await;
     let api_b = Process::start(&db, model.addr, "api", &[]).await;
-    let worker_args = ["--allow-loopback", "--lease-s", "2", "--poll-interval-ms", "500"];
-    let mut workers = vec![
+    let worker_args = [
+        "--allow-loopback",
+        "--lease-s",
+        "2",
+        "--poll-interval-ms",
+        "500",
+    ];
+    let mut workers = [
         Process::start(&db, model.addr, "worker", &worker_args).await,
         Process::start(&db, model.addr, "worker", &worker_args).await,
     ];
@@ -304,12 +336,22 @@ async fn a_killed_worker_is_replaced_and_clients_of_any_api_follow_the_task() {
     events.extend(stream.until_closed(LONG).await);
     assert_contiguous_seqs(&events);
     let kinds = kinds(&events);
-    assert_eq!(kinds.last().map(String::as_str), Some("status:finished"), "{kinds:?}");
-    assert!(kinds.iter().any(|k| k == "status:queued"), "requeued after the lease expired");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("status:finished"),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.iter().any(|k| k == "status:queued"),
+        "requeued after the lease expired"
+    );
 
     let task = client_a.task(&id).await;
     assert_eq!(task["attempts"], 2, "{task}");
-    assert!(task["output"].as_str().unwrap().contains("CODE8X"), "{task}");
+    assert!(
+        task["output"].as_str().unwrap().contains("CODE8X"),
+        "{task}"
+    );
     let (_, steps) = client_b.get(&format!("/v1/tasks/{id}/steps")).await;
     let steps = steps["items"].as_array().unwrap().clone();
     assert_steps_contiguous(&steps);
@@ -326,7 +368,11 @@ async fn a_killed_worker_is_replaced_and_clients_of_any_api_follow_the_task() {
     assert_eq!(navigations, 1, "the resumed run did not start over");
     assert!(history.is_done());
     let survivor = &workers[1 - victim];
-    assert!(survivor.logs().contains("resuming the task"), "{}", survivor.logs());
+    assert!(
+        survivor.logs().contains("resuming the task"),
+        "{}",
+        survivor.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,7 +398,9 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     let id = client.create_task(long_task(40)).await;
     let mut stream = client.events(&id, 0).await;
     wait_for_step(&mut stream, 2).await;
-    let (status, _) = client.post(&format!("/v1/tasks/{id}/pause"), json!({})).await;
+    let (status, _) = client
+        .post(&format!("/v1/tasks/{id}/pause"), json!({}))
+        .await;
     assert_eq!(status, 200);
     // The worker finishes at most the step in flight, then nothing moves.
     let mut last_seen = 0;
@@ -367,13 +415,17 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     assert!(quiet.is_err(), "the stream stays open while paused");
     let steps_when_paused = step_count(&client, &id).await;
     assert!(steps_when_paused <= last_seen.max(2) as usize + 2);
-    let (status, task) = client.post(&format!("/v1/tasks/{id}/resume"), json!({})).await;
+    let (status, task) = client
+        .post(&format!("/v1/tasks/{id}/resume"), json!({}))
+        .await;
     assert_eq!(status, 200, "{task}");
     assert_eq!(task["status"], "running");
     wait_for_step(&mut stream, steps_when_paused as i64 + 1).await;
 
     // Stop: the task ends `stopped` at once, with its history kept.
-    let (status, task) = client.post(&format!("/v1/tasks/{id}/stop"), json!({})).await;
+    let (status, task) = client
+        .post(&format!("/v1/tasks/{id}/stop"), json!({}))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(task["status"], "stopped");
     let rest = stream.until_closed(LONG).await;
@@ -386,13 +438,25 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     let mut stream = client.events(&id, 0).await;
     wait_for_step(&mut stream, 2).await;
     worker.signal("TERM").await;
-    assert_eq!(worker.wait(Duration::from_secs(40)).await, Some(0), "{}", worker.logs());
-    assert!(worker.logs().contains("handed the task back"), "{}", worker.logs());
+    assert_eq!(
+        worker.wait(Duration::from_secs(40)).await,
+        Some(0),
+        "{}",
+        worker.logs()
+    );
+    assert!(
+        worker.logs().contains("handed the task back"),
+        "{}",
+        worker.logs()
+    );
     let task = client.task(&id).await;
     assert_eq!(task["status"], "queued", "{task}");
     let worker = Process::start(&db, model.addr, "worker", &worker_args).await;
     let task = client.wait_status(&id, &["finished"], LONG).await;
-    assert!(task["output"].as_str().unwrap().contains("CODE20X"), "{task}");
+    assert!(
+        task["output"].as_str().unwrap().contains("CODE20X"),
+        "{task}"
+    );
     assert_eq!(task["attempts"], 2, "{task}");
     let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
     assert_steps_contiguous(steps["items"].as_array().unwrap());
@@ -458,7 +522,10 @@ async fn budgets_admission_and_bad_input() {
     // Bad input is a 422 naming the field, not a failed run.
     for (body, field) in [
         (json!({"task": "t", "model": "nope"}), "model"),
-        (json!({"task": "t", "output_schema": {"type": 5}}), "output_schema"),
+        (
+            json!({"task": "t", "output_schema": {"type": 5}}),
+            "output_schema",
+        ),
         (
             json!({"task": "t", "start_url": "https://shop.example.com/",
                    "allowed_domains": ["docs.example.com"]}),
@@ -483,8 +550,10 @@ async fn budgets_admission_and_bad_input() {
                "use_vision": false})
     };
     let tokens = client
-        .create_task(json!({"task": "Climb", "start_url": site.url("/stairs/1?top=20"),
-                            "use_vision": false, "max_tokens": 2500}))
+        .create_task(
+            json!({"task": "Climb", "start_url": site.url("/stairs/1?top=20"),
+                            "use_vision": false, "max_tokens": 2500}),
+        )
         .await;
     let other = client
         .create_task(json!({"task": "Climb", "model": "other"}))
@@ -509,9 +578,16 @@ async fn budgets_admission_and_bad_input() {
     let worker = Process::start(&db, model.addr, "worker", &["--allow-loopback"]).await;
     let task = client.wait_status(&other, &["failed"], LONG).await;
     assert!(task["error"].as_str().unwrap().contains("other"), "{task}");
-    assert_eq!(step_count(&client, &other).await, 0, "no browser step was taken");
+    assert_eq!(
+        step_count(&client, &other).await,
+        0,
+        "no browser step was taken"
+    );
     let task = client.wait_status(&tokens, &["failed"], LONG).await;
-    assert!(task["error"].as_str().unwrap().contains("max_tokens"), "{task}");
+    assert!(
+        task["error"].as_str().unwrap().contains("max_tokens"),
+        "{task}"
+    );
     let task = client
         .wait_status(&third, &["finished", "failed"], LONG)
         .await;

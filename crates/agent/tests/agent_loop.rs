@@ -1330,5 +1330,8 @@ async fn a_resumed_run_continues_from_the_persisted_history() {
     assert_eq!(numbers, [0, 1, 2]);
     assert!(history.is_done());
     assert_eq!(history.usage.invocations, 2);
-    assert!(history.usage.total.input_tokens > 1000, "usage carried over");
+    assert!(
+        history.usage.total.input_tokens > 1000,
+        "usage carried over"
+    );
 }

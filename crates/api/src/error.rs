@@ -34,9 +34,7 @@ pub enum ApiError {
     #[error("rate limit exceeded; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
     /// 429: admission control; the queue is full.
-    #[error(
-        "the task queue is full ({queued} tasks waiting); retry in {retry_after_secs} s"
-    )]
+    #[error("the task queue is full ({queued} tasks waiting); retry in {retry_after_secs} s")]
     QueueFull { queued: i64, retry_after_secs: u64 },
     #[error("method not allowed")]
     MethodNotAllowed,

@@ -374,7 +374,9 @@ pub async fn task_history(
             "invocations": 0
         })
     });
-    Ok(Json(serde_json::json!({"history": history, "usage": usage})))
+    Ok(Json(
+        serde_json::json!({"history": history, "usage": usage}),
+    ))
 }
 
 /// The task if it exists and belongs to the caller; 404 otherwise (another key's task is

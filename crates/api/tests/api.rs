@@ -1130,10 +1130,10 @@ async fn secret_values_never_leave_the_database(pool: PgPool) {
     // Terminal status wiped it.
     let stored: Option<Vec<u8>> =
         sqlx::query_scalar("select secrets_sealed from tasks where id = $1")
-        .bind(id.0)
-        .fetch_one(app.store.pool())
-        .await
-        .unwrap();
+            .bind(id.0)
+            .fetch_one(app.store.pool())
+            .await
+            .unwrap();
     assert!(stored.is_none());
 }
 

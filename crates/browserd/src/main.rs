@@ -224,7 +224,14 @@ async fn serve(
     // while the api finishes its requests.
     let worker = match worker_args {
         Some(worker_args) => Some(
-            worker::start(cli, worker_args, store.clone(), hub.clone(), shutdown.clone()).await?,
+            worker::start(
+                cli,
+                worker_args,
+                store.clone(),
+                hub.clone(),
+                shutdown.clone(),
+            )
+            .await?,
         ),
         None => None,
     };

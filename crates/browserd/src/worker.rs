@@ -26,7 +26,12 @@ pub struct SecretsArgs {
 
     /// The 32-byte secrets key in base64 (`openssl rand -base64 32`). Without a key, tasks
     /// with secrets are refused.
-    #[arg(long, env = "BROWSERD_SECRETS_KEY", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "BROWSERD_SECRETS_KEY",
+        global = true,
+        hide_env_values = true
+    )]
     secrets_key: Option<String>,
 
     /// Previous secrets keys (comma-separated base64), still accepted for opening secrets

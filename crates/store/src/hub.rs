@@ -189,9 +189,7 @@ impl EventHub {
 
 async fn listen(store: &Store) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
-    listener
-        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL])
-        .await?;
+    listener.listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL]).await?;
     Ok(listener)
 }
 

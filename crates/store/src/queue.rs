@@ -126,10 +126,7 @@ impl Store {
         tx.commit().await?;
         let (secrets, secrets_error) = match (&claimed.secrets_sealed, &self.keyring) {
             (None, _) => (BTreeMap::new(), None),
-            (Some(_), None) => (
-                BTreeMap::new(),
-                Some(StoreError::NoSecretsKey.to_string()),
-            ),
+            (Some(_), None) => (BTreeMap::new(), Some(StoreError::NoSecretsKey.to_string())),
             (Some(sealed), Some(keyring)) => match keyring.open(id, sealed) {
                 Ok(secrets) => (secrets, None),
                 Err(err) => (BTreeMap::new(), Some(format!("task secrets: {err}"))),
@@ -256,8 +253,10 @@ impl Store {
                 .await?;
                 (
                     TaskStatus::Queued,
-                    Some(json!({"status": TaskStatus::Queued, "transition": "requeue",
-                                "reason": "lease expired"})),
+                    Some(
+                        json!({"status": TaskStatus::Queued, "transition": "requeue",
+                                "reason": "lease expired"}),
+                    ),
                 )
             } else {
                 sqlx::query!(
@@ -457,11 +456,9 @@ impl Store {
 
     /// Number of queued tasks (admission control).
     pub async fn queued_tasks(&self) -> Result<i64, StoreError> {
-        let n = sqlx::query_scalar!(
-            "select count(*) as \"n!\" from tasks where status = 'queued'"
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let n = sqlx::query_scalar!("select count(*) as \"n!\" from tasks where status = 'queued'")
+            .fetch_one(&self.pool)
+            .await?;
         Ok(n)
     }
 

@@ -26,9 +26,7 @@ const NONCE_LEN: usize = 24;
 /// material or plaintext.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SealError {
-    #[error(
-        "a secrets key must be 32 bytes encoded in base64 (e.g. `openssl rand -base64 32`){0}"
-    )]
+    #[error("a secrets key must be 32 bytes encoded in base64 (e.g. `openssl rand -base64 32`){0}")]
     BadKey(String),
     #[error("the secrets were sealed with a key this server does not have (key id {0})")]
     UnknownKey(String),
@@ -188,7 +186,10 @@ mod tests {
         assert!(!sealed.windows(11).any(|w| w == b"hunter2-xyz"));
         let opened = ring.open(task, &sealed).unwrap();
         assert_eq!(opened["pw"].expose_secret(), "hunter2-xyz");
-        assert!(matches!(ring.open(TaskId::new(), &sealed), Err(SealError::Damaged)));
+        assert!(matches!(
+            ring.open(TaskId::new(), &sealed),
+            Err(SealError::Damaged)
+        ));
         let mut flipped = sealed.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert!(matches!(ring.open(task, &flipped), Err(SealError::Damaged)));

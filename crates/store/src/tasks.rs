@@ -543,7 +543,10 @@ impl Store {
     }
 }
 
-pub(crate) async fn fetch_task(conn: &mut sqlx::PgConnection, id: TaskId) -> Result<TaskRecord, StoreError> {
+pub(crate) async fn fetch_task(
+    conn: &mut sqlx::PgConnection,
+    id: TaskId,
+) -> Result<TaskRecord, StoreError> {
     let row = sqlx::query_as!(
         TaskRow,
         "select id, api_key_id, status, task, start_url, max_steps, model,

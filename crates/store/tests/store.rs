@@ -8,8 +8,8 @@ use browserd_store::{
     ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal, StepWrite,
     Store, StoreError, TransitionDetails,
 };
-use secrecy::ExposeSecret;
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
+use secrecy::ExposeSecret;
 use secrecy::SecretString;
 use serde_json::json;
 use sqlx::PgPool;
@@ -456,7 +456,13 @@ async fn claims_go_in_creation_order_and_never_twice(pool: PgPool) {
     let owner = key(&store).await;
     let mut ids = Vec::new();
     for i in 0..6 {
-        ids.push(store.create_task(owner, new_task(&format!("t{i}"))).await.unwrap().id);
+        ids.push(
+            store
+                .create_task(owner, new_task(&format!("t{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
     }
     // Six concurrent claimers: every task exactly once.
     let claims = futures::future::join_all((0..8).map(|i| {
@@ -478,13 +484,27 @@ async fn claims_go_in_creation_order_and_never_twice(pool: PgPool) {
     let store2 = store.clone();
     let a = store2.create_task(owner, new_task("a")).await.unwrap().id;
     let b = store2.create_task(owner, new_task("b")).await.unwrap().id;
-    let first = store.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    let first = store
+        .claim_task("w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.record.id, a);
     assert_eq!(first.record.attempts, 1);
     assert_eq!(first.secrets["pw"].expose_secret(), "s3cr3t-value");
-    let second = store.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    let second = store
+        .claim_task("w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(second.record.id, b);
-    assert!(store.claim_task("w", Duration::from_secs(30)).await.unwrap().is_none());
+    assert!(
+        store
+            .claim_task("w", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
@@ -504,7 +524,11 @@ async fn secrets_are_sealed_at_rest_and_refused_without_a_key(pool: PgPool) {
         Err(StoreError::NoSecretsKey)
     ));
     // A worker without the key claims the task but cannot open the secrets: it must fail it.
-    let claimed = keyless.claim_task("w", Duration::from_secs(30)).await.unwrap().unwrap();
+    let claimed = keyless
+        .claim_task("w", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(claimed.secrets.is_empty());
     assert!(claimed.secrets_error.unwrap().contains("secrets key"));
 }
@@ -520,7 +544,10 @@ async fn leases_expire_into_the_queue_then_fail_after_the_last_attempt(pool: PgP
         store.renew_lease(id, "w1", lease).await.unwrap(),
         Some(TaskStatus::Running)
     );
-    assert_eq!(store.renew_lease(id, "someone-else", lease).await.unwrap(), None);
+    assert_eq!(
+        store.renew_lease(id, "someone-else", lease).await.unwrap(),
+        None
+    );
     store.write_step(id, "w1", step_write(0)).await.unwrap();
     // Not expired yet: nothing to reap.
     assert!(store.reap_expired_leases(2).await.unwrap().is_empty());
@@ -600,9 +627,21 @@ async fn stale_secrets_fail_their_task(pool: PgPool) {
     let store = sealing_store(pool);
     let owner = key(&store).await;
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
-    assert!(store.expire_stale_secrets(Duration::from_secs(3600)).await.unwrap().is_empty());
+    assert!(
+        store
+            .expire_stale_secrets(Duration::from_secs(3600))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(store.expire_stale_secrets(Duration::from_secs(1)).await.unwrap(), [id]);
+    assert_eq!(
+        store
+            .expire_stale_secrets(Duration::from_secs(1))
+            .await
+            .unwrap(),
+        [id]
+    );
     let task = store.get_task(None, id).await.unwrap().unwrap();
     assert_eq!(task.status, TaskStatus::Failed);
     assert!(task.error.unwrap().contains("retention"));

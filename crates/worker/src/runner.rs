@@ -181,7 +181,11 @@ pub struct TaskRunner {
 }
 
 impl TaskRunner {
-    pub fn new(pool: Arc<BrowserPool>, models: Arc<ModelRegistry>, settings: RunnerSettings) -> Self {
+    pub fn new(
+        pool: Arc<BrowserPool>,
+        models: Arc<ModelRegistry>,
+        settings: RunnerSettings,
+    ) -> Self {
         Self {
             pool,
             models,
@@ -252,7 +256,12 @@ impl TaskRunner {
             }
         }
 
-        let budget = Arc::new(BudgetSink::new(sink, control.clone(), &spec, prior.as_ref()));
+        let budget = Arc::new(BudgetSink::new(
+            sink,
+            control.clone(),
+            &spec,
+            prior.as_ref(),
+        ));
         let deadline = spec.timeout.map(|timeout| {
             let control = control.clone();
             let budget = budget.clone();

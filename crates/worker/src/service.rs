@@ -17,7 +17,9 @@ use browserd_agent::{
     AgentControl, AgentHistory, AgentHistoryList, SecretEntry, SensitiveData, UsageSummary,
     VisionMode,
 };
-use browserd_store::{ClaimedTask, EventHub, Signal, Store, StoreError, TaskRecord, TransitionDetails};
+use browserd_store::{
+    ClaimedTask, EventHub, Signal, Store, StoreError, TaskRecord, TransitionDetails,
+};
 use browserd_types::{TaskId, TaskStatus, Transition};
 use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
@@ -91,7 +93,11 @@ impl Worker {
         let config = self.config.clone();
         tracing::info!(worker = %config.id, concurrency = config.concurrency, "worker started");
         let tracker = TaskTracker::new();
-        tracker.spawn(maintain(self.store.clone(), config.clone(), shutdown.clone()));
+        tracker.spawn(maintain(
+            self.store.clone(),
+            config.clone(),
+            shutdown.clone(),
+        ));
         let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
         loop {
             let permit = tokio::select! {
@@ -237,7 +243,8 @@ impl TaskJob {
         } = claimed;
         let id = record.id;
         if let Some(error) = secrets_error {
-            self.end(id, Transition::Fail, None, None, Some(error)).await;
+            self.end(id, Transition::Fail, None, None, Some(error))
+                .await;
             return;
         }
         if let Err(err) = self.runner.model(record.model.as_deref()) {
@@ -252,7 +259,8 @@ impl TaskJob {
                 "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
                 record.timeout_s.unwrap_or_default()
             );
-            self.end(id, Transition::Fail, None, None, Some(error)).await;
+            self.end(id, Transition::Fail, None, None, Some(error))
+                .await;
             return;
         }
         let prior = match self.prior_history(&record).await {
@@ -278,10 +286,7 @@ impl TaskJob {
             id,
             self.config.id.clone(),
             control.clone(),
-            prior
-                .as_ref()
-                .map(|p| p.usage.clone())
-                .unwrap_or_default(),
+            prior.as_ref().map(|p| p.usage.clone()).unwrap_or_default(),
         ));
         let watcher = AbortOnDrop(tokio::spawn(
             watch_task(
@@ -296,15 +301,14 @@ impl TaskJob {
             .in_current_span(),
         ));
         let workspace_dir = self.config.workspace_root.join(id.to_string());
-        let run = self.runner.run(RunRequest {
+        let mut run = Box::pin(self.runner.run(RunRequest {
             spec,
             workspace_dir: Some(workspace_dir.clone()),
             sink: sink.clone(),
             control: control.clone(),
             prior,
             resume_url,
-        });
-        tokio::pin!(run);
+        }));
         let mut result = tokio::select! {
             result = &mut run => Some(result),
             () = shutdown.cancelled() => None,
@@ -321,6 +325,7 @@ impl TaskJob {
         }
         drop(watcher);
         let Some(result) = result else {
+            // Dropping the run drops the agent and its browser context.
             drop(run);
             match self
                 .store
@@ -329,7 +334,9 @@ impl TaskJob {
             {
                 Ok(Some(status)) => tracing::info!(%status, "handed the task back"),
                 Ok(None) => tracing::info!("the task was no longer ours to hand back"),
-                Err(err) => tracing::warn!(%err, "handing the task back failed; its lease will expire"),
+                Err(err) => {
+                    tracing::warn!(%err, "handing the task back failed; its lease will expire")
+                }
             }
             return;
         };
@@ -346,7 +353,8 @@ impl TaskJob {
                 let output = outcome.final_result().map(str::to_owned);
                 match outcome.end {
                     RunEnd::Done { success } => {
-                        self.end(id, Transition::Finish, output, success, None).await;
+                        self.end(id, Transition::Finish, output, success, None)
+                            .await;
                     }
                     RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
                         self.end(id, Transition::Fail, output, None, Some(reason))

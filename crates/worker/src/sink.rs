@@ -9,9 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use browserd_agent::{
-    AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot, UsageSummary,
-};
+use browserd_agent::{AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot, UsageSummary};
 use browserd_store::{StepWrite, Store, StoreError};
 use browserd_types::dto::screenshot_path;
 use browserd_types::{ArtifactId, TaskId, event_kind};
