@@ -558,7 +558,10 @@ async fn budgets_admission_and_bad_input() {
     let other = client
         .create_task(json!({"task": "Climb", "model": "other"}))
         .await;
-    let third = client.create_task(stairs(2)).await;
+    let third = client
+        .create_task(json!({"task": "Climb", "start_url": site.url("/stairs/1?top=400"),
+                            "use_vision": false, "max_steps": 500, "timeout_s": 2}))
+        .await;
     assert_eq!(client.task(&third).await["queue_position"], 3);
     let response = client
         .http
@@ -588,8 +591,12 @@ async fn budgets_admission_and_bad_input() {
         task["error"].as_str().unwrap().contains("max_tokens"),
         "{task}"
     );
+    let task = client.wait_status(&third, &["failed"], LONG).await;
+    assert!(task["error"].as_str().unwrap().contains("timeout_s"), "{task}");
+    assert!(step_count(&client, &third).await >= 2, "it ran until the budget ended it");
+    let last = client.create_task(stairs(2)).await;
     let task = client
-        .wait_status(&third, &["finished", "failed"], LONG)
+        .wait_status(&last, &["finished", "failed"], LONG)
         .await;
     assert_eq!(task["status"], "finished", "{task}\n{}", worker.logs());
 }

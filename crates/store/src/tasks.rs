@@ -504,7 +504,7 @@ impl Store {
     }
 
     /// Deletes `owner`'s task `id` with its steps, events and artifacts. Refused while a
-    /// worker holds the task (running, or paused after it started).
+    /// worker holds the task (running, or paused on a worker).
     pub async fn delete_task(
         &self,
         owner: ApiKeyId,
@@ -512,7 +512,7 @@ impl Store {
     ) -> Result<DeletedTask, StoreError> {
         let mut tx = self.pool.begin().await?;
         let current = sqlx::query!(
-            "select status, started_at from tasks where id = $1 and api_key_id = $2 for update",
+            "select status, lease_owner from tasks where id = $1 and api_key_id = $2 for update",
             id.0,
             owner.0,
         )
@@ -520,8 +520,9 @@ impl Store {
         .await?
         .ok_or(StoreError::TaskNotFound(id))?;
         let status = parse_status(&current.status)?;
+        // A paused task is on a worker while that worker holds its lease (and its browser).
         let on_worker = status == TaskStatus::Running
-            || (status == TaskStatus::Paused && current.started_at.is_some());
+            || (status == TaskStatus::Paused && current.lease_owner.is_some());
         if on_worker {
             return Err(StoreError::TaskActive { id, status });
         }

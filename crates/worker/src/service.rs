@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::runner::{AbortOnDrop, RunEnd, RunRequest, TaskRunner, TaskSpec};
+use crate::runner::{AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec};
 use crate::sink::StoreSink;
 
 /// Operator settings of a worker process.
@@ -242,6 +242,7 @@ impl TaskJob {
             secrets_error,
         } = claimed;
         let id = record.id;
+        let attempt = record.attempts;
         if let Some(error) = secrets_error {
             self.end(id, Transition::Fail, None, None, Some(error))
                 .await;
@@ -345,6 +346,16 @@ impl TaskJob {
             return;
         }
         match result {
+            Err(RunError::Browser(err)) if attempt < self.config.max_attempts => {
+                // Chrome could not give a context (launch failed, crashed): another attempt,
+                // here or on another worker, may succeed.
+                tracing::warn!(%err, "no browser for the task; handing it back");
+                let _ = self
+                    .store
+                    .release_task(id, &self.config.id, "no browser available")
+                    .await;
+                return;
+            }
             Err(err) => {
                 self.end(id, Transition::Fail, None, None, Some(err.to_string()))
                     .await;
