@@ -274,26 +274,17 @@ impl Client {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.key)
-            .json(&body)
-            .send()
+        self.send(self.http.post(format!("{}{path}", self.base)).json(&body))
             .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(&self.key)
-            .send()
+        self.send(self.http.get(format!("{}{path}", self.base)))
             .await
-            .unwrap();
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.bearer_auth(&self.key).send().await.unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }

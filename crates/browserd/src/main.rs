@@ -187,6 +187,23 @@ async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<S
         .context("connecting to the database (DATABASE_URL)")
 }
 
+/// The store of a serving role: connected, migrated, with the secrets key when configured.
+pub(crate) async fn open_store(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
+    let mut store = connect(
+        &cli.database_url,
+        &StoreOptions {
+            max_connections,
+            ..StoreOptions::default()
+        },
+    )
+    .await?;
+    store.migrate().await.context("applying migrations")?;
+    if let Some(keyring) = cli.secrets.keyring()? {
+        store = store.with_secrets_keyring(keyring);
+    }
+    Ok(store)
+}
+
 async fn serve(
     cli: &Cli,
     args: &ServeArgs,
@@ -203,18 +220,7 @@ async fn serve(
         }),
         (None, _) => None,
     };
-    let mut store = connect(
-        &cli.database_url,
-        &StoreOptions {
-            max_connections: args.db_max_connections,
-            ..StoreOptions::default()
-        },
-    )
-    .await?;
-    store.migrate().await.context("applying migrations")?;
-    if let Some(keyring) = cli.secrets.keyring()? {
-        store = store.with_secrets_keyring(keyring);
-    }
+    let store = open_store(cli, args.db_max_connections).await?;
 
     let shutdown = CancellationToken::new();
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())

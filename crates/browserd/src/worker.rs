@@ -9,13 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use browserd_browser::{BrowserPool, PoolConfig};
 use browserd_llm::ModelRegistry;
-use browserd_store::{EventHub, SecretsKeyring, Store, StoreOptions};
+use browserd_store::{EventHub, SecretsKeyring, Store};
 use browserd_worker::{RunnerSettings, TaskRunner, Worker, WorkerConfig};
 use clap::Args;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Cli, config, connect};
+use crate::{Cli, config};
 
 /// Where task secrets are sealed and opened.
 #[derive(Debug, Args)]
@@ -201,18 +201,7 @@ pub async fn run_worker_only(
     args: &WorkerArgs,
     db_max_connections: u32,
 ) -> anyhow::Result<()> {
-    let mut store = connect(
-        &cli.database_url,
-        &StoreOptions {
-            max_connections: db_max_connections,
-            ..StoreOptions::default()
-        },
-    )
-    .await?;
-    store.migrate().await.context("applying migrations")?;
-    if let Some(keyring) = cli.secrets.keyring()? {
-        store = store.with_secrets_keyring(keyring);
-    }
+    let store = crate::open_store(cli, db_max_connections).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::cancel_on_signal(shutdown.clone()));
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())

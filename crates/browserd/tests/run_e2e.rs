@@ -12,6 +12,7 @@ use axum::extract::{Form, Query, State};
 use axum::response::Html;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use browserd_tests::{done_reply, index_of, message_texts, page_text, reply};
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -140,37 +141,6 @@ struct MockModel {
     requests: Mutex<Vec<Value>>,
 }
 
-/// Text of every message of a chat-completions request, in order.
-fn message_texts(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .map(|messages| {
-            messages
-                .iter()
-                .map(|m| match &m["content"] {
-                    Value::String(s) => s.clone(),
-                    Value::Array(parts) => parts
-                        .iter()
-                        .filter_map(|p| p["text"].as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    _ => String::new(),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The `<browser_state>` part of the state message (the last message mentioning it; the
-/// system prompt mentions it too).
-fn page_text(request: &Value) -> String {
-    message_texts(request)
-        .into_iter()
-        .rev()
-        .find_map(|t| t.rfind("<browser_state>").map(|i| t[i..].to_owned()))
-        .unwrap_or_default()
-}
-
 async fn completions(
     State(model): State<Arc<MockModel>>,
     Json(request): Json<Value>,
@@ -207,29 +177,6 @@ async fn start_model(script: Vec<Turn>) -> (SocketAddr, Arc<MockModel>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (addr, model)
-}
-
-fn reply(goal: &str, actions: Value) -> Value {
-    json!({
-        "thinking": format!("I will {goal}."),
-        "evaluation_previous_goal": "Looks right.",
-        "memory": format!("Working on: {goal}"),
-        "next_goal": goal,
-        "action": actions
-    })
-}
-
-fn done_reply(text: &str, success: bool) -> Value {
-    reply(
-        "finish",
-        json!([{"done": {"text": text, "success": success}}]),
-    )
-}
-
-/// Index of the first `<tag …>` line of the page text matching `pattern`.
-fn index_of(page: &str, tag: &str, pattern: &str) -> Option<u64> {
-    let re = Regex::new(&format!(r"\[(\d+)\]<{tag}\b[^\n]*{pattern}")).unwrap();
-    re.captures(page).and_then(|c| c[1].parse().ok())
 }
 
 /// A turn whose actions need element indices; when one is missing the model gives up (the
