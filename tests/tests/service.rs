@@ -559,8 +559,10 @@ async fn budgets_admission_and_bad_input() {
         .create_task(json!({"task": "Climb", "model": "other"}))
         .await;
     let third = client
-        .create_task(json!({"task": "Climb", "start_url": site.url("/stairs/1?top=400"),
-                            "use_vision": false, "max_steps": 500, "timeout_s": 2}))
+        .create_task(
+            json!({"task": "Climb", "start_url": site.url("/stairs/1?top=400"),
+                            "use_vision": false, "max_steps": 500, "timeout_s": 2}),
+        )
         .await;
     assert_eq!(client.task(&third).await["queue_position"], 3);
     let response = client
@@ -592,8 +594,14 @@ async fn budgets_admission_and_bad_input() {
         "{task}"
     );
     let task = client.wait_status(&third, &["failed"], LONG).await;
-    assert!(task["error"].as_str().unwrap().contains("timeout_s"), "{task}");
-    assert!(step_count(&client, &third).await >= 2, "it ran until the budget ended it");
+    assert!(
+        task["error"].as_str().unwrap().contains("timeout_s"),
+        "{task}"
+    );
+    assert!(
+        step_count(&client, &third).await >= 2,
+        "it ran until the budget ended it"
+    );
     let last = client.create_task(stairs(2)).await;
     let task = client
         .wait_status(&last, &["finished", "failed"], LONG)
