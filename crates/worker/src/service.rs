@@ -275,7 +275,17 @@ impl TaskJob {
                 return;
             }
         };
-        let resume_url = prior.as_ref().and(record.last_url.clone());
+        // Where the lost attempt was: the URL of its latest step start, else where its last
+        // stored step began (a run lost right after its initial navigation).
+        let resume_url = prior.as_ref().and_then(|prior| {
+            record.last_url.clone().or_else(|| {
+                prior
+                    .history
+                    .last()
+                    .map(|h| h.state.url.clone())
+                    .filter(|u| !u.is_empty())
+            })
+        });
         if let Some(prior) = &prior {
             tracing::info!(steps = prior.history.len(), url = ?resume_url, "resuming the task");
         }
