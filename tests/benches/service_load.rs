@@ -2,26 +2,47 @@
 //! tasks), against the same N tasks run as N concurrent `browserd run` processes (one Chrome
 //! each) in the same run. Real Postgres, real Chromium on local pages, a mock OpenAI-compatible
 //! model answering after a fixed delay; every task climbs `/stairs/1?top=T` (T−1 clicks and a
-//! `done`, so T model calls) with `use_vision: false`.
+//! `done`, so T model calls) with `use_vision: false`. Each service run starts a fresh `serve`
+//! (its Chromes launch lazily, so the batch pays their start-up like the baseline pays its own).
 //!
-//! Measured per side: wall time of the whole batch → tasks per minute; peak memory of the
-//! browserd process(es) and every Chrome process they started (VmRSS summed over the process
-//! tree, sampled from /proc every 100 ms; PSS sampled every second next to it), per concurrently
-//! running task. Service only: POST → first `step` event on the task's WebSocket, and for every
-//! `step` event its delivery latency = client receive time − the event's `created_at`.
-//! `created_at` is Postgres `now()`, the start of the step's write transaction, so the delivery
-//! latency also counts that transaction (event row, screenshot artifact, step row, usage).
+//! Measured per side, from /proc every 100 ms: the processes of the side are the `browserd`
+//! processes (marked by an environment variable) and all their descendants, plus Chrome's
+//! crashpad handlers (re-parented to init, found by the same mark).
+//! - wall time of the whole batch → tasks per minute;
+//! - peak memory per concurrently running task: VmRSS summed over the processes (what was asked
+//!   for; it counts every shared page — chromium's code, fonts — once per process, so it
+//!   overstates many small processes) and RssAnon summed (private anonymous memory, no file
+//!   pages; a closer estimate of what each extra task really costs). PSS would be the exact
+//!   answer, but one `smaps_rollup` pass over the baseline's ~300 Chrome processes took up to
+//!   26 s under its load, and its CPU would perturb what is measured on 2 cores. Per kind of
+//!   process (browser, renderer, the top-chrome WebUI renderer every window gets, GPU, …) the
+//!   report shows the processes, VmRSS and RssAnon at the VmRSS peak and their CPU seconds.
+//!   Under the baseline's load one /proc scan can take 1–2 s (the sampler thread is one of
+//!   hundreds of runnable threads), so its peak comes from fewer, sparser samples; the report
+//!   prints the mean scan time;
+//! - CPU seconds of the side's processes (utime + stime, the last ≤ 100 ms of a process that
+//!   exits between samples is missed); for the service also those of its Postgres backends;
+//! - machine-wide CPU busy share while the batch ran, and in the 2 s before it (others' load).
+//!
+//! Service only: POST → `running` status, → first `step_started` (step 0 = the start URL), →
+//! first `step` event, each received on the task's WebSocket (opened right after the POST, from
+//! seq 0); and for every live event its delivery latency = client receive time − `created_at`.
+//! `created_at` is Postgres `now()`, the *start* of the writing transaction; a `step` event's
+//! transaction also stores the screenshot artifact, the step row and the usage, so its delivery
+//! latency over-counts by that transaction's duration; other events are one-insert transactions.
 //!
 //! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 5), `BENCH_MODEL_DELAY_MS` (300),
 //! `BENCH_RUNS` (1; medians over runs when more), `BENCH_CONCURRENCY` (20),
 //! `BENCH_CHROME_PROCESSES` (2: one Chrome per core — each Chrome's browser process serialises
-//! the CDP traffic of all its contexts on one main thread, and every extra Chrome adds its fixed
-//! processes: browser, zygotes, GPU, network and storage services, crashpad).
+//! the CDP traffic of all its contexts on one main thread, while every extra Chrome adds its
+//! fixed processes: browser, 2 zygotes, GPU, network and storage services, 2 crashpad handlers;
+//! 1, 2 and 4 gave the same throughput within noise on 2 cores, 1 delays the first steps most),
+//! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms).
 //!
 //! Needs the `browserd` binary of the same profile: `cargo build --release -p browserd` before
-//! `cargo bench -p browserd-tests --bench service_load` (or `BROWSERD_BIN`).
+//! `cargo bench -p browserd-tests --bench service_load` (or point `BROWSERD_BIN` at one).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -37,14 +58,12 @@ use tokio::process::Command;
 const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest a whole side (all N tasks) may take.
 const SIDE_TIMEOUT: Duration = Duration::from_secs(900);
-/// Memory sampling period.
+/// Sampling period of /proc.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-/// PSS (smaps_rollup, costlier to read) is read every this many samples.
-const PSS_EVERY: u32 = 10;
-/// The environment variable marking every process of one side (its crashpad handlers are
-/// re-parented to init, so the process tree alone misses them).
+/// Marks every process of one side.
 const TAG_VAR: &str = "BROWSERD_BENCH_TAG";
 const TASK: &str = "Climb to the top and report the code";
+const POSTGRES: &str = "postgres backend";
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -61,6 +80,7 @@ struct Config {
     runs: usize,
     concurrency: usize,
     chrome_processes: usize,
+    verbose: bool,
 }
 
 impl Config {
@@ -72,6 +92,7 @@ impl Config {
             runs: env_u64("BENCH_RUNS", 1).max(1) as usize,
             concurrency: env_u64("BENCH_CONCURRENCY", 20).max(1) as usize,
             chrome_processes: env_u64("BENCH_CHROME_PROCESSES", 2).max(1) as usize,
+            verbose: env_u64("BENCH_VERBOSE", 0) == 1,
         }
     }
 }
@@ -87,7 +108,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Nearest-rank percentile of `values` (sorted here), `NaN` when empty.
+/// Nearest-rank percentile, `NaN` when empty.
 fn percentile(values: &[f64], p: f64) -> f64 {
     if values.is_empty() {
         return f64::NAN;
@@ -116,172 +137,344 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-// ---------------------------------------------------------------- memory sampling
-
-/// One process of a side: pid, VmRSS (KiB), what it is.
-struct Member {
-    pid: u32,
-    rss_kib: u64,
-    kind: String,
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
-/// The processes carrying `tag` in their environment (browserd itself, Chrome's crashpad
-/// handlers) and all their descendants.
-fn members(tag_entry: &[u8]) -> Vec<Member> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut roots = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let mut rest = stat[close + 1..].split_whitespace();
-        let state = rest.next().unwrap_or("");
-        let ppid: u32 = rest.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if state == "Z" {
-            continue;
-        }
-        children.entry(ppid).or_default().push(pid);
-        if (comm == "browserd" || comm.starts_with("chrome_crashpad"))
-            && std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == tag_entry))
-        {
-            roots.push(pid);
-        }
-    }
-    let mut seen = HashSet::new();
-    let mut queue = roots;
-    let mut out = Vec::new();
-    while let Some(pid) = queue.pop() {
-        if !seen.insert(pid) {
-            continue;
-        }
-        if let Some(kids) = children.get(&pid) {
-            queue.extend(kids.iter().copied());
-        }
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let rss_kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        out.push(Member {
-            pid,
-            rss_kib,
-            kind: kind_of(pid),
-        });
-    }
-    out
+// ---------------------------------------------------------------- machine cpu
+
+/// Clock ticks per second of /proc times.
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
 
-/// browserd, Chrome's browser process, `--type=renderer|zygote|gpu-process|utility`, crashpad,
-/// or what else (the `sh`/`tail` Chrome watchers).
-fn kind_of(pid: u32) -> String {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let args: Vec<String> = cmdline
+/// Machine-wide (busy, total) CPU ticks from /proc/stat.
+fn machine_cpu() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let total: u64 = ticks.iter().sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// The machine's busy share (all cores = 1.0) since `since`.
+fn busy_since(since: (u64, u64)) -> f64 {
+    let (busy, total) = machine_cpu();
+    (busy - since.0) as f64 / (total - since.1).max(1) as f64
+}
+
+/// The machine's busy share over the next 2 s: how loaded it is by others before a side.
+async fn background_busy() -> f64 {
+    let since = machine_cpu();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    busy_since(since)
+}
+
+/// CPU ticks (user + system) of this process.
+fn own_cpu_ticks() -> u64 {
+    read_stat("self").map_or(0, |s| s.cpu_ticks)
+}
+
+// ---------------------------------------------------------------- process sampling
+
+struct Stat {
+    ppid: u32,
+    comm: String,
+    zombie: bool,
+    cpu_ticks: u64,
+}
+
+fn read_stat(pid: &str) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    // After the comm: state(0) ppid(1) … utime(11) stime(12).
+    let at = |i: usize| -> u64 { fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0) };
+    Some(Stat {
+        ppid: at(1) as u32,
+        comm: stat[open + 1..close].to_owned(),
+        zombie: fields.first() == Some(&"Z"),
+        cpu_ticks: at(11) + at(12),
+    })
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
         .split(|b| *b == 0)
         .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    let all = args.join(" ");
-    let program = args.first().cloned().unwrap_or_default();
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// browserd, Chrome's browser process, `chrome <--type>`, crashpad, or what else (the
+/// `sh`/`tail` watchers next to each Chrome).
+fn kind_of(pid: u32) -> String {
+    let all = cmdline(pid);
+    let program = all.split(' ').next().unwrap_or("");
     if program.ends_with("browserd") {
         return "browserd".into();
     }
-    if all.contains("chrome_crashpad_handler") {
+    if program.contains("crashpad") {
         return "chrome crashpad".into();
     }
-    if program.contains("chrom") {
-        return match all.split_whitespace().find_map(|a| a.strip_prefix("--type=")) {
-            Some(kind) => format!("chrome {kind}"),
-            None => "chrome browser".into(),
-        };
+    // Chrome starts some helpers as `/proc/self/exe --type=…`.
+    if let Some(kind) = all.split(' ').find_map(|a| a.strip_prefix("--type=")) {
+        // New headless Chrome gives every window (one per browser context) a renderer for
+        // its top-chrome WebUI besides the page's.
+        if all.split(' ').any(|a| a == "--top-chrome-webui") {
+            return format!("chrome {kind} (webui)");
+        }
+        return format!("chrome {kind}");
     }
-    let name = program.rsplit('/').next().unwrap_or("?");
-    format!("other ({name})")
+    if program.contains("chrom") {
+        return "chrome browser".into();
+    }
+    format!("other ({})", program.rsplit('/').next().unwrap_or("?"))
 }
 
-fn pss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Pss:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+/// (VmRSS, RssAnon) in KiB.
+fn rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Some((field("VmRSS:"), field("RssAnon:")))
 }
 
-#[derive(Clone, Debug, Default)]
-struct MemPeak {
+struct Member {
+    pid: u32,
+    kind: String,
     rss_kib: u64,
-    pss_kib: u64,
-    /// At the RSS peak: kind → (processes, RSS KiB).
-    breakdown: BTreeMap<String, (usize, u64)>,
+    anon_kib: u64,
+    cpu_ticks: u64,
 }
 
-/// Samples a side's memory on a thread of its own until finished.
-struct MemSampler {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<MemPeak>,
+/// Finds the processes of one side.
+struct Scanner {
+    tag_entry: Vec<u8>,
+    /// The service's database: its Postgres backends are reported too.
+    database: Option<String>,
+    kinds: HashMap<u32, String>,
 }
 
-impl MemSampler {
-    fn start(tag: &str) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let entry = format!("{TAG_VAR}={tag}").into_bytes();
-        let stopped = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut peak = MemPeak::default();
-            let mut tick = 0u32;
-            while !stopped.load(Ordering::SeqCst) {
-                let procs = members(&entry);
-                let rss: u64 = procs.iter().map(|m| m.rss_kib).sum();
-                if rss > peak.rss_kib {
-                    peak.rss_kib = rss;
-                    peak.breakdown.clear();
-                    for m in &procs {
-                        let slot = peak.breakdown.entry(m.kind.clone()).or_default();
-                        slot.0 += 1;
-                        slot.1 += m.rss_kib;
+impl Scanner {
+    fn new(tag: &str, database: Option<String>) -> Self {
+        Self {
+            tag_entry: format!("{TAG_VAR}={tag}").into_bytes(),
+            database,
+            kinds: HashMap::new(),
+        }
+    }
+
+    fn tagged(&self, pid: u32) -> bool {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == self.tag_entry))
+    }
+
+    fn scan(&mut self) -> Vec<Member> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut stats = HashMap::new();
+        let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+        let mut roots = Vec::new();
+        let mut backends = Vec::new();
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Some(stat) = read_stat(&pid.to_string()) else {
+                continue;
+            };
+            if stat.zombie {
+                continue;
+            }
+            children.entry(stat.ppid).or_default().push(pid);
+            // Chrome rewrites its helpers' environ area (setproctitle) but not the browser's
+            // or crashpad's: the mark is found on browserd and crashpad, the rest by parentage.
+            if (stat.comm == "browserd" || stat.comm.starts_with("chrome_crashpad"))
+                && self.tagged(pid)
+            {
+                roots.push(pid);
+            }
+            if stat.comm == "postgres"
+                && let Some(db) = &self.database
+                && cmdline(pid).split(' ').any(|w| w == db)
+            {
+                backends.push(pid);
+            }
+            stats.insert(pid, stat);
+        }
+        let mut seen = HashSet::new();
+        let mut queue: Vec<(u32, bool)> = roots.into_iter().map(|p| (p, false)).collect();
+        queue.extend(backends.into_iter().map(|p| (p, true)));
+        let mut out = Vec::new();
+        while let Some((pid, backend)) = queue.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            if !backend && let Some(kids) = children.get(&pid) {
+                queue.extend(kids.iter().map(|k| (*k, false)));
+            }
+            let Some((rss_kib, anon_kib)) = rss_kib(pid) else {
+                continue;
+            };
+            let kind = if backend {
+                POSTGRES.to_owned()
+            } else {
+                // A zygote's fork renames itself, an exec'd helper starts as
+                // `/proc/self/exe`: look again until they have.
+                match self.kinds.get(&pid) {
+                    Some(kind) if kind != "chrome zygote" && !kind.starts_with("other") => {
+                        kind.clone()
+                    }
+                    _ => {
+                        let kind = kind_of(pid);
+                        self.kinds.insert(pid, kind.clone());
+                        kind
                     }
                 }
-                if tick % PSS_EVERY == 0 {
-                    let pss: u64 = procs.iter().map(|m| pss_kib(m.pid)).sum();
-                    peak.pss_kib = peak.pss_kib.max(pss);
+            };
+            out.push(Member {
+                pid,
+                kind,
+                rss_kib,
+                anon_kib,
+                cpu_ticks: stats.get(&pid).map_or(0, |s| s.cpu_ticks),
+            });
+        }
+        out
+    }
+}
+
+/// What one side used, from the samples.
+#[derive(Clone, Debug, Default)]
+struct Usage {
+    /// Peak VmRSS sum (browserd + Chrome, no Postgres), KiB.
+    rss_kib: u64,
+    /// Peak RssAnon sum (browserd + Chrome, no Postgres), KiB.
+    anon_kib: u64,
+    /// At the VmRSS peak: kind → (processes, VmRSS KiB, RssAnon KiB).
+    breakdown: BTreeMap<String, (usize, u64, u64)>,
+    /// CPU seconds of browserd + Chrome.
+    cpu_s: f64,
+    /// CPU seconds of the Postgres backends (service only).
+    postgres_cpu_s: f64,
+    /// CPU seconds by kind of process (Postgres included).
+    cpu_by_kind: BTreeMap<String, f64>,
+    /// Mean duration of one /proc scan.
+    scan: Duration,
+}
+
+/// Samples a side's processes on a thread of its own until finished.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Usage>,
+}
+
+impl Sampler {
+    fn start(tag: &str, database: Option<String>, ticks: f64, verbose: bool) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let mut scanner = Scanner::new(tag, database);
+        let handle = std::thread::spawn(move || {
+            let mut usage = Usage::default();
+            // Per pid: (kind, highest CPU ticks seen).
+            let mut cpu: HashMap<u32, (String, u64)> = HashMap::new();
+            let began = Instant::now();
+            let mut scans = 0u32;
+            let mut scanning = Duration::ZERO;
+            while !stopped.load(Ordering::SeqCst) {
+                let scan = Instant::now();
+                let procs = scanner.scan();
+                scanning += scan.elapsed();
+                scans += 1;
+                let ours = || procs.iter().filter(|m| m.kind != POSTGRES);
+                let rss: u64 = ours().map(|m| m.rss_kib).sum();
+                let anon: u64 = ours().map(|m| m.anon_kib).sum();
+                usage.anon_kib = usage.anon_kib.max(anon);
+                if rss > usage.rss_kib {
+                    usage.rss_kib = rss;
+                    usage.breakdown.clear();
+                    for m in &procs {
+                        let slot = usage.breakdown.entry(m.kind.clone()).or_default();
+                        slot.0 += 1;
+                        slot.1 += m.rss_kib;
+                        slot.2 += m.anon_kib;
+                    }
                 }
-                tick += 1;
+                for m in &procs {
+                    let slot = cpu.entry(m.pid).or_default();
+                    // An exiting process shows an empty command line: keep what it was.
+                    if slot.0.is_empty() || m.kind != "other ()" {
+                        slot.0.clone_from(&m.kind);
+                    }
+                    slot.1 = slot.1.max(m.cpu_ticks);
+                }
+                if verbose && scans % 10 == 1 {
+                    eprintln!(
+                        "  t={:5.1}s procs={:3} rss={:6.0} MiB anon={:5.0} MiB (scan {:.1} ms)",
+                        began.elapsed().as_secs_f64(),
+                        procs.len(),
+                        mib(rss),
+                        mib(anon),
+                        ms(scan.elapsed())
+                    );
+                }
                 std::thread::sleep(SAMPLE_EVERY);
             }
-            peak
+            for (kind, t) in cpu.values() {
+                *usage.cpu_by_kind.entry(kind.clone()).or_default() += *t as f64 / ticks;
+            }
+            usage.postgres_cpu_s = usage.cpu_by_kind.get(POSTGRES).copied().unwrap_or(0.0);
+            usage.cpu_s = usage.cpu_by_kind.values().sum::<f64>() - usage.postgres_cpu_s;
+            usage.scan = scanning / scans.max(1);
+            usage
         });
         Self { stop, handle }
     }
 
-    fn finish(self) -> MemPeak {
+    fn finish(self) -> Usage {
         self.stop.store(true, Ordering::SeqCst);
-        self.handle.join().expect("memory sampler")
+        self.handle.join().expect("sampler thread")
     }
 }
 
 /// Waits (polling /proc) until no process of `tag` is left, so the next side starts alone.
 async fn wait_gone(tag: &str) {
-    let entry = format!("{TAG_VAR}={tag}").into_bytes();
+    let mut scanner = Scanner::new(tag, None);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let left = members(&entry);
+        let left = scanner.scan();
         if left.is_empty() {
             return;
         }
@@ -297,16 +490,66 @@ async fn wait_gone(tag: &str) {
     }
 }
 
+/// What both sides report.
+#[derive(Clone, Debug)]
+struct Side {
+    wall: Duration,
+    /// Tasks running at once at the peak.
+    running: usize,
+    usage: Usage,
+    /// CPU seconds of this bench process (model, pages, clients, sampler) during the batch.
+    bench_cpu_s: f64,
+    /// Machine busy share during the batch, and in the 2 s before it.
+    busy: f64,
+    busy_before: f64,
+}
+
+impl Side {
+    fn per_min(&self, tasks: usize) -> f64 {
+        tasks as f64 * 60.0 / self.wall.as_secs_f64()
+    }
+
+    fn rss_per_task(&self) -> f64 {
+        mib(self.usage.rss_kib) / self.running.max(1) as f64
+    }
+
+    fn anon_per_task(&self) -> f64 {
+        mib(self.usage.anon_kib) / self.running.max(1) as f64
+    }
+
+    fn summary(&self, tasks: usize) -> String {
+        format!(
+            "{:5.1} s wall, {:5.1} tasks/min, peak RSS {:6.0} MiB / anon {:5.0} MiB over {} \
+             running, CPU {:5.1} s (bench {:.1} s), machine busy {:3.0} % (before {:3.0} %)",
+            self.wall.as_secs_f64(),
+            self.per_min(tasks),
+            mib(self.usage.rss_kib),
+            mib(self.usage.anon_kib),
+            self.running,
+            self.usage.cpu_s,
+            self.bench_cpu_s,
+            self.busy * 100.0,
+            self.busy_before * 100.0,
+        )
+    }
+}
+
 // ---------------------------------------------------------------- service side
 
 struct TaskOutcome {
     id: String,
-    /// POST sent → first `step` event received.
+    /// POST sent → `running` status, first `step_started`, first `step` received.
+    running: Option<Duration>,
+    step_started: Option<Duration>,
     first_step: Option<Duration>,
     /// Receive time − `created_at` of every live `step` event, ms.
-    deliveries_ms: Vec<f64>,
-    /// `step` events committed before the WebSocket was open (served from the backlog).
-    backlog_steps: usize,
+    step_deliveries_ms: Vec<f64>,
+    /// The same for every live event of another kind.
+    other_deliveries_ms: Vec<f64>,
+    /// Events committed before the WebSocket was open (served from the backlog, not counted).
+    backlog: usize,
+    /// Live events delivered in more than 50 ms: (kind, seq, ms, created_at ns).
+    slow: Vec<(String, i64, f64, i128)>,
     task: Value,
 }
 
@@ -318,12 +561,13 @@ struct Running {
 
 #[derive(Clone, Debug)]
 struct ServiceRun {
-    wall: Duration,
-    max_running: usize,
-    mem: MemPeak,
+    side: Side,
+    running_ms: Vec<f64>,
+    step_started_ms: Vec<f64>,
     first_step_ms: Vec<f64>,
-    deliveries_ms: Vec<f64>,
-    backlog_steps: usize,
+    step_deliveries_ms: Vec<f64>,
+    other_deliveries_ms: Vec<f64>,
+    backlog: usize,
 }
 
 async fn follow_task(
@@ -341,50 +585,69 @@ async fn follow_task(
     let connected_ns = now_ns();
     let mut outcome = TaskOutcome {
         id: id.clone(),
+        running: None,
+        step_started: None,
         first_step: None,
-        deliveries_ms: Vec::new(),
-        backlog_steps: 0,
+        step_deliveries_ms: Vec::new(),
+        other_deliveries_ms: Vec::new(),
+        backlog: 0,
+        slow: Vec::new(),
         task: Value::Null,
     };
     let mut was_running = false;
     while let Some(raw) = stream.next(EVENT_TIMEOUT).await {
         let received_ns = now_ns();
-        let received = Instant::now();
+        let since_post = posted.elapsed();
         let event: TaskEvent = serde_json::from_value(raw.clone())
             .map_err(|err| format!("task {id}: undecodable event {raw}: {err}"))?;
-        if event.kind == "step" {
-            outcome.first_step.get_or_insert(received - posted);
-            let created_ns = event.created_at.unix_timestamp_nanos();
-            if created_ns >= connected_ns {
-                outcome
-                    .deliveries_ms
-                    .push((received_ns - created_ns) as f64 / 1e6);
-            } else {
-                outcome.backlog_steps += 1;
-            }
+        let created_ns = event.created_at.unix_timestamp_nanos();
+        let delivery_ms = (received_ns - created_ns) as f64 / 1e6;
+        if created_ns >= connected_ns && delivery_ms > 50.0 {
+            outcome
+                .slow
+                .push((event.kind.clone(), event.seq, delivery_ms, created_ns));
         }
-        if event.kind == "status" {
-            let mut running = running.lock().unwrap();
-            if event.payload["status"] == "running" && !was_running {
-                was_running = true;
-                running.now += 1;
-                running.max = running.max.max(running.now);
-            } else if event.is_final() && was_running {
-                was_running = false;
-                running.now -= 1;
+        if created_ns < connected_ns {
+            outcome.backlog += 1;
+        } else if event.kind == "step" {
+            outcome.step_deliveries_ms.push(delivery_ms);
+        } else {
+            outcome.other_deliveries_ms.push(delivery_ms);
+        }
+        match event.kind.as_str() {
+            "step" => {
+                outcome.first_step.get_or_insert(since_post);
             }
+            "step_started" => {
+                outcome.step_started.get_or_insert(since_post);
+            }
+            "status" => {
+                let mut running = running.lock().unwrap();
+                if event.payload["status"] == "running" && !was_running {
+                    was_running = true;
+                    outcome.running.get_or_insert(since_post);
+                    running.now += 1;
+                    running.max = running.max.max(running.now);
+                } else if event.is_final() && was_running {
+                    was_running = false;
+                    running.now -= 1;
+                }
+            }
+            _ => {}
         }
     }
     outcome.task = client.task(&id).await;
     Ok(outcome)
 }
 
-async fn service_run(cfg: &Config, model: &MockModel, site: &Site) -> ServiceRun {
+async fn service_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -> ServiceRun {
     let db = TestDb::create().await;
+    let database = db.url.rsplit('/').next().map(str::to_owned);
     let tag = format!("service-{}", uuid::Uuid::new_v4().simple());
+    let busy_before = background_busy().await;
+    let sampler = Sampler::start(&tag, database, ticks, cfg.verbose);
     let concurrency = cfg.concurrency.to_string();
     let chrome_processes = cfg.chrome_processes.to_string();
-    let sampler = MemSampler::start(&tag);
     let mut server = Process::start_with_env(
         &db,
         model.addr,
@@ -410,6 +673,8 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site) -> ServiceRun
     });
     let running = Arc::new(Mutex::new(Running::default()));
 
+    let machine = machine_cpu();
+    let own = own_cpu_ticks();
     let started = Instant::now();
     let handles: Vec<_> = (0..cfg.tasks)
         .map(|_| {
@@ -430,27 +695,30 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site) -> ServiceRun
         }
     }
     let wall = started.elapsed();
-    let mem = sampler.finish();
+    let busy = busy_since(machine);
+    let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
+    let usage = sampler.finish();
 
     let code = format!("CODE{}X", cfg.top);
     for outcome in &outcomes {
         let task = &outcome.task;
         let output = task["output"].as_str().unwrap_or("");
-        if task["status"] != "finished" || task["is_success"] != true || !output.contains(&code)
-        {
+        if task["status"] != "finished" || task["is_success"] != true || !output.contains(&code) {
             failures.push(format!(
                 "task {}: status {}, is_success {}, error {}, output {output:?}",
                 outcome.id, task["status"], task["is_success"], task["error"]
             ));
         }
     }
-
     server.signal("TERM").await;
     server.wait(Duration::from_secs(60)).await;
     if !failures.is_empty() {
         let logs = server.logs();
         let tail: Vec<&str> = logs.lines().rev().take(40).collect();
-        eprintln!("browserd serve log (last 40 lines, newest first):\n{}", tail.join("\n"));
+        eprintln!(
+            "browserd serve log (last 40 lines, newest first):\n{}",
+            tail.join("\n")
+        );
         panic!(
             "{} of {} service tasks did not finish successfully:\n{}",
             failures.len(),
@@ -461,36 +729,63 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site) -> ServiceRun
     wait_gone(&tag).await;
     drop(db);
 
-    let max_running = running.lock().unwrap().max;
+    let collect = |f: &dyn Fn(&TaskOutcome) -> Option<Duration>| {
+        outcomes
+            .iter()
+            .filter_map(|o| f(o).map(ms))
+            .collect::<Vec<_>>()
+    };
+    if cfg.verbose {
+        let start_ns = outcomes
+            .iter()
+            .flat_map(|o| o.slow.iter().map(|s| s.3))
+            .min()
+            .unwrap_or(0);
+        for (i, outcome) in outcomes.iter().enumerate() {
+            for (kind, seq, delivery, created) in &outcome.slow {
+                eprintln!(
+                    "  slow delivery: task {i} seq {seq:>3} {kind:<14} {delivery:6.1} ms, \
+                     committed at +{:.3} s",
+                    (created - start_ns) as f64 / 1e9
+                );
+            }
+        }
+    }
+    let running = running.lock().unwrap().max;
     ServiceRun {
-        wall,
-        max_running,
-        mem,
-        first_step_ms: outcomes
+        side: Side {
+            wall,
+            running,
+            usage,
+            bench_cpu_s,
+            busy,
+            busy_before,
+        },
+        running_ms: collect(&|o| o.running),
+        step_started_ms: collect(&|o| o.step_started),
+        first_step_ms: collect(&|o| o.first_step),
+        step_deliveries_ms: outcomes
             .iter()
-            .filter_map(|o| o.first_step.map(ms))
+            .flat_map(|o| o.step_deliveries_ms.iter().copied())
             .collect(),
-        deliveries_ms: outcomes
+        other_deliveries_ms: outcomes
             .iter()
-            .flat_map(|o| o.deliveries_ms.iter().copied())
+            .flat_map(|o| o.other_deliveries_ms.iter().copied())
             .collect(),
-        backlog_steps: outcomes.iter().map(|o| o.backlog_steps).sum(),
+        backlog: outcomes.iter().map(|o| o.backlog).sum(),
     }
 }
 
 // ---------------------------------------------------------------- baseline side
 
-#[derive(Clone, Debug)]
-struct BaselineRun {
-    wall: Duration,
-    mem: MemPeak,
-}
-
-async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site) -> BaselineRun {
+async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -> Side {
     let tag = format!("baseline-{}", uuid::Uuid::new_v4().simple());
     let start_url = site.url(&format!("/stairs/1?top={}", cfg.top));
     let base_url = format!("http://{}/v1", model.addr);
-    let sampler = MemSampler::start(&tag);
+    let busy_before = background_busy().await;
+    let sampler = Sampler::start(&tag, None, ticks, cfg.verbose);
+    let machine = machine_cpu();
+    let own = own_cpu_ticks();
     let started = Instant::now();
     let mut handles = Vec::new();
     for _ in 0..cfg.tasks {
@@ -513,7 +808,7 @@ async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site) -> BaselineR
             .kill_on_drop(true)
             .spawn()
             .expect("spawn browserd run");
-        // Dropping the future on timeout drops the child, which kills it.
+        // On timeout the future, and with it the child, is dropped: that kills it.
         handles.push(tokio::spawn(tokio::time::timeout(
             SIDE_TIMEOUT,
             child.wait_with_output(),
@@ -541,7 +836,9 @@ async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site) -> BaselineR
         }
     }
     let wall = started.elapsed();
-    let mem = sampler.finish();
+    let busy = busy_since(machine);
+    let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
+    let usage = sampler.finish();
     assert!(
         failures.is_empty(),
         "{} of {} baseline runs did not succeed:\n{}",
@@ -550,35 +847,52 @@ async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site) -> BaselineR
         failures.join("\n")
     );
     wait_gone(&tag).await;
-    BaselineRun { wall, mem }
+    Side {
+        wall,
+        running: cfg.tasks,
+        usage,
+        bench_cpu_s,
+        busy,
+        busy_before,
+    }
 }
 
 // ---------------------------------------------------------------- report
 
-fn per_min(tasks: usize, wall: Duration) -> f64 {
-    tasks as f64 * 60.0 / wall.as_secs_f64()
-}
-
-fn print_breakdown(name: &str, mem: &MemPeak) {
+fn print_breakdown(name: &str, usage: &Usage) {
     println!(
-        "  {name} at its RSS peak ({:.0} MiB RSS; peak PSS {:.0} MiB):",
-        mib(mem.rss_kib),
-        mib(mem.pss_kib)
+        "  {name} (VmRSS peak {:.0} MiB; one /proc scan took {:.1} ms on average):",
+        mib(usage.rss_kib),
+        ms(usage.scan)
     );
-    for (kind, (count, kib)) in &mem.breakdown {
-        println!("    {kind:<34} {count:>4} processes {:>8.1} MiB", mib(*kib));
+    let kinds: BTreeSet<&String> = usage
+        .breakdown
+        .keys()
+        .chain(usage.cpu_by_kind.keys())
+        .collect();
+    for kind in kinds {
+        let (count, rss, anon) = usage.breakdown.get(kind).copied().unwrap_or_default();
+        let cpu = usage.cpu_by_kind.get(kind).copied().unwrap_or(0.0);
+        if count == 0 && cpu < 0.05 {
+            continue;
+        }
+        println!(
+            "    {kind:<24} {count:>4} processes  RSS {:>8.1} MiB  anon {:>7.1} MiB  CPU {cpu:>5.1} s",
+            mib(rss),
+            mib(anon),
+        );
     }
 }
 
 #[tokio::main]
 async fn main() {
     let cfg = Config::from_env();
+    let ticks = clock_ticks();
     let model = MockModel::start(stairs_brain(), cfg.model_delay).await;
     let site = Site::start().await;
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "service_load: {} tasks × {} model calls (stairs top {}), model delay {} ms, \
-         serve --concurrency {} --chrome-processes {}, {} run(s); loadavg before: {}",
+         serve --concurrency {} --chrome-processes {}, {} run(s), {} cores; loadavg {}",
         cfg.tasks,
         cfg.top,
         cfg.top,
@@ -586,121 +900,103 @@ async fn main() {
         cfg.concurrency,
         cfg.chrome_processes,
         cfg.runs,
-        load.trim()
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loadavg()
     );
 
+    let n = cfg.tasks;
     let mut services = Vec::new();
     let mut baselines = Vec::new();
     for run in 1..=cfg.runs {
-        let service = service_run(&cfg, &model, &site).await;
+        let service = service_run(&cfg, &model, &site, ticks).await;
         println!(
-            "run {run} service:  {:6.1} s wall, {:6.1} tasks/min, peak RSS {:7.1} MiB \
-             (PSS {:7.1}) over {} running tasks, POST→first step p50 {:.0} / p99 {:.0} ms, \
-             step delivery p50 {:.1} / p99 {:.1} ms (n={}, {} from backlog excluded)",
-            service.wall.as_secs_f64(),
-            per_min(cfg.tasks, service.wall),
-            mib(service.mem.rss_kib),
-            mib(service.mem.pss_kib),
-            service.max_running,
+            "run {run} service:  {}; Postgres CPU {:.1} s",
+            service.side.summary(n),
+            service.side.usage.postgres_cpu_s
+        );
+        println!(
+            "             POST→running p50 {:.0} ms, →step_started p50 {:.0} ms, →first step \
+             p50 {:.0} / p99 {:.0} ms; delivery: step p50 {:.1} / p99 {:.1} ms (n={}), other \
+             p50 {:.1} / p99 {:.1} ms (n={}), {} backlog events not counted",
+            percentile(&service.running_ms, 50.0),
+            percentile(&service.step_started_ms, 50.0),
             percentile(&service.first_step_ms, 50.0),
             percentile(&service.first_step_ms, 99.0),
-            percentile(&service.deliveries_ms, 50.0),
-            percentile(&service.deliveries_ms, 99.0),
-            service.deliveries_ms.len(),
-            service.backlog_steps,
+            percentile(&service.step_deliveries_ms, 50.0),
+            percentile(&service.step_deliveries_ms, 99.0),
+            service.step_deliveries_ms.len(),
+            percentile(&service.other_deliveries_ms, 50.0),
+            percentile(&service.other_deliveries_ms, 99.0),
+            service.other_deliveries_ms.len(),
+            service.backlog,
         );
-        let baseline = baseline_run(&cfg, &model, &site).await;
-        println!(
-            "run {run} baseline: {:6.1} s wall, {:6.1} tasks/min, peak RSS {:7.1} MiB \
-             (PSS {:7.1}) over {} processes",
-            baseline.wall.as_secs_f64(),
-            per_min(cfg.tasks, baseline.wall),
-            mib(baseline.mem.rss_kib),
-            mib(baseline.mem.pss_kib),
-            cfg.tasks,
-        );
+        let baseline = baseline_run(&cfg, &model, &site, ticks).await;
+        println!("run {run} baseline: {}", baseline.summary(n));
         services.push(service);
         baselines.push(baseline);
     }
 
-    let n = cfg.tasks;
-    let s_rate = median(&services.iter().map(|s| per_min(n, s.wall)).collect::<Vec<_>>());
-    let b_rate = median(&baselines.iter().map(|b| per_min(n, b.wall)).collect::<Vec<_>>());
-    let per_task = |kib: u64, running: usize| mib(kib) / running.max(1) as f64;
-    let s_rss = median(
-        &services
-            .iter()
-            .map(|s| per_task(s.mem.rss_kib, s.max_running))
-            .collect::<Vec<_>>(),
-    );
-    let b_rss = median(
-        &baselines
-            .iter()
-            .map(|b| per_task(b.mem.rss_kib, n))
-            .collect::<Vec<_>>(),
-    );
-    let s_pss = median(
-        &services
-            .iter()
-            .map(|s| per_task(s.mem.pss_kib, s.max_running))
-            .collect::<Vec<_>>(),
-    );
-    let b_pss = median(
-        &baselines
-            .iter()
-            .map(|b| per_task(b.mem.pss_kib, n))
-            .collect::<Vec<_>>(),
-    );
-    let stat = |f: &dyn Fn(&ServiceRun) -> f64| {
-        median(&services.iter().map(f).collect::<Vec<_>>())
+    let s = |f: &dyn Fn(&ServiceRun) -> f64| median(&services.iter().map(f).collect::<Vec<_>>());
+    let b = |f: &dyn Fn(&Side) -> f64| median(&baselines.iter().map(f).collect::<Vec<_>>());
+    let row = |name: &str, f: &dyn Fn(&Side) -> f64| {
+        let (service, baseline) = (s(&|r| f(&r.side)), b(f));
+        println!(
+            "{name:<36} {service:>9.1} {baseline:>9.1} {:>17.2}",
+            service / baseline
+        );
     };
-    let first_p50 = stat(&|s| percentile(&s.first_step_ms, 50.0));
-    let first_p99 = stat(&|s| percentile(&s.first_step_ms, 99.0));
-    let deliv_p50 = stat(&|s| percentile(&s.deliveries_ms, 50.0));
-    let deliv_p99 = stat(&|s| percentile(&s.deliveries_ms, 99.0));
-    let max_running = services.iter().map(|s| s.max_running).max().unwrap_or(0);
+    let max_running = services.iter().map(|r| r.side.running).max().unwrap_or(0);
 
     println!();
     println!(
-        "medians over {} run(s); {n} tasks, service peak concurrency {max_running}",
+        "medians over {} run(s); {n} tasks; service peak concurrency {max_running}",
         cfg.runs
     );
     println!(
-        "{:<28} {:>10} {:>10} {:>18}",
+        "{:<36} {:>9} {:>9} {:>17}",
         "", "service", "baseline", "service/baseline"
     );
+    row("tasks/min", &|side| side.per_min(n));
+    row("peak RSS per running task (MiB)", &Side::rss_per_task);
+    row("peak anon RSS per running task (MiB)", &Side::anon_per_task);
+    row("CPU s per task (browserd + Chrome)", &|side| {
+        side.usage.cpu_s / n as f64
+    });
+    row("machine busy during the batch (%)", &|side| {
+        side.busy * 100.0
+    });
+    row("machine busy in the 2 s before (%)", &|side| {
+        side.busy_before * 100.0
+    });
     println!(
-        "{:<28} {:>10.1} {:>10.1} {:>18.2}",
-        "tasks/min",
-        s_rate,
-        b_rate,
-        s_rate / b_rate
+        "service only: Postgres backends CPU {:.2} s per task",
+        s(&|r| r.side.usage.postgres_cpu_s / n as f64)
     );
-    println!(
-        "{:<28} {:>10.1} {:>10.1} {:>18.2}",
-        "peak RSS per task (MiB)",
-        s_rss,
-        b_rss,
-        s_rss / b_rss
+    println!("service latencies (per-run percentiles, medians over runs):");
+    let line = |name: &str, f: &dyn Fn(&ServiceRun) -> &Vec<f64>, note: &str| {
+        println!(
+            "  {name:<30} p50 {:8.1} ms   p99 {:8.1} ms{note}",
+            s(&|r| percentile(f(r), 50.0)),
+            s(&|r| percentile(f(r), 99.0)),
+        );
+    };
+    line("POST → running", &|r| &r.running_ms, "");
+    line("POST → first step_started", &|r| &r.step_started_ms, "");
+    line("POST → first step", &|r| &r.first_step_ms, "");
+    line(
+        "step commit → WS delivery",
+        &|r| &r.step_deliveries_ms,
+        "   (target p99 ≤ 50 ms; from the start of the step's write transaction)",
     );
-    println!(
-        "{:<28} {:>10.1} {:>10.1} {:>18.2}",
-        "peak PSS per task (MiB)",
-        s_pss,
-        b_pss,
-        s_pss / b_pss
+    line(
+        "other events → WS delivery",
+        &|r| &r.other_deliveries_ms,
+        "   (one-insert transactions)",
     );
-    println!("service latencies:");
-    println!("  POST → first step event     p50 {first_p50:7.0} ms   p99 {first_p99:7.0} ms");
-    println!(
-        "  step commit → WS delivery   p50 {deliv_p50:7.1} ms   p99 {deliv_p99:7.1} ms   \
-         (target p99 ≤ 50 ms; created_at = start of the step's write transaction)"
-    );
-    if let (Some(s), Some(b)) = (services.last(), baselines.last()) {
-        println!("memory at the peak (last run):");
-        print_breakdown("service", &s.mem);
-        print_breakdown("baseline", &b.mem);
+    if let (Some(service), Some(baseline)) = (services.last(), baselines.last()) {
+        println!("processes at the VmRSS peak, and CPU over the whole side (last run):");
+        print_breakdown("service", &service.side.usage);
+        print_breakdown("baseline", &baseline.usage);
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("loadavg after: {}", load.trim());
+    println!("loadavg after: {}", loadavg());
 }
