@@ -65,7 +65,7 @@ enum Command {
     Worker {
         #[command(flatten)]
         worker: worker::WorkerArgs,
-        /// Maximum Postgres connections of this process.
+        /// Maximum Postgres connections of this process (at least concurrency + 2).
         #[arg(long, env = "BROWSERD_DB_MAX_CONNECTIONS", default_value_t = 10)]
         db_max_connections: u32,
     },
@@ -108,7 +108,8 @@ struct ServeArgs {
     #[arg(long, env = "BROWSERD_RATE_LIMIT_BURST", default_value_t = 40)]
     rate_limit_burst: u32,
 
-    /// Maximum Postgres connections of this process.
+    /// Maximum Postgres connections of the api (`serve` gives its worker a pool of its own, of
+    /// at least concurrency + 2).
     #[arg(long, env = "BROWSERD_DB_MAX_CONNECTIONS", default_value_t = 10)]
     db_max_connections: u32,
 
@@ -233,7 +234,9 @@ async fn serve(
             worker::start(
                 cli,
                 worker_args,
-                store.clone(),
+                // Its own pool: running tasks' writes must not queue behind api reads (and
+                // WebSocket replays behind step writes).
+                open_store(cli, worker_args.db_connections(args.db_max_connections)).await?,
                 hub.clone(),
                 shutdown.clone(),
             )

@@ -118,6 +118,17 @@ pub struct WorkerArgs {
     workspace_root: Option<PathBuf>,
 }
 
+impl WorkerArgs {
+    /// Postgres connections of the worker's pool: what the operator set, and at least one per
+    /// running task plus two (heartbeats, claims, the reaper).
+    pub fn db_connections(&self, configured: u32) -> u32 {
+        let needed = u32::try_from(self.concurrency)
+            .unwrap_or(u32::MAX)
+            .saturating_add(2);
+        configured.max(needed)
+    }
+}
+
 /// A running worker and what it owns.
 pub struct RunningWorker {
     handle: JoinHandle<()>,
@@ -201,7 +212,7 @@ pub async fn run_worker_only(
     args: &WorkerArgs,
     db_max_connections: u32,
 ) -> anyhow::Result<()> {
-    let store = crate::open_store(cli, db_max_connections).await?;
+    let store = crate::open_store(cli, args.db_connections(db_max_connections)).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::cancel_on_signal(shutdown.clone()));
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
