@@ -42,6 +42,10 @@ pub struct PoolConfig {
     pub extra_args: Vec<String>,
     /// Window (= viewport) size of new tabs.
     pub window_size: (u32, u32),
+    /// Niceness given to each launched Chrome and its helper processes (renderers fork from
+    /// the zygotes and inherit it), so that the service's own work — the api, event delivery,
+    /// Postgres — keeps the CPU when browsers saturate it. `None` leaves Chrome as it starts.
+    pub nice: Option<i32>,
 }
 
 impl Default for PoolConfig {
@@ -56,6 +60,7 @@ impl Default for PoolConfig {
             remote_endpoints: Vec::new(),
             extra_args: Vec::new(),
             window_size: (1280, 800),
+            nice: Some(10),
         }
     }
 }
@@ -130,6 +135,9 @@ impl Chrome {
                 .await
                 .map_err(|_| BrowserError::Launch("chrome did not start in time".into()))??;
         let pid = browser.get_mut_child().and_then(|child| child.inner.id());
+        if let (Some(pid), Some(nice)) = (pid, config.nice) {
+            lower_priority(pid, nice).await;
+        }
         let watcher =
             pid.and_then(|pid| kill_when_this_process_exits(pid, &dir.path().to_string_lossy()));
         let chrome = match Self::finish(browser, handler, Some(dir), pid, false, config).await {
@@ -315,6 +323,29 @@ fn stop_exit_watcher(mut watcher: std::process::Child) {
         .stderr(std::process::Stdio::null())
         .status();
     let _ = watcher.wait();
+}
+
+/// Sets the niceness of `pid` and all its descendants with renice(1) (best effort: a failure
+/// only costs the service its priority over the browsers). Hand-written rather than
+/// `setpriority(2)`: the workspace forbids `unsafe`, and renice is in every Debian base system.
+async fn lower_priority(pid: u32, nice: i32) {
+    let mut pids = descendant_pids(pid);
+    pids.push(pid);
+    let renice = tokio::process::Command::new("renice")
+        .arg("-n")
+        .arg(nice.to_string())
+        .arg("-p")
+        .args(pids.iter().map(u32::to_string))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    match tokio::time::timeout(Duration::from_secs(5), renice).await {
+        Ok(Ok(status)) if status.success() => {}
+        Ok(Ok(status)) => tracing::debug!(%status, "renice of chrome failed"),
+        Ok(Err(err)) => tracing::debug!(%err, "renice is not available"),
+        Err(_) => tracing::debug!("renice of chrome timed out"),
+    }
 }
 
 /// All descendants of `pid` (from /proc; empty where /proc is unavailable).

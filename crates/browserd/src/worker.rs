@@ -104,6 +104,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
     chrome_processes: usize,
 
+    /// Niceness of the worker's Chrome processes (0 leaves them as they start): browsers that
+    /// saturate the CPU then leave the api, event delivery and Postgres responsive.
+    #[arg(long, env = "BROWSERD_CHROME_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    chrome_nice: i32,
+
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
     chrome_args: String,
@@ -171,6 +176,7 @@ pub async fn start(
                 .split_whitespace()
                 .map(str::to_owned)
                 .collect(),
+            nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
             ..PoolConfig::default()
         })
         .context("configuring the browser pool")?,
