@@ -237,9 +237,15 @@ fn strip_ansi(line: &str) -> String {
 
 /// Creates an API key with the CLI.
 pub async fn create_key(db: &TestDb) -> String {
+    create_key_for(&db.url).await
+}
+
+/// Creates an API key with the CLI in the database at `database_url`; checks that the key is
+/// printed on stdout alone.
+pub async fn create_key_for(database_url: &str) -> String {
     let output = Command::new(browserd_bin())
         .args(["keys", "create", "--name", "system-test"])
-        .env("DATABASE_URL", &db.url)
+        .env("DATABASE_URL", database_url)
         .output()
         .await
         .unwrap();
@@ -248,7 +254,13 @@ pub async fn create_key(db: &TestDb) -> String {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("bd_"), "stdout is exactly the key: {key}");
+    assert!(
+        !String::from_utf8_lossy(&output.stderr).contains(&key),
+        "the key goes to stdout only"
+    );
+    key
 }
 
 // ---------------------------------------------------------------- api client

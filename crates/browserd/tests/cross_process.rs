@@ -37,24 +37,7 @@ fn database_url(pool: &PgPool) -> String {
 }
 
 async fn create_key(url: &str) -> String {
-    let output = Command::new(BIN)
-        .args(["keys", "create", "--name", "cross-process"])
-        .env("DATABASE_URL", url)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
-    assert!(key.starts_with("bd_"), "stdout is exactly the key: {key}");
-    assert!(
-        !String::from_utf8_lossy(&output.stderr).contains(&key),
-        "the key goes to stdout only"
-    );
-    key
+    browserd_tests::create_key_for(url).await
 }
 
 struct Server {

@@ -16,7 +16,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 
 use crate::events::{EventGuard, append_event_in};
-use crate::tasks::{TaskRecord, fetch_task, parse_status};
+use crate::tasks::{TaskRecord, parse_status};
 use crate::{Store, StoreError};
 
 /// The LISTEN/NOTIFY channel on which a task id is sent whenever a task becomes `queued`
@@ -122,8 +122,11 @@ impl Store {
             EventGuard::Any,
         )
         .await?;
-        let record = fetch_task(&mut tx, id).await?;
         tx.commit().await?;
+        let record = self
+            .get_task(None, id)
+            .await?
+            .ok_or(StoreError::TaskNotFound(id))?;
         let (secrets, secrets_error) = match (&claimed.secrets_sealed, &self.keyring) {
             (None, _) => (BTreeMap::new(), None),
             (Some(_), None) => (BTreeMap::new(), Some(StoreError::NoSecretsKey.to_string())),

@@ -544,25 +544,6 @@ impl Store {
     }
 }
 
-pub(crate) async fn fetch_task(
-    conn: &mut sqlx::PgConnection,
-    id: TaskId,
-) -> Result<TaskRecord, StoreError> {
-    let row = sqlx::query_as!(
-        TaskRow,
-        "select id, api_key_id, status, task, start_url, max_steps, model,
-             allowed_domains, prohibited_domains, output_schema, use_vision,
-             max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-             error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-             updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
-         from tasks where id = $1",
-        id.0,
-    )
-    .fetch_one(conn)
-    .await?;
-    TaskRecord::try_from(row)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
