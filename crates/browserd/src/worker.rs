@@ -114,8 +114,14 @@ pub struct WorkerArgs {
     chrome_args: String,
 
     /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost): local sites and tests. Every
-    /// other private, link-local and metadata address stays blocked.
-    #[arg(long, env = "BROWSERD_ALLOW_LOOPBACK")]
+    /// other private, link-local and metadata address stays blocked. The variable takes
+    /// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
+    #[arg(
+        long,
+        env = "BROWSERD_ALLOW_LOOPBACK",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     allow_loopback: bool,
 
     /// Directory holding each running task's workspace (default: the system temp dir).
