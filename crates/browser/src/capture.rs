@@ -49,6 +49,8 @@ pub(crate) struct CaptureOutput {
     pub timings: CaptureTimings,
     /// The context's tabs, listed concurrently with the snapshot.
     pub tabs: Vec<TabInfo>,
+    /// Sessions of the cross-origin frames the capture descended into.
+    pub frame_sessions: Vec<String>,
 }
 
 /// Runs `f` on a dedicated thread with a large stack (deep DOMs recurse deeply) and awaits it.
@@ -739,12 +741,25 @@ pub(crate) async fn capture<S: SessionSource>(
             (serialized, selector_map, tree)
         })
         .await?;
+        let frame_sessions: Vec<String> = tree
+            .targets
+            .iter()
+            .skip(1)
+            .map(|t| t.session_id.to_string())
+            .collect();
         drop(tree);
         timings.serialize = serialize_started.elapsed();
-        Ok::<_, BrowserError>((serialized, selector_map, metrics, tabs, timings))
+        Ok::<_, BrowserError>((
+            serialized,
+            selector_map,
+            metrics,
+            tabs,
+            timings,
+            frame_sessions,
+        ))
     };
     let (dom, shot) = tokio::join!(dom, shot);
-    let (serialized, selector_map, metrics, tabs, mut timings) = dom?;
+    let (serialized, selector_map, metrics, tabs, mut timings, frame_sessions) = dom?;
     timings.total = started.elapsed();
 
     let screenshot = match shot {
@@ -764,6 +779,7 @@ pub(crate) async fn capture<S: SessionSource>(
         screenshot,
         timings,
         tabs,
+        frame_sessions,
     })
 }
 

@@ -23,6 +23,7 @@ mod paint_order;
 pub mod pool;
 mod serializer;
 mod session;
+pub mod settle;
 mod snapshot;
 pub mod types;
 
@@ -31,6 +32,7 @@ pub use error::{BrowserError, Result};
 pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
 pub use session::{BrowserSession, TaskOptions};
+pub use settle::{SettleEnd, SettleReport, SettleSettings};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;
 

@@ -20,6 +20,7 @@ use crate::{
     egress::{EgressGuard, EgressGuardOptions, EgressPolicy, EgressScope, EgressSettings},
     error::{BrowserError, Result},
     pool::{Chrome, Lease},
+    settle::SettleSettings,
     types::{
         CaptureOptions, DownloadInfo, DownloadState, PageState, Screenshot, ScreenshotFormat,
         SelectorMap, TabInfo,
@@ -36,6 +37,8 @@ pub struct TaskOptions {
     /// The task's workspace directory (created if missing); `None` = a temporary directory
     /// removed with the session.
     pub workspace_dir: Option<PathBuf>,
+    /// How long actions wait for the page to settle (see [`crate::settle`]).
+    pub settle: SettleSettings,
 }
 
 /// Things that happened in the session between actions.
@@ -88,6 +91,8 @@ pub(crate) struct SessionState {
     /// (target id, backend node id) of the previous capture's selector map.
     previous: HashSet<(String, i64)>,
     previous_focus: Option<String>,
+    /// Sessions of the cross-origin frames in the last capture of the focused tab.
+    pub(crate) frame_sessions: Vec<String>,
 }
 
 /// Raw-connection sessions per target, attached on first use.
@@ -117,6 +122,22 @@ impl SessionSource for Sessions {
             return Ok(s.clone());
         }
         let session = self.chrome.conn.attach(target_id).await?;
+        // The settle tracker runs in every document of the target from now on, before the
+        // page's scripts (and at once in the current one).
+        if let Err(err) = self
+            .chrome
+            .conn
+            .call_raw(
+                Some(&session),
+                "Page.addScriptToEvaluateOnNewDocument",
+                json!({"source": crate::settle::TRACKER_JS, "runImmediately": true}),
+                self.chrome.conn.default_timeout(),
+            )
+            .await
+        {
+            // Actions on this target then report their settle as unavailable.
+            tracing::debug!(target_id, error = %err, "settle tracker not installed");
+        }
         by_target.insert(target_id.to_owned(), session.clone());
         Ok(session)
     }
@@ -130,6 +151,7 @@ pub struct BrowserSession {
     pub(crate) chrome: Arc<Chrome>,
     context_id: String,
     pub(crate) timeout: Duration,
+    pub(crate) settle: SettleSettings,
     pub(crate) sessions: Arc<Sessions>,
     pub(crate) state: Mutex<SessionState>,
     pub(crate) events: Arc<SessionEvents>,
@@ -194,11 +216,13 @@ impl BrowserSession {
             chrome,
             context_id,
             timeout,
+            settle: options.settle,
             state: Mutex::new(SessionState {
                 focused: None,
                 selector_map: SelectorMap::new(),
                 previous: HashSet::new(),
                 previous_focus: None,
+                frame_sessions: Vec::new(),
             }),
             events,
             egress: None,
@@ -625,6 +649,7 @@ impl BrowserSession {
                 .collect();
             state.previous_focus = Some(target.clone());
             state.selector_map = output.selector_map.clone();
+            state.frame_sessions = output.frame_sessions.clone();
         }
         let tabs = output.tabs;
         let mut page_info = output

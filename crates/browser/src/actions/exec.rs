@@ -142,15 +142,30 @@ impl BrowserSession {
     /// the previous action are reported in the result.
     pub async fn execute(&self, action: &Action, ctx: &ActionContext) -> ActionResult {
         let limit = overall_timeout(action);
+        let mark = if action.settles_page() {
+            self.settle_begin().await
+        } else {
+            None
+        };
+        let mut timed_out = false;
         let mut result = match tokio::time::timeout(limit, self.run(action, ctx)).await {
             Ok(Ok(result)) => result,
             Ok(Err(Fail(message))) => ActionResult::error(message),
-            Err(_) => ActionResult::error(format!(
-                "Action {} timed out after {} s; the page may be busy. Check the page state before retrying.",
-                action.name(),
-                limit.as_secs()
-            )),
+            Err(_) => {
+                timed_out = true;
+                ActionResult::error(format!(
+                    "Action {} timed out after {} s; the page may be busy. Check the page state before retrying.",
+                    action.name(),
+                    limit.as_secs()
+                ))
+            }
         };
+        // The next action, or the next capture, sees the page once it has settled from
+        // what this action started.
+        if let Some(mark) = mark.filter(|_| !timed_out) {
+            let report = self.settle_after(mark).await;
+            result = result.with_meta("settle", json!(report));
+        }
         self.report_side_effects(&mut result);
         result
     }

@@ -373,6 +373,25 @@ impl Action {
         )
     }
 
+    /// Whether the action can start work in the page (requests, timers, a navigation, DOM
+    /// changes), so that the next capture must wait for the page to settle from it.
+    pub fn settles_page(&self) -> bool {
+        matches!(
+            self,
+            Action::Search(_)
+                | Action::Navigate(_)
+                | Action::GoBack(_)
+                | Action::Click(_)
+                | Action::Input(_)
+                | Action::UploadFile(_)
+                | Action::Scroll(_)
+                | Action::SendKeys(_)
+                | Action::FindText(_)
+                | Action::SelectDropdown(_)
+                | Action::Evaluate(_)
+        )
+    }
+
     /// The element index the action addresses, if any (browser-use's `interacted_element`).
     pub fn index(&self) -> Option<u32> {
         match self {

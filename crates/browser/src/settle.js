@@ -1,0 +1,358 @@
+// browserd's settle tracker. Installed in every document of a task's tabs before the page's own
+// scripts run (Page.addScriptToEvaluateOnNewDocument, main world), it records what the page
+// starts after an action so the next capture shows the page once that work is done:
+//   - fetch() and XMLHttpRequest requests, and reading a fetched body (json(), text(), …);
+//   - setTimeout callbacks of at most TIMER_MAX_MS (debounces, "show result in 100 ms");
+//   - scripts, stylesheets and iframes inserted into the document, until they load;
+//   - form submissions and the start of a cross-document navigation (beforeunload);
+//   - DOM mutations, for a quiet window after the last one.
+// It ignores what is long-lived or not the action's: EventSource, WebSocket, sendBeacon,
+// keepalive fetches, analytics endpoints, setInterval, timers started by the page's own timer
+// loops, work begun before the action, and mutations of nodes that were already changing in
+// the CHATTY_MS before the action (clocks, tickers, animations).
+//
+// browserd calls `begin()` just before an action and `settle(doc, quietMs, capMs)` after it;
+// `settle` resolves on events (a request finishing, a timer firing, the quiet window elapsing),
+// never by polling. Everything lives in this closure except one symbol-keyed, non-enumerable
+// property; wrapped functions are Proxies, so they still print as native code.
+(() => {
+  const KEY = Symbol.for('browserd.settle');
+  if (Object.prototype.hasOwnProperty.call(window, KEY)) return;
+  const TIMER_MAX_MS = 1000;
+  const TIMER_CHAIN_MAX = 3;
+  const CHATTY_MS = 2000;
+  const RESOURCE_MAX_MS = 15000;
+  const SUBMIT_MAX_MS = 1000;
+  const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
+
+  const dateNow = Date.now;
+  const now = () => dateNow.call(Date);
+  const setTimer = window.setTimeout.bind(window);
+  const clearTimer = window.clearTimeout.bind(window);
+  const docId = Math.random().toString(36).slice(2) + now().toString(36);
+
+  const pending = new Map(); // id → {kind, what, start}
+  let nextId = 1;
+  let epoch = 0; // start of the current action; 0 = the document's start
+  let lastMutation = 0; // last mutation that counts
+  let unloading = 0; // when a cross-document navigation began
+  const nodeTimes = new WeakMap(); // node → {last, beforeEpoch, epoch}: its mutation times
+  const waiters = new Set();
+
+  const wake = () => {
+    for (const waiter of [...waiters]) waiter();
+  };
+  const begin = (kind, what) => {
+    const id = nextId++;
+    pending.set(id, { kind, what: String(what || '').slice(0, 200), start: now() });
+    return id;
+  };
+  // Ends an item after the page's own continuations have run: a fetch's `.then` chain and the
+  // DOM changes it makes are microtasks (or MessageChannel tasks) queued before this timer.
+  const endLater = (id) => {
+    setTimer(() => {
+      if (pending.delete(id)) wake();
+    }, 0);
+  };
+  const endNow = (id) => {
+    if (pending.delete(id)) wake();
+  };
+  const urlOf = (input) => {
+    try {
+      return typeof input === 'string' ? input : (input && input.url) || String(input);
+    } catch (_) {
+      return '';
+    }
+  };
+
+  // ---- fetch and response bodies ----
+  if (typeof window.fetch === 'function') {
+    window.fetch = new Proxy(window.fetch, {
+      apply(target, thisArg, args) {
+        const promise = Reflect.apply(target, thisArg, args);
+        let keepalive = false;
+        try {
+          keepalive = !!((args[1] && args[1].keepalive) || (args[0] && args[0].keepalive));
+        } catch (_) {}
+        const url = urlOf(args[0]);
+        if (keepalive || IGNORED_URL.test(url)) return promise;
+        const id = begin('fetch', url);
+        Promise.resolve(promise).then(() => endLater(id), () => endLater(id));
+        return promise;
+      },
+    });
+  }
+  if (window.Response && window.Response.prototype) {
+    for (const name of ['json', 'text', 'arrayBuffer', 'blob', 'formData', 'bytes']) {
+      const original = window.Response.prototype[name];
+      if (typeof original !== 'function') continue;
+      window.Response.prototype[name] = new Proxy(original, {
+        apply(target, thisArg, args) {
+          const promise = Reflect.apply(target, thisArg, args);
+          const id = begin('body', thisArg && thisArg.url);
+          Promise.resolve(promise).then(() => endLater(id), () => endLater(id));
+          return promise;
+        },
+      });
+    }
+  }
+
+  // ---- XMLHttpRequest ----
+  if (window.XMLHttpRequest && window.XMLHttpRequest.prototype) {
+    const proto = window.XMLHttpRequest.prototype;
+    const urls = new WeakMap();
+    proto.open = new Proxy(proto.open, {
+      apply(target, xhr, args) {
+        try {
+          urls.set(xhr, String(args[1]));
+        } catch (_) {}
+        return Reflect.apply(target, xhr, args);
+      },
+    });
+    proto.send = new Proxy(proto.send, {
+      apply(target, xhr, args) {
+        const url = urls.get(xhr) || '';
+        if (IGNORED_URL.test(url)) return Reflect.apply(target, xhr, args);
+        const id = begin('xhr', url);
+        try {
+          xhr.addEventListener('loadend', () => endLater(id), { once: true });
+          return Reflect.apply(target, xhr, args);
+        } catch (err) {
+          endNow(id);
+          throw err;
+        }
+      },
+    });
+  }
+
+  // ---- timers ----
+  // chainDepth: 0 outside timer callbacks, n inside a tracked timer's callback of depth n, -1
+  // inside a callback the tracker ignores (its timers are the page's own loop, not the action's).
+  let chainDepth = 0;
+  const timerItems = new Map(); // handle → item id
+  const untracked = (fn) =>
+    function (...a) {
+      const saved = chainDepth;
+      chainDepth = -1;
+      try {
+        return fn.apply(this, a);
+      } finally {
+        chainDepth = saved;
+      }
+    };
+  window.setTimeout = new Proxy(window.setTimeout, {
+    apply(target, thisArg, args) {
+      const fn = args[0];
+      if (typeof fn !== 'function') return Reflect.apply(target, thisArg, args);
+      const delay = Number(args[1]) || 0;
+      const depth = chainDepth;
+      if (delay > TIMER_MAX_MS || depth < 0 || depth >= TIMER_CHAIN_MAX) {
+        args[0] = untracked(fn);
+        return Reflect.apply(target, thisArg, args);
+      }
+      const id = begin('timer', delay + ' ms');
+      let handle;
+      args[0] = function (...a) {
+        timerItems.delete(handle);
+        const saved = chainDepth;
+        chainDepth = depth + 1;
+        try {
+          return fn.apply(this, a);
+        } finally {
+          chainDepth = saved;
+          endLater(id);
+        }
+      };
+      handle = Reflect.apply(target, thisArg, args);
+      timerItems.set(handle, id);
+      return handle;
+    },
+  });
+  window.clearTimeout = new Proxy(window.clearTimeout, {
+    apply(target, thisArg, args) {
+      const id = timerItems.get(args[0]);
+      if (id !== undefined) {
+        timerItems.delete(args[0]);
+        endNow(id);
+      }
+      return Reflect.apply(target, thisArg, args);
+    },
+  });
+  window.setInterval = new Proxy(window.setInterval, {
+    apply(target, thisArg, args) {
+      if (typeof args[0] === 'function') args[0] = untracked(args[0]);
+      return Reflect.apply(target, thisArg, args);
+    },
+  });
+
+  // ---- inserted resources and DOM mutations ----
+  // `reloading`: a frame element whose document just began to navigate (told by the frame).
+  const trackElement = (el, reloading) => {
+    const tag = el.localName;
+    let what = '';
+    if (tag === 'script') what = el.src;
+    else if (tag === 'link') what = /\bstylesheet\b/i.test(el.rel || '') ? el.href : '';
+    else if (tag === 'iframe' || tag === 'frame') {
+      what = el.src || (reloading ? 'frame' : '');
+      // A blank frame has loaded before the observer sees it.
+      if (!what || (what === 'about:blank' && !reloading)) return;
+    }
+    if (!what) return;
+    const id = begin(tag, what);
+    const done = () => {
+      el.removeEventListener('load', done);
+      el.removeEventListener('error', done);
+      endLater(id);
+    };
+    el.addEventListener('load', done);
+    el.addEventListener('error', done);
+    setTimer(done, RESOURCE_MAX_MS);
+  };
+  const observer = new MutationObserver((records) => {
+    const t = now();
+    let counts = false;
+    for (const record of records) {
+      const node = record.target;
+      let times = nodeTimes.get(node);
+      if (!times) {
+        times = { last: -Infinity, beforeEpoch: -Infinity, epoch };
+        nodeTimes.set(node, times);
+      }
+      if (times.epoch !== epoch) {
+        // The first change of this node since the action began: remember its last one before.
+        times.beforeEpoch = times.last;
+        times.epoch = epoch;
+      }
+      times.last = t;
+      const chatty = times.beforeEpoch >= epoch - CHATTY_MS && times.beforeEpoch < epoch;
+      if (!chatty) counts = true;
+      if (record.type === 'childList') {
+        for (const added of record.addedNodes) {
+          if (added.nodeType !== 1) continue;
+          if (/^(script|link|iframe)$/.test(added.localName)) trackElement(added);
+          else if (added.firstElementChild && added.querySelectorAll) {
+            for (const inner of added.querySelectorAll('script[src],link[rel~=stylesheet],iframe[src]')) {
+              trackElement(inner);
+            }
+          }
+        }
+      }
+    }
+    if (counts) {
+      lastMutation = t;
+      wake();
+    }
+  });
+  observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+
+  // ---- navigations ----
+  addEventListener(
+    'submit',
+    (event) => {
+      const id = begin('submit', event.target && event.target.action);
+      // A handled submission (preventDefault) is over once its handlers ran; a real one
+      // becomes a navigation (beforeunload) within a task or two.
+      setTimer(() => {
+        if (event.defaultPrevented) endNow(id);
+      }, 0);
+      setTimer(() => endNow(id), SUBMIT_MAX_MS);
+    },
+    true,
+  );
+  addEventListener(
+    'beforeunload',
+    () => {
+      unloading = now();
+      // A same-origin parent waits for this frame's next document to load.
+      try {
+        const frame = window.frameElement;
+        const parentApi = frame && window.parent[KEY];
+        if (parentApi) parentApi.expectFrameLoad(frame);
+      } catch (_) {}
+      wake();
+    },
+    true,
+  );
+
+  // ---- the API browserd calls ----
+  const settleHere = (doc, quietMs, capMs) =>
+    new Promise((resolve) => {
+      const started = now();
+      if (doc !== docId) {
+        // A new document since begin(): everything since its start is the action's doing.
+        epoch = 0;
+        unloading = 0;
+      }
+      const since = epoch;
+      let quietTimer = 0;
+      let capTimer = 0;
+      const finish = (reason) => {
+        waiters.delete(check);
+        clearTimer(quietTimer);
+        clearTimer(capTimer);
+        const busy = [...pending.values()].filter((p) => p.start >= since);
+        resolve({
+          reason,
+          doc: docId,
+          waited_ms: now() - started,
+          pending: busy.slice(0, 10).map((p) => p.kind + (p.what ? ' ' + p.what : '')),
+        });
+      };
+      const check = () => {
+        if (unloading && unloading >= since) return finish('navigation');
+        for (const p of pending.values()) if (p.start >= since) return;
+        if (lastMutation >= since) {
+          const left = lastMutation + quietMs - now();
+          if (left > 0) {
+            clearTimer(quietTimer);
+            quietTimer = setTimer(check, left);
+            return;
+          }
+        }
+        finish('quiet');
+      };
+      capTimer = setTimer(() => finish('cap'), capMs);
+      waiters.add(check);
+      check();
+    });
+  const sameOriginFrames = () => {
+    const found = [];
+    for (let i = 0; i < window.frames.length; i++) {
+      try {
+        const api = window.frames[i][KEY];
+        if (api) found.push(api);
+      } catch (_) {}
+    }
+    return found;
+  };
+  const api = Object.freeze({
+    // Marks the start of an action in this document and its same-origin frames.
+    begin() {
+      epoch = now();
+      unloading = 0;
+      for (const frame of sameOriginFrames()) frame.begin();
+      return docId;
+    },
+    // Waits until this document and its same-origin frames have settled (see the header).
+    async settle(doc, quietMs, capMs) {
+      const own = settleHere(doc, quietMs, capMs);
+      const frames = sameOriginFrames().map((f) => f.settle(f.doc(), quietMs, capMs));
+      const all = [await own, ...(await Promise.all(frames))];
+      const top = all[0];
+      const reasons = all.map((r) => r.reason);
+      return {
+        reason: top.reason === 'navigation' ? 'navigation' : reasons.includes('cap') ? 'cap' : 'quiet',
+        doc: top.doc,
+        waited_ms: Math.max(...all.map((r) => r.waited_ms)),
+        pending: all.flatMap((r) => r.pending).slice(0, 10),
+      };
+    },
+    doc() {
+      return docId;
+    },
+    expectFrameLoad(frame) {
+      trackElement(frame, true);
+    },
+  });
+  Object.defineProperty(window, KEY, { value: api, enumerable: false, configurable: false, writable: false });
+})();

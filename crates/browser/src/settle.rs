@@ -1,0 +1,322 @@
+//! Waiting for the page to settle after an action, on events rather than sleeps.
+//!
+//! `settle.js` (the tracker) is installed in every document of a session's targets before the
+//! page's scripts run. Before an action [`BrowserSession::settle_begin`] marks its start in
+//! the focused tab's documents (one round trip, pipelined over the tab and the cross-origin
+//! frames of the last capture); after it [`BrowserSession::settle_after`] waits — inside the
+//! page, on the page's own events — until what the action started has finished: requests,
+//! short timers, inserted scripts/frames, a navigation (whose load is awaited here, on CDP
+//! lifecycle events, then the new document settles from its start), and a short quiet window
+//! after the last DOM mutation. A page that never settles costs at most the cap; the report
+//! says how long the settle took, why it ended and what was still pending.
+
+use std::{sync::Arc, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::{sync::broadcast, time::Instant};
+
+use crate::{
+    cdp::CdpEvent,
+    session::{BrowserSession, WaitOutcome, load_cap, wait_for_event},
+};
+
+/// The tracker script (see its header).
+pub(crate) const TRACKER_JS: &str = include_str!("settle.js");
+
+/// browser-use waits up to 2 s for pending network requests before a capture.
+pub const DEFAULT_SETTLE_CAP: Duration = Duration::from_secs(2);
+/// How long the DOM must stay unchanged after the last mutation the action caused: long
+/// enough for a frame or two of rendering scheduled with requestAnimationFrame.
+pub const SETTLE_QUIET: Duration = Duration::from_millis(30);
+/// Navigations followed within one settle (a redirecting page chain is bounded).
+const MAX_NAVIGATIONS: usize = 3;
+/// Time the page gets beyond the cap to answer (its main thread may be busy).
+const ANSWER_MARGIN: Duration = Duration::from_secs(2);
+
+/// How a session waits after actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SettleSettings {
+    /// Upper bound of one settle (per document: a navigation's new page gets its own).
+    pub cap: Duration,
+    /// Quiet window after the last DOM mutation caused by the action.
+    pub quiet: Duration,
+}
+
+impl Default for SettleSettings {
+    fn default() -> Self {
+        Self {
+            cap: DEFAULT_SETTLE_CAP,
+            quiet: SETTLE_QUIET,
+        }
+    }
+}
+
+/// Why a settle ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettleEnd {
+    /// Everything the action started finished and the DOM went quiet.
+    Quiet,
+    /// The action navigated; the new page loaded and went quiet.
+    Navigation,
+    /// The cap was reached with work still pending.
+    Cap,
+    /// The page has no tracker (e.g. a browser error page) or did not answer.
+    Unavailable,
+}
+
+/// What a settle cost and why it ended; attached to the action result as `metadata.settle`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SettleReport {
+    pub ms: u64,
+    pub ended: SettleEnd,
+    /// What was still pending when the cap was reached (kind and URL), at most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<String>,
+}
+
+/// The start of an action, as marked in the focused tab.
+pub(crate) struct ActionMark {
+    target: String,
+    session: String,
+    /// The tracker's document id in the tab's main frame (`None`: no tracker there).
+    doc: Option<String>,
+    /// Cross-origin frame sessions of the tab with their document ids.
+    frames: Vec<(String, String)>,
+    /// Events since just before the action (navigation lifecycle).
+    events: broadcast::Receiver<Arc<CdpEvent>>,
+}
+
+#[derive(Deserialize)]
+struct TrackerAnswer {
+    reason: String,
+    doc: String,
+    #[serde(default)]
+    pending: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct EvalAnswer {
+    result: EvalValue,
+    #[serde(rename = "exceptionDetails", default)]
+    exception: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct EvalValue {
+    #[serde(default)]
+    value: Option<Value>,
+}
+
+fn tracker_call(body: &str) -> String {
+    format!(
+        "(() => {{ const t = window[Symbol.for('browserd.settle')]; return t ? {body} : null; }})()"
+    )
+}
+
+impl BrowserSession {
+    /// Evaluates `expression` in a session's main world; `None` when it fails or throws.
+    async fn tracker_eval(&self, session: &str, expression: String, timeout: Duration) -> Option<Value> {
+        let raw = self
+            .chrome
+            .conn
+            .call_raw(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+                timeout,
+            )
+            .await
+            .ok()?;
+        let answer: EvalAnswer = raw.decode().ok()?;
+        if answer.exception.is_some() {
+            return None;
+        }
+        answer.result.value.filter(|v| !v.is_null())
+    }
+
+    /// Marks the start of an action in the focused tab (and the cross-origin frames of its
+    /// last capture). `None` when there is no focused tab.
+    pub(crate) async fn settle_begin(&self) -> Option<ActionMark> {
+        let target = self.focused_target().await.ok()?;
+        let session = self.prepare_tab(&target).await.ok()?;
+        let frame_sessions = self.state.lock().await.frame_sessions.clone();
+        let events = self.chrome.conn.events();
+        let begin = tracker_call("t.begin()");
+        let timeout = self.timeout;
+        let (doc, frames) = tokio::join!(
+            self.tracker_eval(&session, begin.clone(), timeout),
+            futures::future::join_all(frame_sessions.into_iter().map(|frame| {
+                let begin = begin.clone();
+                async move {
+                    let doc = self.tracker_eval(&frame, begin, timeout).await;
+                    doc.and_then(|d| d.as_str().map(|d| (frame, d.to_owned())))
+                }
+            }))
+        );
+        Some(ActionMark {
+            target,
+            session,
+            doc: doc.and_then(|d| d.as_str().map(str::to_owned)),
+            frames: frames.into_iter().flatten().collect(),
+            events,
+        })
+    }
+
+    /// Waits until the page has settled from what the action since `mark` started (see the
+    /// module docs), at most the cap per document.
+    pub(crate) async fn settle_after(&self, mut mark: ActionMark) -> SettleReport {
+        let started = Instant::now();
+        let settings = self.settle;
+        let quiet_ms = settings.quiet.as_millis() as u64;
+        let cap_ms = settings.cap.as_millis() as u64;
+        // An action that moved the focus (a new tab) settles the new tab from its start.
+        if let Ok(focused) = self.focused_target().await
+            && focused != mark.target
+        {
+            match self.prepare_tab(&focused).await {
+                Ok(session) => {
+                    mark.target = focused;
+                    mark.session = session;
+                    mark.doc = Some(String::new());
+                    mark.frames.clear();
+                }
+                Err(_) => return report(started, SettleEnd::Unavailable, Vec::new()),
+            }
+        }
+        let Some(mut doc) = mark.doc.clone() else {
+            return report(started, SettleEnd::Unavailable, Vec::new());
+        };
+        let mut navigated = false;
+        let mut frames = std::mem::take(&mut mark.frames);
+        for _ in 0..=MAX_NAVIGATIONS {
+            drain(&mut mark.events);
+            let settle = |doc: &str| {
+                tracker_call(&format!(
+                    "t.settle({}, {quiet_ms}, {cap_ms})",
+                    Value::String(doc.to_owned())
+                ))
+            };
+            let answer_timeout = settings.cap + ANSWER_MARGIN;
+            let main = self.tracker_eval(&mark.session, settle(&doc), answer_timeout);
+            // Cross-origin frames settle alongside the main frame, once.
+            let frames_now = std::mem::take(&mut frames);
+            let others = futures::future::join_all(
+                frames_now
+                    .iter()
+                    .map(|(session, doc)| self.tracker_eval(session, settle(doc), answer_timeout)),
+            );
+            let (main, others) = tokio::join!(main, others);
+            let main: Option<TrackerAnswer> = main.and_then(|v| serde_json::from_value(v).ok());
+            match main {
+                Some(answer) if answer.reason != "navigation" => {
+                    let mut pending = answer.pending;
+                    let mut capped = answer.reason == "cap";
+                    for other in others
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| serde_json::from_value::<TrackerAnswer>(v).ok())
+                    {
+                        capped |= other.reason == "cap";
+                        pending.extend(other.pending);
+                    }
+                    pending.truncate(10);
+                    let ended = if capped {
+                        SettleEnd::Cap
+                    } else if navigated || answer.doc != doc {
+                        SettleEnd::Navigation
+                    } else {
+                        SettleEnd::Quiet
+                    };
+                    if !capped {
+                        pending.clear();
+                    }
+                    return report(started, ended, pending);
+                }
+                answer => {
+                    // The document began to unload, or went away while we waited: wait for
+                    // the navigation to finish, then settle the page it led to.
+                    if answer.is_none() && !self.document_replaced(&mark, &doc).await {
+                        return report(started, SettleEnd::Unavailable, Vec::new());
+                    }
+                    navigated = true;
+                    let before = self.target_url(&mark.target).await.unwrap_or_default();
+                    let outcome =
+                        wait_for_navigation_end(&mut mark.events, &mark.session, &mark.target, load_cap(&before, ""))
+                            .await;
+                    if matches!(outcome, WaitOutcome::TimedOut) {
+                        return report(started, SettleEnd::Cap, vec![format!("document {before}")]);
+                    }
+                    // The same document (a cancelled navigation, a download) starts afresh;
+                    // a new one settles from its start.
+                    let next = tracker_call(&format!(
+                        "(t.doc() === {} ? t.begin() : t.doc())",
+                        Value::String(doc.clone())
+                    ));
+                    match self
+                        .tracker_eval(&mark.session, next, self.timeout)
+                        .await
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                    {
+                        Some(next_doc) => doc = next_doc,
+                        None => return report(started, SettleEnd::Unavailable, Vec::new()),
+                    }
+                }
+            }
+        }
+        report(started, SettleEnd::Cap, vec!["navigations".into()])
+    }
+
+    /// Whether the tab's main document is no longer the one `doc` names (it navigated while
+    /// the tracker was waiting, so the evaluation was cut short).
+    async fn document_replaced(&self, mark: &ActionMark, doc: &str) -> bool {
+        let current = self
+            .tracker_eval(&mark.session, tracker_call("t.doc()"), self.timeout)
+            .await;
+        match current {
+            Some(Value::String(current)) => current != doc,
+            // No tracker now: an error page, or a document still committing.
+            _ => true,
+        }
+    }
+}
+
+fn report(started: Instant, ended: SettleEnd, pending: Vec<String>) -> SettleReport {
+    SettleReport {
+        ms: started.elapsed().as_millis() as u64,
+        ended,
+        pending,
+    }
+}
+
+fn drain(rx: &mut broadcast::Receiver<Arc<CdpEvent>>) {
+    use broadcast::error::TryRecvError;
+    loop {
+        match rx.try_recv() {
+            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+        }
+    }
+}
+
+/// Waits for the navigation under way in the tab to end: its load event, a same-document
+/// navigation, the main frame stopping (a download or a cancelled navigation never loads),
+/// or a download starting.
+async fn wait_for_navigation_end(
+    rx: &mut broadcast::Receiver<Arc<CdpEvent>>,
+    session: &str,
+    target: &str,
+    cap: Duration,
+) -> WaitOutcome {
+    let main_frame = format!("\"frameId\":\"{target}\"");
+    wait_for_event(rx, cap, |ev| {
+        (ev.session_id.as_deref() == Some(session)
+            && (matches!(
+                ev.method.as_str(),
+                "Page.loadEventFired" | "Page.navigatedWithinDocument"
+            ) || (ev.method == "Page.frameStoppedLoading" && ev.raw.as_str().contains(&main_frame))))
+            || ev.method == "Browser.downloadWillBegin"
+    })
+    .await
+}

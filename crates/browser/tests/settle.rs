@@ -1,0 +1,416 @@
+//! Settling after actions, against real Chromium: the capture after an action shows what the
+//! action started once it has finished (requests answered after 0 ms, 300 ms and 1.5 s, a
+//! 100 ms timer, a form that navigates to a page that loads its data, same- and cross-origin
+//! frames), and pages that never go quiet (a hanging long poll, an EventSource feed, a
+//! ticking clock, an animation) do not cost the cap.
+
+mod support;
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{
+    Router,
+    body::{Body, Bytes},
+    extract::{Query, State},
+    http::header,
+    response::{Html, IntoResponse, Response},
+    routing::get,
+};
+use browserd_browser::{
+    Action, ActionContext, ActionResult, BrowserSession, CaptureOptions, PageState, SettleEnd,
+    SettleReport,
+    actions::{ClickParams, InputParams, NavigateParams, ScrollParams},
+};
+use support::rt;
+
+/// Requests per `key` the fetch endpoint answered.
+#[derive(Clone, Default)]
+struct Counts(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Counts {
+    fn get(&self, key: &str) -> u32 {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .unwrap_or(&0)
+    }
+}
+
+async fn server() -> (SocketAddr, Counts) {
+    static SERVER: tokio::sync::OnceCell<(SocketAddr, Counts)> =
+        tokio::sync::OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async {
+            let counts = Counts::default();
+            let app = Router::new()
+                .route("/add", get(add_page))
+                .route("/api/add", get(api_add))
+                .route("/timer", get(|| async { Html(TIMER_PAGE) }))
+                .route("/chatty", get(|| async { Html(CHATTY_PAGE) }))
+                .route("/hang", get(hang))
+                .route("/feed", get(feed))
+                .route("/form", get(|| async { Html(FORM_PAGE) }))
+                .route("/landed", get(|| async { Html(LANDED_PAGE) }))
+                .route("/frames", get(frames_page))
+                .route("/static", get(|| async { Html(STATIC_PAGE) }))
+                .with_state(counts.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            (addr, counts)
+        })
+        .await
+        .clone()
+}
+
+#[derive(serde::Deserialize)]
+struct AddQuery {
+    key: String,
+    #[serde(default)]
+    delay: u64,
+}
+
+/// A shop-like page: "Add" fetches the API, then shows "Added" and the server's count.
+async fn add_page(Query(q): Query<AddQuery>) -> Html<String> {
+    Html(format!(
+        r#"<!doctype html><title>Add</title>
+<button id="add">Add</button> <p>In cart: <span id="count">0 items</span></p>
+<script>
+document.getElementById('add').addEventListener('click', async () => {{
+  const res = await fetch('/api/add?key={key}&delay={delay}');
+  const body = await res.json();
+  document.getElementById('add').textContent = 'Added';
+  document.getElementById('count').textContent = body.count + ' items';
+}});
+</script>"#,
+        key = q.key,
+        delay = q.delay
+    ))
+}
+
+async fn api_add(State(counts): State<Counts>, Query(q): Query<AddQuery>) -> Response {
+    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+    let count = {
+        let mut map = counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(q.key).or_insert(0);
+        *n += 1;
+        *n
+    };
+    ([(header::CONTENT_TYPE, "application/json")], format!("{{\"count\":{count}}}")).into_response()
+}
+
+/// Never answers (a long poll).
+async fn hang() -> &'static str {
+    std::future::pending::<()>().await;
+    ""
+}
+
+/// An endless EventSource feed, one message every 100 ms.
+async fn feed() -> Response {
+    let stream = futures::stream::unfold(0u64, |n| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Some((
+            Ok::<_, Infallible>(Bytes::from(format!("data: item {n}\n\n"))),
+            n + 1,
+        ))
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("response")
+}
+
+const TIMER_PAGE: &str = r#"<!doctype html><title>Timer</title>
+<button id="go">Show</button> <p id="out">Nothing yet</p>
+<script>
+document.getElementById('go').addEventListener('click', () => {
+  setTimeout(() => { document.getElementById('out').textContent = 'Shown after the timer'; }, 100);
+});
+</script>"#;
+
+const CHATTY_PAGE: &str = r#"<!doctype html><title>Chatty</title>
+<style>@keyframes spin { to { transform: rotate(360deg); } } #spinner { width: 20px; height: 20px; background: red; animation: spin 1s linear infinite; }</style>
+<div id="spinner"></div><div id="mover" style="width:10px;height:10px;background:blue"></div>
+<p>Clock: <span id="clock"></span></p><ul id="feed"></ul>
+<button id="go">Mark</button> <p id="status">Not clicked</p>
+<script>
+fetch('/hang').catch(() => {});
+const source = new EventSource('/feed');
+source.onmessage = (e) => {
+  const li = document.createElement('li'); li.textContent = e.data;
+  const feed = document.getElementById('feed'); feed.prepend(li);
+  while (feed.children.length > 5) feed.lastChild.remove();
+};
+setInterval(() => { document.getElementById('clock').textContent = String(Date.now()); }, 50);
+let x = 0;
+(function frame() { x = (x + 1) % 200; document.getElementById('mover').style.marginLeft = x + 'px'; requestAnimationFrame(frame); })();
+document.getElementById('go').addEventListener('click', () => {
+  document.getElementById('status').textContent = 'Clicked';
+});
+</script>"#;
+
+const FORM_PAGE: &str = r#"<!doctype html><title>Form</title>
+<form action="/landed" method="get"><input id="q" name="q"><button id="send">Send</button></form>"#;
+
+/// Loads its content with a fetch after the load event (a single-page app's first render).
+const LANDED_PAGE: &str = r#"<!doctype html><title>Landed</title>
+<p id="state">Loading…</p>
+<script>
+addEventListener('load', async () => {
+  const res = await fetch('/api/add?key=landed&delay=300');
+  await res.json();
+  document.getElementById('state').textContent = 'Results ready for ' + new URLSearchParams(location.search).get('q');
+});
+</script>"#;
+
+const STATIC_PAGE: &str = r#"<!doctype html><title>Static</title>
+<input id="name" placeholder="Name"><div style="height:3000px">Tall</div>"#;
+
+/// A page with a same-origin and a cross-origin frame, each an "Add" page.
+async fn frames_page(Query(q): Query<HashMap<String, String>>) -> Html<String> {
+    let other = q.get("other").cloned().unwrap_or_default();
+    Html(format!(
+        r#"<!doctype html><title>Frames</title>
+<iframe id="same" src="/add?key=frame-same&delay=300" width="400" height="150"></iframe>
+<iframe id="cross" src="http://{other}/add?key=frame-cross&delay=300" width="400" height="150"></iframe>"#
+    ))
+}
+
+async fn open(guard: &support::PoolGuard, path: &str) -> BrowserSession {
+    let (addr, _) = server().await;
+    let session = guard.pool().lease().await.expect("lease");
+    session
+        .navigate(&format!("http://{addr}{path}"))
+        .await
+        .expect("navigate");
+    session
+}
+
+async fn capture(session: &BrowserSession) -> PageState {
+    session
+        .capture(&CaptureOptions::default())
+        .await
+        .expect("capture")
+}
+
+async fn run(session: &BrowserSession, action: Action) -> ActionResult {
+    let result = session.execute(&action, &ActionContext::default()).await;
+    assert!(result.error.is_none(), "unexpected error: {result:?}");
+    result
+}
+
+fn click(index: u32) -> Action {
+    Action::Click(ClickParams {
+        index: Some(index),
+        coordinate_x: None,
+        coordinate_y: None,
+    })
+}
+
+fn settle_of(result: &ActionResult) -> SettleReport {
+    let value = result
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get("settle"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no settle report in {result:?}"));
+    serde_json::from_value(value).expect("settle report")
+}
+
+/// The index of the element whose `id` is `id` (the first one in capture order).
+fn index_of(state: &PageState, id: &str) -> u32 {
+    let mut found: Vec<_> = state
+        .selector_map
+        .values()
+        .filter(|e| e.attr("id") == Some(id))
+        .collect();
+    found.sort_by_key(|e| e.index);
+    found
+        .first()
+        .map(|e| e.index)
+        .unwrap_or_else(|| panic!("#{id} not indexed:\n{}", state.llm_text))
+}
+
+#[test]
+fn the_capture_after_a_click_shows_the_fetched_result() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (_, counts) = server().await;
+        for delay in [0u64, 300, 1500] {
+            let key = format!("click-{delay}");
+            let session = open(&guard, &format!("/add?key={key}&delay={delay}")).await;
+            let before = capture(&session).await;
+            let result = run(&session, click(index_of(&before, "add"))).await;
+            let settle = settle_of(&result);
+            let after = capture(&session).await;
+            assert!(
+                after.llm_text.contains("Added") && after.llm_text.contains("1 items"),
+                "delay {delay} ms: the capture shows the state before the response ({settle:?}):\n{}",
+                after.llm_text
+            );
+            assert_eq!(settle.ended, SettleEnd::Quiet, "delay {delay} ms");
+            assert_eq!(counts.get(&key), 1, "delay {delay} ms: one request");
+            session.release().await;
+        }
+    });
+}
+
+#[test]
+fn a_short_timer_started_by_the_click_is_waited_for() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "/timer").await;
+        let before = capture(&session).await;
+        let result = run(&session, click(index_of(&before, "go"))).await;
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Shown after the timer"),
+            "{:?}\n{}",
+            settle_of(&result),
+            after.llm_text
+        );
+        assert_eq!(settle_of(&result).ended, SettleEnd::Quiet);
+        session.release().await;
+    });
+}
+
+#[test]
+fn long_polls_feeds_clocks_and_animations_do_not_hold_the_settle() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "/chatty").await;
+        let before = capture(&session).await;
+        let result = run(&session, click(index_of(&before, "go"))).await;
+        let settle = settle_of(&result);
+        assert_eq!(
+            settle.ended,
+            SettleEnd::Quiet,
+            "the chatty page held the settle: {settle:?}"
+        );
+        let after = capture(&session).await;
+        assert!(after.llm_text.contains("Clicked"), "{}", after.llm_text);
+        session.release().await;
+    });
+}
+
+#[test]
+fn a_submit_that_navigates_waits_for_the_next_page_and_its_data() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "/form").await;
+        let before = capture(&session).await;
+        run(
+            &session,
+            Action::Input(InputParams {
+                index: index_of(&before, "q"),
+                text: "monitors".into(),
+                clear: true,
+            }),
+        )
+        .await;
+        let result = run(&session, click(index_of(&before, "send"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Results ready for monitors"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Navigation, "{settle:?}");
+        session.release().await;
+    });
+}
+
+#[test]
+fn frames_that_update_after_a_fetch_are_waited_for() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (addr, _) = server().await;
+        // `localhost` is another site than 127.0.0.1: its frame is out of process.
+        let other = format!("localhost:{}", addr.port());
+        let session = open(&guard, &format!("/frames?other={other}")).await;
+        for which in ["same", "cross"] {
+            let before = capture(&session).await;
+            let tab = session.focused_target().await.expect("tab");
+            let adds: Vec<_> = before
+                .selector_map
+                .values()
+                .filter(|e| e.attr("id") == Some("add"))
+                .collect();
+            assert_eq!(adds.len(), 2, "both frames captured:\n{}", before.llm_text);
+            // The same-origin frame's elements belong to the tab's target, the other's to
+            // the frame's own target.
+            let index = adds
+                .iter()
+                .find(|e| (e.target_id == tab) == (which == "same"))
+                .map(|e| e.index)
+                .expect("the frame's button");
+            let before_count = before.llm_text.matches("Added").count();
+            let result = run(&session, click(index)).await;
+            let after = capture(&session).await;
+            assert_eq!(
+                after.llm_text.matches("Added").count(),
+                before_count + 1,
+                "{which} frame: {:?}\n{}",
+                settle_of(&result),
+                after.llm_text
+            );
+        }
+        session.release().await;
+    });
+}
+
+#[test]
+fn typing_and_scrolling_on_a_static_page_settle_at_once() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "/static").await;
+        let before = capture(&session).await;
+        let typed = run(
+            &session,
+            Action::Input(InputParams {
+                index: index_of(&before, "name"),
+                text: "Ada".into(),
+                clear: true,
+            }),
+        )
+        .await;
+        let scrolled = run(
+            &session,
+            Action::Scroll(ScrollParams {
+                down: true,
+                pages: 1.0,
+                index: None,
+            }),
+        )
+        .await;
+        for result in [&typed, &scrolled] {
+            let settle = settle_of(result);
+            assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+            assert!(settle.pending.is_empty(), "{settle:?}");
+        }
+        let navigated = run(
+            &session,
+            Action::Navigate(NavigateParams {
+                url: format!("http://{}/timer", server().await.0),
+                new_tab: false,
+            }),
+        )
+        .await;
+        assert_eq!(settle_of(&navigated).ended, SettleEnd::Navigation);
+        session.release().await;
+    });
+}
