@@ -9,10 +9,17 @@
 //! last capture only; files are read and written only inside the task
 //! [`Workspace`](workspace::Workspace).
 
+mod click;
+mod dropdown_upload;
+mod element;
 mod exec;
+mod input;
 mod js;
 mod keys;
 pub mod markdown;
+mod navigation;
+mod read_page;
+mod scroll_keys;
 pub mod workspace;
 
 use std::path::PathBuf;
