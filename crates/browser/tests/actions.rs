@@ -1098,7 +1098,7 @@ async fn lease_guarded(guard: &support::PoolGuard, settings: EgressSettings) -> 
         .pool()
         .lease_with(TaskOptions {
             egress: Some(settings),
-            workspace_dir: None,
+            ..TaskOptions::default()
         })
         .await
         .expect("lease with egress")

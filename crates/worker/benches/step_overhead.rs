@@ -163,7 +163,7 @@ fn egress() -> TaskOptions {
             allow_loopback: true,
             ..EgressSettings::default()
         }),
-        workspace_dir: None,
+        ..TaskOptions::default()
     }
 }
 

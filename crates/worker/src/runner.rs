@@ -235,6 +235,7 @@ impl TaskRunner {
             .lease_with(TaskOptions {
                 egress: Some(spec.egress(self.settings.allow_loopback)),
                 workspace_dir: Some(workspace.dir().to_path_buf()),
+                ..TaskOptions::default()
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;

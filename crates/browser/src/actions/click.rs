@@ -1,7 +1,6 @@
 //! The click action: by index (mouse at the element's visible centre, JavaScript fallback) or
 //! by coordinates; the navigations and new tabs it causes.
 
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,15 +28,10 @@ impl BrowserSession {
         let focused = self.focused_target().await?;
         let focused_session = self.prepare_tab(&focused).await?;
         let mut rx = self.chrome.conn.events();
-        // Whether the clicked element is one whose activation usually navigates (a link, a
-        // submit control). Form submission is scheduled asynchronously by the page, so for
-        // these the navigation-start event may arrive a little after the click returns.
-        let mut may_navigate = false;
         let mut result = match (p.index, p.coordinate_x, p.coordinate_y) {
             (_, Some(x), Some(y)) => self.click_coordinates(&focused_session, x, y, ctx).await?,
             (Some(index), _, _) => {
                 let el = self.element(index).await?;
-                may_navigate = likely_navigates(&el);
                 if el.is_select || el.tag_name == "select" {
                     return self.dropdown_options(&el).await;
                 }
@@ -76,13 +70,9 @@ impl BrowserSession {
                 break;
             }
         }
-        if !started && may_navigate && tabs_after.len() == tabs_before.len() {
-            // Event-driven grace window: returns as soon as the navigation starts.
-            started = matches!(
-                wait_for_event(&mut rx, CLICK_NAVIGATION_GRACE, is_navigation_start).await,
-                WaitOutcome::Seen | WaitOutcome::Lagged
-            );
-        }
+        // A navigation that starts later (a form submission is scheduled by the page, a
+        // handler may set `location` after a fetch) is awaited by the settle that follows
+        // every action: the page-side tracker sees the submit and the unload.
         if started {
             let before = self.target_url(&focused).await.unwrap_or_default();
             // Ends on the load event, a same-document navigation, or the main frame stopping
@@ -364,24 +354,6 @@ fn best_point(quads: &[Vec<f64>], vw: f64, vh: f64) -> Option<(f64, f64)> {
             y.clamp(0.0, (vh - 1.0).max(0.0)),
         )
     })
-}
-
-/// How long a click on a link or submit control waits for the navigation it schedules to
-/// start (the wait ends at the first navigation event, so it only costs time when nothing
-/// navigates).
-const CLICK_NAVIGATION_GRACE: Duration = Duration::from_millis(250);
-
-/// Links with an `href` and form submit controls: clicks that usually start a navigation.
-fn likely_navigates(el: &ElementInfo) -> bool {
-    let kind = el.attr("type").map(str::to_ascii_lowercase);
-    match el.tag_name.as_str() {
-        "a" | "area" => el
-            .attr("href")
-            .is_some_and(|h| !h.is_empty() && !h.starts_with('#') && !h.starts_with("javascript:")),
-        "button" => !matches!(kind.as_deref(), Some("button" | "reset")),
-        "input" => matches!(kind.as_deref(), Some("submit" | "image")),
-        _ => false,
-    }
 }
 
 #[cfg(test)]
