@@ -61,6 +61,69 @@ api_key_env = "ANTHROPIC_API_KEY"
         );
     }
 
+    /// The model catalogs shipped for `docker compose` and Kubernetes parse, name a configured
+    /// default, cover every provider and a local server, build every model once its key is set,
+    /// and only name key variables that the compose file and the worker pods pass on.
+    #[test]
+    fn shipped_model_catalogs_parse_and_build() {
+        use browserd_llm::{ModelRegistry, ProviderKind};
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap();
+        let compose = read("docker-compose.yml");
+        let worker = read("deploy/base/worker.yaml");
+        let secret = read("deploy/base/secret.yaml");
+        for (file, local_host, passed_on) in [
+            (
+                "browserd.example.toml",
+                "http://host.docker.internal:11434/",
+                vec![compose.clone()],
+            ),
+            (
+                "deploy/base/browserd.toml",
+                ".svc.cluster.local:11434/",
+                vec![worker.clone(), secret.clone()],
+            ),
+        ] {
+            let models = ModelsConfig::from_file(root.join(file))
+                .unwrap_or_else(|err| panic!("{file}: {err}"));
+            let catalog = model_catalog(&models).unwrap();
+            assert_eq!(catalog.default_model(), Some("gpt-4.1-mini"), "{file}");
+            for kind in [
+                ProviderKind::OpenAi,
+                ProviderKind::Anthropic,
+                ProviderKind::Gemini,
+            ] {
+                assert!(
+                    models.models.values().any(|m| m.provider == kind),
+                    "{file}: no {kind:?} model"
+                );
+            }
+            let local = models.get("local").unwrap();
+            assert!(
+                local.base_url.as_deref().unwrap().contains(local_host),
+                "{file}: {local:?}"
+            );
+            assert_eq!(local.api_key_env, None, "{file}");
+            let registry =
+                ModelRegistry::with_key_lookup(models.clone(), |_| Some("test-key".to_owned()))
+                    .unwrap();
+            for (name, model) in &models.models {
+                if let Err(err) = registry.build(name) {
+                    panic!("{file}: model {name}: {err}");
+                }
+                if let Some(var) = &model.api_key_env {
+                    for text in &passed_on {
+                        assert!(
+                            text.contains(&format!("{var}:"))
+                                || text.contains(&format!("name: {var}\n")),
+                            "{file}: {var} (model {name}) is not passed to the containers"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejects_a_default_that_is_not_configured() {
         let err = ModelsConfig::from_toml_str("default_model = \"nope\"\n").unwrap_err();

@@ -47,8 +47,14 @@ pub struct SecretsArgs {
 
 impl SecretsArgs {
     /// The configured keyring, if any. The key never appears in an error.
+    /// An empty `BROWSERD_SECRETS_KEY` counts as unset: `docker compose` passes `${VAR:-}` as an
+    /// empty value when `.env` leaves the key out.
     pub fn keyring(&self) -> anyhow::Result<Option<SecretsKeyring>> {
-        let current = match (&self.secrets_key, &self.secrets_key_file) {
+        let key = self
+            .secrets_key
+            .as_ref()
+            .filter(|key| !key.trim().is_empty());
+        let current = match (key, &self.secrets_key_file) {
             (Some(_), Some(_)) => {
                 anyhow::bail!("give either BROWSERD_SECRETS_KEY or --secrets-key-file, not both")
             }
@@ -235,4 +241,27 @@ pub async fn run_worker_only(
     let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(key: Option<&str>, old: Option<&str>) -> SecretsArgs {
+        SecretsArgs {
+            secrets_key_file: None,
+            secrets_key: key.map(str::to_owned),
+            secrets_old_keys: old.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn an_empty_secrets_key_counts_as_unset() {
+        assert!(args(Some(""), Some("")).keyring().unwrap().is_none());
+        assert!(args(Some("  "), None).keyring().unwrap().is_none());
+        assert!(args(None, None).keyring().unwrap().is_none());
+        let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        assert!(args(Some(key), Some("")).keyring().unwrap().is_some());
+        assert!(args(Some("not a key"), None).keyring().is_err());
+    }
 }

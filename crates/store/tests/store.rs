@@ -647,3 +647,71 @@ async fn stale_secrets_fail_their_task(pool: PgPool) {
     assert!(task.error.unwrap().contains("retention"));
     assert!(!secrets_present(&store, id).await);
 }
+
+/// The SQL of KEDA's PostgreSQL trigger in `deploy/base/worker-scaledobject.yaml` (the folded
+/// `query: >-` block), read from the shipped file so that it can never drift from the schema.
+fn keda_worker_query() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/base/worker-scaledobject.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines().skip_while(|l| l.trim() != "query: >-");
+    let head = lines.next().expect("a `query: >-` block");
+    let indent = head.len() - head.trim_start().len();
+    lines
+        .take_while(|l| l.len() - l.trim_start().len() > indent)
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn keda_worker_query_counts_the_tasks_that_need_a_worker(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let query = keda_worker_query();
+    let count = || async {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(query.clone()))
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(count().await, 0);
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(
+            store
+                .create_task(owner, new_task(&format!("{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    // Two claimed: one keeps running, one is paused by its client while its worker holds it.
+    for _ in 0..2 {
+        store
+            .claim_task("worker-1", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let go = |id, t| store.transition_task(Some(owner), id, t, TransitionDetails::default());
+    assert_eq!(
+        go(ids[1], Transition::Pause).await.unwrap().status,
+        TaskStatus::Paused
+    );
+    // One queued task stopped: it needs nothing any more.
+    assert_eq!(
+        go(ids[3], Transition::Stop).await.unwrap().status,
+        TaskStatus::Stopped
+    );
+    // queued 1 + running 1 + paused with a lease 1.
+    assert_eq!(count().await, 3);
+    // A paused task that no worker holds (its worker handed it back) needs no slot.
+    store
+        .release_task(ids[1], "worker-1", "shutdown")
+        .await
+        .unwrap();
+    assert_eq!(count().await, 2);
+}
