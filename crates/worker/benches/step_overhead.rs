@@ -164,6 +164,7 @@ fn egress() -> TaskOptions {
             ..EgressSettings::default()
         }),
         workspace_dir: None,
+        viewport: None,
     }
 }
 

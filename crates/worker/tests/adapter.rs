@@ -49,6 +49,7 @@ async fn browser(workspace: &TaskWorkspace) -> SessionBrowser {
                 ..EgressSettings::default()
             }),
             workspace_dir: Some(workspace.dir().to_path_buf()),
+            viewport: None,
         })
         .await
         .unwrap();
