@@ -501,10 +501,14 @@ fn viewport_on_every_tab_with_scrollbars() {
     rt().block_on(async {
         // The pool's default: browser-use's 1920×1080, scrollbars taking layout width.
         let (session, _) = open_form(&guard).await;
-        let [w, h, bar] = serde_json::from_value::<[f64; 3]>(viewport_and_scrollbar(&session).await)
-            .expect("numbers");
+        let [w, h, bar] =
+            serde_json::from_value::<[f64; 3]>(viewport_and_scrollbar(&session).await)
+                .expect("numbers");
         assert_eq!((w, h), (1920.0, 1080.0));
-        assert!(bar > 0.0, "scrollbars must be visible (take width), got {bar}");
+        assert!(
+            bar > 0.0,
+            "scrollbars must be visible (take width), got {bar}"
+        );
         session.release().await;
 
         // A task's own viewport, on its first tab and on a tab the page opens.
@@ -522,11 +526,17 @@ fn viewport_on_every_tab_with_scrollbars() {
             .navigate(&url("/actions/form.html", srv.addr))
             .await
             .expect("navigate");
-        assert_eq!(js(&session, "[innerWidth, innerHeight]").await, serde_json::json!([1000, 700]));
+        assert_eq!(
+            js(&session, "[innerWidth, innerHeight]").await,
+            serde_json::json!([1000, 700])
+        );
         let state = capture(&session).await;
         // The page scrolls: its layout viewport is the width minus the scrollbar (15 px).
         assert_eq!(
-            (state.page_info.viewport_width, state.page_info.viewport_height),
+            (
+                state.page_info.viewport_width,
+                state.page_info.viewport_height
+            ),
             (985, 700),
             "{:?}",
             state.page_info
@@ -541,7 +551,10 @@ fn viewport_on_every_tab_with_scrollbars() {
         )
         .await;
         assert!(ok(&r).contains("tab_id"), "{r:?}");
-        assert_eq!(js(&session, "[innerWidth, innerHeight]").await, serde_json::json!([1000, 700]));
+        assert_eq!(
+            js(&session, "[innerWidth, innerHeight]").await,
+            serde_json::json!([1000, 700])
+        );
         session.release().await;
     });
 }
