@@ -939,7 +939,15 @@ fn scrolls_page_and_container() {
             }),
         )
         .await);
-        assert!(js(&session, "scrollY").await.as_f64().expect("y") > 2000.0);
+        // The marker (below a 2500 px block) is now in view.
+        assert_eq!(
+            js(
+                &session,
+                "(() => { const r = document.getElementById('bottom').getBoundingClientRect(); return scrollY > 1000 && r.top >= 0 && r.bottom <= innerHeight; })()"
+            )
+            .await,
+            Value::Bool(true)
+        );
         let r = run(
             &session,
             Action::FindText(FindTextParams {
