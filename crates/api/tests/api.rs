@@ -350,7 +350,11 @@ async fn create_task_applies_defaults(pool: PgPool) {
     assert_eq!(task["last_event_seq"], 1);
     assert_eq!(task["metadata"], json!({}));
     assert_eq!(task["viewport"], Value::Null, "the worker's default");
-    assert_eq!(task["settle_timeout_ms"], Value::Null, "the worker's default");
+    assert_eq!(
+        task["settle_timeout_ms"],
+        Value::Null,
+        "the worker's default"
+    );
     assert!(task.get("secrets").is_none());
     uuid::Uuid::parse_str(task["id"].as_str().unwrap()).unwrap();
 

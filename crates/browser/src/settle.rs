@@ -117,7 +117,12 @@ fn tracker_call(body: &str) -> String {
 
 impl BrowserSession {
     /// Evaluates `expression` in a session's main world; `None` when it fails or throws.
-    async fn tracker_eval(&self, session: &str, expression: String, timeout: Duration) -> Option<Value> {
+    async fn tracker_eval(
+        &self,
+        session: &str,
+        expression: String,
+        timeout: Duration,
+    ) -> Option<Value> {
         let raw = self
             .chrome
             .conn
@@ -242,9 +247,13 @@ impl BrowserSession {
                     }
                     navigated = true;
                     let before = self.target_url(&mark.target).await.unwrap_or_default();
-                    let outcome =
-                        wait_for_navigation_end(&mut mark.events, &mark.session, &mark.target, load_cap(&before, ""))
-                            .await;
+                    let outcome = wait_for_navigation_end(
+                        &mut mark.events,
+                        &mark.session,
+                        &mark.target,
+                        load_cap(&before, ""),
+                    )
+                    .await;
                     if matches!(outcome, WaitOutcome::TimedOut) {
                         return report(started, SettleEnd::Cap, vec![format!("document {before}")]);
                     }
@@ -292,12 +301,7 @@ fn report(started: Instant, ended: SettleEnd, pending: Vec<String>) -> SettleRep
 
 fn drain(rx: &mut broadcast::Receiver<Arc<CdpEvent>>) {
     use broadcast::error::TryRecvError;
-    loop {
-        match rx.try_recv() {
-            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
-            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
-        }
-    }
+    while let Ok(_) | Err(TryRecvError::Lagged(_)) = rx.try_recv() {}
 }
 
 /// Waits for the navigation under way in the tab to end: its load event, a same-document
@@ -315,7 +319,8 @@ async fn wait_for_navigation_end(
             && (matches!(
                 ev.method.as_str(),
                 "Page.loadEventFired" | "Page.navigatedWithinDocument"
-            ) || (ev.method == "Page.frameStoppedLoading" && ev.raw.as_str().contains(&main_frame))))
+            ) || (ev.method == "Page.frameStoppedLoading"
+                && ev.raw.as_str().contains(&main_frame))))
             || ev.method == "Browser.downloadWillBegin"
     })
     .await

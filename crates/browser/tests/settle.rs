@@ -45,8 +45,7 @@ impl Counts {
 }
 
 async fn server() -> (SocketAddr, Counts) {
-    static SERVER: tokio::sync::OnceCell<(SocketAddr, Counts)> =
-        tokio::sync::OnceCell::const_new();
+    static SERVER: tokio::sync::OnceCell<(SocketAddr, Counts)> = tokio::sync::OnceCell::const_new();
     SERVER
         .get_or_init(|| async {
             let counts = Counts::default();
@@ -109,7 +108,11 @@ async fn api_add(State(counts): State<Counts>, Query(q): Query<AddQuery>) -> Res
         *n += 1;
         *n
     };
-    ([(header::CONTENT_TYPE, "application/json")], format!("{{\"count\":{count}}}")).into_response()
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{{\"count\":{count}}}"),
+    )
+        .into_response()
 }
 
 /// Never answers (a long poll).

@@ -78,7 +78,10 @@ fn shopper(clicks: Arc<Mutex<u32>>) -> Brain {
         match index_of(page, "button", r"/>\s*Add to cart") {
             Some(index) => {
                 *clicks.lock().unwrap() += 1;
-                reply("add the monitor to the cart", json!([{"click": {"index": index}}]))
+                reply(
+                    "add the monitor to the cart",
+                    json!([{"click": {"index": index}}]),
+                )
             }
             None => done_reply(&format!("no Add button on:\n{page}"), false),
         }
@@ -95,7 +98,11 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
         let dir = tempfile::tempdir().unwrap();
         let history_path = dir.path().join("history.json");
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserd"))
-            .args(["run", "Add the 27-inch monitor to the cart", "--allow-loopback"])
+            .args([
+                "run",
+                "Add the 27-inch monitor to the cart",
+                "--allow-loopback",
+            ])
             .args(["--no-vision", "--max-steps", "6"])
             .arg("--start-url")
             .arg(format!("http://{shop_addr}/shop?key={key}&delay={delay}"))
@@ -105,7 +112,10 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
             .arg(dir.path().join("workspace"))
             .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
             .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
-            .env("BROWSERD_LLM_MOCK_BASE_URL", format!("http://{}/v1", model.addr))
+            .env(
+                "BROWSERD_LLM_MOCK_BASE_URL",
+                format!("http://{}/v1", model.addr),
+            )
             .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
             .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
             .env("RUST_LOG", "warn")
@@ -123,7 +133,11 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
             1,
             "delay {delay} ms: the model was shown the page before the response and clicked again"
         );
-        assert_eq!(cart.0.lock().unwrap().get(&key), Some(&1), "delay {delay} ms");
+        assert_eq!(
+            cart.0.lock().unwrap().get(&key),
+            Some(&1),
+            "delay {delay} ms"
+        );
         // The step that clicked records the settle: how long and why it ended.
         let history: Value =
             serde_json::from_slice(&std::fs::read(&history_path).unwrap()).unwrap();
@@ -139,6 +153,9 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
         // The step's timings add the settle up (part of the actions' time).
         let timings = &click_step["metadata"];
         assert_eq!(timings["settle_ms"].as_u64(), Some(settle_ms), "{timings}");
-        assert!(timings["actions_ms"].as_u64().unwrap() >= settle_ms, "{timings}");
+        assert!(
+            timings["actions_ms"].as_u64().unwrap() >= settle_ms,
+            "{timings}"
+        );
     }
 }

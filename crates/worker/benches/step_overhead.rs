@@ -242,9 +242,14 @@ impl ChatModel for InstantModel {
             *t
         };
         tokio::time::sleep(self.latency).await;
-        let action = match self.scenario.action(turn, &page, "<secret>password</secret>") {
+        let action = match self
+            .scenario
+            .action(turn, &page, "<secret>password</secret>")
+        {
             Some(action) => json!([action]),
-            None => json!([{"done": {"text": "finished", "success": self.scenario.success(&page)}}]),
+            None => {
+                json!([{"done": {"text": "finished", "success": self.scenario.success(&page)}}])
+            }
         };
         Ok(ChatResponse {
             value: json!({

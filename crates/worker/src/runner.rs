@@ -270,7 +270,6 @@ impl TaskRunner {
                         .unwrap_or(DEFAULT_SETTLE_CAP),
                     ..SettleSettings::default()
                 },
-                ..TaskOptions::default()
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;

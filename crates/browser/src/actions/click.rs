@@ -1,7 +1,6 @@
 //! The click action: by index (mouse at the element's visible centre, JavaScript fallback) or
 //! by coordinates; the navigations and new tabs it causes.
 
-
 use serde::Deserialize;
 use serde_json::{Value, json};
 
