@@ -181,6 +181,7 @@ pub fn validate_create_task(
         metadata,
         max_tokens,
         max_cost_usd,
+        trace_context: None,
     })
 }
 

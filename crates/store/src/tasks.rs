@@ -33,6 +33,8 @@ pub struct NewTask {
     pub metadata: BTreeMap<String, String>,
     pub max_tokens: Option<i64>,
     pub max_cost_usd: Option<f64>,
+    /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
+    pub trace_context: Option<String>,
 }
 
 impl fmt::Debug for NewTask {
@@ -295,6 +297,15 @@ impl Store {
         )
         .fetch_one(&mut *tx)
         .await?;
+        if let Some(context) = &new.trace_context {
+            sqlx::query!(
+                "update tasks set trace_context = $2 where id = $1",
+                id.0,
+                context
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         let event = append_event_in(
             &mut tx,
             id,

@@ -33,6 +33,7 @@ fn new_task(text: &str) -> NewTask {
         metadata: BTreeMap::new(),
         max_tokens: None,
         max_cost_usd: None,
+        trace_context: None,
     }
 }
 
