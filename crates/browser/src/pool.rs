@@ -21,6 +21,35 @@ use crate::{
     session::{BrowserSession, TaskOptions},
 };
 
+/// Registers the help texts of the pool's metrics (and shows the counters at zero).
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "browserd_browser_processes",
+        "Chrome processes (or remote browsers) the pool holds"
+    );
+    metrics::describe_gauge!(
+        "browserd_browser_contexts_in_use",
+        "Browser contexts leased to tasks"
+    );
+    metrics::describe_gauge!(
+        "browserd_browser_contexts_capacity",
+        "Browser contexts the pool can lease at once (processes x contexts per process)"
+    );
+    metrics::describe_counter!(
+        "browserd_chrome_launches_total",
+        "Chrome launches (or remote connects) by outcome"
+    );
+    metrics::describe_counter!(
+        "browserd_chrome_crashes_total",
+        "Chrome processes whose connection died without the pool closing them"
+    );
+    metrics::gauge!("browserd_browser_processes").increment(0.0);
+    metrics::gauge!("browserd_browser_contexts_in_use").increment(0.0);
+    metrics::counter!("browserd_chrome_crashes_total").increment(0);
+    metrics::counter!("browserd_chrome_launches_total", "outcome" => "ok").increment(0);
+    metrics::counter!("browserd_chrome_launches_total", "outcome" => "error").increment(0);
+}
+
 /// How the pool launches or reaches Chrome.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
@@ -189,7 +218,10 @@ impl Chrome {
                     break;
                 }
             }
-            handler_dead.store(true, Ordering::SeqCst);
+            // Not marked dead by `close`: Chrome crashed or its connection dropped.
+            if !handler_dead.swap(true, Ordering::SeqCst) {
+                metrics::counter!("browserd_chrome_crashes_total").increment(1);
+            }
         });
         // chromiumoxide's handler attaches to every tab it discovers and enables Runtime,
         // Network, Performance, Log and an isolated world there, which Chrome then pays for on
@@ -215,6 +247,7 @@ impl Chrome {
                 return Err(err);
             }
         };
+        metrics::gauge!("browserd_browser_processes").increment(1.0);
         Ok(Arc::new(Chrome {
             id: CHROME_IDS.fetch_add(1, Ordering::Relaxed),
             browser: RwLock::new(Some(browser)),
@@ -236,7 +269,11 @@ impl Chrome {
         self.dead.store(true, Ordering::SeqCst);
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
-        if let Some(mut browser) = guard.take()
+        let taken = guard.take();
+        if taken.is_some() {
+            metrics::gauge!("browserd_browser_processes").decrement(1.0);
+        }
+        if let Some(mut browser) = taken
             && !self.remote
         {
             let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
@@ -441,6 +478,8 @@ impl BrowserPool {
                 "the pool needs at least one process or remote endpoint".into(),
             ));
         }
+        metrics::gauge!("browserd_browser_contexts_capacity")
+            .set((slots * config.contexts_per_process) as f64);
         Ok(Self {
             inner: Arc::new(PoolInner {
                 permits: Arc::new(Semaphore::new(slots * config.contexts_per_process)),
@@ -487,6 +526,7 @@ impl BrowserPool {
             .await
             .map_err(|_| BrowserError::PoolShutDown)?;
         let chrome = self.pick_chrome().await?;
+        metrics::gauge!("browserd_browser_contexts_in_use").increment(1.0);
         match BrowserSession::open(chrome.clone(), self.inner.config.cdp_timeout, options).await {
             Ok(session) => Ok(session.with_lease(Lease {
                 pool: self.inner.clone(),
@@ -545,11 +585,14 @@ impl BrowserPool {
                 state.retiring.push(old);
             }
         }
-        let chrome = if config.remote_endpoints.is_empty() {
-            Chrome::launch(config).await?
+        let launched = if config.remote_endpoints.is_empty() {
+            Chrome::launch(config).await
         } else {
-            Chrome::connect(&config.remote_endpoints[slot], config).await?
+            Chrome::connect(&config.remote_endpoints[slot], config).await
         };
+        let outcome = if launched.is_ok() { "ok" } else { "error" };
+        metrics::counter!("browserd_chrome_launches_total", "outcome" => outcome).increment(1);
+        let chrome = launched?;
         chrome.active.fetch_add(1, Ordering::SeqCst);
         chrome.leased_total.fetch_add(1, Ordering::SeqCst);
         state.slots[slot] = Some(chrome.clone());
@@ -593,6 +636,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// Gives the slot back; closes the Chrome if it is retired or used up and now idle.
     pub async fn finish(mut self) {
+        metrics::gauge!("browserd_browser_contexts_in_use").decrement(1.0);
         let remaining = self.chrome.active.fetch_sub(1, Ordering::SeqCst) - 1;
         let config = &self.pool.config;
         let used_up = config.recycle_after_tasks > 0
