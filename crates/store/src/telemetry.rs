@@ -43,10 +43,9 @@ impl Store {
 
     /// The W3C `traceparent` of the request that created task `id`, when it had one.
     pub async fn trace_context(&self, id: TaskId) -> Result<Option<String>, StoreError> {
-        let context =
-            sqlx::query_scalar!("select trace_context from tasks where id = $1", id.0)
-                .fetch_optional(&self.pool)
-                .await?;
+        let context = sqlx::query_scalar!("select trace_context from tasks where id = $1", id.0)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(context.flatten())
     }
 }
