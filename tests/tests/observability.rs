@@ -134,7 +134,10 @@ impl OtlpReceiver {
                     .iter()
                     .map(|s| format!("{} {:?}", s.name, s.attributes))
                     .collect();
-                panic!("the expected spans did not arrive; got:\n{}", names.join("\n"));
+                panic!(
+                    "the expected spans did not arrive; got:\n{}",
+                    names.join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -199,7 +202,10 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     let stairs = stairs_brain();
     let brain = Arc::new(move |page: &str| {
         if !erred.swap(true, Ordering::SeqCst) {
-            return reply("click a missing element", json!([{"click": {"index": 987654}}]));
+            return reply(
+                "click a missing element",
+                json!([{"click": {"index": 987654}}]),
+            );
         }
         stairs(page)
     });
@@ -268,7 +274,11 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     assert_eq!(task_span.attr("model"), Some("mock"));
     assert_eq!(task_span.attr("status"), Some("finished"));
     assert_eq!(task_span.attr("attempt"), Some("1"));
-    assert_eq!(task_span.attr("input_tokens"), Some("3000"), "{task_span:?}");
+    assert_eq!(
+        task_span.attr("input_tokens"),
+        Some("3000"),
+        "{task_span:?}"
+    );
 
     let in_trace: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.trace_id == TRACE_ID).collect();
     let steps: Vec<&ReceivedSpan> = in_trace
@@ -295,7 +305,11 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
             .collect()
     };
     let captures = children("capture");
-    assert_eq!(captures.len(), 3, "one capture per model step: {captures:#?}");
+    assert_eq!(
+        captures.len(),
+        3,
+        "one capture per model step: {captures:#?}"
+    );
     let models = children("model_call");
     assert_eq!(models.len(), 3, "{models:#?}");
     for span in captures.iter().chain(&models) {
@@ -313,9 +327,16 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     let actions = children("action");
     let mut names: Vec<&str> = actions.iter().filter_map(|s| s.attr("action")).collect();
     names.sort_unstable();
-    assert_eq!(names, ["click", "click", "done", "navigate"], "{actions:#?}");
+    assert_eq!(
+        names,
+        ["click", "click", "done", "navigate"],
+        "{actions:#?}"
+    );
     for action in &actions {
-        assert!(step_ids.contains(&action.parent_span_id.as_str()), "{action:?}");
+        assert!(
+            step_ids.contains(&action.parent_span_id.as_str()),
+            "{action:?}"
+        );
     }
     let failed = actions
         .iter()
@@ -328,7 +349,8 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     let logs = server.logs();
     assert!(
         logs.lines()
-            .any(|l| l.contains(&format!("\"trace_id\":\"{TRACE_ID}\"")) && l.contains("task created")),
+            .any(|l| l.contains(&format!("\"trace_id\":\"{TRACE_ID}\""))
+                && l.contains("task created")),
         "{logs}"
     );
 
@@ -344,21 +366,33 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
         .unwrap();
     assert_families(&exposition, FAMILIES, "serve's /metrics");
     assert_eq!(
-        sample(&exposition, r#"browserd_tasks_ended_total{status="finished"}"#),
+        sample(
+            &exposition,
+            r#"browserd_tasks_ended_total{status="finished"}"#
+        ),
         Some(1.0)
     );
     assert_eq!(
-        sample(&exposition, r#"browserd_action_errors_total{action="click",kind="failed"}"#),
+        sample(
+            &exposition,
+            r#"browserd_action_errors_total{action="click",kind="failed"}"#
+        ),
         Some(1.0),
         "{exposition}"
     );
     assert_eq!(
-        sample(&exposition, r#"browserd_model_tokens_total{model="mock",kind="input"}"#),
+        sample(
+            &exposition,
+            r#"browserd_model_tokens_total{model="mock",kind="input"}"#
+        ),
         Some(3000.0)
     );
     assert_eq!(sample(&exposition, "browserd_queue_depth"), Some(0.0));
     assert_eq!(
-        sample(&exposition, r#"browserd_chrome_launches_total{outcome="ok"}"#),
+        sample(
+            &exposition,
+            r#"browserd_chrome_launches_total{outcome="ok"}"#
+        ),
         Some(1.0)
     );
     assert_eq!(sample(&exposition, "browserd_browser_processes"), Some(1.0));
@@ -401,4 +435,31 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     );
     worker.signal("TERM").await;
     server.signal("TERM").await;
+}
+
+/// The Grafana dashboard only queries families browserd exports.
+#[test]
+fn the_grafana_dashboard_uses_exported_families() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/browserd.json"
+    );
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let names = regex::Regex::new(r"browserd_[a-z_]+").unwrap();
+    let mut used = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in names.find_iter(expr) {
+                let family = name
+                    .as_str()
+                    .trim_end_matches("_bucket")
+                    .trim_end_matches("_count")
+                    .trim_end_matches("_sum");
+                assert!(FAMILIES.contains(&family), "{family} in {expr}");
+                used += 1;
+            }
+        }
+    }
+    assert!(used > 20);
 }
