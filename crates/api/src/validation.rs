@@ -164,6 +164,11 @@ pub fn validate_create_task(
             }
         })
         .transpose()?;
+    if let Some(viewport) = &request.viewport {
+        viewport
+            .check()
+            .map_err(|(field, message)| ApiError::validation(field, message))?;
+    }
 
     Ok(NewTask {
         task: request.task,
@@ -181,6 +186,7 @@ pub fn validate_create_task(
         metadata,
         max_tokens,
         max_cost_usd,
+        viewport: request.viewport,
         trace_context: None,
     })
 }

@@ -349,6 +349,7 @@ async fn create_task_applies_defaults(pool: PgPool) {
     assert_eq!(task["model"], "gpt-4.1-mini", "the configured default");
     assert_eq!(task["last_event_seq"], 1);
     assert_eq!(task["metadata"], json!({}));
+    assert_eq!(task["viewport"], Value::Null, "the worker's default");
     assert!(task.get("secrets").is_none());
     uuid::Uuid::parse_str(task["id"].as_str().unwrap()).unwrap();
 
@@ -366,9 +367,11 @@ async fn create_task_applies_defaults(pool: PgPool) {
             "max_failures": 0,
             "timeout_s": 600,
             "metadata": {"team": "growth"},
+            "viewport": {"width": 1280, "height": 720},
         }))
         .await;
     assert_eq!(full["model"], "claude");
+    assert_eq!(full["viewport"], json!({"width": 1280, "height": 720}));
     assert_eq!(
         full["allowed_domains"],
         json!([
@@ -478,6 +481,23 @@ async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
         (
             json!({"task": "t", "metadata": {"k": "v".repeat(513)}}),
             "metadata.k",
+        ),
+        (
+            json!({"task": "t", "viewport": {"width": 319, "height": 800}}),
+            "viewport.width",
+        ),
+        (
+            json!({"task": "t", "viewport": {"width": 1920, "height": 2161}}),
+            "viewport.height",
+        ),
+        (
+            json!({"task": "t", "viewport": {"width": 1920, "height": -1}}),
+            "viewport.height",
+        ),
+        (json!({"task": "t", "viewport": "1920x1080"}), "viewport"),
+        (
+            json!({"task": "t", "viewport": {"width": 1920}}),
+            "viewport.height",
         ),
     ];
     for (body, field) in cases {

@@ -19,6 +19,7 @@ use crate::{
     cdp::CdpConnection,
     error::{BrowserError, Result},
     session::{BrowserSession, TaskOptions},
+    types::Viewport,
 };
 
 /// Registers the help texts of the pool's metrics (and shows the counters at zero).
@@ -69,8 +70,9 @@ pub struct PoolConfig {
     pub remote_endpoints: Vec<String>,
     /// Extra Chrome command-line arguments.
     pub extra_args: Vec<String>,
-    /// Window (= viewport) size of new tabs.
-    pub window_size: (u32, u32),
+    /// Viewport of every tab of a session whose task sets none (browser-use's 1920×1080 by
+    /// default); Chrome's window is launched at this size too.
+    pub viewport: Viewport,
     /// Niceness given to each launched Chrome and its helper processes (renderers fork from
     /// the zygotes and inherit it), so that the service's own work — the api, event delivery,
     /// Postgres — keeps the CPU when browsers saturate it. `None` leaves Chrome as it starts.
@@ -88,7 +90,7 @@ impl Default for PoolConfig {
             launch_timeout: Duration::from_secs(30),
             remote_endpoints: Vec::new(),
             extra_args: Vec::new(),
-            window_size: (1280, 800),
+            viewport: Viewport::BROWSER_USE,
             nice: Some(10),
         }
     }
@@ -105,6 +107,41 @@ pub const CHROME_FLAGS: [&str; 9] = [
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+];
+
+/// chromiumoxide 0.9's default arguments (`DEFAULT_ARGS` in its `browser/config.rs`, from
+/// puppeteer) without `--enable-automation`: that flag shows the "controlled by automated
+/// software" banner, which browser-use does not have (it took 143 px of a 1280×800 window's
+/// viewport). chromiumoxide's defaults are switched off as a whole (`disable_default_args`) and
+/// this list passed instead; its headless mode is not used either because it adds
+/// `--hide-scrollbars`, and browser-use keeps scrollbars visible (they take layout width, so
+/// the page lays out as it does there). Without leading dashes (chromiumoxide adds them).
+const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
+    "disable-background-networking",
+    "enable-features=NetworkService,NetworkServiceInProcess",
+    "disable-background-timer-throttling",
+    "disable-backgrounding-occluded-windows",
+    "disable-breakpad",
+    "disable-client-side-phishing-detection",
+    "disable-component-extensions-with-background-pages",
+    "disable-default-apps",
+    "disable-dev-shm-usage",
+    "disable-features=TranslateUI",
+    "disable-hang-monitor",
+    "disable-ipc-flooding-protection",
+    "disable-popup-blocking",
+    "disable-prompt-on-repost",
+    "disable-renderer-backgrounding",
+    "disable-sync",
+    "force-color-profile=srgb",
+    "metrics-recording-only",
+    "no-first-run",
+    "password-store=basic",
+    "use-mock-keychain",
+    "enable-blink-features=IdleDetection",
+    "lang=en_US",
+    // What chromiumoxide's headless mode added, minus `hide-scrollbars`.
+    "mute-audio",
 ];
 
 static CHROME_IDS: AtomicU64 = AtomicU64::new(1);
@@ -135,20 +172,24 @@ impl Chrome {
         let dir = tempfile::Builder::new()
             .prefix("browserd-chrome-")
             .tempdir()?;
+        // `with_head` only stops chromiumoxide from adding its headless flags (with
+        // `--hide-scrollbars`): `--headless=new` comes from CHROME_FLAGS.
         let mut builder = BrowserConfig::builder()
             .chrome_executable(&config.chrome_path)
-            .new_headless_mode()
+            .with_head()
+            .disable_default_args()
             .no_sandbox()
             .user_data_dir(dir.path())
             .viewport(None)
-            .window_size(config.window_size.0, config.window_size.1)
+            .window_size(config.viewport.width, config.viewport.height)
             .launch_timeout(config.launch_timeout)
             .request_timeout(config.cdp_timeout)
+            .args(CHROMIUMOXIDE_ARGS_KEPT)
             // chromiumoxide adds the leading dashes itself.
             .args(
                 CHROME_FLAGS
                     .iter()
-                    .filter(|f| !matches!(**f, "--headless=new" | "--no-sandbox"))
+                    .filter(|f| **f != "--no-sandbox")
                     .map(|f| f.trim_start_matches("--").to_owned()),
             )
             .args(
@@ -527,7 +568,14 @@ impl BrowserPool {
             .map_err(|_| BrowserError::PoolShutDown)?;
         let chrome = self.pick_chrome().await?;
         metrics::gauge!("browserd_browser_contexts_in_use").increment(1.0);
-        match BrowserSession::open(chrome.clone(), self.inner.config.cdp_timeout, options).await {
+        let opened = BrowserSession::open(
+            chrome.clone(),
+            self.inner.config.cdp_timeout,
+            options,
+            self.inner.config.viewport,
+        )
+        .await;
+        match opened {
             Ok(session) => Ok(session.with_lease(Lease {
                 pool: self.inner.clone(),
                 chrome,

@@ -23,7 +23,7 @@ use crate::{
     settle::SettleSettings,
     types::{
         CaptureOptions, DownloadInfo, DownloadState, PageState, Screenshot, ScreenshotFormat,
-        SelectorMap, TabInfo,
+        SelectorMap, TabInfo, Viewport,
     },
 };
 
@@ -39,6 +39,9 @@ pub struct TaskOptions {
     pub workspace_dir: Option<PathBuf>,
     /// How long actions wait for the page to settle (see [`crate::settle`]).
     pub settle: SettleSettings,
+    /// Viewport of every tab of the session (new tabs and tabs the page opens); `None` = the
+    /// pool's [`PoolConfig::viewport`](crate::PoolConfig::viewport).
+    pub viewport: Option<Viewport>,
 }
 
 /// Things that happened in the session between actions.
@@ -157,6 +160,7 @@ pub struct BrowserSession {
     pub(crate) events: Arc<SessionEvents>,
     pub(crate) egress: Option<EgressGuard>,
     pub(crate) workspace: Workspace,
+    viewport: Viewport,
     listener: Option<tokio::task::JoinHandle<()>>,
     lease: Option<Lease>,
     released: bool,
@@ -171,10 +175,12 @@ impl std::fmt::Debug for BrowserSession {
 }
 
 impl BrowserSession {
+    /// `default_viewport` applies when `options` has none.
     pub(crate) async fn open(
         chrome: Arc<Chrome>,
         timeout: Duration,
         options: TaskOptions,
+        default_viewport: Viewport,
     ) -> Result<Self> {
         let workspace = match &options.workspace_dir {
             Some(dir) => Workspace::open(dir)?,
@@ -227,6 +233,7 @@ impl BrowserSession {
             events,
             egress: None,
             workspace,
+            viewport: options.viewport.unwrap_or(default_viewport),
             listener: None,
             lease: None,
             released: false,
@@ -285,6 +292,7 @@ impl BrowserSession {
                 context_id: self.context_id.clone(),
                 downloads_dir: self.workspace.downloads_dir(),
                 timeout: self.timeout,
+                viewport: self.viewport,
             },
         )));
         self.new_tab("about:blank").await?;
@@ -304,6 +312,11 @@ impl BrowserSession {
     /// The DevTools websocket URL of the Chrome hosting this session.
     pub fn websocket_url(&self) -> &str {
         &self.chrome.ws_url
+    }
+
+    /// The viewport of every tab of this session.
+    pub fn emulated_viewport(&self) -> Viewport {
+        self.viewport
     }
 
     /// Timeout used for CDP commands of this session.
@@ -332,7 +345,7 @@ impl BrowserSession {
             .await?
             .decode::<Created>()?
             .target_id;
-        prepare_tab(&self.sessions, &self.events, &target_id, self.timeout).await?;
+        self.prepare_tab(&target_id).await?;
         self.state.lock().await.focused = Some(target_id.clone());
         if url != "about:blank" {
             let outcome = self.navigate_target(&target_id, url).await?;
@@ -360,9 +373,17 @@ impl BrowserSession {
         self.egress.as_ref()
     }
 
-    /// Makes sure the tab's raw session has Page events and lifecycle events enabled.
+    /// Makes sure the tab's raw session has Page events and lifecycle events enabled and the
+    /// session's viewport set.
     pub(crate) async fn prepare_tab(&self, target_id: &str) -> Result<String> {
-        prepare_tab(&self.sessions, &self.events, target_id, self.timeout).await
+        prepare_tab(
+            &self.sessions,
+            &self.events,
+            target_id,
+            self.viewport,
+            self.timeout,
+        )
+        .await
     }
 
     /// Navigates the focused tab and waits for its load event (browser-use's caps: 20 s for
@@ -846,10 +867,15 @@ pub(crate) async fn wait_for_event(
     }
 }
 
+/// Enables Page events and lifecycle events on the tab and sets its viewport (browser-use's
+/// headless `Emulation.setDeviceMetricsOverride`: device scale factor 1, not mobile), once per
+/// tab; the three commands are pipelined. The override lives as long as the tab's session on
+/// the crate's connection, which is kept for the tab's life, so it survives navigations.
 async fn prepare_tab(
     sessions: &Sessions,
     events: &SessionEvents,
     target_id: &str,
+    viewport: Viewport,
     timeout: Duration,
 ) -> Result<String> {
     let session = sessions.session_for(target_id).await?;
@@ -858,7 +884,7 @@ async fn prepare_tab(
         return Ok(session);
     }
     let conn = &sessions.chrome.conn;
-    let (page, lifecycle) = tokio::join!(
+    let (page, lifecycle, metrics) = tokio::join!(
         conn.call_raw(Some(&session), "Page.enable", json!({}), timeout),
         conn.call_raw(
             Some(&session),
@@ -866,9 +892,21 @@ async fn prepare_tab(
             json!({"enabled": true}),
             timeout
         ),
+        conn.call_raw(
+            Some(&session),
+            "Emulation.setDeviceMetricsOverride",
+            json!({
+                "width": viewport.width,
+                "height": viewport.height,
+                "deviceScaleFactor": 1,
+                "mobile": false,
+            }),
+            timeout
+        ),
     );
     page?;
     lifecycle?;
+    metrics?;
     prepared.insert(target_id.to_owned());
     Ok(session)
 }
@@ -879,6 +917,7 @@ struct ListenerCtx {
     context_id: String,
     downloads_dir: PathBuf,
     timeout: Duration,
+    viewport: Viewport,
 }
 
 #[derive(Deserialize)]
@@ -942,6 +981,7 @@ async fn listen(mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>, ctx: Li
                                 &ctx.sessions,
                                 &ctx.events,
                                 &info.target_id,
+                                ctx.viewport,
                                 ctx.timeout,
                             )
                             .await

@@ -5,6 +5,38 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 pub use crate::dom::{AxInfo, AxValue, Rect, ShadowRootKind};
 pub use crate::serializer::PageStats;
 
+/// Size of a tab's viewport in CSS pixels (device scale factor 1, not mobile), set on every
+/// tab of a session with `Emulation.setDeviceMetricsOverride` as browser-use does headless.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Viewport {
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Viewport {
+    /// browser-use's headless viewport (its `screen` fallback): 1920×1080.
+    pub const BROWSER_USE: Viewport = Viewport {
+        width: 1920,
+        height: 1080,
+    };
+
+    pub const fn new(width: u32, height: u32) -> Self {
+        Self { width, height }
+    }
+}
+
+impl Default for Viewport {
+    fn default() -> Self {
+        Self::BROWSER_USE
+    }
+}
+
+impl std::fmt::Display for Viewport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
 /// Screenshot encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScreenshotFormat {

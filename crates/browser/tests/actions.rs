@@ -18,7 +18,7 @@ use axum::{
 };
 use browserd_browser::{
     Action, ActionContext, ActionResult, BrowserSession, CaptureOptions, DownloadState, PageState,
-    TaskOptions,
+    TaskOptions, Viewport,
     actions::{
         ClickParams, DoneParams, EvaluateParams, ExtractParams, FindElementsParams, FindTextParams,
         IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, SaveAsPdfParams,
@@ -479,6 +479,81 @@ fn dropdowns_native_and_aria() {
             )
             .await,
             "pear"
+        );
+        session.release().await;
+    });
+}
+
+/// `[innerWidth, innerHeight, width of the vertical scrollbar]` of the focused tab, on a page
+/// made taller than the viewport.
+async fn viewport_and_scrollbar(session: &BrowserSession) -> Value {
+    js(
+        session,
+        "document.body.style.minHeight = '5000px'; \
+         [innerWidth, innerHeight, innerWidth - document.documentElement.clientWidth]",
+    )
+    .await
+}
+
+#[test]
+fn viewport_on_every_tab_with_scrollbars() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        // The pool's default: browser-use's 1920×1080, scrollbars taking layout width.
+        let (session, _) = open_form(&guard).await;
+        let [w, h, bar] =
+            serde_json::from_value::<[f64; 3]>(viewport_and_scrollbar(&session).await)
+                .expect("numbers");
+        assert_eq!((w, h), (1920.0, 1080.0));
+        assert!(
+            bar > 0.0,
+            "scrollbars must be visible (take width), got {bar}"
+        );
+        session.release().await;
+
+        // A task's own viewport, on its first tab and on a tab the page opens.
+        let srv = server().await;
+        let session = guard
+            .pool()
+            .lease_with(TaskOptions {
+                viewport: Some(Viewport::new(1000, 700)),
+                ..TaskOptions::default()
+            })
+            .await
+            .expect("lease");
+        assert_eq!(session.emulated_viewport(), Viewport::new(1000, 700));
+        session
+            .navigate(&url("/actions/form.html", srv.addr))
+            .await
+            .expect("navigate");
+        assert_eq!(
+            js(&session, "[innerWidth, innerHeight]").await,
+            serde_json::json!([1000, 700])
+        );
+        let state = capture(&session).await;
+        // The page scrolls: its layout viewport is the width minus the scrollbar (15 px).
+        assert_eq!(
+            (
+                state.page_info.viewport_width,
+                state.page_info.viewport_height
+            ),
+            (985, 700),
+            "{:?}",
+            state.page_info
+        );
+        let r = run(
+            &session,
+            Action::Click(ClickParams {
+                index: Some(index_of(&state, "newtab")),
+                coordinate_x: None,
+                coordinate_y: None,
+            }),
+        )
+        .await;
+        assert!(ok(&r).contains("tab_id"), "{r:?}");
+        assert_eq!(
+            js(&session, "[innerWidth, innerHeight]").await,
+            serde_json::json!([1000, 700])
         );
         session.release().await;
     });

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use browserd_agent::{
     AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData, VisionMode,
 };
-use browserd_browser::{BrowserPool, PoolConfig};
+use browserd_browser::{BrowserPool, PoolConfig, Viewport};
 use browserd_llm::ModelRegistry;
 use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
@@ -66,6 +66,10 @@ pub struct RunArgs {
     /// Cost budget in USD (needs a price table in the model's configuration).
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
+
+    /// Browser viewport, `WIDTHxHEIGHT` in CSS pixels (default browser-use's 1920x1080).
+    #[arg(long, value_parser = browserd_worker::parse_viewport)]
+    pub viewport: Option<Viewport>,
 
     /// Write the AgentHistory JSON here.
     #[arg(long)]
@@ -271,6 +275,7 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
     spec.timeout = args.timeout_s.map(Duration::from_secs);
     spec.max_tokens = args.max_tokens;
     spec.max_cost_usd = args.max_cost_usd;
+    spec.viewport = args.viewport;
     if let Some(path) = &args.output_schema {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading --output-schema {}", path.display()))?;
@@ -296,6 +301,8 @@ pub async fn run(
             processes: 1,
             contexts_per_process: 1,
             recycle_after_tasks: 0,
+            // The window matches the task's viewport.
+            viewport: spec.viewport.unwrap_or_default(),
             ..PoolConfig::default()
         })
         .context("configuring the browser pool")?,

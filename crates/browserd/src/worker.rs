@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use browserd_browser::{BrowserPool, PoolConfig};
+use browserd_browser::{BrowserPool, PoolConfig, Viewport};
 use browserd_llm::ModelRegistry;
 use browserd_store::{EventHub, SecretsKeyring, Store};
 use browserd_worker::{RunnerSettings, TaskRunner, Worker, WorkerConfig};
@@ -116,6 +116,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_CHROME_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
     chrome_nice: i32,
 
+    /// Browser viewport of tasks that set none, `WIDTHxHEIGHT` in CSS pixels (browser-use's
+    /// default); Chrome's window is this size too.
+    #[arg(long, env = "BROWSERD_VIEWPORT", default_value = "1920x1080", value_parser = browserd_worker::parse_viewport)]
+    viewport: Viewport,
+
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
     chrome_args: String,
@@ -216,6 +221,7 @@ pub async fn start(
                 .map(str::to_owned)
                 .collect(),
             nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
+            viewport: args.viewport,
             ..PoolConfig::default()
         })
         .context("configuring the browser pool")?,

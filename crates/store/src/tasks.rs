@@ -6,7 +6,7 @@ use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use browserd_types::dto::TaskView;
+use browserd_types::dto::{TaskView, ViewportSize};
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
 use secrecy::SecretString;
 use serde_json::json;
@@ -33,6 +33,8 @@ pub struct NewTask {
     pub metadata: BTreeMap<String, String>,
     pub max_tokens: Option<i64>,
     pub max_cost_usd: Option<f64>,
+    /// `None` = the worker's default.
+    pub viewport: Option<ViewportSize>,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
 }
@@ -80,6 +82,8 @@ pub struct TaskRecord {
     pub finished_at: Option<OffsetDateTime>,
     pub max_tokens: Option<i64>,
     pub max_cost_usd: Option<f64>,
+    /// `None` = the worker's default.
+    pub viewport: Option<ViewportSize>,
     /// browser-use's `UsageSummary` of the run so far.
     pub usage: Option<serde_json::Value>,
     /// URL at the start of the latest step (where a resumed run goes back to).
@@ -105,6 +109,7 @@ impl From<TaskRecord> for TaskView {
             metadata: t.metadata,
             max_tokens: t.max_tokens,
             max_cost_usd: t.max_cost_usd,
+            viewport: t.viewport,
             usage: t.usage,
             queue_position: None,
             attempts: t.attempts,
@@ -151,6 +156,8 @@ pub(crate) struct TaskRow {
     max_cost_usd: Option<f64>,
     usage: Option<serde_json::Value>,
     last_url: Option<String>,
+    viewport_width: Option<i32>,
+    viewport_height: Option<i32>,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
@@ -186,6 +193,13 @@ impl TryFrom<TaskRow> for TaskRecord {
             finished_at: row.finished_at,
             max_tokens: row.max_tokens,
             max_cost_usd: row.max_cost_usd,
+            viewport: match (row.viewport_width, row.viewport_height) {
+                (Some(width), Some(height)) => Some(ViewportSize {
+                    width: width.into(),
+                    height: height.into(),
+                }),
+                _ => None,
+            },
             usage: row.usage,
             last_url: row.last_url,
         })
@@ -264,19 +278,32 @@ impl Store {
         };
         let metadata = serde_json::to_value(&new.metadata)
             .map_err(|err| StoreError::Corrupt(format!("metadata: {err}")))?;
+        let (viewport_width, viewport_height) = match new.viewport {
+            Some(v) => (
+                Some(i32::try_from(v.width).map_err(|_| {
+                    StoreError::Corrupt(format!("viewport width {} out of range", v.width))
+                })?),
+                Some(i32::try_from(v.height).map_err(|_| {
+                    StoreError::Corrupt(format!("viewport height {} out of range", v.height))
+                })?),
+            ),
+            None => (None, None),
+        };
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query_as!(
             TaskRow,
             "insert into tasks (id, api_key_id, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, secrets_sealed,
-                 max_tokens, max_cost_usd)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+                 max_tokens, max_cost_usd, viewport_width, viewport_height)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                 $18, $19)
              returning id, api_key_id, status, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url",
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
+                 viewport_width, viewport_height",
             id.0,
             owner.0,
             new.task,
@@ -294,6 +321,8 @@ impl Store {
             secrets,
             new.max_tokens,
             new.max_cost_usd,
+            viewport_width,
+            viewport_height,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -332,7 +361,8 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
+                 viewport_width, viewport_height
              from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
             id.0,
             owner.map(|o| o.0),
@@ -357,7 +387,8 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
+                 viewport_width, viewport_height
              from tasks
              where api_key_id = $1
                and ($2::text is null or status = $2)
@@ -458,7 +489,8 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url",
+                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
+                 viewport_width, viewport_height",
             id.0,
             owner.map(|o| o.0),
             target_if_new.as_str(),

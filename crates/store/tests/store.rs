@@ -8,6 +8,7 @@ use browserd_store::{
     ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal, StepWrite,
     Store, StoreError, TransitionDetails,
 };
+use browserd_types::dto::ViewportSize;
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
 use secrecy::ExposeSecret;
 use secrecy::SecretString;
@@ -33,6 +34,7 @@ fn new_task(text: &str) -> NewTask {
         metadata: BTreeMap::new(),
         max_tokens: None,
         max_cost_usd: None,
+        viewport: None,
         trace_context: None,
     }
 }
@@ -54,6 +56,36 @@ async fn secrets_present(store: &Store, id: TaskId) -> bool {
         .fetch_one(store.pool())
         .await
         .unwrap()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn viewport_is_stored_and_read_back(pool: PgPool) {
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let size = ViewportSize {
+        width: 1280,
+        height: 720,
+    };
+    let with = store
+        .create_task(
+            owner,
+            NewTask {
+                viewport: Some(size),
+                ..new_task("sized")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(with.viewport, Some(size));
+    let read = store.get_task(Some(owner), with.id).await.unwrap().unwrap();
+    assert_eq!(read.viewport, Some(size));
+    let without = store.create_task(owner, new_task("default")).await.unwrap();
+    let read = store
+        .get_task(Some(owner), without.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.viewport, None, "no viewport = the worker's default");
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]

@@ -40,8 +40,80 @@ pub mod limits {
     pub const SECRET_NAME_MAX_CHARS: usize = 64;
     pub const SECRET_VALUE_MAX_CHARS: usize = 4_096;
     pub const MODEL_MAX_CHARS: usize = 200;
+    /// Viewport width in CSS pixels (browser-use's default 1920 is the worker's default).
+    pub const VIEWPORT_WIDTH_RANGE: std::ops::RangeInclusive<i64> = 320..=3840;
+    /// Viewport height in CSS pixels (browser-use's default 1080 is the worker's default).
+    pub const VIEWPORT_HEIGHT_RANGE: std::ops::RangeInclusive<i64> = 240..=2160;
     pub const LIST_LIMIT_DEFAULT: i64 = 20;
     pub const LIST_LIMIT_MAX: i64 = 100;
+}
+
+/// Size of a task's browser viewport in CSS pixels (device scale factor 1, not mobile): what
+/// the page lays out in and the screenshot shows, as browser-use's `viewport`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ViewportSize {
+    /// 320–3840.
+    #[schema(minimum = 320, maximum = 3840)]
+    pub width: i64,
+    /// 240–2160.
+    #[schema(minimum = 240, maximum = 2160)]
+    pub height: i64,
+}
+
+impl ViewportSize {
+    /// Why this size is refused, naming the field (`viewport.width` / `viewport.height`).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        for (field, value, range) in [
+            ("viewport.width", self.width, limits::VIEWPORT_WIDTH_RANGE),
+            (
+                "viewport.height",
+                self.height,
+                limits::VIEWPORT_HEIGHT_RANGE,
+            ),
+        ] {
+            if !range.contains(&value) {
+                return Err((
+                    field,
+                    format!(
+                        "{field} must be between {} and {} CSS pixels, got {value}",
+                        range.start(),
+                        range.end()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ViewportSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
+impl std::str::FromStr for ViewportSize {
+    type Err = String;
+
+    /// `WIDTHxHEIGHT`, e.g. `1920x1080`, within the API's ranges.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (width, height) = s
+            .trim()
+            .split_once(['x', 'X', '×'])
+            .ok_or_else(|| format!("expected WIDTHxHEIGHT (e.g. 1920x1080), got `{s}`"))?;
+        let number = |part: &str, what: &str| {
+            part.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("{what} of `{s}` is not a whole number"))
+        };
+        let size = ViewportSize {
+            width: number(width, "the width")?,
+            height: number(height, "the height")?,
+        };
+        size.check().map_err(|(_, message)| message)?;
+        Ok(size)
+    }
 }
 
 /// Path of the screenshot of step `number` of task `task` (served by the api).
@@ -108,6 +180,10 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     #[schema(maximum = 10000)]
     pub max_cost_usd: Option<f64>,
+    /// Browser viewport, e.g. `{"width": 1920, "height": 1080}`; the worker's default
+    /// (browser-use's 1920×1080 unless its operator changed it) when omitted.
+    #[serde(default)]
+    pub viewport: Option<ViewportSize>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -130,6 +206,7 @@ impl fmt::Debug for CreateTaskRequest {
             .field("metadata", &self.metadata)
             .field("max_tokens", &self.max_tokens)
             .field("max_cost_usd", &self.max_cost_usd)
+            .field("viewport", &self.viewport)
             .finish()
     }
 }
@@ -155,6 +232,8 @@ pub struct TaskView {
     pub metadata: BTreeMap<String, String>,
     pub max_tokens: Option<i64>,
     pub max_cost_usd: Option<f64>,
+    /// The viewport the task asked for; `null` = the worker's default.
+    pub viewport: Option<ViewportSize>,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]

@@ -24,7 +24,8 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use runner::{
-    RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec, secret_values,
+    RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
+    browser_viewport, parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;

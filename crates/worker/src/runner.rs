@@ -15,8 +15,9 @@ use browserd_agent::{
     SensitiveData, TaskConfig, VisionMode,
 };
 use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, TaskOptions};
+use browserd_browser::{BrowserPool, TaskOptions, Viewport};
 use browserd_llm::{ChatModel, ModelRegistry};
+use browserd_types::dto::ViewportSize;
 use serde_json::{Value, json};
 
 use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
@@ -50,6 +51,9 @@ pub struct TaskSpec {
     pub secrets: SensitiveData,
     /// Free-form pairs of the client (not shown to the model).
     pub metadata: BTreeMap<String, String>,
+    /// The browser's viewport; `None` = the pool's (the service's or `browserd run`'s
+    /// default, browser-use's 1920×1080 unless configured).
+    pub viewport: Option<Viewport>,
 }
 
 impl TaskSpec {
@@ -72,6 +76,7 @@ impl TaskSpec {
             max_cost_usd: None,
             secrets: SensitiveData::default(),
             metadata: BTreeMap::new(),
+            viewport: None,
         }
     }
 
@@ -98,6 +103,20 @@ impl TaskSpec {
             ..EgressSettings::default()
         }
     }
+}
+
+/// A task's viewport as the browser takes it; `None` for a side that is not a positive
+/// 32-bit number (the api refuses those before they are stored).
+pub fn browser_viewport(size: ViewportSize) -> Option<Viewport> {
+    let side = |v: i64| u32::try_from(v).ok().filter(|v| *v > 0);
+    Some(Viewport::new(side(size.width)?, side(size.height)?))
+}
+
+/// Parses `WIDTHxHEIGHT` (e.g. `1920x1080`) within the api's ranges (`dto::limits`): the
+/// `--viewport` flags of `browserd run` and the worker role.
+pub fn parse_viewport(text: &str) -> Result<Viewport, String> {
+    let size: ViewportSize = text.parse()?;
+    browser_viewport(size).ok_or_else(|| format!("viewport `{text}` is out of range"))
 }
 
 /// Operator settings of a runner that no task can change.
@@ -235,6 +254,7 @@ impl TaskRunner {
             .lease_with(TaskOptions {
                 egress: Some(spec.egress(self.settings.allow_loopback)),
                 workspace_dir: Some(workspace.dir().to_path_buf()),
+                viewport: spec.viewport,
                 ..TaskOptions::default()
             })
             .await

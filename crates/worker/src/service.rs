@@ -28,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::runner::{AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec};
+use crate::runner::{
+    AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec, browser_viewport,
+};
 use crate::sink::StoreSink;
 
 /// Operator settings of a worker process.
@@ -249,6 +251,7 @@ pub fn task_spec(
             .collect(),
     );
     spec.metadata = record.metadata.clone();
+    spec.viewport = record.viewport.and_then(browser_viewport);
     spec
 }
 
@@ -558,6 +561,8 @@ fn apply_status(status: TaskStatus, control: &AgentControl) {
 
 #[cfg(test)]
 mod tests {
+    use browserd_browser::Viewport;
+    use browserd_types::dto::ViewportSize;
     use browserd_types::{ApiKeyId, TaskId};
     use serde_json::json;
 
@@ -595,6 +600,10 @@ mod tests {
             finished_at: None,
             max_tokens: Some(5000),
             max_cost_usd: Some(1.5),
+            viewport: Some(ViewportSize {
+                width: 1280,
+                height: 720,
+            }),
             usage: None,
             last_url: None,
         };
@@ -619,6 +628,7 @@ mod tests {
             Some(&SecretEntry::Value("hunter2".into()))
         );
         assert_eq!(spec.metadata["k"], "v");
+        assert_eq!(spec.viewport, Some(Viewport::new(1280, 720)));
         let egress = spec.egress(true);
         assert_eq!(egress.allowed_domains, ["*.example.com"]);
         assert_eq!(egress.prohibited_domains, ["ads.example.com"]);

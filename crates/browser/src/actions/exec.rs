@@ -82,7 +82,7 @@ impl BrowserSession {
     /// the previous action are reported in the result.
     pub async fn execute(&self, action: &Action, ctx: &ActionContext) -> ActionResult {
         let limit = overall_timeout(action);
-        let mark = if action.settles_page() {
+        let mark = if action.settles_page() && !self.settle.cap.is_zero() {
             self.settle_begin().await
         } else {
             None
