@@ -147,6 +147,15 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Time the step's actions waited for the page to settle, from the browser's reports in each
+/// result's `metadata.settle.ms`.
+fn settle_ms(results: &[ActionResult]) -> u64 {
+    results
+        .iter()
+        .filter_map(|r| r.metadata.as_ref()?.get("settle")?.get("ms")?.as_u64())
+        .sum()
+}
+
 impl Agent {
     /// An agent for `config`, driving `browser` with `model` and reporting to `sink`.
     pub fn new(
@@ -977,6 +986,7 @@ call done if the task is finished.",
         if let Some(c) = acc.cost {
             usage.total_cost_usd = Some(usage.total_cost_usd.unwrap_or(0.0) + c);
         }
+        let settle_ms = settle_ms(&results);
         let record = AgentHistory {
             model_output: output,
             result: results,
@@ -988,6 +998,7 @@ call done if the task is finished.",
                 capture_ms,
                 model_ms: millis(acc.model_time),
                 actions_ms,
+                settle_ms,
                 usage: acc.usage,
                 invocations: acc.invocations,
                 cost_usd: acc.cost,

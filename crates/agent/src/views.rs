@@ -185,6 +185,10 @@ pub struct StepMetadata {
     pub model_ms: u64,
     /// Time spent running actions.
     pub actions_ms: u64,
+    /// Of `actions_ms`, the time the actions waited for the page to settle (the sum of the
+    /// results' `metadata.settle.ms`, reported by the browser).
+    #[serde(default)]
+    pub settle_ms: u64,
     /// Tokens of every model call of this step (incl. retries, extraction, compaction).
     pub usage: TokenUsage,
     /// Model calls made in this step.

@@ -169,6 +169,17 @@ pub fn validate_create_task(
             .check()
             .map_err(|(field, message)| ApiError::validation(field, message))?;
     }
+    let settle_timeout_ms = request
+        .settle_timeout_ms
+        .map(|value| {
+            int_field(
+                "settle_timeout_ms",
+                Some(value),
+                value,
+                limits::SETTLE_TIMEOUT_MS_RANGE,
+            )
+        })
+        .transpose()?;
 
     Ok(NewTask {
         task: request.task,
@@ -187,6 +198,7 @@ pub fn validate_create_task(
         max_tokens,
         max_cost_usd,
         viewport: request.viewport,
+        settle_timeout_ms,
         trace_context: None,
     })
 }

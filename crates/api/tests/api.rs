@@ -350,6 +350,7 @@ async fn create_task_applies_defaults(pool: PgPool) {
     assert_eq!(task["last_event_seq"], 1);
     assert_eq!(task["metadata"], json!({}));
     assert_eq!(task["viewport"], Value::Null, "the worker's default");
+    assert_eq!(task["settle_timeout_ms"], Value::Null, "the worker's default");
     assert!(task.get("secrets").is_none());
     uuid::Uuid::parse_str(task["id"].as_str().unwrap()).unwrap();
 
@@ -368,8 +369,10 @@ async fn create_task_applies_defaults(pool: PgPool) {
             "timeout_s": 600,
             "metadata": {"team": "growth"},
             "viewport": {"width": 1280, "height": 720},
+            "settle_timeout_ms": 0,
         }))
         .await;
+    assert_eq!(full["settle_timeout_ms"], 0, "0 = do not wait");
     assert_eq!(full["model"], "claude");
     assert_eq!(full["viewport"], json!({"width": 1280, "height": 720}));
     assert_eq!(
@@ -498,6 +501,18 @@ async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
         (
             json!({"task": "t", "viewport": {"width": 1920}}),
             "viewport.height",
+        ),
+        (
+            json!({"task": "t", "settle_timeout_ms": -1}),
+            "settle_timeout_ms",
+        ),
+        (
+            json!({"task": "t", "settle_timeout_ms": 30001}),
+            "settle_timeout_ms",
+        ),
+        (
+            json!({"task": "t", "settle_timeout_ms": "2s"}),
+            "settle_timeout_ms",
         ),
     ];
     for (body, field) in cases {

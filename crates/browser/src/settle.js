@@ -7,9 +7,10 @@
 //   - form submissions and the start of a cross-document navigation (beforeunload);
 //   - DOM mutations, for a quiet window after the last one.
 // It ignores what is long-lived or not the action's: EventSource, WebSocket, sendBeacon,
-// keepalive fetches, analytics endpoints, setInterval, timers started by the page's own timer
-// loops, work begun before the action, and mutations of nodes that were already changing in
-// the CHATTY_MS before the action (clocks, tickers, animations).
+// keepalive fetches, analytics endpoints, setInterval, timers and requests started by the
+// page's own loops (from an ignored callback, or of a kind the page already started twice in
+// the CHATTY_MS before the action), work begun before the action, and mutations of nodes that
+// were already changing in the CHATTY_MS before the action (clocks, tickers, animations).
 //
 // browserd calls `begin()` just before an action and `settle(doc, quietMs, capMs)` after it;
 // `settle` resolves on events (a request finishing, a timer firing, the quiet window elapsing),
@@ -23,6 +24,8 @@
   const CHATTY_MS = 2000;
   const RESOURCE_MAX_MS = 15000;
   const SUBMIT_MAX_MS = 1000;
+  const LONG_REQUEST_MS = 1000;
+  const CHATTY_COUNT = 5;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
   const dateNow = Date.now;
@@ -57,6 +60,46 @@
   const endNow = (id) => {
     if (pending.delete(id)) wake();
   };
+  // chainDepth: 0 outside timer callbacks, n inside a tracked timer's callback of depth n, -1
+  // inside a callback the tracker ignores (what it starts is the page's own loop, not the
+  // action's).
+  let chainDepth = 0;
+  // What the page was already doing repeatedly before the action is its background activity:
+  // a key (a timer's delay, a request's URL without its query) seen at least twice in the
+  // CHATTY_MS before the action's start. Catches loops the chain depth cannot see, such as
+  // `while (true) { await sleep(500); … }` or a status poll.
+  const recentKeys = new Map(); // key → {last, prev, before1, before2, epoch}
+  const recurring = (key) => {
+    const t = now();
+    let seen = recentKeys.get(key);
+    if (!seen) {
+      if (recentKeys.size > 500) recentKeys.clear();
+      seen = { last: -Infinity, prev: -Infinity, before1: -Infinity, before2: -Infinity, epoch, count: 0 };
+      recentKeys.set(key, seen);
+    }
+    if (seen.epoch !== epoch) {
+      // The first use since the action began: keep the two latest uses before it.
+      seen.before1 = seen.last;
+      seen.before2 = seen.prev;
+      seen.epoch = epoch;
+    }
+    seen.prev = seen.last;
+    seen.last = t;
+    seen.count += 1;
+    // On a new document (no action yet) a loop shows itself by its third round.
+    if (epoch === 0) return seen.count >= 3;
+    return seen.before2 >= epoch - CHATTY_MS && seen.before1 < epoch;
+  };
+  const background = (url) => {
+    let key = url;
+    try {
+      const parsed = new URL(url, location.href);
+      key = parsed.origin + parsed.pathname;
+    } catch (_) {}
+    // Evaluate `recurring` first: it must see every request to keep its history.
+    return recurring('request ' + key) || chainDepth < 0 || IGNORED_URL.test(url);
+  };
+  const backgroundResponses = new WeakSet();
   const urlOf = (input) => {
     try {
       return typeof input === 'string' ? input : (input && input.url) || String(input);
@@ -75,7 +118,11 @@
           keepalive = !!((args[1] && args[1].keepalive) || (args[0] && args[0].keepalive));
         } catch (_) {}
         const url = urlOf(args[0]);
-        if (keepalive || IGNORED_URL.test(url)) return promise;
+        if (background(url) || keepalive) {
+          // Its body is read in the background too.
+          Promise.resolve(promise).then((res) => backgroundResponses.add(res), () => {});
+          return promise;
+        }
         const id = begin('fetch', url);
         Promise.resolve(promise).then(() => endLater(id), () => endLater(id));
         return promise;
@@ -89,6 +136,7 @@
       window.Response.prototype[name] = new Proxy(original, {
         apply(target, thisArg, args) {
           const promise = Reflect.apply(target, thisArg, args);
+          if (backgroundResponses.has(thisArg) || chainDepth < 0) return promise;
           const id = begin('body', thisArg && thisArg.url);
           Promise.resolve(promise).then(() => endLater(id), () => endLater(id));
           return promise;
@@ -112,7 +160,7 @@
     proto.send = new Proxy(proto.send, {
       apply(target, xhr, args) {
         const url = urls.get(xhr) || '';
-        if (IGNORED_URL.test(url)) return Reflect.apply(target, xhr, args);
+        if (background(url)) return Reflect.apply(target, xhr, args);
         const id = begin('xhr', url);
         try {
           xhr.addEventListener('loadend', () => endLater(id), { once: true });
@@ -126,9 +174,6 @@
   }
 
   // ---- timers ----
-  // chainDepth: 0 outside timer callbacks, n inside a tracked timer's callback of depth n, -1
-  // inside a callback the tracker ignores (its timers are the page's own loop, not the action's).
-  let chainDepth = 0;
   const timerItems = new Map(); // handle → item id
   const untracked = (fn) =>
     function (...a) {
@@ -146,7 +191,8 @@
       if (typeof fn !== 'function') return Reflect.apply(target, thisArg, args);
       const delay = Number(args[1]) || 0;
       const depth = chainDepth;
-      if (delay > TIMER_MAX_MS || depth < 0 || depth >= TIMER_CHAIN_MAX) {
+      const loop = recurring('timer ' + delay);
+      if (loop || delay > TIMER_MAX_MS || depth < 0 || depth >= TIMER_CHAIN_MAX) {
         args[0] = untracked(fn);
         return Reflect.apply(target, thisArg, args);
       }
@@ -224,7 +270,12 @@
         times.epoch = epoch;
       }
       times.last = t;
-      const chatty = times.beforeEpoch >= epoch - CHATTY_MS && times.beforeEpoch < epoch;
+      times.count = (times.count || 0) + 1;
+      // Before any action (a new document), a node changing again and again is animated.
+      const chatty =
+        epoch === 0
+          ? times.count >= CHATTY_COUNT
+          : times.beforeEpoch >= epoch - CHATTY_MS && times.beforeEpoch < epoch;
       if (!chatty) counts = true;
       if (record.type === 'childList') {
         for (const added of record.addedNodes) {
@@ -300,7 +351,27 @@
       };
       const check = () => {
         if (unloading && unloading >= since) return finish('navigation');
-        for (const p of pending.values()) if (p.start >= since) return;
+        const t = now();
+        let recheck = Infinity;
+        let busy = false;
+        for (const p of pending.values()) {
+          if (p.start < since) continue;
+          if (since === 0 && (p.kind === 'fetch' || p.kind === 'xhr')) {
+            // A new document: a request open for longer than LONG_REQUEST_MS is a long poll
+            // or a stream, not data the page is about to show.
+            const longLived = p.start + LONG_REQUEST_MS;
+            if (t >= longLived) continue;
+            recheck = Math.min(recheck, longLived);
+          }
+          busy = true;
+        }
+        if (busy) {
+          if (recheck !== Infinity) {
+            clearTimer(quietTimer);
+            quietTimer = setTimer(check, recheck - t);
+          }
+          return;
+        }
         if (lastMutation >= since) {
           const left = lastMutation + quietMs - now();
           if (left > 0) {

@@ -56,6 +56,7 @@ async fn server() -> (SocketAddr, Counts) {
                 .route("/timer", get(|| async { Html(TIMER_PAGE) }))
                 .route("/chatty", get(|| async { Html(CHATTY_PAGE) }))
                 .route("/hang", get(hang))
+                .route("/status", get(|| async { "ok" }))
                 .route("/feed", get(feed))
                 .route("/form", get(|| async { Html(FORM_PAGE) }))
                 .route("/landed", get(|| async { Html(LANDED_PAGE) }))
@@ -144,7 +145,7 @@ document.getElementById('go').addEventListener('click', () => {
 const CHATTY_PAGE: &str = r#"<!doctype html><title>Chatty</title>
 <style>@keyframes spin { to { transform: rotate(360deg); } } #spinner { width: 20px; height: 20px; background: red; animation: spin 1s linear infinite; }</style>
 <div id="spinner"></div><div id="mover" style="width:10px;height:10px;background:blue"></div>
-<p>Clock: <span id="clock"></span></p><ul id="feed"></ul>
+<p>Clock: <span id="clock"></span> <span id="ticks"></span></p><ul id="feed"></ul>
 <button id="go">Mark</button> <p id="status">Not clicked</p>
 <script>
 fetch('/hang').catch(() => {});
@@ -155,6 +156,20 @@ source.onmessage = (e) => {
   while (feed.children.length > 5) feed.lastChild.remove();
 };
 setInterval(() => { document.getElementById('clock').textContent = String(Date.now()); }, 50);
+// A loop sleeping on promises (its timers come from microtasks, not from timer callbacks).
+(async () => {
+  for (let n = 0; ; n++) {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    document.getElementById('ticks').textContent = 'tick ' + n;
+  }
+})();
+// A status poll: a request, a short sleep, again.
+(async () => {
+  for (;;) {
+    await (await fetch('/status')).text();
+    await new Promise((resolve) => setTimeout(resolve, 150));
+  }
+})();
 let x = 0;
 (function frame() { x = (x + 1) % 200; document.getElementById('mover').style.marginLeft = x + 'px'; requestAnimationFrame(frame); })();
 document.getElementById('go').addEventListener('click', () => {
@@ -302,6 +317,18 @@ fn long_polls_feeds_clocks_and_animations_do_not_hold_the_settle() {
         );
         let after = capture(&session).await;
         assert!(after.llm_text.contains("Clicked"), "{}", after.llm_text);
+        // Arriving on the page: its long poll and loops do not hold the settle either.
+        let (addr, _) = server().await;
+        let arrived = run(
+            &session,
+            Action::Navigate(NavigateParams {
+                url: format!("http://{addr}/chatty?again"),
+                new_tab: false,
+            }),
+        )
+        .await;
+        let settle = settle_of(&arrived);
+        assert_eq!(settle.ended, SettleEnd::Navigation, "{settle:?}");
         session.release().await;
     });
 }

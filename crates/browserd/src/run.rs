@@ -71,6 +71,10 @@ pub struct RunArgs {
     #[arg(long, value_parser = browserd_worker::parse_viewport)]
     pub viewport: Option<Viewport>,
 
+    /// Cap of the wait after each action for the page to settle, in ms (0 = do not wait).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
+    pub settle_timeout_ms: u64,
+
     /// Write the AgentHistory JSON here.
     #[arg(long)]
     pub history_out: Option<PathBuf>,
@@ -276,6 +280,7 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
     spec.max_tokens = args.max_tokens;
     spec.max_cost_usd = args.max_cost_usd;
     spec.viewport = args.viewport;
+    spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
     if let Some(path) = &args.output_schema {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading --output-schema {}", path.display()))?;
@@ -312,6 +317,7 @@ pub async fn run(
         Arc::new(registry),
         RunnerSettings {
             allow_loopback: args.allow_loopback,
+            settle_timeout: None,
         },
     );
     // An unknown model is an error before any browser starts.

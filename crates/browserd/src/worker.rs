@@ -121,6 +121,11 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_VIEWPORT", default_value = "1920x1080", value_parser = browserd_worker::parse_viewport)]
     viewport: Viewport,
 
+    /// Cap of the wait after each action for the page to settle, in ms, for tasks that set
+    /// no `settle_timeout_ms` (0 = do not wait).
+    #[arg(long, env = "BROWSERD_SETTLE_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
+    settle_timeout_ms: u64,
+
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
     chrome_args: String,
@@ -231,6 +236,7 @@ pub async fn start(
         Arc::new(registry),
         RunnerSettings {
             allow_loopback: args.allow_loopback,
+            settle_timeout: Some(Duration::from_millis(args.settle_timeout_ms)),
         },
     ));
     let workspace_root = args

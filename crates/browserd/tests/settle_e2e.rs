@@ -127,14 +127,18 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
         // The step that clicked records the settle: how long and why it ended.
         let history: Value =
             serde_json::from_slice(&std::fs::read(&history_path).unwrap()).unwrap();
-        let settle = history["history"]
+        let click_step = history["history"]
             .as_array()
             .unwrap()
             .iter()
             .find(|h| h["model_output"]["action"][0].get("click").is_some())
-            .and_then(|h| h["result"][0]["metadata"].get("settle").cloned())
-            .unwrap_or_else(|| panic!("no settle in the history: {history}"));
+            .unwrap_or_else(|| panic!("no click step in the history: {history}"));
+        let settle = &click_step["result"][0]["metadata"]["settle"];
         assert_eq!(settle["ended"], "quiet", "delay {delay} ms: {settle}");
-        assert!(settle["ms"].as_u64().is_some(), "{settle}");
+        let settle_ms = settle["ms"].as_u64().expect("settle.ms");
+        // The step's timings add the settle up (part of the actions' time).
+        let timings = &click_step["metadata"];
+        assert_eq!(timings["settle_ms"].as_u64(), Some(settle_ms), "{timings}");
+        assert!(timings["actions_ms"].as_u64().unwrap() >= settle_ms, "{timings}");
     }
 }

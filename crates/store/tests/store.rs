@@ -35,6 +35,7 @@ fn new_task(text: &str) -> NewTask {
         max_tokens: None,
         max_cost_usd: None,
         viewport: None,
+        settle_timeout_ms: None,
         trace_context: None,
     }
 }
@@ -71,6 +72,7 @@ async fn viewport_is_stored_and_read_back(pool: PgPool) {
             owner,
             NewTask {
                 viewport: Some(size),
+                settle_timeout_ms: Some(500),
                 ..new_task("sized")
             },
         )
@@ -79,6 +81,7 @@ async fn viewport_is_stored_and_read_back(pool: PgPool) {
     assert_eq!(with.viewport, Some(size));
     let read = store.get_task(Some(owner), with.id).await.unwrap().unwrap();
     assert_eq!(read.viewport, Some(size));
+    assert_eq!(read.settle_timeout_ms, Some(500));
     let without = store.create_task(owner, new_task("default")).await.unwrap();
     let read = store
         .get_task(Some(owner), without.id)

@@ -44,6 +44,9 @@ pub mod limits {
     pub const VIEWPORT_WIDTH_RANGE: std::ops::RangeInclusive<i64> = 320..=3840;
     /// Viewport height in CSS pixels (browser-use's default 1080 is the worker's default).
     pub const VIEWPORT_HEIGHT_RANGE: std::ops::RangeInclusive<i64> = 240..=2160;
+    /// How long actions wait for the page to settle, in ms (0 = do not wait); the worker's
+    /// default is 2 000 (browser-use's network-wait cap).
+    pub const SETTLE_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=30_000;
     pub const LIST_LIMIT_DEFAULT: i64 = 20;
     pub const LIST_LIMIT_MAX: i64 = 100;
 }
@@ -184,6 +187,12 @@ pub struct CreateTaskRequest {
     /// (browser-use's 1920×1080 unless its operator changed it) when omitted.
     #[serde(default)]
     pub viewport: Option<ViewportSize>,
+    /// Cap, in ms, of the wait after each action until the page has settled from what the
+    /// action started (requests, short timers, a navigation, DOM changes); 0–30 000, 0 = do
+    /// not wait. The worker's default (2 000) when omitted.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 30000)]
+    pub settle_timeout_ms: Option<i64>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -207,6 +216,7 @@ impl fmt::Debug for CreateTaskRequest {
             .field("max_tokens", &self.max_tokens)
             .field("max_cost_usd", &self.max_cost_usd)
             .field("viewport", &self.viewport)
+            .field("settle_timeout_ms", &self.settle_timeout_ms)
             .finish()
     }
 }
@@ -234,6 +244,8 @@ pub struct TaskView {
     pub max_cost_usd: Option<f64>,
     /// The viewport the task asked for; `null` = the worker's default.
     pub viewport: Option<ViewportSize>,
+    /// The settle cap the task asked for (ms); `null` = the worker's default.
+    pub settle_timeout_ms: Option<i64>,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]

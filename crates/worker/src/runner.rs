@@ -15,7 +15,8 @@ use browserd_agent::{
     SensitiveData, TaskConfig, VisionMode,
 };
 use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, TaskOptions, Viewport};
+use browserd_browser::settle::DEFAULT_SETTLE_CAP;
+use browserd_browser::{BrowserPool, SettleSettings, TaskOptions, Viewport};
 use browserd_llm::{ChatModel, ModelRegistry};
 use browserd_types::dto::ViewportSize;
 use serde_json::{Value, json};
@@ -54,6 +55,9 @@ pub struct TaskSpec {
     /// The browser's viewport; `None` = the pool's (the service's or `browserd run`'s
     /// default, browser-use's 1920×1080 unless configured).
     pub viewport: Option<Viewport>,
+    /// Cap of the wait after each action for the page to settle; `None` = the runner's
+    /// default, zero = do not wait.
+    pub settle_timeout: Option<Duration>,
 }
 
 impl TaskSpec {
@@ -77,6 +81,7 @@ impl TaskSpec {
             secrets: SensitiveData::default(),
             metadata: BTreeMap::new(),
             viewport: None,
+            settle_timeout: None,
         }
     }
 
@@ -124,6 +129,9 @@ pub fn parse_viewport(text: &str) -> Result<Viewport, String> {
 pub struct RunnerSettings {
     /// Tasks may browse 127.0.0.0/8, ::1 and `localhost` (local sites, tests).
     pub allow_loopback: bool,
+    /// Settle cap of tasks that set none; `None` = browser-use's 2 s
+    /// ([`browserd_browser::settle::DEFAULT_SETTLE_CAP`]).
+    pub settle_timeout: Option<Duration>,
 }
 
 /// A run that did not start.
@@ -255,6 +263,13 @@ impl TaskRunner {
                 egress: Some(spec.egress(self.settings.allow_loopback)),
                 workspace_dir: Some(workspace.dir().to_path_buf()),
                 viewport: spec.viewport,
+                settle: SettleSettings {
+                    cap: spec
+                        .settle_timeout
+                        .or(self.settings.settle_timeout)
+                        .unwrap_or(DEFAULT_SETTLE_CAP),
+                    ..SettleSettings::default()
+                },
                 ..TaskOptions::default()
             })
             .await

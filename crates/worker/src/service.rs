@@ -252,6 +252,10 @@ pub fn task_spec(
     );
     spec.metadata = record.metadata.clone();
     spec.viewport = record.viewport.and_then(browser_viewport);
+    spec.settle_timeout = record
+        .settle_timeout_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis);
     spec
 }
 
@@ -604,6 +608,7 @@ mod tests {
                 width: 1280,
                 height: 720,
             }),
+            settle_timeout_ms: Some(750),
             usage: None,
             last_url: None,
         };
@@ -629,6 +634,7 @@ mod tests {
         );
         assert_eq!(spec.metadata["k"], "v");
         assert_eq!(spec.viewport, Some(Viewport::new(1280, 720)));
+        assert_eq!(spec.settle_timeout, Some(Duration::from_millis(750)));
         let egress = spec.egress(true);
         assert_eq!(egress.allowed_domains, ["*.example.com"]);
         assert_eq!(egress.prohibited_domains, ["ads.example.com"]);
