@@ -161,7 +161,11 @@ impl Process {
         let mut child = command.spawn().expect("spawn browserd");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let logs = Arc::new(Mutex::new(String::new()));
-        let address_re = Regex::new(r"listening address=(\S+)").unwrap();
+        // Text logs (`listening address=…`) or JSON logs (`"address":"…"` on the listening line).
+        let address_re = Regex::new(
+            r#"listening address=(\S+)|"address":"([^"]+)"[^\n]*"message":"listening"|"message":"listening"[^\n]*"address":"([^"]+)""#,
+        )
+        .unwrap();
         let ready_re = Regex::new(r"worker started").unwrap();
         let address = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {
@@ -172,7 +176,8 @@ impl Process {
                     logs.push('\n');
                 }
                 if listens && let Some(c) = address_re.captures(&plain) {
-                    return Some(c[1].to_owned());
+                    let address = c.get(1).or(c.get(2)).or(c.get(3)).unwrap();
+                    return Some(address.as_str().to_owned());
                 }
                 if !listens && ready_re.is_match(&plain) {
                     return None;

@@ -284,7 +284,11 @@ impl Agent {
         let mut end_error: Option<String> = None;
 
         if !self.resumed
-            && let Err(fatal) = self.initial_navigation().await
+            && let Err(fatal) = tracing::Instrument::instrument(
+                self.initial_navigation(),
+                crate::telemetry::step_span(0),
+            )
+            .await
         {
             end_error = Some(fatal);
         }
@@ -313,7 +317,13 @@ impl Agent {
             }
             let step = self.n_steps;
             let started = epoch_secs();
-            let outcome = tokio::time::timeout(self.config.step_timeout, self.step()).await;
+            let span = crate::telemetry::step_span(step);
+            let outcome = tokio::time::timeout(
+                self.config.step_timeout,
+                tracing::Instrument::instrument(self.step(), span.clone()),
+            )
+            .await;
+            crate::telemetry::step_duration(epoch_secs() - started);
             match outcome {
                 Ok(StepEnd::Continue) => {}
                 Ok(StepEnd::Stopped) => {
@@ -329,6 +339,7 @@ impl Agent {
                         "Step {step} timed out after {} seconds",
                         self.config.step_timeout.as_secs()
                     );
+                    span.record("error", error.as_str());
                     self.consecutive_failures += 1;
                     let result = vec![ActionResult::error(error)];
                     self.record(
@@ -400,9 +411,13 @@ impl Agent {
         let action = ActionCall::new("navigate", json!({"url": url, "new_tab": false}));
         let t = Instant::now();
         let mut fatal = None;
+        let action_span = crate::telemetry::action_span("navigate", 0);
         let mut result = match tokio::time::timeout(
             self.config.step_timeout,
-            self.browser.execute("navigate", &action.params),
+            tracing::Instrument::instrument(
+                self.browser.execute("navigate", &action.params),
+                action_span.clone(),
+            ),
         )
         .await
         {
@@ -419,6 +434,14 @@ impl Agent {
             )),
         };
         self.redact_result(&mut result);
+        crate::telemetry::action_finished(
+            &action_span,
+            "navigate",
+            true,
+            &result,
+            fatal.is_some(),
+            t.elapsed(),
+        );
         if result.error.is_some() {
             self.consecutive_failures += 1;
         }
@@ -682,7 +705,12 @@ explain what went wrong, and set success to false unless the task is really comp
         };
         self.screenshot_requested = false;
         let t_capture = Instant::now();
-        let captured = tokio::time::timeout(ACTION_TIMEOUT, self.browser.capture(send_image)).await;
+        let capture_span = crate::telemetry::capture_span(send_image);
+        let captured = tokio::time::timeout(
+            ACTION_TIMEOUT,
+            tracing::Instrument::instrument(self.browser.capture(send_image), capture_span.clone()),
+        )
+        .await;
         let pending_shot = (!send_image).then(|| {
             let browser = self.browser.clone();
             AbortOnDrop(tokio::spawn(async move { browser.screenshot().await }))
@@ -700,6 +728,16 @@ explain what went wrong, and set success to false unless the task is really comp
             },
         };
         let capture_ms = millis(t_capture.elapsed());
+        crate::telemetry::capture_finished(
+            &capture_span,
+            t_capture.elapsed(),
+            Some(state.element_count),
+            state
+                .error
+                .as_deref()
+                .map(|e| self.secrets.redact(e))
+                .as_deref(),
+        );
         self.sink
             .emit(AgentEvent::StepStarted {
                 step,
@@ -967,6 +1005,14 @@ call done if the task is finished.",
             },
             state_message,
         };
+        crate::telemetry::step_recorded(
+            &record.state.url,
+            record.result.len(),
+            &acc.usage,
+            acc.cost,
+            acc.invocations,
+            record.result.iter().find_map(|r| r.error.as_deref()),
+        );
         self.last_step_end = Some(ended);
         self.history.history.push(record.clone());
         self.sink
@@ -1023,6 +1069,8 @@ call done if the task is finished.",
             }
             interacted.push(element);
             let spec = specs.iter().find(|s| s.name == action.name);
+            let action_span = crate::telemetry::action_span(&action.name, i);
+            let t_action = Instant::now();
             let (mut result, fatal) = match spec {
                 None => {
                     let available: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
@@ -1035,9 +1083,20 @@ call done if the task is finished.",
                         None,
                     )
                 }
-                Some(_) => self.execute_action(action, &current_url, acc).await,
+                Some(_) => {
+                    let run = self.execute_action(action, &current_url, acc);
+                    tracing::Instrument::instrument(run, action_span.clone()).await
+                }
             };
             self.redact_result(&mut result);
+            crate::telemetry::action_finished(
+                &action_span,
+                &action.name,
+                spec.is_some(),
+                &result,
+                fatal.is_some(),
+                t_action.elapsed(),
+            );
             if result
                 .metadata
                 .as_ref()

@@ -27,6 +27,7 @@ pub mod messages;
 pub mod prompts;
 pub mod schema;
 pub mod secrets;
+pub mod telemetry;
 pub mod urls;
 pub mod views;
 pub mod workspace;

@@ -71,9 +71,9 @@ pub async fn task_events(
         ),
     })?;
     Ok(upgrade.on_upgrade(move |socket| async move {
-        metrics::gauge!("browserd_websocket_connections").increment(1.0);
+        metrics::gauge!("browserd_websocket_subscribers").increment(1.0);
         let outcome = stream_events(socket, &state, id, after_seq).await;
-        metrics::gauge!("browserd_websocket_connections").decrement(1.0);
+        metrics::gauge!("browserd_websocket_subscribers").decrement(1.0);
         match outcome {
             Ok(reason) => tracing::debug!(task_id = %id, reason, "event stream closed"),
             Err(err) => tracing::warn!(task_id = %id, %err, "event stream ended with an error"),

@@ -38,6 +38,17 @@ use utoipa_axum::routes;
 pub use auth::RateLimit;
 pub use error::ApiError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
+pub use ops::{metrics_handle, metrics_router};
+
+/// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
+/// crate only deals in `tracing` spans and W3C header values.
+pub trait TraceContext: Send + Sync + std::fmt::Debug {
+    /// Makes `span` (a request's span, not entered yet) a child of the caller's W3C
+    /// `traceparent` (and `tracestate`).
+    fn set_remote_parent(&self, span: &tracing::Span, traceparent: &str, tracestate: Option<&str>);
+    /// The W3C `traceparent` of `span` when it is traced.
+    fn traceparent(&self, span: &tracing::Span) -> Option<String>;
+}
 
 /// Default maximum request body size.
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 1024 * 1024;
@@ -54,6 +65,9 @@ pub struct ApiConfig {
     /// Above this many queued tasks, `POST /v1/tasks` answers 429 with `Retry-After`
     /// (`None`: no limit).
     pub max_queued_tasks: Option<i64>,
+    /// Trace propagation (`None`: tracing is off; a task then keeps the caller's own
+    /// `traceparent` header, if valid).
+    pub trace_context: Option<Arc<dyn TraceContext>>,
 }
 
 impl Default for ApiConfig {
@@ -63,6 +77,7 @@ impl Default for ApiConfig {
             rate_limit: None,
             models: ModelCatalog::default(),
             max_queued_tasks: None,
+            trace_context: None,
         }
     }
 }
@@ -77,6 +92,7 @@ pub struct AppState {
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
     metrics: PrometheusHandle,
+    trace_context: Option<Arc<dyn TraceContext>>,
 }
 
 #[derive(OpenApi)]
@@ -152,8 +168,9 @@ pub fn router(
     shutdown: CancellationToken,
 ) -> Router {
     let rate_limiter = config.rate_limit.map(auth::KeyRateLimiter::new);
-    let metrics = ops::prometheus();
+    let metrics = ops::metrics_handle();
     spawn_housekeeping(metrics.clone(), rate_limiter.clone(), shutdown.clone());
+    let trace_context = config.trace_context.clone();
     let state = AppState {
         store,
         hub,
@@ -162,6 +179,7 @@ pub fn router(
         rate_limiter,
         shutdown,
         metrics,
+        trace_context: trace_context.clone(),
     };
 
     let (v1, _) = v1_routes()
@@ -180,8 +198,8 @@ pub fn router(
         .with_state(state)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
         .layer(middleware::from_fn(ops::track_metrics))
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request<axum::body::Body>| {
+        .layer(TraceLayer::new_for_http().make_span_with(
+            move |request: &Request<axum::body::Body>| {
                 let route = request
                     .extensions()
                     .get::<axum::extract::MatchedPath>()
@@ -191,19 +209,32 @@ pub fn router(
                     .get("x-request-id")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                tracing::info_span!(
+                let span = tracing::info_span!(
                     "request",
                     method = %request.method(),
                     route,
                     request_id,
                     api_key_id = tracing::field::Empty,
-                )
-            }),
-        )
+                    otel.name = format!("{} {route}", request.method()),
+                    otel.kind = "server",
+                );
+                if let Some(trace_context) = &trace_context
+                    && let Some(parent) = header_str(request.headers(), "traceparent")
+                {
+                    let state = header_str(request.headers(), "tracestate");
+                    trace_context.set_remote_parent(&span, parent, state);
+                }
+                span
+            },
+        ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
         .layer(CatchPanicLayer::custom(ops::panic_response))
+}
+
+fn header_str<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Periodic upkeep: drains histogram buffers and forgets idle rate-limit buckets.

@@ -9,7 +9,9 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use browserd_store::Store;
+use browserd_types::TaskStatus;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -48,18 +50,68 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>,
     }
 }
 
-/// Prometheus metrics in the text exposition format.
+/// Prometheus metrics in the text exposition format. The task gauges are read from Postgres
+/// on each scrape.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
 pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    exposition(&state.store, &state.metrics).await
+}
+
+async fn exposition(store: &Store, handle: &PrometheusHandle) -> Response {
+    refresh_task_gauges(store).await;
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        handle.render(),
     )
         .into_response()
+}
+
+/// Sets `browserd_tasks{status}`, `browserd_queue_depth` and
+/// `browserd_queue_oldest_age_seconds` from one query. On a database error the previous values
+/// stay (and the error is counted).
+async fn refresh_task_gauges(store: &Store) {
+    match tokio::time::timeout(Duration::from_secs(2), store.task_gauges()).await {
+        Ok(Ok(rows)) => {
+            for status in [TaskStatus::Queued, TaskStatus::Running, TaskStatus::Paused] {
+                let row = rows.iter().find(|r| r.status == status);
+                let tasks = row.map_or(0, |r| r.tasks);
+                metrics::gauge!("browserd_tasks", "status" => status.as_str()).set(tasks as f64);
+                if status == TaskStatus::Queued {
+                    metrics::gauge!("browserd_queue_depth").set(tasks as f64);
+                    metrics::gauge!("browserd_queue_oldest_age_seconds")
+                        .set(row.map_or(0.0, |r| r.oldest_age_s));
+                }
+            }
+        }
+        Ok(Err(err)) => {
+            tracing::debug!(%err, "reading the task gauges failed");
+            metrics::counter!("browserd_metrics_refresh_errors_total").increment(1);
+        }
+        Err(_) => {
+            tracing::debug!("reading the task gauges timed out");
+            metrics::counter!("browserd_metrics_refresh_errors_total").increment(1);
+        }
+    }
+}
+
+/// `/metrics` (and `/healthz`) alone, for a process without the api: the worker role's
+/// `--metrics-addr` listener. Same exposition as the api's `/metrics`.
+pub fn metrics_router(store: Store) -> axum::Router {
+    let handle = metrics_handle();
+    axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let store = store.clone();
+                let handle = handle.clone();
+                async move { exposition(&store, &handle).await }
+            }),
+        )
+        .route("/healthz", axum::routing::get(healthz))
 }
 
 /// This API's OpenAPI document.
@@ -73,8 +125,19 @@ pub async fn openapi_yaml() -> Response {
         .into_response()
 }
 
-/// The process-wide Prometheus recorder (installed on first use).
-pub(crate) fn prometheus() -> PrometheusHandle {
+/// Buckets (seconds) of the histograms of whole steps and model calls.
+const SLOW_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+/// Buckets (seconds) of page captures and actions.
+const CAPTURE_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// The process-wide Prometheus recorder, installed on first use (call it before recording
+/// anything: metrics recorded before a recorder exists are lost). Every metric browserd
+/// records, in any crate, lands here.
+pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -82,9 +145,36 @@ pub(crate) fn prometheus() -> PrometheusHandle {
                 .set_buckets(&[
                     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                 ])
-                .expect("bucket list is not empty");
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("browserd_step_duration_seconds".into()),
+                        SLOW_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("browserd_model_request_duration_seconds".into()),
+                        SLOW_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("browserd_capture_duration_seconds".into()),
+                        CAPTURE_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full("browserd_action_duration_seconds".into()),
+                        CAPTURE_BUCKETS,
+                    )
+                })
+                .expect("bucket lists are not empty");
             match builder.install_recorder() {
-                Ok(handle) => handle,
+                Ok(handle) => {
+                    describe_metrics();
+                    handle
+                }
                 // Another recorder is installed (e.g. by an embedding application): render
                 // our own, empty registry rather than fail.
                 Err(err) => {
@@ -94,6 +184,41 @@ pub(crate) fn prometheus() -> PrometheusHandle {
             }
         })
         .clone()
+}
+
+/// Help texts of the api's own metrics, and the task gauges at zero until the first scrape.
+fn describe_metrics() {
+    metrics::describe_counter!(
+        "browserd_http_requests_total",
+        "HTTP requests by method, matched route and status"
+    );
+    metrics::describe_histogram!(
+        "browserd_http_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "HTTP request latency by method, matched route and status"
+    );
+    metrics::describe_gauge!(
+        "browserd_websocket_subscribers",
+        "Open task event WebSockets on this api process"
+    );
+    metrics::gauge!("browserd_websocket_subscribers").set(0.0);
+    metrics::describe_gauge!(
+        "browserd_tasks",
+        "Tasks by active status (queued, running, paused), read from Postgres on scrape"
+    );
+    metrics::describe_gauge!(
+        "browserd_queue_depth",
+        "Queued tasks (read from Postgres on scrape)"
+    );
+    metrics::describe_gauge!(
+        "browserd_queue_oldest_age_seconds",
+        metrics::Unit::Seconds,
+        "How long the longest-waiting queued task has been queued"
+    );
+    metrics::describe_counter!(
+        "browserd_metrics_refresh_errors_total",
+        "Scrapes whose task gauges could not be read from Postgres"
+    );
 }
 
 /// Middleware: counts requests and records latencies by method, matched route and status.

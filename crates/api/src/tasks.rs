@@ -37,10 +37,12 @@ use crate::validation::validate_create_task;
 pub async fn create_task(
     State(state): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     ApiJson(request): ApiJson<CreateTaskRequest>,
 ) -> Result<Response, ApiError> {
     tracing::debug!(?request, "create task");
-    let new_task = validate_create_task(request, &state.models)?;
+    let mut new_task = validate_create_task(request, &state.models)?;
+    new_task.trace_context = creating_trace_context(&state, &headers);
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
         return Err(ApiError::validation(
             "secrets",
@@ -67,6 +69,40 @@ pub async fn create_task(
     let mut response = (StatusCode::CREATED, Json(view)).into_response();
     response.headers_mut().insert(header::LOCATION, location);
     Ok(response)
+}
+
+/// The trace context the task's spans join: this request's span when tracing is on, else the
+/// caller's own `traceparent` (when well-formed).
+fn creating_trace_context(state: &AppState, headers: &axum::http::HeaderMap) -> Option<String> {
+    if let Some(trace_context) = &state.trace_context
+        && let Some(traceparent) = trace_context.traceparent(&tracing::Span::current())
+    {
+        return Some(traceparent);
+    }
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| is_traceparent(v))
+        .map(str::to_owned)
+}
+
+/// A W3C `traceparent` of version 00: `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`,
+/// ids not all zero.
+pub(crate) fn is_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && parts[0] == "00"
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
+        && parts[1].bytes().any(|b| b != b'0')
+        && parts[2].bytes().any(|b| b != b'0')
 }
 
 /// List the caller's tasks, newest first.
@@ -391,4 +427,29 @@ pub(crate) async fn owned_task(
         .get_task(Some(caller.key_id), id)
         .await?
         .ok_or(ApiError::from(StoreError::TaskNotFound(id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_traceparent;
+
+    #[test]
+    fn traceparent_shape() {
+        assert!(is_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent(
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"
+        ));
+        assert!(!is_traceparent(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent(
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"
+        ));
+        assert!(!is_traceparent("00-abc-def-01"));
+    }
 }

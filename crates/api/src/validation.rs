@@ -199,6 +199,7 @@ pub fn validate_create_task(
         max_cost_usd,
         viewport: request.viewport,
         settle_timeout_ms,
+        trace_context: None,
     })
 }
 

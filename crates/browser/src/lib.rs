@@ -29,7 +29,7 @@ pub mod types;
 
 pub use actions::{Action, ActionContext, ActionResult};
 pub use error::{BrowserError, Result};
-pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig};
+pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig, describe_metrics};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
 pub use session::{BrowserSession, TaskOptions};
 pub use settle::{SettleEnd, SettleReport, SettleSettings};

@@ -22,6 +22,35 @@ use crate::{
     types::Viewport,
 };
 
+/// Registers the help texts of the pool's metrics (and shows the counters at zero).
+pub fn describe_metrics() {
+    metrics::describe_gauge!(
+        "browserd_browser_processes",
+        "Chrome processes (or remote browsers) the pool holds"
+    );
+    metrics::describe_gauge!(
+        "browserd_browser_contexts_in_use",
+        "Browser contexts leased to tasks"
+    );
+    metrics::describe_gauge!(
+        "browserd_browser_contexts_capacity",
+        "Browser contexts the pool can lease at once (processes x contexts per process)"
+    );
+    metrics::describe_counter!(
+        "browserd_chrome_launches_total",
+        "Chrome launches (or remote connects) by outcome"
+    );
+    metrics::describe_counter!(
+        "browserd_chrome_crashes_total",
+        "Chrome processes whose connection died without the pool closing them"
+    );
+    metrics::gauge!("browserd_browser_processes").increment(0.0);
+    metrics::gauge!("browserd_browser_contexts_in_use").increment(0.0);
+    metrics::counter!("browserd_chrome_crashes_total").increment(0);
+    metrics::counter!("browserd_chrome_launches_total", "outcome" => "ok").increment(0);
+    metrics::counter!("browserd_chrome_launches_total", "outcome" => "error").increment(0);
+}
+
 /// How the pool launches or reaches Chrome.
 #[derive(Clone, Debug)]
 pub struct PoolConfig {
@@ -230,7 +259,10 @@ impl Chrome {
                     break;
                 }
             }
-            handler_dead.store(true, Ordering::SeqCst);
+            // Not marked dead by `close`: Chrome crashed or its connection dropped.
+            if !handler_dead.swap(true, Ordering::SeqCst) {
+                metrics::counter!("browserd_chrome_crashes_total").increment(1);
+            }
         });
         // chromiumoxide's handler attaches to every tab it discovers and enables Runtime,
         // Network, Performance, Log and an isolated world there, which Chrome then pays for on
@@ -256,6 +288,7 @@ impl Chrome {
                 return Err(err);
             }
         };
+        metrics::gauge!("browserd_browser_processes").increment(1.0);
         Ok(Arc::new(Chrome {
             id: CHROME_IDS.fetch_add(1, Ordering::Relaxed),
             browser: RwLock::new(Some(browser)),
@@ -277,7 +310,11 @@ impl Chrome {
         self.dead.store(true, Ordering::SeqCst);
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
-        if let Some(mut browser) = guard.take()
+        let taken = guard.take();
+        if taken.is_some() {
+            metrics::gauge!("browserd_browser_processes").decrement(1.0);
+        }
+        if let Some(mut browser) = taken
             && !self.remote
         {
             let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
@@ -482,6 +519,8 @@ impl BrowserPool {
                 "the pool needs at least one process or remote endpoint".into(),
             ));
         }
+        metrics::gauge!("browserd_browser_contexts_capacity")
+            .set((slots * config.contexts_per_process) as f64);
         Ok(Self {
             inner: Arc::new(PoolInner {
                 permits: Arc::new(Semaphore::new(slots * config.contexts_per_process)),
@@ -528,6 +567,7 @@ impl BrowserPool {
             .await
             .map_err(|_| BrowserError::PoolShutDown)?;
         let chrome = self.pick_chrome().await?;
+        metrics::gauge!("browserd_browser_contexts_in_use").increment(1.0);
         let opened = BrowserSession::open(
             chrome.clone(),
             self.inner.config.cdp_timeout,
@@ -593,11 +633,14 @@ impl BrowserPool {
                 state.retiring.push(old);
             }
         }
-        let chrome = if config.remote_endpoints.is_empty() {
-            Chrome::launch(config).await?
+        let launched = if config.remote_endpoints.is_empty() {
+            Chrome::launch(config).await
         } else {
-            Chrome::connect(&config.remote_endpoints[slot], config).await?
+            Chrome::connect(&config.remote_endpoints[slot], config).await
         };
+        let outcome = if launched.is_ok() { "ok" } else { "error" };
+        metrics::counter!("browserd_chrome_launches_total", "outcome" => outcome).increment(1);
+        let chrome = launched?;
         chrome.active.fetch_add(1, Ordering::SeqCst);
         chrome.leased_total.fetch_add(1, Ordering::SeqCst);
         state.slots[slot] = Some(chrome.clone());
@@ -641,6 +684,7 @@ pub(crate) struct Lease {
 impl Lease {
     /// Gives the slot back; closes the Chrome if it is retired or used up and now idle.
     pub async fn finish(mut self) {
+        metrics::gauge!("browserd_browser_contexts_in_use").decrement(1.0);
         let remaining = self.chrome.active.fetch_sub(1, Ordering::SeqCst) - 1;
         let config = &self.pool.config;
         let used_up = config.recycle_after_tasks > 0

@@ -3,12 +3,14 @@
 
 mod config;
 mod run;
+mod telemetry;
 mod worker;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -17,7 +19,6 @@ use browserd_store::{EventHub, Store, StoreOptions};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/browserd";
 
@@ -45,7 +46,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
@@ -122,38 +123,50 @@ struct ServeArgs {
     max_queued_tasks: i64,
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
-    match &cli.command {
+    let telemetry = telemetry::init(cli.log_format, cli.command.role())?;
+    if matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Api(_) | Command::Worker { .. }
+    ) {
+        telemetry::init_metrics();
+    }
+    let tracing_enabled = telemetry.tracing_enabled();
+    let result = match &cli.command {
         Command::Run(args) => run::run(cli.config.as_deref(), args).await,
-        other => other_command(&cli, other).await.map(|()| ExitCode::SUCCESS),
+        other => other_command(&cli, other, tracing_enabled)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+    };
+    telemetry.shutdown().await;
+    result
+}
+
+impl Command {
+    /// The role name (`browserd.role` of the exported spans).
+    fn role(&self) -> &'static str {
+        match self {
+            Command::Serve { .. } => "serve",
+            Command::Api(_) => "api",
+            Command::Worker { .. } => "worker",
+            Command::Migrate => "migrate",
+            Command::Run(_) => "run",
+            Command::Keys { .. } => "keys",
+        }
     }
 }
 
-async fn other_command(cli: &Cli, command: &Command) -> anyhow::Result<()> {
+async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
         Command::Run(_) => Ok(()),
-        Command::Serve { api, worker } => serve(cli, api, Some(worker)).await,
-        Command::Api(args) => serve(cli, args, None).await,
+        Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
+        Command::Api(args) => serve(cli, args, None, tracing).await,
         Command::Worker {
             worker,
             db_max_connections,
-        } => worker::run_worker_only(cli, worker, *db_max_connections).await,
+        } => worker::run_worker_only(cli, worker, *db_max_connections, tracing).await,
         Command::Migrate => {
             let store = connect(&cli.database_url, &StoreOptions::default()).await?;
             store.migrate().await.context("applying migrations")?;
@@ -209,6 +222,7 @@ async fn serve(
     cli: &Cli,
     args: &ServeArgs,
     worker_args: Option<&worker::WorkerArgs>,
+    tracing: bool,
 ) -> anyhow::Result<()> {
     let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
     let rate_limit = match (
@@ -239,6 +253,7 @@ async fn serve(
                 open_store(cli, worker_args.db_connections(args.db_max_connections)).await?,
                 hub.clone(),
                 shutdown.clone(),
+                tracing,
             )
             .await?,
         ),
@@ -252,6 +267,9 @@ async fn serve(
             rate_limit,
             models,
             max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
+            trace_context: tracing.then(|| {
+                Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>
+            }),
         },
         shutdown.clone(),
     );

@@ -15,6 +15,7 @@ use browserd_browser::{BrowserPool, PoolConfig, Viewport};
 use browserd_llm::ModelRegistry;
 use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
+use tracing::Instrument;
 
 use crate::config;
 
@@ -353,6 +354,7 @@ pub async fn run(
             prior: None,
             resume_url: None,
         })
+        .instrument(tracing::info_span!("task", mode = "run"))
         .await;
     watcher.abort();
     pool.shutdown().await;

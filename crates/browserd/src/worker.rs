@@ -2,6 +2,7 @@
 //! the claim loop, started alone (`browserd worker`) or beside the api (`browserd serve`); and
 //! the secrets key shared by both roles (the api seals, the worker opens).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +144,27 @@ pub struct WorkerArgs {
     /// Directory holding each running task's workspace (default: the system temp dir).
     #[arg(long, env = "BROWSERD_WORKSPACE_ROOT")]
     workspace_root: Option<PathBuf>,
+
+    /// Serve Prometheus `/metrics` (and `/healthz`) on this address: for the worker role,
+    /// which has no HTTP server otherwise (`serve` also has them on the api's address).
+    /// Empty: off.
+    #[arg(long, env = "BROWSERD_METRICS_ADDR", value_parser = parse_metrics_addr)]
+    metrics_addr: Option<MetricsAddr>,
+}
+
+/// `--metrics-addr`: an address, or nothing (an empty variable from compose).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsAddr(Option<SocketAddr>);
+
+fn parse_metrics_addr(value: &str) -> Result<MetricsAddr, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(MetricsAddr(None));
+    }
+    value
+        .parse()
+        .map(|addr| MetricsAddr(Some(addr)))
+        .map_err(|err| format!("{err} (expected host:port, e.g. 0.0.0.0:9090)"))
 }
 
 impl WorkerArgs {
@@ -160,6 +182,7 @@ impl WorkerArgs {
 pub struct RunningWorker {
     handle: JoinHandle<()>,
     pool: Arc<BrowserPool>,
+    metrics: Option<JoinHandle<()>>,
 }
 
 impl RunningWorker {
@@ -167,6 +190,9 @@ impl RunningWorker {
     pub async fn stopped(self) {
         let _ = self.handle.await;
         self.pool.shutdown().await;
+        if let Some(metrics) = self.metrics {
+            let _ = tokio::time::timeout(Duration::from_secs(2), metrics).await;
+        }
     }
 }
 
@@ -177,6 +203,7 @@ pub async fn start(
     store: Store,
     hub: EventHub,
     shutdown: CancellationToken,
+    tracing: bool,
 ) -> anyhow::Result<RunningWorker> {
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.lease_s >= 1, "--lease-s must be at least 1");
@@ -231,9 +258,35 @@ pub async fn start(
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
         workspace_root,
     };
-    let worker = Worker::new(store, hub, runner, config);
+    let metrics = match args.metrics_addr.and_then(|a| a.0) {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --metrics-addr {addr}"))?;
+            tracing::info!(address = %listener.local_addr()?, "serving metrics");
+            let app = browserd_api::metrics_router(store.clone());
+            let stop = shutdown.clone();
+            Some(tokio::spawn(async move {
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(err) = served {
+                    tracing::warn!(%err, "the metrics listener failed");
+                }
+            }))
+        }
+        None => None,
+    };
+    let mut worker = Worker::new(store, hub, runner, config);
+    if tracing {
+        worker = worker.with_trace_parent(crate::telemetry::OtelTraceContext::worker_hook());
+    }
     let handle = tokio::spawn(worker.run(shutdown));
-    Ok(RunningWorker { handle, pool })
+    Ok(RunningWorker {
+        handle,
+        pool,
+        metrics,
+    })
 }
 
 /// `browserd worker`: the worker role alone.
@@ -241,6 +294,7 @@ pub async fn run_worker_only(
     cli: &Cli,
     args: &WorkerArgs,
     db_max_connections: u32,
+    tracing: bool,
 ) -> anyhow::Result<()> {
     let store = crate::open_store(cli, args.db_connections(db_max_connections)).await?;
     let shutdown = CancellationToken::new();
@@ -248,7 +302,7 @@ pub async fn run_worker_only(
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
         .await
         .context("listening for task events")?;
-    let worker = start(cli, args, store, hub, shutdown).await?;
+    let worker = start(cli, args, store, hub, shutdown, tracing).await?;
     worker.stopped().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
     tracing::info!("stopped");

@@ -9,7 +9,9 @@ use secrecy::SecretString;
 use crate::ChatModel;
 use crate::config::{ConfigError, ModelsConfig, ProviderKind, validate_base_url};
 use crate::http::{ProviderSettings, http_client};
-use crate::layers::{FallbackModel, RetryModel, RetryPolicy, TimeoutModel, ValidatingModel};
+use crate::layers::{
+    FallbackModel, InstrumentedModel, RetryModel, RetryPolicy, TimeoutModel, ValidatingModel,
+};
 use crate::providers::{AnthropicModel, GeminiModel, OpenAiModel};
 
 type KeyLookup = dyn Fn(&str) -> Option<String> + Send + Sync;
@@ -100,7 +102,9 @@ impl ModelRegistry {
             name: name.to_owned(),
             known: self.config.known_names(),
         })?;
-        Ok(Arc::new(ValidatingModel::new(model)))
+        Ok(Arc::new(InstrumentedModel::new(Arc::new(
+            ValidatingModel::new(model),
+        ))))
     }
 
     /// [`build`](Self::build) for `name`; when `name` is `None`, for `default_model`, or for the

@@ -13,6 +13,7 @@ mod queue;
 mod sealed;
 mod steps;
 mod tasks;
+mod telemetry;
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
+pub use telemetry::StatusCount;
 
 /// The embedded migrations (`migrations/` at the repository root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

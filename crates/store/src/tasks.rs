@@ -37,6 +37,8 @@ pub struct NewTask {
     pub viewport: Option<ViewportSize>,
     /// Settle cap in ms; `None` = the worker's default.
     pub settle_timeout_ms: Option<i32>,
+    /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
+    pub trace_context: Option<String>,
 }
 
 impl fmt::Debug for NewTask {
@@ -332,6 +334,15 @@ impl Store {
         )
         .fetch_one(&mut *tx)
         .await?;
+        if let Some(context) = &new.trace_context {
+            sqlx::query!(
+                "update tasks set trace_context = $2 where id = $1",
+                id.0,
+                context
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         let event = append_event_in(
             &mut tx,
             id,

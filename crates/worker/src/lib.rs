@@ -19,6 +19,7 @@ mod runner;
 mod service;
 mod sink;
 mod specs;
+mod telemetry;
 mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
@@ -26,7 +27,8 @@ pub use runner::{
     RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,
 };
-pub use service::{Worker, WorkerConfig, task_spec};
+pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;
 pub use specs::{AGENT_OWNED_ACTIONS, browser_action_specs};
+pub use telemetry::describe_metrics;
 pub use workspace::TaskWorkspace;

@@ -71,12 +71,17 @@ fn rand_u32() -> u32 {
     u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
 }
 
+/// Makes a task's span (not entered yet) a child of the W3C `traceparent` stored with the task
+/// (the request that created it). The binary implements it with OpenTelemetry.
+pub type TraceParent = Arc<dyn Fn(&tracing::Span, &str) + Send + Sync>;
+
 /// A worker process's claim loop and its running tasks.
 pub struct Worker {
     store: Store,
     hub: EventHub,
     runner: Arc<TaskRunner>,
     config: Arc<WorkerConfig>,
+    trace_parent: Option<TraceParent>,
 }
 
 impl Worker {
@@ -86,7 +91,15 @@ impl Worker {
             hub,
             runner,
             config: Arc::new(config),
+            trace_parent: None,
         }
+    }
+
+    /// Joins each task's spans to the trace of the request that created it.
+    #[must_use]
+    pub fn with_trace_parent(mut self, trace_parent: TraceParent) -> Self {
+        self.trace_parent = Some(trace_parent);
+        self
     }
 
     /// Claims and runs tasks until `shutdown` is cancelled; then stops claiming, lets running
@@ -121,13 +134,26 @@ impl Worker {
                         config: config.clone(),
                     };
                     let shutdown = shutdown.clone();
-                    tracker.spawn(
-                        async move {
-                            job.run(claimed, shutdown).await;
-                            drop(permit);
+                    let span =
+                        crate::telemetry::task_span(id, attempt, claimed.record.model.as_deref());
+                    let store = self.store.clone();
+                    let trace_parent = self.trace_parent.clone();
+                    metrics::counter!("browserd_tasks_claimed_total").increment(1);
+                    tracker.spawn(async move {
+                        if let Some(set_parent) = trace_parent {
+                            match store.trace_context(id).await {
+                                Ok(Some(context)) => set_parent(&span, &context),
+                                Ok(None) => {}
+                                Err(err) => {
+                                    tracing::debug!(task_id = %id, %err, "reading the trace context failed")
+                                }
+                            }
                         }
-                        .instrument(tracing::info_span!("task", task_id = %id, attempt)),
-                    );
+                        let running = crate::telemetry::RunningTask::start();
+                        job.run(claimed, shutdown).instrument(span).await;
+                        drop(running);
+                        drop(permit);
+                    });
                 }
                 Ok(None) => {
                     drop(permit);
@@ -255,10 +281,15 @@ impl TaskJob {
                 .await;
             return;
         }
-        if let Err(err) = self.runner.model(record.model.as_deref()) {
-            self.end(id, Transition::Fail, None, None, Some(err.to_string()))
-                .await;
-            return;
+        match self.runner.model(record.model.as_deref()) {
+            Ok(model) => {
+                tracing::Span::current().record("model", model.name());
+            }
+            Err(err) => {
+                self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                    .await;
+                return;
+            }
         }
         let spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
         drop(secrets);
@@ -378,6 +409,7 @@ impl TaskJob {
                     .await;
             }
             Ok(outcome) => {
+                crate::telemetry::run_finished(&outcome.history);
                 let output = outcome.final_result().map(str::to_owned);
                 match outcome.end {
                     RunEnd::Done { success } => {
@@ -446,7 +478,10 @@ impl TaskJob {
             .transition_claimed_task(&self.config.id, id, transition, details)
             .await
         {
-            Ok(task) => tracing::info!(status = %task.status, "task ended"),
+            Ok(task) => {
+                crate::telemetry::task_ended(task.status);
+                tracing::info!(status = %task.status, "task ended");
+            }
             Err(StoreError::IllegalTransition { current, .. }) => {
                 tracing::info!(%current, "task already ended");
             }
