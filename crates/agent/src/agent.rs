@@ -7,9 +7,10 @@ use browserd_llm::{
     ChatModel, ChatRequest, ChatResponse, ImageData, ImageDetail, ImagePart, LlmError, Message,
     OutputSchema, TokenUsage,
 };
+use browserd_views::{AGENT_OWNED_ACTIONS, ActionResult, BrowserFailure, TabInfo};
 use serde_json::{Value, json};
 
-use crate::browser::{ActionSpec, AgentBrowser, BrowserError, BrowserState, MarkdownOptions};
+use crate::browser::{ActionSpec, AgentBrowser, BrowserState, MarkdownOptions};
 use crate::config::{TaskConfig, VisionMode};
 use crate::control::AgentControl;
 use crate::domains::url_matches_pattern;
@@ -22,15 +23,12 @@ use crate::schema::{SchemaMode, agent_output_schema, done_spec};
 use crate::secrets::Secrets;
 use crate::urls::{UrlShortener, single_url_in_task};
 use crate::views::{
-    ActionCall, ActionResult, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory,
-    StepMetadata,
+    ActionCall, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory, StepMetadata,
 };
 use crate::workspace::{Workspace, file_action_specs};
 
 /// Upper bound of one browser call made by the agent (the browser bounds its own CDP calls too).
 const ACTION_TIMEOUT: Duration = Duration::from_secs(180);
-/// Characters of page markdown given to the extraction model per call.
-const EXTRACT_CHUNK: usize = 100_000;
 /// Extraction results at least this long go to a workspace file and are shown once.
 const EXTRACT_TO_FILE: usize = 10_000;
 
@@ -491,9 +489,8 @@ impl Agent {
         let mut specs = vec![done];
         let mut page_specific = Vec::new();
         let browser_specs = self.browser.action_specs();
-        let owned_names = ["done", "write_file", "read_file", "replace_file", "extract"];
         for spec in browser_specs {
-            if owned_names.contains(&spec.name.as_str()) {
+            if AGENT_OWNED_ACTIONS.contains(&spec.name.as_str()) {
                 continue;
             }
             if spec.name == "screenshot" && self.config.use_vision != VisionMode::Auto {
@@ -673,7 +670,8 @@ explain what went wrong, and set success to false unless the task is really comp
         self.secrets.redact_opt(&mut result.long_term_memory);
         self.secrets.redact_opt(&mut result.extracted_content);
         if let Some(meta) = &mut result.metadata {
-            self.secrets.redact_value(meta);
+            meta.values_mut()
+                .for_each(|value| self.secrets.redact_value(value));
         }
     }
 
@@ -759,7 +757,7 @@ explain what went wrong, and set success to false unless the task is really comp
             tabs: state
                 .tabs
                 .iter()
-                .map(|t| crate::browser::TabInfo {
+                .map(|t| TabInfo {
                     tab_id: t.tab_id.clone(),
                     url: self.secrets.redact(&t.url),
                     title: self.secrets.redact(&t.title),
@@ -814,14 +812,13 @@ explain what went wrong, and set success to false unless the task is really comp
         let raw_state = render_state_message(&self.messages, &inputs);
         let state_text = self.urls.shorten(&self.secrets.redact(&raw_state));
         let mut state_message = Message::user(state_text.clone());
-        if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.bytes.len() > 100)
-        {
+        if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.data.len() > 100) {
             state_message.content.push(browserd_llm::ContentPart::Text(
                 "Current screenshot:".into(),
             ));
             state_message = state_message.with_image(ImagePart {
-                media_type: shot.mime.clone(),
-                data: ImageData::Bytes(shot.bytes.clone()),
+                media_type: shot.mime().to_owned(),
+                data: ImageData::Bytes(shot.data.clone()),
                 detail: ImageDetail::Auto,
             });
         }
@@ -1178,7 +1175,7 @@ call done if the task is finished.",
             .await
         {
             Ok(Ok(result)) => (result, None),
-            Ok(Err(BrowserError { message, fatal })) => {
+            Ok(Err(BrowserFailure { message, fatal })) => {
                 let error = format!("Error executing action {}: {message}", action.name);
                 let fatal = fatal.then(|| format!("browser failed: {message}"));
                 (ActionResult::error(error), fatal)
@@ -1291,8 +1288,8 @@ call done if the task is finished.",
         else {
             return ActionResult::error("extract needs a non-empty `query`");
         };
-        let lower = query.to_lowercase();
         let options = MarkdownOptions {
+            query: query.to_owned(),
             extract_links: params
                 .get("extract_links")
                 .and_then(Value::as_bool)
@@ -1300,10 +1297,11 @@ call done if the task is finished.",
             extract_images: params
                 .get("extract_images")
                 .and_then(Value::as_bool)
-                .unwrap_or(false)
-                || ["image", "photo", "picture", "logo"]
-                    .iter()
-                    .any(|w| lower.contains(w)),
+                .unwrap_or(false),
+            start_from_char: params
+                .get("start_from_char")
+                .and_then(Value::as_u64)
+                .map_or(0, |s| usize::try_from(s).unwrap_or(usize::MAX)),
         };
         let page =
             match tokio::time::timeout(ACTION_TIMEOUT, self.browser.extract_markdown(&options))
@@ -1315,30 +1313,15 @@ call done if the task is finished.",
                 }
                 Err(_) => return ActionResult::error("extract: reading the page timed out"),
             };
-        let start = params
-            .get("start_from_char")
-            .and_then(Value::as_u64)
-            .map_or(0, |s| usize::try_from(s).unwrap_or(usize::MAX));
-        let total = page.markdown.chars().count();
-        if start >= total && total > 0 {
-            return ActionResult::error(format!(
-                "start_from_char {start} is beyond the end of the page content ({total} characters)"
-            ));
-        }
-        let chunk: String = page
-            .markdown
-            .chars()
-            .skip(start)
-            .take(EXTRACT_CHUNK)
-            .collect();
-        let end = start + chunk.chars().count();
-        let truncated = end < total;
-        let stats = if truncated {
-            format!(
-                "characters {start}..{end} of {total}; call extract again with start_from_char={end} for the rest"
-            )
-        } else {
-            format!("characters {start}..{end} of {total} (complete)")
+        let chunk = page.chunk.content;
+        let figures = &page.chunk.stats;
+        let (start, total) = (figures.start_from_char, figures.total_markdown_chars);
+        let end = start + figures.chunk_chars;
+        let stats = match figures.next_start_char {
+            Some(next) => format!(
+                "characters {start}..{end} of {total}; call extract again with start_from_char={next} for the rest"
+            ),
+            None => format!("characters {start}..{end} of {total} (complete)"),
         };
         let already: Vec<String> = params
             .get("already_collected")
@@ -1474,5 +1457,23 @@ impl<T> AbortOnDrop<T> {
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agent_defines_exactly_the_agent_owned_actions() {
+        let mut defined: Vec<String> = [done_spec(None), extract_spec()]
+            .into_iter()
+            .chain(file_action_specs())
+            .map(|spec| spec.name)
+            .collect();
+        defined.sort();
+        let mut owned = AGENT_OWNED_ACTIONS.to_vec();
+        owned.sort_unstable();
+        assert_eq!(defined, owned);
     }
 }

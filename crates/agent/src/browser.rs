@@ -6,73 +6,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::views::{ActionResult, InteractedElement};
+use browserd_views::{
+    ActionResult, BrowserFailure, MarkdownChunk, PageInfo, PageStats, Screenshot, TabInfo,
+};
 
-/// One open tab.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TabInfo {
-    /// Last 4 characters of the target id (what `switch` / `close` take).
-    pub tab_id: String,
-    /// Current URL.
-    pub url: String,
-    /// Page title.
-    pub title: String,
-}
-
-/// Viewport, page size and scroll position in CSS pixels.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct PageInfo {
-    /// Viewport width.
-    pub viewport_width: u32,
-    /// Viewport height.
-    pub viewport_height: u32,
-    /// Full page width.
-    pub page_width: u32,
-    /// Full page height.
-    pub page_height: u32,
-    /// Horizontal scroll offset.
-    pub scroll_x: u32,
-    /// Vertical scroll offset.
-    pub scroll_y: u32,
-    /// Content above the viewport.
-    pub pixels_above: u32,
-    /// Content below the viewport.
-    pub pixels_below: u32,
-}
-
-/// Element counts shown in `<page_stats>`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PageStats {
-    /// `<a>` elements.
-    pub links: u32,
-    /// Indexed (interactive) elements.
-    pub interactive: u32,
-    /// Iframes.
-    pub iframes: u32,
-    /// Open shadow roots.
-    pub shadow_open: u32,
-    /// Closed shadow roots.
-    pub shadow_closed: u32,
-    /// Images.
-    pub images: u32,
-    /// All elements.
-    pub total: u32,
-}
-
-/// A screenshot of the viewport.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Screenshot {
-    /// Image bytes.
-    pub bytes: Vec<u8>,
-    /// MIME type (`image/png`, `image/jpeg`).
-    pub mime: String,
-}
-
-impl std::fmt::Debug for Screenshot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Screenshot({}, {} bytes)", self.mime, self.bytes.len())
-    }
-}
+use crate::views::InteractedElement;
 
 /// What the agent sees of the browser at the start of a step.
 #[derive(Debug, Clone, Default)]
@@ -131,74 +69,50 @@ pub struct FocusInfo {
 /// What `extract` wants from the page.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkdownOptions {
+    /// The model's query (the browser keeps images when it asks for them).
+    pub query: String,
     /// Keep link targets.
     pub extract_links: bool,
     /// Keep image references.
     pub extract_images: bool,
+    /// First character of the chunk, in the page's markdown.
+    pub start_from_char: usize,
 }
 
-/// The focused page as markdown.
+/// The focused page as markdown: one chunk and where it comes from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PageMarkdown {
     /// URL of the page.
     pub url: String,
-    /// The content.
-    pub markdown: String,
-}
-
-/// A browser-side failure (capture, lookup). Action failures are [`ActionResult::error`] instead.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct BrowserError {
-    /// What went wrong.
-    pub message: String,
-    /// The browser is gone: the task cannot go on.
-    pub fatal: bool,
-}
-
-impl BrowserError {
-    /// A recoverable error.
-    pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            fatal: false,
-        }
-    }
-
-    /// The browser died or disconnected.
-    pub fn fatal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            fatal: true,
-        }
-    }
+    /// The chunk asked for, with the figures of the whole page.
+    pub chunk: MarkdownChunk,
 }
 
 /// The browser as the agent uses it. Every method must bound its own time (CDP timeouts).
 #[async_trait]
 pub trait AgentBrowser: Send + Sync {
     /// Captures the focused page.
-    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError>;
+    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserFailure>;
 
     /// A screenshot of the focused page alone, for the history record of a step whose model
     /// call does not need the image (it is taken concurrently with that step's capture and
     /// the model call). `None` when the browser takes no screenshots.
-    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError>;
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserFailure>;
 
     /// The actions the browser runs (their parameter schemas, sequence semantics).
     fn action_specs(&self) -> Vec<ActionSpec>;
 
     /// Runs one action with parameters already stripped of secret placeholders.
-    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserError>;
+    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserFailure>;
 
     /// The focused tab now.
-    async fn focused_tab(&self) -> Result<FocusInfo, BrowserError>;
+    async fn focused_tab(&self) -> Result<FocusInfo, BrowserFailure>;
 
     /// The focused page as markdown, for `extract`.
     async fn extract_markdown(
         &self,
         options: &MarkdownOptions,
-    ) -> Result<PageMarkdown, BrowserError>;
+    ) -> Result<PageMarkdown, BrowserFailure>;
 
     /// The element behind `index` in the last capture, for the history record.
     async fn describe_element(&self, _index: u64) -> Option<InteractedElement> {

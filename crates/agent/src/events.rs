@@ -1,10 +1,10 @@
 //! What the agent reports while it runs. The worker persists and publishes; the CLI prints.
 
 use async_trait::async_trait;
+use browserd_views::{ActionResult, Screenshot};
 use serde::{Deserialize, Serialize};
 
-use crate::browser::Screenshot;
-use crate::views::{ActionCall, ActionResult, AgentHistory, AgentOutput};
+use crate::views::{ActionCall, AgentHistory, AgentOutput};
 use browserd_llm::TokenUsage;
 
 /// One event. Every text in it has the task's secrets replaced by placeholders.

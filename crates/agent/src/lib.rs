@@ -34,14 +34,17 @@ pub mod workspace;
 
 pub use agent::Agent;
 pub use browser::{
-    ActionSpec, AgentBrowser, BrowserError, BrowserState, FocusInfo, MarkdownOptions, PageInfo,
-    PageMarkdown, PageStats, Screenshot, TabInfo,
+    ActionSpec, AgentBrowser, BrowserState, FocusInfo, MarkdownOptions, PageMarkdown,
+};
+pub use browserd_views::{
+    ActionResult, BrowserFailure, ContentStats, MarkdownChunk, PageInfo, PageStats, Screenshot,
+    ScreenshotFormat, TabInfo,
 };
 pub use config::{SecretEntry, SensitiveData, TaskConfig, VisionMode};
 pub use control::AgentControl;
 pub use error::AgentError;
 pub use events::{AgentEvent, EventSink, NoopSink};
 pub use views::{
-    ActionCall, ActionResult, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory,
+    ActionCall, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory,
     InteractedElement, StepMetadata, UsageSummary,
 };

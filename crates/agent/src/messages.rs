@@ -2,8 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::browser::{BrowserState, TabInfo};
-use crate::views::{ActionResult, AgentOutput};
+use browserd_views::{ActionResult, TabInfo};
+
+use crate::browser::BrowserState;
+use crate::views::AgentOutput;
 
 /// Cap of `<read_state>` and of one step's action results.
 pub const SECTION_CAP: usize = 60_000;
@@ -302,13 +304,13 @@ fn browser_block(state: &BrowserState, max_dom_chars: usize) -> String {
     let mut out = String::from("<browser_state>\n");
     if let Some(s) = state.page_stats {
         let mut line = String::new();
-        if s.total < 10 {
+        if s.total_elements < 10 {
             line.push_str("Page appears empty - consider waiting - ");
         }
         let _ = write!(
             line,
             "{} links, {} interactive, {} iframes",
-            s.links, s.interactive, s.iframes
+            s.links, s.interactive_elements, s.iframes
         );
         if s.shadow_open + s.shadow_closed > 0 {
             let _ = write!(
@@ -320,7 +322,7 @@ fn browser_block(state: &BrowserState, max_dom_chars: usize) -> String {
         if s.images > 0 {
             let _ = write!(line, ", {} images", s.images);
         }
-        let _ = write!(line, ", {} total elements", s.total);
+        let _ = write!(line, ", {} total elements", s.total_elements);
         let _ = writeln!(out, "<page_stats>{line}</page_stats>");
     }
     if let Some(tab) = current_tab(state) {
@@ -333,9 +335,7 @@ fn browser_block(state: &BrowserState, max_dom_chars: usize) -> String {
         let _ = writeln!(out, "Tab {}: {} - {}", tab.tab_id, tab.url, title);
     }
     if let Some(p) = state.page_info {
-        let vh = f64::from(p.viewport_height.max(1));
-        let above = f64::from(p.pixels_above) / vh;
-        let below = f64::from(p.pixels_below) / vh;
+        let (above, below) = (p.pages_above(), p.pages_below());
         let hint = if below > 0.2 {
             " — scroll down to reveal more content"
         } else {

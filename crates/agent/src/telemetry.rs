@@ -9,10 +9,9 @@
 
 use std::time::Duration;
 
+use browserd_views::ActionResult;
 use tracing::Span;
 use tracing::field::Empty;
-
-use crate::views::ActionResult;
 
 /// Registers the help texts of the agent's metrics.
 pub fn describe_metrics() {

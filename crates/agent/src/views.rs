@@ -1,5 +1,6 @@
-//! The agent's records: model output, action results and the per-step history the store persists.
-//! Field names follow browser-use's `AgentOutput`, `ActionResult` and `AgentHistory`.
+//! The agent's records: model output and the per-step history the store persists. Field names
+//! follow browser-use's `AgentOutput` and `AgentHistory`; the `ActionResult`s they hold are
+//! `browserd_views::ActionResult`.
 
 use browserd_llm::TokenUsage;
 use serde::de::Error as _;
@@ -7,56 +8,7 @@ use serde::ser::SerializeMap as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::browser::TabInfo;
-
-/// The outcome of one action.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ActionResult {
-    /// Set by `done` only.
-    #[serde(default)]
-    pub is_done: bool,
-    /// The agent's own verdict, set by `done` only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success: Option<bool>,
-    /// What went wrong; always shown in the history (first and last 100 chars when long).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Files to show the user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attachments: Option<Vec<String>>,
-    /// What goes into `<agent_history>` for this action.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub long_term_memory: Option<String>,
-    /// The action's output.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extracted_content: Option<String>,
-    /// Show `extracted_content` only once, in the next step's `<read_state>`.
-    #[serde(default)]
-    pub include_extracted_content_only_once: bool,
-    /// Extra data (`click_x`, `include_screenshot`, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
-}
-
-impl ActionResult {
-    /// A failed action.
-    pub fn error(message: impl Into<String>) -> Self {
-        Self {
-            error: Some(message.into()),
-            ..Self::default()
-        }
-    }
-
-    /// A successful action whose output is also its memory.
-    pub fn memory(text: impl Into<String>) -> Self {
-        let text = text.into();
-        Self {
-            extracted_content: Some(text.clone()),
-            long_term_memory: Some(text),
-            ..Self::default()
-        }
-    }
-}
+use browserd_views::{ActionResult, TabInfo};
 
 /// One action the model asked for: serialised as `{"<name>": {params}}`.
 #[derive(Debug, Clone, PartialEq)]

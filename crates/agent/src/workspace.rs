@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use browserd_views::ActionResult;
 use serde_json::{Value, json};
 
 use crate::browser::ActionSpec;
-use crate::views::ActionResult;
 
 const ALLOWED_EXTENSIONS: &[&str] = &["md", "txt", "json", "jsonl", "csv", "html", "xml"];
 const TODO: &str = "todo.md";

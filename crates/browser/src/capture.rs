@@ -23,7 +23,7 @@ use crate::{
     snapshot::{AxTreeWire, CaptureSnapshot, LayoutMetrics, SNAPSHOT_STYLES},
     types::{
         CaptureOptions, CaptureTimings, ElementInfo, PageInfo, Screenshot, ScreenshotFormat,
-        SelectorMap, TabInfo,
+        SelectorMap, Tab,
     },
 };
 
@@ -48,7 +48,7 @@ pub(crate) struct CaptureOutput {
     pub screenshot: Option<Screenshot>,
     pub timings: CaptureTimings,
     /// The context's tabs, listed concurrently with the snapshot.
-    pub tabs: Vec<TabInfo>,
+    pub tabs: Vec<Tab>,
     /// Sessions of the cross-origin frames the capture descended into.
     pub frame_sessions: Vec<String>,
 }
@@ -422,7 +422,6 @@ pub(crate) fn page_info_from_metrics(m: &LayoutMetrics) -> PageInfo {
         pixels_below: (page_height - viewport_height - scroll_y).max(0),
         pixels_left: scroll_x,
         pixels_right: (page_width - viewport_width - scroll_x).max(0),
-        ..Default::default()
     }
 }
 
@@ -507,7 +506,7 @@ pub(crate) async fn capture<S: SessionSource>(
     conn: &CdpConnection,
     sessions: &S,
     target_id: &str,
-    targets: impl std::future::Future<Output = Result<(Vec<TabInfo>, HashSet<String>)>>,
+    targets: impl std::future::Future<Output = Result<(Vec<Tab>, HashSet<String>)>>,
     previous: &HashSet<(String, i64)>,
     options: &CaptureOptions,
     timeout: Duration,

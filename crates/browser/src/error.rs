@@ -53,5 +53,30 @@ impl From<chromiumoxide::error::CdpError> for BrowserError {
     }
 }
 
+impl BrowserError {
+    /// The browser is gone (died, disconnected, never started, pool shut down): nothing more
+    /// can be done with this session.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            BrowserError::ConnectionClosed
+                | BrowserError::PoolShutDown
+                | BrowserError::Launch(_)
+                | BrowserError::Connect { .. }
+        )
+    }
+}
+
+/// The error as the agent sees it; a fatal one ends the task.
+impl From<BrowserError> for browserd_views::BrowserFailure {
+    fn from(err: BrowserError) -> Self {
+        if err.is_fatal() {
+            Self::fatal(format!("the browser is gone: {err}"))
+        } else {
+            Self::new(err.to_string())
+        }
+    }
+}
+
 /// Result alias of this crate.
 pub type Result<T, E = BrowserError> = std::result::Result<T, E>;

@@ -104,19 +104,7 @@ pub(crate) struct SNode {
     pub compound: Vec<Compound>,
 }
 
-/// Counts shown in browser-use's `<page_stats>` line.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PageStats {
-    pub links: usize,
-    pub iframes: usize,
-    pub shadow_open: usize,
-    pub shadow_closed: usize,
-    pub scroll_containers: usize,
-    pub images: usize,
-    pub interactive_elements: usize,
-    pub total_elements: usize,
-    pub text_chars: usize,
-}
+pub use browserd_views::PageStats;
 
 pub(crate) struct Serialized {
     pub text: String,

@@ -23,7 +23,7 @@ use crate::{
     settle::SettleSettings,
     types::{
         CaptureOptions, DownloadInfo, DownloadState, PageState, Screenshot, ScreenshotFormat,
-        SelectorMap, TabInfo, Viewport,
+        SelectorMap, Tab, Viewport,
     },
 };
 
@@ -511,7 +511,7 @@ impl BrowserSession {
     }
 
     /// Tabs (page targets) of this context, in Chrome's order.
-    pub async fn tabs(&self) -> Result<Vec<TabInfo>> {
+    pub async fn tabs(&self) -> Result<Vec<Tab>> {
         let targets: TargetsWire = self
             .chrome
             .conn
@@ -524,12 +524,12 @@ impl BrowserSession {
             .filter(|t| {
                 t.kind == "page" && t.browser_context_id.as_deref() == Some(&self.context_id)
             })
-            .map(|t| TabInfo::new(t.target_id, t.url, t.title))
+            .map(|t| Tab::new(t.target_id, t.url, t.title))
             .collect())
     }
 
     /// Tabs and cross-origin frame targets of this context, from one `Target.getTargets`.
-    async fn tabs_and_frames(&self) -> Result<(Vec<TabInfo>, HashSet<String>)> {
+    async fn tabs_and_frames(&self) -> Result<(Vec<Tab>, HashSet<String>)> {
         let targets: TargetsWire = self
             .chrome
             .conn
@@ -543,7 +543,7 @@ impl BrowserSession {
                 continue;
             }
             match t.kind.as_str() {
-                "page" => tabs.push(TabInfo::new(t.target_id, t.url, t.title)),
+                "page" => tabs.push(Tab::new(t.target_id, t.url, t.title)),
                 "iframe" => {
                     frames.insert(t.target_id);
                 }
@@ -673,17 +673,16 @@ impl BrowserSession {
             state.frame_sessions = output.frame_sessions.clone();
         }
         let tabs = output.tabs;
-        let mut page_info = output
+        let page_info = output
             .metrics
             .as_ref()
             .map(page_info_from_metrics)
             .unwrap_or_default();
-        if let Some(tab) = tabs.iter().find(|t| t.target_id == target) {
-            page_info.url = tab.url.clone();
-            page_info.title = tab.title.clone();
-        }
-        page_info.focused_tab = Some(crate::types::short_tab_id(&target));
-        page_info.tabs = tabs;
+        let (url, title) = tabs
+            .iter()
+            .find(|t| t.target_id == target)
+            .map(|t| (t.url.clone(), t.title.clone()))
+            .unwrap_or_default();
 
         let (llm_text, truncated) = llm_text(
             &output.dom_text,
@@ -696,6 +695,10 @@ impl BrowserSession {
             dom_text: output.dom_text,
             truncated,
             selector_map: output.selector_map,
+            url,
+            title,
+            tabs: tabs.iter().map(Tab::info).collect(),
+            focused_tab: Some(crate::types::short_tab_id(&target)),
             page_info,
             stats: output.stats,
             screenshot: output.screenshot,

@@ -3,7 +3,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 pub use crate::dom::{AxInfo, AxValue, Rect, ShadowRootKind};
-pub use crate::serializer::PageStats;
+pub use browserd_views::{PageInfo, PageStats, Screenshot, ScreenshotFormat, TabInfo};
 
 /// Size of a tab's viewport in CSS pixels (device scale factor 1, not mobile), set on every
 /// tab of a session with `Emulation.setDeviceMetricsOverride` as browser-use does headless.
@@ -35,16 +35,6 @@ impl std::fmt::Display for Viewport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}x{}", self.width, self.height)
     }
-}
-
-/// Screenshot encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScreenshotFormat {
-    /// JPEG with a quality of 0–100.
-    Jpeg {
-        quality: u8,
-    },
-    Png,
 }
 
 /// What one capture should produce.
@@ -127,9 +117,9 @@ impl ElementInfo {
 /// Index → element of one capture.
 pub type SelectorMap = BTreeMap<u32, Arc<ElementInfo>>;
 
-/// A tab of the session.
+/// A tab of the session: its target and what the model sees of it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct TabInfo {
+pub struct Tab {
     pub target_id: String,
     /// Last four characters of the target id, as browser-use shows tabs.
     pub tab_id: String,
@@ -137,7 +127,7 @@ pub struct TabInfo {
     pub title: String,
 }
 
-impl TabInfo {
+impl Tab {
     pub(crate) fn new(target_id: String, url: String, title: String) -> Self {
         Self {
             tab_id: short_tab_id(&target_id),
@@ -146,57 +136,21 @@ impl TabInfo {
             title,
         }
     }
+
+    /// The tab as the model sees it.
+    pub fn info(&self) -> TabInfo {
+        TabInfo {
+            tab_id: self.tab_id.clone(),
+            url: self.url.clone(),
+            title: self.title.clone(),
+        }
+    }
 }
 
 /// browser-use's short tab id: the last four characters of the target id.
 pub fn short_tab_id(target_id: &str) -> String {
     let chars: Vec<char> = target_id.chars().collect();
     chars[chars.len().saturating_sub(4)..].iter().collect()
-}
-
-/// Viewport and scroll metrics of the focused tab, CSS px.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct PageInfo {
-    pub url: String,
-    pub title: String,
-    pub tabs: Vec<TabInfo>,
-    pub focused_tab: Option<String>,
-    pub viewport_width: i64,
-    pub viewport_height: i64,
-    pub page_width: i64,
-    pub page_height: i64,
-    pub scroll_x: i64,
-    pub scroll_y: i64,
-    pub pixels_above: i64,
-    pub pixels_below: i64,
-    pub pixels_left: i64,
-    pub pixels_right: i64,
-}
-
-impl PageInfo {
-    /// Pages of content above the viewport.
-    pub fn pages_above(&self) -> f64 {
-        if self.viewport_height > 0 {
-            self.pixels_above as f64 / self.viewport_height as f64
-        } else {
-            0.0
-        }
-    }
-    /// Pages of content below the viewport.
-    pub fn pages_below(&self) -> f64 {
-        if self.viewport_height > 0 {
-            self.pixels_below as f64 / self.viewport_height as f64
-        } else {
-            0.0
-        }
-    }
-}
-
-/// An encoded screenshot.
-#[derive(Clone, Debug)]
-pub struct Screenshot {
-    pub format: ScreenshotFormat,
-    pub data: Vec<u8>,
 }
 
 /// Where the time of one capture went.
@@ -226,6 +180,14 @@ pub struct PageState {
     /// True when `dom_text` was longer than the cap.
     pub truncated: bool,
     pub selector_map: SelectorMap,
+    /// URL of the focused tab.
+    pub url: String,
+    /// Title of the focused tab.
+    pub title: String,
+    /// The context's tabs.
+    pub tabs: Vec<TabInfo>,
+    /// Short id of the focused tab.
+    pub focused_tab: Option<String>,
     pub page_info: PageInfo,
     pub stats: PageStats,
     pub screenshot: Option<Screenshot>,

@@ -630,7 +630,7 @@ fn navigation_history_tabs_and_popups() {
         .await;
         assert_eq!(js(&session, "location.search").await, "?popup=1");
         let page = capture(&session).await;
-        assert_eq!(page.page_info.tabs.len(), 3, "{:?}", page.page_info.tabs);
+        assert_eq!(page.tabs.len(), 3, "{:?}", page.tabs);
         // switch by short id, close, unknown ids
         let r = run(
             &session,

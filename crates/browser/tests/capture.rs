@@ -270,13 +270,13 @@ fn text_cap_and_tabs() {
         assert_eq!(short.len(), 4);
         assert!(tab.ends_with(short.as_str()));
         let state = capture(&session).await;
-        assert_eq!(state.page_info.focused_tab.as_deref(), Some(short.as_str()));
-        assert_eq!(state.page_info.title, "Rules");
+        assert_eq!(state.focused_tab.as_deref(), Some(short.as_str()));
+        assert_eq!(state.title, "Rules");
         session
             .switch_tab(&tabs.iter().find(|t| t.target_id != tab).unwrap().tab_id)
             .await
             .unwrap();
-        assert_eq!(capture(&session).await.page_info.title, "Big");
+        assert_eq!(capture(&session).await.title, "Big");
         session.release().await;
     });
 }

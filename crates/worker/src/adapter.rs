@@ -6,17 +6,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_agent::{
-    ActionResult, ActionSpec, AgentBrowser, BrowserError, BrowserState, FocusInfo,
-    InteractedElement, MarkdownOptions, PageInfo, PageMarkdown, PageStats, Screenshot, TabInfo,
+    ActionSpec, AgentBrowser, BrowserState, FocusInfo, InteractedElement, MarkdownOptions,
+    PageMarkdown,
 };
 use browserd_browser::actions::{ExtractParams, SensitiveValue};
 use browserd_browser::{
     Action, ActionContext, BrowserSession, CaptureOptions, DownloadState, ScreenshotFormat,
     SelectorMap,
 };
+use browserd_views::{
+    AGENT_OWNED_ACTIONS, ActionResult, BrowserFailure, ContentStats, MarkdownChunk, Screenshot,
+};
+use serde::Deserialize as _;
 use serde_json::{Map, Value, json};
 
-use crate::specs::{AGENT_OWNED_ACTIONS, browser_action_specs};
+use crate::specs::browser_action_specs;
 
 /// Upper bound of one capture (each CDP call inside has its own timeout too).
 const CAPTURE_LIMIT: Duration = Duration::from_secs(60);
@@ -66,39 +70,6 @@ impl std::fmt::Debug for SessionBrowser {
     }
 }
 
-fn to_u32(v: i64) -> u32 {
-    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
-}
-
-fn to_u32_usize(v: usize) -> u32 {
-    u32::try_from(v).unwrap_or(u32::MAX)
-}
-
-/// A browser crate error as the agent sees it; a lost connection ends the task.
-fn agent_error(err: &browserd_browser::BrowserError) -> BrowserError {
-    use browserd_browser::BrowserError as E;
-    match err {
-        E::ConnectionClosed | E::PoolShutDown | E::Launch(_) | E::Connect { .. } => {
-            BrowserError::fatal(format!("the browser is gone: {err}"))
-        }
-        _ => BrowserError::new(err.to_string()),
-    }
-}
-
-/// Maps the browser crate's result to the agent's, field by field.
-pub(crate) fn map_result(result: browserd_browser::ActionResult) -> ActionResult {
-    ActionResult {
-        is_done: result.is_done,
-        success: result.success,
-        error: result.error,
-        attachments: result.attachments,
-        long_term_memory: result.long_term_memory,
-        extracted_content: result.extracted_content,
-        include_extracted_content_only_once: result.include_extracted_content_only_once,
-        metadata: result.metadata.map(Value::Object),
-    }
-}
-
 impl SessionBrowser {
     /// Wraps `session`.
     pub fn new(session: BrowserSession, options: SessionBrowserOptions) -> Self {
@@ -141,37 +112,25 @@ impl SessionBrowser {
 async fn within_capture_limit<T>(
     what: &str,
     call: impl std::future::Future<Output = browserd_browser::Result<T>>,
-) -> Result<T, BrowserError> {
+) -> Result<T, BrowserFailure> {
     tokio::time::timeout(CAPTURE_LIMIT, call)
         .await
         .map_err(|_| {
-            BrowserError::new(format!(
+            BrowserFailure::new(format!(
                 "{what} timed out after {} s",
                 CAPTURE_LIMIT.as_secs()
             ))
         })?
-        .map_err(|e| agent_error(&e))
-}
-
-/// The agent's view of a browser screenshot.
-fn agent_screenshot(shot: &browserd_browser::Screenshot) -> Screenshot {
-    Screenshot {
-        bytes: shot.data.clone(),
-        mime: match shot.format {
-            ScreenshotFormat::Png => "image/png".to_owned(),
-            ScreenshotFormat::Jpeg { .. } => "image/jpeg".to_owned(),
-        },
-    }
+        .map_err(BrowserFailure::from)
 }
 
 #[async_trait]
 impl AgentBrowser for SessionBrowser {
-    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError> {
+    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserFailure> {
         let mut options = self.capture.clone();
         options.screenshot = include_screenshot.then_some(self.screenshot_format);
         let page =
             within_capture_limit("capturing the page", self.session.capture(&options)).await?;
-        let info = &page.page_info;
         let downloaded_files = self
             .session
             .downloads()
@@ -179,43 +138,17 @@ impl AgentBrowser for SessionBrowser {
             .filter(|d| d.state == DownloadState::Completed)
             .filter_map(|d| d.path.map(|p| p.display().to_string()))
             .collect();
-        let screenshot = page.screenshot.as_ref().map(agent_screenshot);
         let state = BrowserState {
-            url: info.url.clone(),
-            title: info.title.clone(),
-            tabs: info
-                .tabs
-                .iter()
-                .map(|t| TabInfo {
-                    tab_id: t.tab_id.clone(),
-                    url: t.url.clone(),
-                    title: t.title.clone(),
-                })
-                .collect(),
-            current_tab_id: info.focused_tab.clone(),
-            page_info: Some(PageInfo {
-                viewport_width: to_u32(info.viewport_width),
-                viewport_height: to_u32(info.viewport_height),
-                page_width: to_u32(info.page_width),
-                page_height: to_u32(info.page_height),
-                scroll_x: to_u32(info.scroll_x),
-                scroll_y: to_u32(info.scroll_y),
-                pixels_above: to_u32(info.pixels_above),
-                pixels_below: to_u32(info.pixels_below),
-            }),
-            page_stats: Some(PageStats {
-                links: to_u32_usize(page.stats.links),
-                interactive: to_u32_usize(page.stats.interactive_elements),
-                iframes: to_u32_usize(page.stats.iframes),
-                shadow_open: to_u32_usize(page.stats.shadow_open),
-                shadow_closed: to_u32_usize(page.stats.shadow_closed),
-                images: to_u32_usize(page.stats.images),
-                total: to_u32_usize(page.stats.total_elements),
-            }),
-            llm_text: page.llm_text.clone(),
+            url: page.url,
+            title: page.title,
+            tabs: page.tabs,
+            current_tab_id: page.focused_tab,
+            page_info: Some(page.page_info),
+            page_stats: Some(page.stats),
+            llm_text: page.llm_text,
             element_count: page.selector_map.len(),
-            screenshot,
-            closed_dialogs: page.closed_popup_messages.clone(),
+            screenshot: page.screenshot,
+            closed_dialogs: page.closed_popup_messages,
             downloaded_files,
             error: None,
         };
@@ -223,20 +156,20 @@ impl AgentBrowser for SessionBrowser {
         Ok(state)
     }
 
-    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError> {
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserFailure> {
         let shot = within_capture_limit(
             "the screenshot",
             self.session.viewport_screenshot(self.screenshot_format),
         )
         .await?;
-        Ok(Some(agent_screenshot(&shot)))
+        Ok(Some(shot))
     }
 
     fn action_specs(&self) -> Vec<ActionSpec> {
         self.specs.clone()
     }
 
-    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserError> {
+    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserFailure> {
         if AGENT_OWNED_ACTIONS.contains(&name) {
             return Ok(ActionResult::error(format!(
                 "Action {name} is handled by the agent, not the browser"
@@ -258,11 +191,10 @@ impl AgentBrowser for SessionBrowser {
                 )));
             }
         };
-        let result = self.session.execute(&action, &self.context).await;
-        Ok(map_result(result))
+        Ok(self.session.execute(&action, &self.context).await)
     }
 
-    async fn focused_tab(&self) -> Result<FocusInfo, BrowserError> {
+    async fn focused_tab(&self) -> Result<FocusInfo, BrowserFailure> {
         let lookup = async {
             let target = self.session.focused_target().await?;
             let tabs = self.session.tabs().await?;
@@ -278,36 +210,41 @@ impl AgentBrowser for SessionBrowser {
         };
         tokio::time::timeout(LOOKUP_LIMIT, lookup)
             .await
-            .map_err(|_| BrowserError::new("looking up the focused tab timed out"))?
-            .map_err(|e| agent_error(&e))
+            .map_err(|_| BrowserFailure::new("looking up the focused tab timed out"))?
+            .map_err(BrowserFailure::from)
     }
 
     async fn extract_markdown(
         &self,
         options: &MarkdownOptions,
-    ) -> Result<PageMarkdown, BrowserError> {
+    ) -> Result<PageMarkdown, BrowserFailure> {
         let action = Action::Extract(ExtractParams {
-            query: String::new(),
+            query: options.query.clone(),
             extract_links: options.extract_links,
             extract_images: options.extract_images,
-            start_from_char: 0,
+            start_from_char: options.start_from_char,
             already_collected: Vec::new(),
         });
         let result = self.session.execute(&action, &self.context).await;
         if let Some(error) = result.error {
-            return Err(BrowserError::new(error));
+            return Err(BrowserFailure::new(error));
         }
+        let unreadable = || BrowserFailure::new("the page content could not be read");
         let extraction = result
             .metadata
             .as_ref()
             .and_then(|m| m.get("extraction"))
-            .ok_or_else(|| BrowserError::new("the page content could not be read"))?;
+            .ok_or_else(unreadable)?;
+        let stats = ContentStats::deserialize(&extraction["stats"]).map_err(|_| unreadable())?;
         Ok(PageMarkdown {
             url: extraction["url"].as_str().unwrap_or_default().to_owned(),
-            markdown: extraction["markdown"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
+            chunk: MarkdownChunk {
+                content: extraction["markdown"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                stats,
+            },
         })
     }
 

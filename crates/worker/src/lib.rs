@@ -4,15 +4,15 @@
 //! `AgentBrowser` trait.
 //!
 //! [`SessionBrowser`] wraps one leased [`browserd_browser::BrowserSession`]: `capture` turns a
-//! `PageState` into the agent's `BrowserState`, `action_specs` come from the browser crate's
-//! `Action` JSON schema (browser-use's names, descriptions and `terminates_sequence`), and
-//! `execute` deserializes the model's parameters into an `Action` and runs it, mapping the
-//! result field by field. [`TaskWorkspace`] is the one per-task directory shared by the agent
+//! `PageState` into the agent's `BrowserState` (both made of `browserd_views` values, passed
+//! through), `action_specs` come from the browser crate's `Action` JSON schema (browser-use's
+//! names, our descriptions, `browserd_views::terminates_sequence`), and `execute` deserializes
+//! the model's parameters into an `Action` and runs it. [`TaskWorkspace`] is the one per-task directory shared by the agent
 //! (todo.md, its file actions) and the browser session (downloads, uploads, PDFs, screenshots).
 //!
 //! Invariants: the agent owns `done`, `extract` and the file actions (the adapter never offers
 //! them); every call is bounded in time (the browser crate's CDP and action timeouts, plus an
-//! overall cap here); a dead browser is reported as a fatal `BrowserError`.
+//! overall cap here); a dead browser is reported as a fatal `BrowserFailure`.
 
 mod adapter;
 mod runner;
@@ -29,6 +29,6 @@ pub use runner::{
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;
-pub use specs::{AGENT_OWNED_ACTIONS, browser_action_specs};
+pub use specs::browser_action_specs;
 pub use telemetry::describe_metrics;
 pub use workspace::TaskWorkspace;

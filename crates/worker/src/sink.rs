@@ -277,7 +277,7 @@ impl EventSink for StoreSink {
         let number = i32::try_from(step).unwrap_or(i32::MAX);
         self.lock().screenshots.insert(
             step,
-            (id, screenshot.mime.clone(), screenshot.bytes.clone()),
+            (id, screenshot.mime().to_owned(), screenshot.data.clone()),
         );
         Some(screenshot_path(self.task_id, number))
     }

@@ -1,11 +1,8 @@
 //! The browser's actions as the agent's `ActionSpec`s, built from the `Action` JSON schema.
 
 use browserd_agent::ActionSpec;
+use browserd_views::{AGENT_OWNED_ACTIONS, terminates_sequence};
 use serde_json::{Map, Value};
-
-/// Actions the agent implements itself; the adapter neither offers nor runs them.
-pub const AGENT_OWNED_ACTIONS: [&str; 5] =
-    ["done", "extract", "write_file", "read_file", "replace_file"];
 
 /// Our descriptions of browser-use's actions (browser-use leaves `search`, `navigate`,
 /// `upload_file`, `send_keys` and `dropdown_options` without one: the parameters speak).
@@ -41,14 +38,6 @@ fn description(name: &str) -> &'static str {
         }
         _ => "",
     }
-}
-
-/// browser-use's `terminates_sequence` set (the page is expected to change).
-fn terminates_sequence(name: &str) -> bool {
-    matches!(
-        name,
-        "search" | "navigate" | "go_back" | "switch" | "evaluate"
-    )
 }
 
 /// Every browser action (except those the agent owns), in browser-use's registration order.

@@ -74,8 +74,8 @@ async fn capture_execute_and_describe_map_the_browser_crate() {
     );
     assert_eq!(state.tabs[0].tab_id.len(), 4);
     let shot = state.screenshot.as_ref().expect("screenshot");
-    assert_eq!(shot.mime, "image/jpeg");
-    assert!(shot.bytes.starts_with(&[0xFF, 0xD8]));
+    assert_eq!(shot.mime(), "image/jpeg");
+    assert!(shot.data.starts_with(&[0xFF, 0xD8]));
     assert!(state.page_info.unwrap().viewport_width > 0);
     assert_eq!(state.page_stats.unwrap().links, 1);
     assert!(state.element_count >= 2);
@@ -115,9 +115,9 @@ async fn capture_execute_and_describe_map_the_browser_crate() {
         .unwrap();
     assert_eq!(md.url, *url);
     assert!(
-        md.markdown.contains("Widgets are **great**"),
+        md.chunk.content.contains("Widgets are **great**"),
         "{}",
-        md.markdown
+        md.chunk.content
     );
 
     let focus = b.focused_tab().await.unwrap();

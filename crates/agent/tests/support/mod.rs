@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_agent::{
-    ActionResult, ActionSpec, AgentBrowser, AgentEvent, BrowserError, BrowserState, EventSink,
-    FocusInfo, InteractedElement, MarkdownOptions, PageInfo, PageMarkdown, PageStats, Screenshot,
-    TabInfo,
+    ActionResult, ActionSpec, AgentBrowser, AgentEvent, BrowserFailure, BrowserState, EventSink,
+    FocusInfo, InteractedElement, MarkdownChunk, MarkdownOptions, PageInfo, PageMarkdown,
+    PageStats, Screenshot, ScreenshotFormat, TabInfo,
 };
 use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, Role, TokenUsage};
 use serde_json::{Value, json};
@@ -414,7 +414,7 @@ pub fn login_pages() -> Vec<(&'static str, Page)> {
 
 #[async_trait]
 impl AgentBrowser for FakeBrowser {
-    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserError> {
+    async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserFailure> {
         let mut s = self.state.lock().unwrap();
         s.captures += 1;
         let url = s.tabs[s.focused].1.last().cloned().unwrap_or_default();
@@ -464,21 +464,24 @@ impl AgentBrowser for FakeBrowser {
                 scroll_y: 0,
                 pixels_above: 0,
                 pixels_below: 1440,
+                pixels_left: 0,
+                pixels_right: 0,
             }),
             page_stats: Some(PageStats {
                 links: 1,
-                interactive: u32::try_from(page.elements.len()).unwrap(),
+                interactive_elements: page.elements.len(),
                 iframes: 0,
                 shadow_open: 0,
                 shadow_closed: 0,
                 images: 0,
-                total: 40,
+                total_elements: 40,
+                ..PageStats::default()
             }),
             llm_text,
             element_count: page.elements.len(),
             screenshot: (include_screenshot && self.screenshot).then(|| Screenshot {
-                bytes: vec![0x89; self.screenshot_bytes],
-                mime: "image/png".into(),
+                format: ScreenshotFormat::Png,
+                data: vec![0x89; self.screenshot_bytes],
             }),
             closed_dialogs: Vec::new(),
             downloaded_files: Vec::new(),
@@ -486,11 +489,11 @@ impl AgentBrowser for FakeBrowser {
         })
     }
 
-    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserError> {
+    async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserFailure> {
         self.state.lock().unwrap().screenshots_alone += 1;
         Ok(self.screenshot.then(|| Screenshot {
-            bytes: vec![0x89; self.screenshot_bytes],
-            mime: "image/png".into(),
+            format: ScreenshotFormat::Png,
+            data: vec![0x89; self.screenshot_bytes],
         }))
     }
 
@@ -498,7 +501,7 @@ impl AgentBrowser for FakeBrowser {
         self.specs.clone()
     }
 
-    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserError> {
+    async fn execute(&self, name: &str, params: &Value) -> Result<ActionResult, BrowserFailure> {
         if name == "hang" {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
@@ -533,8 +536,8 @@ impl AgentBrowser for FakeBrowser {
             "wait" => ActionResult::memory("Waited"),
             "scroll" => ActionResult::memory("Scrolled down"),
             "screenshot" => ActionResult {
-                metadata: Some(json!({"include_screenshot": true})),
                 ..ActionResult::memory("Requested screenshot for next observation")
+                    .with_meta("include_screenshot", json!(true))
             },
             "switch" => {
                 let id = params["tab_id"].as_str().unwrap_or_default();
@@ -585,14 +588,14 @@ impl AgentBrowser for FakeBrowser {
                     }
                 }
             }
-            "fail" => return Err(BrowserError::new("synthetic failure")),
-            "crash" => return Err(BrowserError::fatal("browser process exited")),
+            "fail" => return Err(BrowserFailure::new("synthetic failure")),
+            "crash" => return Err(BrowserFailure::fatal("browser process exited")),
             other => ActionResult::error(format!("unknown action {other}")),
         };
         Ok(result)
     }
 
-    async fn focused_tab(&self) -> Result<FocusInfo, BrowserError> {
+    async fn focused_tab(&self) -> Result<FocusInfo, BrowserFailure> {
         let s = self.state.lock().unwrap();
         Ok(FocusInfo {
             tab_id: s.tabs[s.focused].0.clone(),
@@ -602,13 +605,13 @@ impl AgentBrowser for FakeBrowser {
 
     async fn extract_markdown(
         &self,
-        _options: &MarkdownOptions,
-    ) -> Result<PageMarkdown, BrowserError> {
+        options: &MarkdownOptions,
+    ) -> Result<PageMarkdown, BrowserFailure> {
         let url = self.url();
-        Ok(PageMarkdown {
-            markdown: self.page(&url).markdown,
-            url,
-        })
+        let markdown = self.page(&url).markdown;
+        let chunk = MarkdownChunk::cut(&markdown, options.start_from_char, markdown.len())
+            .map_err(BrowserFailure::new)?;
+        Ok(PageMarkdown { url, chunk })
     }
 
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {

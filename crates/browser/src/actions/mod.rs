@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use browserd_views::ActionResult;
 pub use keys::{KeyPress, parse_keys};
 pub use workspace::{Workspace, WorkspaceError};
 
@@ -370,14 +371,7 @@ impl Action {
     /// browser-use's `terminates_sequence`: the page changed, so the rest of a multi-action
     /// step must not run on stale indices.
     pub fn terminates_sequence(&self) -> bool {
-        matches!(
-            self,
-            Action::Search(_)
-                | Action::Navigate(_)
-                | Action::GoBack(_)
-                | Action::Switch(_)
-                | Action::Evaluate(_)
-        )
+        browserd_views::terminates_sequence(self.name())
     }
 
     /// Whether the action can start work in the page (requests, timers, a navigation, DOM
@@ -409,87 +403,6 @@ impl Action {
             Action::DropdownOptions(p) => Some(p.index),
             Action::SelectDropdown(p) => Some(p.index),
             _ => None,
-        }
-    }
-}
-
-/// What one action returned (browser-use's `ActionResult`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ActionResult {
-    #[serde(default)]
-    pub is_done: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extracted_content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub long_term_memory: Option<String>,
-    #[serde(default)]
-    pub include_extracted_content_only_once: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attachments: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-impl ActionResult {
-    /// A plain success whose text is both the output and the history entry.
-    pub fn memory(text: impl Into<String>) -> Self {
-        let text = text.into();
-        Self {
-            extracted_content: Some(text.clone()),
-            long_term_memory: Some(text),
-            ..Self::default()
-        }
-    }
-
-    /// A failure the model reads.
-    pub fn error(text: impl Into<String>) -> Self {
-        Self {
-            error: Some(text.into()),
-            ..Self::default()
-        }
-    }
-
-    /// Output shown only in the next step, with a short history entry.
-    pub fn once(content: impl Into<String>, memory: impl Into<String>) -> Self {
-        Self {
-            extracted_content: Some(content.into()),
-            long_term_memory: Some(memory.into()),
-            include_extracted_content_only_once: true,
-            ..Self::default()
-        }
-    }
-
-    /// Sets a metadata entry.
-    pub fn with_meta(mut self, key: &str, value: serde_json::Value) -> Self {
-        self.metadata
-            .get_or_insert_with(Default::default)
-            .insert(key.to_owned(), value);
-        self
-    }
-
-    fn append_note(&mut self, note: &str) {
-        for field in [&mut self.extracted_content, &mut self.long_term_memory] {
-            match field {
-                Some(text) => {
-                    text.push('\n');
-                    text.push_str(note);
-                }
-                None => *field = Some(note.to_owned()),
-            }
-        }
-    }
-
-    fn append_error(&mut self, error: &str) {
-        match &mut self.error {
-            Some(text) => {
-                text.push('\n');
-                text.push_str(error);
-            }
-            None => self.error = Some(error.to_owned()),
         }
     }
 }
