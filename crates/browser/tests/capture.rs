@@ -215,6 +215,23 @@ fn five_thousand_elements_and_new_marks() {
     });
 }
 
+/// (width, height) from a JPEG's start-of-frame segment.
+fn jpeg_size(data: &[u8]) -> (u32, u32) {
+    let mut at = 2;
+    while at + 9 < data.len() {
+        assert_eq!(data[at], 0xFF, "JPEG segment marker at {at}");
+        let marker = data[at + 1];
+        let len = usize::from(u16::from_be_bytes([data[at + 2], data[at + 3]]));
+        if matches!(marker, 0xC0..=0xC3) {
+            let height = u16::from_be_bytes([data[at + 5], data[at + 6]]);
+            let width = u16::from_be_bytes([data[at + 7], data[at + 8]]);
+            return (width.into(), height.into());
+        }
+        at += 2 + len;
+    }
+    panic!("no JPEG frame header");
+}
+
 #[test]
 fn screenshot_in_same_capture() {
     let guard = support::shared_pool();
@@ -229,6 +246,26 @@ fn screenshot_in_same_capture() {
             .unwrap();
         let shot = jpeg.screenshot.expect("jpeg");
         assert_eq!(&shot.data[..3], &[0xFF, 0xD8, 0xFF]);
+        // The whole 1920×1080 viewport, or scaled by Chrome to fit a budget.
+        assert_eq!((shot.width, shot.height), (1920, 1080));
+        assert_eq!(jpeg_size(&shot.data), (1920, 1080));
+        let scaled = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }),
+                screenshot_max_size: Some((1280, 800)),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .screenshot
+            .expect("scaled jpeg");
+        assert_eq!((scaled.width, scaled.height), (1280, 720));
+        assert_eq!(jpeg_size(&scaled.data), (1280, 720));
+        let alone = session
+            .viewport_screenshot(ScreenshotFormat::Jpeg { quality: 60 }, Some((1280, 800)))
+            .await
+            .unwrap();
+        assert_eq!(jpeg_size(&alone.data), (1280, 720));
         let png = session
             .capture(&CaptureOptions {
                 screenshot: Some(ScreenshotFormat::Png),
