@@ -369,3 +369,82 @@ fn deep_small_dom_is_captured() {
         session.release().await;
     });
 }
+
+/// An indexed element as both implementations can name it: tag + identity attributes.
+fn identity(
+    tag: &str,
+    attributes: impl Iterator<Item = (String, String)>,
+    keys: &[String],
+) -> String {
+    let mut attrs: Vec<(String, String)> = attributes.filter(|(k, _)| keys.contains(k)).collect();
+    attrs.sort();
+    let attrs: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("<{tag} {}>", attrs.join(" "))
+}
+
+/// The rustdoc page (a copy of the toolchain's std/index.html with its CSS/JS) at the default
+/// 1920×1080 viewport indexes exactly the elements browser-use 0.13.14 indexes
+/// (tests/golden/browser_use_std_index.json, from tests/golden/browser_use_elements.py).
+#[test]
+fn same_elements_as_browser_use_on_a_rustdoc_page() {
+    let expected: serde_json::Value =
+        serde_json::from_str(include_str!("golden/browser_use_std_index.json"))
+            .expect("browser-use golden");
+    let keys: Vec<String> =
+        serde_json::from_value(expected["identity_attributes"].clone()).expect("keys");
+    let mut theirs: Vec<String> = expected["elements"]
+        .as_array()
+        .expect("elements")
+        .iter()
+        .map(|e| {
+            let attrs = e["attributes"].as_object().expect("attributes");
+            identity(
+                e["tag"].as_str().expect("tag"),
+                attrs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())),
+                &keys,
+            )
+        })
+        .collect();
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "rustdoc/std/index.html").await;
+        let state = capture(&session).await;
+        let origin = format!("http://{}", support::server().await);
+        let mut ours: Vec<String> = state
+            .selector_map
+            .values()
+            .map(|e| {
+                let attrs = e.attributes.iter().map(|(k, v)| (k.clone(), v.replace(&origin, "http://127.0.0.1:PORT")));
+                identity(&e.tag_name, attrs, &keys)
+            })
+            .collect();
+        ours.sort();
+        theirs.sort();
+        let only = |a: &[String], b: &[String]| {
+            let mut b = b.to_vec();
+            a.iter()
+                .filter(|x| match b.iter().position(|y| y == *x) {
+                    Some(i) => {
+                        b.remove(i);
+                        false
+                    }
+                    None => true,
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let missing = only(&theirs, &ours);
+        let extra = only(&ours, &theirs);
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "browserd indexes {} elements, browser-use {}\nonly browser-use: {missing:#?}\nonly browserd: {extra:#?}\n\nbrowserd:\n{}\n\nbrowser-use:\n{}",
+            ours.len(),
+            theirs.len(),
+            state.llm_text,
+            expected["text"].as_str().unwrap_or_default()
+        );
+        session.release().await;
+    });
+}
