@@ -387,9 +387,24 @@ fn identity(
 /// (tests/golden/browser_use_std_index.json, from tests/golden/browser_use_elements.py).
 #[test]
 fn same_elements_as_browser_use_on_a_rustdoc_page() {
-    let expected: serde_json::Value =
-        serde_json::from_str(include_str!("golden/browser_use_std_index.json"))
-            .expect("browser-use golden");
+    assert_same_elements_as_browser_use(
+        "rustdoc/std/index.html",
+        include_str!("golden/browser_use_std_index.json"),
+    );
+}
+
+/// Form controls and `<details>` (hosts of Chrome's user-agent shadow roots, which browser-use
+/// marks `|SHADOW(open)|` and browserd does not: see ARCHITECTURE.md) are indexed alike.
+#[test]
+fn same_elements_as_browser_use_on_user_agent_shadow_hosts() {
+    assert_same_elements_as_browser_use(
+        "ua-shadow.html",
+        include_str!("golden/browser_use_ua_shadow.json"),
+    );
+}
+
+fn assert_same_elements_as_browser_use(page: &str, golden: &str) {
+    let expected: serde_json::Value = serde_json::from_str(golden).expect("browser-use golden");
     let keys: Vec<String> =
         serde_json::from_value(expected["identity_attributes"].clone()).expect("keys");
     let mut theirs: Vec<String> = expected["elements"]
@@ -409,7 +424,7 @@ fn same_elements_as_browser_use_on_a_rustdoc_page() {
         .collect();
     let guard = support::shared_pool();
     rt().block_on(async {
-        let session = open(&guard, "rustdoc/std/index.html").await;
+        let session = open(&guard, page).await;
         let state = capture(&session).await;
         let origin = format!("http://{}", support::server().await);
         let mut ours: Vec<String> = state
