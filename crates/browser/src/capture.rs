@@ -524,6 +524,8 @@ async fn fetch_target(
 }
 
 /// Captures the tree of `target_id` (+ its cross-origin frames) and serializes it.
+/// `viewport` is the tab's emulated viewport (what a screenshot shows).
+#[allow(clippy::too_many_arguments)] // one crate-internal caller, `BrowserSession::capture`
 pub(crate) async fn capture<S: SessionSource>(
     conn: &CdpConnection,
     sessions: &S,
