@@ -5,14 +5,15 @@
 //! display/visibility/opacity, DOM rects, paint order; answer received, not decoded), and the
 //! ratio capture / bare snapshot. Captures and bare snapshots alternate so drift hits both.
 //!
-//! `cargo bench -p browserd-browser` (env `BENCH_ROUNDS`, default 7).
+//! `cargo bench -p browserd-browser` (env `BENCH_ROUNDS`, default 7; `BENCH_VIEWPORT=WxH`,
+//! default browser-use's 1920x1080, to compare viewports in one sitting).
 
 #[path = "../tests/support/http.rs"]
 mod http;
 
 use std::time::{Duration, Instant};
 
-use browserd_browser::{BrowserPool, CaptureOptions, PoolConfig, bare_snapshot_params};
+use browserd_browser::{BrowserPool, CaptureOptions, PoolConfig, Viewport, bare_snapshot_params};
 
 const PAGES: [&str; 7] = [
     "std/index.html",
@@ -58,6 +59,11 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
+    let viewport = std::env::var("BENCH_VIEWPORT").map_or(Viewport::BROWSER_USE, |v| {
+        let (w, h) = v.split_once('x').expect("BENCH_VIEWPORT=WIDTHxHEIGHT");
+        Viewport::new(w.parse().expect("width"), h.parse().expect("height"))
+    });
+    println!("viewport {viewport}");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -70,6 +76,7 @@ fn main() {
             contexts_per_process: 1,
             recycle_after_tasks: 0,
             cdp_timeout: Duration::from_secs(120),
+            viewport,
             ..PoolConfig::default()
         })
         .expect("pool");

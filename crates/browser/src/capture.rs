@@ -23,7 +23,7 @@ use crate::{
     snapshot::{AxTreeWire, CaptureSnapshot, LayoutMetrics, SNAPSHOT_STYLES},
     types::{
         CaptureOptions, CaptureTimings, ElementInfo, PageInfo, Screenshot, ScreenshotFormat,
-        SelectorMap, Tab,
+        SelectorMap, Tab, Viewport,
     },
 };
 
@@ -425,22 +425,40 @@ pub(crate) fn page_info_from_metrics(m: &LayoutMetrics) -> PageInfo {
     }
 }
 
+/// A screenshot of the visual viewport of `viewport`'s size, scaled down to fit `max_size`
+/// when given and smaller. Chrome scales it while rendering: a `clip` of the visual viewport
+/// (document coordinates, so its scroll offset is read first) with a `scale`, which neither
+/// resizes the page nor fires resize / media-query events, and keeps the scrollbars.
 pub(crate) async fn screenshot(
     conn: &CdpConnection,
     session: &str,
     format: ScreenshotFormat,
+    viewport: Viewport,
+    max_size: Option<(u32, u32)>,
     timeout: Duration,
 ) -> Result<Screenshot> {
     #[derive(Deserialize)]
     struct Shot {
         data: String,
     }
-    let params = match format {
+    let mut params = match format {
         ScreenshotFormat::Png => json!({"format": "png", "captureBeyondViewport": false}),
         ScreenshotFormat::Jpeg { quality } => json!({
             "format": "jpeg", "quality": quality.min(100), "captureBeyondViewport": false
         }),
     };
+    let (width, height) = viewport.screenshot_size(max_size);
+    if (width, height) != (viewport.width, viewport.height) {
+        let metrics = layout_metrics(conn, session, timeout).await?;
+        let scroll = &metrics.css_visual_viewport;
+        params["clip"] = json!({
+            "x": scroll.page_x.unwrap_or(0.0),
+            "y": scroll.page_y.unwrap_or(0.0),
+            "width": viewport.width,
+            "height": viewport.height,
+            "scale": f64::from(width) / f64::from(viewport.width.max(1)),
+        });
+    }
     let raw = conn
         .call_raw(Some(session), "Page.captureScreenshot", params, timeout)
         .await?;
@@ -451,7 +469,12 @@ pub(crate) async fn screenshot(
             method: "Page.captureScreenshot".into(),
             reason: e.to_string(),
         })?;
-    Ok(Screenshot { format, data })
+    Ok(Screenshot {
+        format,
+        data,
+        width,
+        height,
+    })
 }
 
 /// A cross-origin iframe element waiting for its own target's tree.
@@ -502,6 +525,8 @@ async fn fetch_target(
 }
 
 /// Captures the tree of `target_id` (+ its cross-origin frames) and serializes it.
+/// `viewport` is the tab's emulated viewport (what a screenshot shows).
+#[allow(clippy::too_many_arguments)] // one crate-internal caller, `BrowserSession::capture`
 pub(crate) async fn capture<S: SessionSource>(
     conn: &CdpConnection,
     sessions: &S,
@@ -509,6 +534,7 @@ pub(crate) async fn capture<S: SessionSource>(
     targets: impl std::future::Future<Output = Result<(Vec<Tab>, HashSet<String>)>>,
     previous: &HashSet<(String, i64)>,
     options: &CaptureOptions,
+    viewport: Viewport,
     timeout: Duration,
 ) -> Result<CaptureOutput> {
     let started = Instant::now();
@@ -517,7 +543,17 @@ pub(crate) async fn capture<S: SessionSource>(
 
     let shot = async {
         match options.screenshot {
-            Some(format) => Some(screenshot(conn, &session, format, timeout).await),
+            Some(format) => Some(
+                screenshot(
+                    conn,
+                    &session,
+                    format,
+                    viewport,
+                    options.screenshot_max_size,
+                    timeout,
+                )
+                .await,
+            ),
             None => None,
         }
     };

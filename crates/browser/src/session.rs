@@ -631,11 +631,24 @@ impl BrowserSession {
     }
 
     /// A viewport screenshot of the focused tab alone (what `capture` takes alongside the DOM
-    /// when asked). Chrome answers it after its next compositor frame, tens of ms later.
-    pub async fn viewport_screenshot(&self, format: ScreenshotFormat) -> Result<Screenshot> {
+    /// when asked), scaled down to fit `max_size` (width, height) when given. Chrome answers it
+    /// after its next compositor frame, tens of ms later.
+    pub async fn viewport_screenshot(
+        &self,
+        format: ScreenshotFormat,
+        max_size: Option<(u32, u32)>,
+    ) -> Result<Screenshot> {
         let target = self.focused_target().await?;
         let session = self.sessions.session_for(&target).await?;
-        capture::screenshot(&self.chrome.conn, &session, format, self.timeout).await
+        capture::screenshot(
+            &self.chrome.conn,
+            &session,
+            format,
+            self.viewport,
+            max_size,
+            self.timeout,
+        )
+        .await
     }
 
     /// Captures the focused tab: indexed text, selector map, page info and (optionally) a
@@ -658,6 +671,7 @@ impl BrowserSession {
             self.tabs_and_frames(),
             &previous,
             options,
+            self.viewport,
             self.timeout,
         )
         .await?;

@@ -23,6 +23,27 @@ impl Viewport {
     pub const fn new(width: u32, height: u32) -> Self {
         Self { width, height }
     }
+
+    /// Pixel size of a screenshot of this viewport scaled down, keeping its aspect ratio, to
+    /// fit within `max` (width, height); never scaled up.
+    pub fn screenshot_size(self, max: Option<(u32, u32)>) -> (u32, u32) {
+        let full = (self.width, self.height);
+        let Some((max_width, max_height)) = max else {
+            return full;
+        };
+        if self.width <= max_width && self.height <= max_height {
+            return full;
+        }
+        let scale = self.screenshot_scale(max_width, max_height);
+        let side = |v: u32| ((f64::from(v) * scale).round() as u32).max(1);
+        (side(self.width), side(self.height))
+    }
+
+    fn screenshot_scale(self, max_width: u32, max_height: u32) -> f64 {
+        (f64::from(max_width) / f64::from(self.width.max(1)))
+            .min(f64::from(max_height) / f64::from(self.height.max(1)))
+            .min(1.0)
+    }
 }
 
 impl Default for Viewport {
@@ -42,6 +63,10 @@ impl std::fmt::Display for Viewport {
 pub struct CaptureOptions {
     /// Take a viewport screenshot in parallel with the DOM work.
     pub screenshot: Option<ScreenshotFormat>,
+    /// Scale the screenshot down (aspect ratio kept) to fit within (width, height) pixels.
+    /// Chrome renders it scaled (`Page.captureScreenshot` with a `clip` of the visual
+    /// viewport and a `scale`): the page is not resized. `None` = the viewport's size.
+    pub screenshot_max_size: Option<(u32, u32)>,
     /// Pixels above and below the viewport that still count as visible (browser-use: 1000).
     pub viewport_threshold: f64,
     /// Cap of the serialized text (browser-use: 40 000 characters).
@@ -60,6 +85,7 @@ impl Default for CaptureOptions {
     fn default() -> Self {
         Self {
             screenshot: None,
+            screenshot_max_size: None,
             viewport_threshold: 1000.0,
             max_text_len: 40_000,
             cross_origin_iframes: true,

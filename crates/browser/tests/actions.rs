@@ -388,6 +388,11 @@ fn clicks_checkbox_covered_shadow_iframe_and_server() {
         let (x, y) = (rect[0].as_f64().expect("x"), rect[1].as_f64().expect("y"));
         ok(&run(&session, Action::Click(ClickParams { index: None, coordinate_x: Some(x), coordinate_y: Some(y) })).await);
         assert_eq!(js(&session, "document.getElementById('fancy').shadowRoot.getElementById('shadow-count').textContent").await, "2");
+        // the same point read off a screenshot the model got scaled to 1280×720
+        let scaled = ActionContext { llm_screenshot_size: Some((1280.0, 720.0)), ..ctx() };
+        let at = Action::Click(ClickParams { index: None, coordinate_x: Some(x * 1280.0 / 1920.0), coordinate_y: Some(y * 720.0 / 1080.0) });
+        ok(&session.execute(&at, &scaled).await);
+        assert_eq!(js(&session, "document.getElementById('fancy').shadowRoot.getElementById('shadow-count').textContent").await, "3");
         // clicking a file input is refused
         let r = run(&session, click(index_of(&state, "file"))).await;
         assert!(err(&r).contains("upload_file"), "{r:?}");

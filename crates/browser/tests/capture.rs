@@ -215,6 +215,23 @@ fn five_thousand_elements_and_new_marks() {
     });
 }
 
+/// (width, height) from a JPEG's start-of-frame segment.
+fn jpeg_size(data: &[u8]) -> (u32, u32) {
+    let mut at = 2;
+    while at + 9 < data.len() {
+        assert_eq!(data[at], 0xFF, "JPEG segment marker at {at}");
+        let marker = data[at + 1];
+        let len = usize::from(u16::from_be_bytes([data[at + 2], data[at + 3]]));
+        if matches!(marker, 0xC0..=0xC3) {
+            let height = u16::from_be_bytes([data[at + 5], data[at + 6]]);
+            let width = u16::from_be_bytes([data[at + 7], data[at + 8]]);
+            return (width.into(), height.into());
+        }
+        at += 2 + len;
+    }
+    panic!("no JPEG frame header");
+}
+
 #[test]
 fn screenshot_in_same_capture() {
     let guard = support::shared_pool();
@@ -229,6 +246,26 @@ fn screenshot_in_same_capture() {
             .unwrap();
         let shot = jpeg.screenshot.expect("jpeg");
         assert_eq!(&shot.data[..3], &[0xFF, 0xD8, 0xFF]);
+        // The whole 1920×1080 viewport, or scaled by Chrome to fit a budget.
+        assert_eq!((shot.width, shot.height), (1920, 1080));
+        assert_eq!(jpeg_size(&shot.data), (1920, 1080));
+        let scaled = session
+            .capture(&CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Jpeg { quality: 60 }),
+                screenshot_max_size: Some((1280, 800)),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .screenshot
+            .expect("scaled jpeg");
+        assert_eq!((scaled.width, scaled.height), (1280, 720));
+        assert_eq!(jpeg_size(&scaled.data), (1280, 720));
+        let alone = session
+            .viewport_screenshot(ScreenshotFormat::Jpeg { quality: 60 }, Some((1280, 800)))
+            .await
+            .unwrap();
+        assert_eq!(jpeg_size(&alone.data), (1280, 720));
         let png = session
             .capture(&CaptureOptions {
                 screenshot: Some(ScreenshotFormat::Png),
@@ -329,6 +366,100 @@ fn deep_small_dom_is_captured() {
         let state = capture(&session).await;
         assert!(indexed(&state, "deep-button"), "{}", state.llm_text);
         assert!(state.llm_text.contains("Deep button"), "{}", state.llm_text);
+        session.release().await;
+    });
+}
+
+/// An indexed element as both implementations can name it: tag + identity attributes.
+fn identity(
+    tag: &str,
+    attributes: impl Iterator<Item = (String, String)>,
+    keys: &[String],
+) -> String {
+    let mut attrs: Vec<(String, String)> = attributes.filter(|(k, _)| keys.contains(k)).collect();
+    attrs.sort();
+    let attrs: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("<{tag} {}>", attrs.join(" "))
+}
+
+/// The rustdoc page (a copy of the toolchain's std/index.html with its CSS/JS) at the default
+/// 1920×1080 viewport indexes exactly the elements browser-use 0.13.14 indexes
+/// (tests/golden/browser_use_std_index.json, from tests/golden/browser_use_elements.py).
+#[test]
+fn same_elements_as_browser_use_on_a_rustdoc_page() {
+    assert_same_elements_as_browser_use(
+        "rustdoc/std/index.html",
+        include_str!("golden/browser_use_std_index.json"),
+    );
+}
+
+/// Form controls and `<details>` (hosts of Chrome's user-agent shadow roots, which browser-use
+/// marks `|SHADOW(open)|` and browserd does not: see ARCHITECTURE.md) are indexed alike.
+#[test]
+fn same_elements_as_browser_use_on_user_agent_shadow_hosts() {
+    assert_same_elements_as_browser_use(
+        "ua-shadow.html",
+        include_str!("golden/browser_use_ua_shadow.json"),
+    );
+}
+
+fn assert_same_elements_as_browser_use(page: &str, golden: &str) {
+    let expected: serde_json::Value = serde_json::from_str(golden).expect("browser-use golden");
+    let keys: Vec<String> =
+        serde_json::from_value(expected["identity_attributes"].clone()).expect("keys");
+    let mut theirs: Vec<String> = expected["elements"]
+        .as_array()
+        .expect("elements")
+        .iter()
+        .map(|e| {
+            let attrs = e["attributes"].as_object().expect("attributes");
+            identity(
+                e["tag"].as_str().expect("tag"),
+                attrs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned())),
+                &keys,
+            )
+        })
+        .collect();
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, page).await;
+        let state = capture(&session).await;
+        let origin = format!("http://{}", support::server().await);
+        let mut ours: Vec<String> = state
+            .selector_map
+            .values()
+            .map(|e| {
+                let attrs = e.attributes.iter().map(|(k, v)| (k.clone(), v.replace(&origin, "http://127.0.0.1:PORT")));
+                identity(&e.tag_name, attrs, &keys)
+            })
+            .collect();
+        ours.sort();
+        theirs.sort();
+        let only = |a: &[String], b: &[String]| {
+            let mut b = b.to_vec();
+            a.iter()
+                .filter(|x| match b.iter().position(|y| y == *x) {
+                    Some(i) => {
+                        b.remove(i);
+                        false
+                    }
+                    None => true,
+                })
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let missing = only(&theirs, &ours);
+        let extra = only(&ours, &theirs);
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "browserd indexes {} elements, browser-use {}\nonly browser-use: {missing:#?}\nonly browserd: {extra:#?}\n\nbrowserd:\n{}\n\nbrowser-use:\n{}",
+            ours.len(),
+            theirs.len(),
+            state.llm_text,
+            expected["text"].as_str().unwrap_or_default()
+        );
         session.release().await;
     });
 }

@@ -98,6 +98,10 @@ pub struct Screenshot {
     pub format: ScreenshotFormat,
     /// The encoded image.
     pub data: Vec<u8>,
+    /// Image width in pixels (0 = unknown).
+    pub width: u32,
+    /// Image height in pixels (0 = unknown).
+    pub height: u32,
 }
 
 impl Screenshot {

@@ -27,6 +27,11 @@ const CAPTURE_LIMIT: Duration = Duration::from_secs(60);
 /// Upper bound of one small lookup (focused tab).
 const LOOKUP_LIMIT: Duration = Duration::from_secs(15);
 
+/// The largest screenshot the model gets, in pixels: the 1280×800 window its screenshots came
+/// from before tabs got browser-use's 1920×1080 viewport, so a step's image costs the model
+/// what it did (1920×1080 is sent as 1280×720). Coordinate clicks are scaled back.
+pub const LLM_SCREENSHOT_MAX_SIZE: (u32, u32) = (1280, 800);
+
 /// How the adapter captures and what it passes to actions.
 #[derive(Clone, Debug)]
 pub struct SessionBrowserOptions {
@@ -34,6 +39,9 @@ pub struct SessionBrowserOptions {
     pub capture: CaptureOptions,
     /// Encoding of the screenshots the agent asks for.
     pub screenshot_format: ScreenshotFormat,
+    /// The screenshots the agent gets are scaled down to fit this (width, height);
+    /// `None` = the viewport's size.
+    pub screenshot_max_size: Option<(u32, u32)>,
     /// Local files `upload_file` may use besides the workspace.
     pub available_file_paths: Vec<PathBuf>,
     /// `(name, value)` of the task's secrets: typed values equal to one are reported by name.
@@ -45,6 +53,7 @@ impl Default for SessionBrowserOptions {
         Self {
             capture: CaptureOptions::default(),
             screenshot_format: ScreenshotFormat::Jpeg { quality: 80 },
+            screenshot_max_size: Some(LLM_SCREENSHOT_MAX_SIZE),
             available_file_paths: Vec::new(),
             sensitive_values: Vec::new(),
         }
@@ -56,6 +65,7 @@ pub struct SessionBrowser {
     session: BrowserSession,
     capture: CaptureOptions,
     screenshot_format: ScreenshotFormat,
+    screenshot_max_size: Option<(u32, u32)>,
     context: ActionContext,
     specs: Vec<ActionSpec>,
     /// Selector map of the last capture (for the history's interacted elements).
@@ -73,6 +83,8 @@ impl std::fmt::Debug for SessionBrowser {
 impl SessionBrowser {
     /// Wraps `session`.
     pub fn new(session: BrowserSession, options: SessionBrowserOptions) -> Self {
+        let viewport = session.emulated_viewport();
+        let shown = viewport.screenshot_size(options.screenshot_max_size);
         let context = ActionContext {
             available_file_paths: options.available_file_paths,
             sensitive_values: options
@@ -81,12 +93,15 @@ impl SessionBrowser {
                 .filter(|(_, value)| !value.is_empty())
                 .map(|(name, value)| SensitiveValue { name, value })
                 .collect(),
-            llm_screenshot_size: None,
+            // Coordinates the model reads off a scaled screenshot are scaled back.
+            llm_screenshot_size: (shown != (viewport.width, viewport.height))
+                .then(|| (f64::from(shown.0), f64::from(shown.1))),
         };
         Self {
             session,
             capture: options.capture,
             screenshot_format: options.screenshot_format,
+            screenshot_max_size: options.screenshot_max_size,
             context,
             specs: browser_action_specs(),
             last_elements: Mutex::new(SelectorMap::new()),
@@ -129,6 +144,7 @@ impl AgentBrowser for SessionBrowser {
     async fn capture(&self, include_screenshot: bool) -> Result<BrowserState, BrowserFailure> {
         let mut options = self.capture.clone();
         options.screenshot = include_screenshot.then_some(self.screenshot_format);
+        options.screenshot_max_size = self.screenshot_max_size;
         let page =
             within_capture_limit("capturing the page", self.session.capture(&options)).await?;
         let downloaded_files = self
@@ -159,7 +175,8 @@ impl AgentBrowser for SessionBrowser {
     async fn screenshot(&self) -> Result<Option<Screenshot>, BrowserFailure> {
         let shot = within_capture_limit(
             "the screenshot",
-            self.session.viewport_screenshot(self.screenshot_format),
+            self.session
+                .viewport_screenshot(self.screenshot_format, self.screenshot_max_size),
         )
         .await?;
         Ok(Some(shot))

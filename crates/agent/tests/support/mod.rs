@@ -482,6 +482,8 @@ impl AgentBrowser for FakeBrowser {
             screenshot: (include_screenshot && self.screenshot).then(|| Screenshot {
                 format: ScreenshotFormat::Png,
                 data: vec![0x89; self.screenshot_bytes],
+                width: 1280,
+                height: 720,
             }),
             closed_dialogs: Vec::new(),
             downloaded_files: Vec::new(),
@@ -494,6 +496,8 @@ impl AgentBrowser for FakeBrowser {
         Ok(self.screenshot.then(|| Screenshot {
             format: ScreenshotFormat::Png,
             data: vec![0x89; self.screenshot_bytes],
+            width: 1280,
+            height: 720,
         }))
     }
 

@@ -180,8 +180,13 @@ impl BrowserSession {
         ctx: &ActionContext,
     ) -> Outcome {
         let (vw, vh) = self.viewport(session).await;
+        // The screenshot shows the whole emulated viewport, scrollbars included.
+        let shown = self.emulated_viewport();
         let (x, y) = match ctx.llm_screenshot_size {
-            Some((sw, sh)) if sw > 0.0 && sh > 0.0 => (x * vw / sw, y * vh / sh),
+            Some((sw, sh)) if sw > 0.0 && sh > 0.0 => (
+                x * f64::from(shown.width) / sw,
+                y * f64::from(shown.height) / sh,
+            ),
             _ => (x, y),
         };
         if !(0.0..=vw).contains(&x) || !(0.0..=vh).contains(&y) {

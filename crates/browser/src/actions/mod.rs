@@ -432,7 +432,8 @@ pub struct ActionContext {
     /// Secrets that may appear in `input` text.
     pub sensitive_values: Vec<SensitiveValue>,
     /// Size of the screenshot the model saw, if it differs from the viewport (coordinates of a
-    /// coordinate click are scaled from it).
+    /// coordinate click are scaled from it to the session's emulated viewport, which the
+    /// screenshot shows whole, scrollbars included).
     pub llm_screenshot_size: Option<(f64, f64)>,
 }
 
