@@ -13,7 +13,7 @@
 use std::{sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::{sync::broadcast, time::Instant};
 
 use crate::{
@@ -96,19 +96,6 @@ struct TrackerAnswer {
     pending: Vec<String>,
 }
 
-#[derive(Deserialize)]
-struct EvalAnswer {
-    result: EvalValue,
-    #[serde(rename = "exceptionDetails", default)]
-    exception: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct EvalValue {
-    #[serde(default)]
-    value: Option<Value>,
-}
-
 fn tracker_call(body: &str) -> String {
     format!(
         "(() => {{ const t = window[Symbol.for('browserd.settle')]; return t ? {body} : null; }})()"
@@ -116,29 +103,18 @@ fn tracker_call(body: &str) -> String {
 }
 
 impl BrowserSession {
-    /// Evaluates `expression` in a session's main world; `None` when it fails or throws.
+    /// Evaluates `expression` in a session's main world; `None` when it fails, throws or
+    /// answers nothing.
     async fn tracker_eval(
         &self,
         session: &str,
         expression: String,
         timeout: Duration,
     ) -> Option<Value> {
-        let raw = self
-            .chrome
-            .conn
-            .call_raw(
-                Some(session),
-                "Runtime.evaluate",
-                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-                timeout,
-            )
+        self.eval(session, &expression, timeout)
             .await
-            .ok()?;
-        let answer: EvalAnswer = raw.decode().ok()?;
-        if answer.exception.is_some() {
-            return None;
-        }
-        answer.result.value.filter(|v| !v.is_null())
+            .ok()
+            .filter(|v| !v.is_null())
     }
 
     /// Marks the start of an action in the focused tab (and the cross-origin frames of its
@@ -307,7 +283,7 @@ fn drain(rx: &mut broadcast::Receiver<Arc<CdpEvent>>) {
 /// Waits for the navigation under way in the tab to end: its load event, a same-document
 /// navigation, the main frame stopping (a download or a cancelled navigation never loads),
 /// or a download starting.
-async fn wait_for_navigation_end(
+pub(crate) async fn wait_for_navigation_end(
     rx: &mut broadcast::Receiver<Arc<CdpEvent>>,
     session: &str,
     target: &str,

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     cdp::CdpEvent,
-    session::{BrowserSession, WaitOutcome, load_cap, wait_for_event},
+    session::{BrowserSession, WaitOutcome, load_cap},
     types::{ElementInfo, short_tab_id},
 };
 
@@ -76,15 +76,12 @@ impl BrowserSession {
             let before = self.target_url(&focused).await.unwrap_or_default();
             // Ends on the load event, a same-document navigation, or the main frame stopping
             // (a download or a cancelled navigation never fires load).
-            let outcome = wait_for_event(&mut rx, load_cap(&before, ""), |ev| {
-                (ev.session_id.as_deref() == Some(focused_session.as_str())
-                    && (matches!(
-                        ev.method.as_str(),
-                        "Page.loadEventFired" | "Page.navigatedWithinDocument"
-                    ) || (ev.method == "Page.frameStoppedLoading"
-                        && ev.raw.as_str().contains(&main_frame))))
-                    || ev.method == "Browser.downloadWillBegin"
-            })
+            let outcome = crate::settle::wait_for_navigation_end(
+                &mut rx,
+                &focused_session,
+                &focused,
+                load_cap(&before, ""),
+            )
             .await;
             if matches!(outcome, WaitOutcome::TimedOut) {
                 result = result.with_meta(

@@ -131,7 +131,7 @@ impl BrowserSession {
         Ok(answer.result.value.unwrap_or(Value::Null))
     }
 
-    pub(super) async fn eval(
+    pub(crate) async fn eval(
         &self,
         session: &str,
         expression: &str,

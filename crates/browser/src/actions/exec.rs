@@ -12,7 +12,7 @@ use crate::{error::BrowserError, session::BrowserSession, types::short_tab_id};
 
 /// An action failure: the message the model reads.
 #[derive(Debug)]
-pub(super) struct Fail(pub(super) String);
+pub(crate) struct Fail(pub(crate) String);
 
 impl From<BrowserError> for Fail {
     fn from(err: BrowserError) -> Self {
