@@ -444,3 +444,42 @@ fn typing_and_scrolling_on_a_static_page_settle_at_once() {
         session.release().await;
     });
 }
+
+#[test]
+fn with_settling_off_a_submit_still_waits_for_its_navigation() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (addr, _) = server().await;
+        let session = guard
+            .pool()
+            .lease_with(browserd_browser::TaskOptions {
+                settle: browserd_browser::SettleSettings {
+                    cap: Duration::ZERO,
+                    ..browserd_browser::SettleSettings::default()
+                },
+                ..browserd_browser::TaskOptions::default()
+            })
+            .await
+            .expect("lease");
+        session
+            .navigate(&format!("http://{addr}/form"))
+            .await
+            .expect("navigate");
+        let before = capture(&session).await;
+        let result = run(&session, click(index_of(&before, "send"))).await;
+        assert!(
+            result
+                .metadata
+                .as_ref()
+                .is_none_or(|m| m.get("settle").is_none()),
+            "no settle with a zero cap: {result:?}"
+        );
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Loading") || after.llm_text.contains("Results ready"),
+            "the click waited for the next page:\n{}",
+            after.llm_text
+        );
+        session.release().await;
+    });
+}

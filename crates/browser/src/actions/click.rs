@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     cdp::CdpEvent,
-    session::{BrowserSession, WaitOutcome, load_cap},
+    session::{BrowserSession, WaitOutcome, load_cap, wait_for_event},
     types::{ElementInfo, short_tab_id},
 };
 
@@ -27,10 +27,14 @@ impl BrowserSession {
         let focused = self.focused_target().await?;
         let focused_session = self.prepare_tab(&focused).await?;
         let mut rx = self.chrome.conn.events();
+        // Whether the clicked element is one whose activation usually navigates (a link, a
+        // submit control): only used when settling is switched off.
+        let mut may_navigate = false;
         let mut result = match (p.index, p.coordinate_x, p.coordinate_y) {
             (_, Some(x), Some(y)) => self.click_coordinates(&focused_session, x, y, ctx).await?,
             (Some(index), _, _) => {
                 let el = self.element(index).await?;
+                may_navigate = likely_navigates(&el);
                 if el.is_select || el.tag_name == "select" {
                     return self.dropdown_options(&el).await;
                 }
@@ -71,7 +75,19 @@ impl BrowserSession {
         }
         // A navigation that starts later (a form submission is scheduled by the page, a
         // handler may set `location` after a fetch) is awaited by the settle that follows
-        // every action: the page-side tracker sees the submit and the unload.
+        // every action: the page-side tracker sees the submit and the unload. With settling
+        // switched off (`settle_timeout_ms: 0`), a link or submit control still gets a short
+        // event-driven window for its navigation to start.
+        if !started
+            && self.settle.cap.is_zero()
+            && may_navigate
+            && tabs_after.len() == tabs_before.len()
+        {
+            started = matches!(
+                wait_for_event(&mut rx, CLICK_NAVIGATION_GRACE, is_navigation_start).await,
+                WaitOutcome::Seen | WaitOutcome::Lagged
+            );
+        }
         if started {
             let before = self.target_url(&focused).await.unwrap_or_default();
             // Ends on the load event, a same-document navigation, or the main frame stopping
@@ -355,6 +371,23 @@ fn best_point(quads: &[Vec<f64>], vw: f64, vh: f64) -> Option<(f64, f64)> {
             y.clamp(0.0, (vh - 1.0).max(0.0)),
         )
     })
+}
+
+/// Without settling: how long a click on a link or submit control waits for the navigation it
+/// schedules to start (ends at the first navigation event).
+const CLICK_NAVIGATION_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Links with an `href` and form submit controls: clicks that usually start a navigation.
+fn likely_navigates(el: &ElementInfo) -> bool {
+    let kind = el.attr("type").map(str::to_ascii_lowercase);
+    match el.tag_name.as_str() {
+        "a" | "area" => el
+            .attr("href")
+            .is_some_and(|h| !h.is_empty() && !h.starts_with('#') && !h.starts_with("javascript:")),
+        "button" => !matches!(kind.as_deref(), Some("button" | "reset")),
+        "input" => matches!(kind.as_deref(), Some("submit" | "image")),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
