@@ -8,8 +8,9 @@
 //   - DOM mutations, for a quiet window after the last one.
 // It ignores what is long-lived or not the action's: EventSource, WebSocket, sendBeacon,
 // keepalive fetches, analytics endpoints, setInterval, timers and requests started by the
-// page's own loops (from an ignored callback, or of a kind the page already started twice in
-// the CHATTY_MS before the action), work begun before the action, and mutations of nodes that
+// page's own loops (from an ignored callback, or of a kind the page started twice on its own,
+// outside any action, in the CHATTY_MS before the action), work begun before the action, and
+// mutations of nodes that
 // were already changing in the CHATTY_MS before the action (clocks, tickers, animations).
 //
 // browserd calls `begin()` just before an action and `settle(doc, quietMs, capMs)` after it;
@@ -26,6 +27,7 @@
   const SUBMIT_MAX_MS = 1000;
   const LONG_REQUEST_MS = 1000;
   const CHATTY_COUNT = 5;
+  const ACTION_MAX_MS = 60000;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
   const dateNow = Date.now;
@@ -69,6 +71,9 @@
   // CHATTY_MS before the action's start. Catches loops the chain depth cannot see, such as
   // `while (true) { await sleep(500); … }` or a status poll.
   const recentKeys = new Map(); // key → {last, prev, before1, before2, epoch}
+  // From begin() until its settle ends (bounded, in case no settle follows).
+  let actionUntil = 0;
+  const acting = () => now() < actionUntil;
   const recurring = (key) => {
     const t = now();
     let seen = recentKeys.get(key);
@@ -83,8 +88,12 @@
       seen.before2 = seen.prev;
       seen.epoch = epoch;
     }
-    seen.prev = seen.last;
-    seen.last = t;
+    // Only uses while no action is under way count as the page's own activity: an action's
+    // requests (the same "add to cart" call, step after step) never make it "background".
+    if (!acting()) {
+      seen.prev = seen.last;
+      seen.last = t;
+    }
     seen.count += 1;
     // On a new document (no action yet) a loop shows itself by its third round.
     if (epoch === 0) return seen.count >= 3;
@@ -338,6 +347,7 @@
       let quietTimer = 0;
       let capTimer = 0;
       const finish = (reason) => {
+        actionUntil = 0;
         waiters.delete(check);
         clearTimer(quietTimer);
         clearTimer(capTimer);
@@ -400,6 +410,7 @@
     // Marks the start of an action in this document and its same-origin frames.
     begin() {
       epoch = now();
+      actionUntil = epoch + ACTION_MAX_MS;
       unloading = 0;
       for (const frame of sameOriginFrames()) frame.begin();
       return docId;

@@ -61,6 +61,7 @@ async fn server() -> (SocketAddr, Counts) {
                 .route("/landed", get(|| async { Html(LANDED_PAGE) }))
                 .route("/frames", get(frames_page))
                 .route("/static", get(|| async { Html(STATIC_PAGE) }))
+                .route("/multi", get(|| async { Html(MULTI_PAGE) }))
                 .with_state(counts.clone());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
@@ -192,6 +193,20 @@ addEventListener('load', async () => {
   await res.json();
   document.getElementById('state').textContent = 'Results ready for ' + new URLSearchParams(location.search).get('q');
 });
+</script>"#;
+
+/// Three "Add" buttons calling the same endpoint (300 ms): clicked one after the other, fast.
+const MULTI_PAGE: &str = r#"<!doctype html><title>Multi</title>
+<button id="add-1">Add one</button> <button id="add-2">Add two</button> <button id="add-3">Add three</button>
+<p>Cart: <span id="cart">empty</span></p>
+<script>
+for (const button of document.querySelectorAll('button')) {
+  button.addEventListener('click', async () => {
+    const body = await (await fetch('/api/add?key=multi&delay=300')).json();
+    button.textContent = 'Added';
+    document.getElementById('cart').textContent = body.count + ' items';
+  });
+}
 </script>"#;
 
 const STATIC_PAGE: &str = r#"<!doctype html><title>Static</title>
@@ -480,6 +495,26 @@ fn with_settling_off_a_submit_still_waits_for_its_navigation() {
             "the click waited for the next page:\n{}",
             after.llm_text
         );
+        session.release().await;
+    });
+}
+
+#[test]
+fn the_same_call_repeated_by_quick_actions_is_waited_for_each_time() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "/multi").await;
+        for n in 1..=3 {
+            let before = capture(&session).await;
+            let result = run(&session, click(index_of(&before, &format!("add-{n}")))).await;
+            let after = capture(&session).await;
+            assert!(
+                after.llm_text.contains(&format!("{n} items")),
+                "click {n}: {:?}\n{}",
+                settle_of(&result),
+                after.llm_text
+            );
+        }
         session.release().await;
     });
 }
