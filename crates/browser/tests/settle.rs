@@ -149,8 +149,8 @@ document.getElementById('go').addEventListener('click', () => {
 const CHATTY_PAGE: &str = r#"<!doctype html><title>Chatty</title>
 <style>@keyframes spin { to { transform: rotate(360deg); } } #spinner { width: 20px; height: 20px; background: red; animation: spin 1s linear infinite; }</style>
 <div id="spinner"></div><div id="mover" style="width:10px;height:10px;background:blue"></div>
-<p>Clock: <span id="clock"></span> <span id="ticks"></span></p><ul id="feed"></ul>
 <button id="go">Mark</button> <p id="status">Not clicked</p>
+<p>Clock: <span id="clock"></span> <span id="ticks"></span></p><ul id="feed"></ul>
 <script>
 fetch('/hang').catch(() => {});
 const source = new EventSource('/feed');
