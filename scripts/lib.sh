@@ -42,3 +42,28 @@ check_postgres() {
         exit 1
     fi
 }
+
+# ensure_venv REQUIREMENTS.txt: creates (once) a virtualenv holding the pinned packages and
+# prints its directory. Keyed by the requirements file's name and hash; serialized by flock.
+ensure_venv() {
+    local requirements="$1" cache name venv
+    cache="${XDG_CACHE_HOME:-$HOME/.cache}/browserd-venvs"
+    name="$(basename "$(dirname "$requirements")")-$(basename "$requirements" .txt)"
+    venv="$cache/$name-$(sha256sum "$requirements" | cut -c1-12)"
+    mkdir -p "$cache"
+    (
+        flock 9
+        if [ ! -f "$venv/.complete" ]; then
+            rm -rf "$venv"
+            if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+                rm -rf "$venv"
+                ensure_packages python3-venv >&2
+                python3 -m venv "$venv" >&2
+            fi
+            "$venv/bin/pip" install --quiet --disable-pip-version-check --require-virtualenv \
+                --only-binary=:all: -r "$requirements" >&2
+            touch "$venv/.complete"
+        fi
+    ) 9>"$cache/.lock"
+    printf '%s\n' "$venv"
+}

@@ -48,6 +48,33 @@ pub fn browserd_bin() -> PathBuf {
     bin
 }
 
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the repository root")
+        .to_path_buf()
+}
+
+/// A Python virtualenv holding exactly the pinned packages of `requirements` (a path relative to
+/// the repository root), made once by `scripts/venv` and shared by every test that asks for the
+/// same file. Returns the virtualenv's `bin/python`.
+pub fn python_venv(requirements: &str) -> PathBuf {
+    let root = repo_root();
+    let output = std::process::Command::new(root.join("scripts/venv"))
+        .arg(root.join(requirements))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/venv");
+    assert!(
+        output.status.success(),
+        "scripts/venv {requirements} failed ({})",
+        output.status
+    );
+    let dir = String::from_utf8(output.stdout).expect("venv path is UTF-8");
+    PathBuf::from(dir.trim()).join("bin/python")
+}
+
 // ---------------------------------------------------------------- database
 
 /// A database of its own for one test, dropped at the end.
