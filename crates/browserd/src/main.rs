@@ -2,7 +2,9 @@
 //! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal.
 
 mod config;
+mod remote;
 mod run;
+mod step_lines;
 mod telemetry;
 mod worker;
 
@@ -79,6 +81,11 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Talk to a running server: submit a task, watch one live.
+    Tasks {
+        #[command(subcommand)]
+        command: remote::TasksCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -136,6 +143,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let tracing_enabled = telemetry.tracing_enabled();
     let result = match &cli.command {
         Command::Run(args) => run::run(cli.config.as_deref(), args).await,
+        Command::Tasks { command } => remote::run(command).await,
         other => other_command(&cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -154,13 +162,14 @@ impl Command {
             Command::Migrate => "migrate",
             Command::Run(_) => "run",
             Command::Keys { .. } => "keys",
+            Command::Tasks { .. } => "tasks",
         }
     }
 }
 
 async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) => Ok(()),
+        Command::Run(_) | Command::Tasks { .. } => Ok(()),
         Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
         Command::Api(args) => serve(cli, args, None, tracing).await,
         Command::Worker {

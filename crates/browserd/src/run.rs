@@ -17,7 +17,7 @@ use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
 use tracing::Instrument;
 
-use crate::config;
+use crate::{config, step_lines};
 
 /// Exit code when the agent called `done` with `success: false`.
 pub const EXIT_UNSUCCESSFUL: u8 = 1;
@@ -179,17 +179,6 @@ fn load_secrets(args: &RunArgs) -> anyhow::Result<SensitiveData> {
 /// Prints each step as it happens.
 struct TerminalSink {
     started: Instant,
-    step_started: std::sync::Mutex<Instant>,
-}
-
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        let cut: String = flat.chars().take(max).collect();
-        format!("{cut}…")
-    } else {
-        flat
-    }
 }
 
 #[async_trait]
@@ -197,61 +186,16 @@ impl EventSink for TerminalSink {
     async fn emit(&self, event: AgentEvent) {
         let elapsed = self.started.elapsed().as_secs_f64();
         match event {
-            AgentEvent::TaskStarted { task } => {
-                eprintln!("▶ task: {}", one_line(&task, 300));
-            }
-            AgentEvent::StepStarted { step, url } => {
-                *self.step_started.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-                if step == 0 {
-                    eprintln!("\n[{elapsed:7.1}s] step 0 (initial navigation)");
-                } else {
-                    eprintln!("\n[{elapsed:7.1}s] step {step}  {}", one_line(&url, 120));
-                }
-            }
-            AgentEvent::ModelOutput { output, .. } => {
-                if let Some(eval) = &output.evaluation_previous_goal {
-                    eprintln!("  eval:      {}", one_line(eval, 200));
-                }
-                if let Some(goal) = &output.next_goal {
-                    eprintln!("  next goal: {}", one_line(goal, 200));
-                }
-            }
+            AgentEvent::TaskStarted { task } => step_lines::task(&task),
+            AgentEvent::StepStarted { step, url } => step_lines::step_started(elapsed, step, &url),
+            AgentEvent::ModelOutput { output, .. } => step_lines::model_output(&output),
             AgentEvent::ActionResult { action, result, .. } => {
-                let params = one_line(&action.params.to_string(), 160);
-                let outcome = match (
-                    &result.error,
-                    &result.long_term_memory,
-                    &result.extracted_content,
-                ) {
-                    (Some(error), _, _) => format!("✗ {}", one_line(error, 200)),
-                    (None, Some(memory), _) => format!("✓ {}", one_line(memory, 200)),
-                    (None, None, Some(content)) => format!("✓ {}", one_line(content, 200)),
-                    (None, None, None) => "✓".to_owned(),
-                };
-                eprintln!("  {} {params} → {outcome}", action.name);
+                step_lines::action_result(&action, &result)
             }
-            AgentEvent::StepFinished { record } => {
-                let took = self
-                    .step_started
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .elapsed()
-                    .as_secs_f64();
-                let m = &record.metadata;
-                eprintln!(
-                    "  step {} took {took:.1}s (capture {} ms, model {} ms, actions {} ms)",
-                    m.step_number, m.capture_ms, m.model_ms, m.actions_ms
-                );
-            }
-            AgentEvent::Paused => eprintln!("[{elapsed:7.1}s] paused"),
-            AgentEvent::Resumed => eprintln!("[{elapsed:7.1}s] resumed"),
-            AgentEvent::Finished { error, .. } => {
-                if let Some(error) = error {
-                    eprintln!("\n[{elapsed:7.1}s] ended: {}", one_line(&error, 300));
-                } else {
-                    eprintln!("\n[{elapsed:7.1}s] finished");
-                }
-            }
+            AgentEvent::StepFinished { record } => step_lines::step_finished(&record.metadata),
+            AgentEvent::Paused => step_lines::paused(elapsed),
+            AgentEvent::Resumed => step_lines::resumed(elapsed),
+            AgentEvent::Finished { error, .. } => step_lines::ended(elapsed, error.as_deref()),
         }
     }
 }
@@ -343,7 +287,6 @@ pub async fn run(
     };
     let sink = Arc::new(TerminalSink {
         started: Instant::now(),
-        step_started: std::sync::Mutex::new(Instant::now()),
     });
     let outcome = runner
         .run(RunRequest {
@@ -415,7 +358,7 @@ fn report(
                 .rev()
                 .flatten()
                 .next()
-                .map(|e| format!(": last error: {}", one_line(e, 300)))
+                .map(|e| format!(": last error: {}", step_lines::one_line(e, 300)))
                 .unwrap_or_default();
             eprintln!("task did not finish (no done after {steps} steps){why}");
             Ok(ExitCode::from(EXIT_NOT_DONE))

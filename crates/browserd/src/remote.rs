@@ -1,0 +1,531 @@
+//! `browserd tasks …`: a terminal client of a running browserd api. `tasks watch ID` prints a
+//! task's events live from the WebSocket event stream with the same lines as `browserd run`, and
+//! after a dropped connection reconnects from the last `seq` it printed (the stream replays
+//! `seq > after_seq`, so nothing is printed twice and nothing is skipped). `tasks run "TASK"`
+//! submits a task over `/v1` and, with `--follow`, watches it to its end. The key is read from an
+//! environment variable, never from the command line (where every user of the machine sees it).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use browserd_agent::{ActionCall, ActionResult, AgentOutput, StepMetadata};
+use browserd_types::dto::TaskView;
+use browserd_types::{TaskEvent, TaskId, TaskStatus, event_kind};
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use serde::Deserialize as _;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::{self, Message};
+use url::Url;
+
+use crate::run::{EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_UNSUCCESSFUL};
+use crate::step_lines;
+
+/// Timeout of one REST call.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of the WebSocket handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The server pings every 30 s: a connection silent for this long is dead.
+const SILENCE_LIMIT: Duration = Duration::from_secs(75);
+/// First and largest pause between reconnection attempts.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// Watching gives up after the server has been unreachable this long.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(300);
+
+/// Where the api is and which key to use.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Base URL of the browserd api.
+    #[arg(long, env = "BROWSERD_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: Url,
+
+    /// Name of the environment variable holding the API key.
+    #[arg(long, default_value = "BROWSERD_API_KEY")]
+    pub key_env: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// Print a task's steps live, as `browserd run` prints them, until it ends. Exit code:
+    /// 0 succeeded, 1 finished without success, 2 failed or stopped, 130 Ctrl-C (the task goes
+    /// on).
+    Watch {
+        /// Task id.
+        id: uuid::Uuid,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Submit a task to the server and print its id; with --follow, watch it to its end.
+    Run(RemoteRunArgs),
+}
+
+/// `browserd tasks run`: the task fields of `POST /v1/tasks` that make sense on a command line.
+#[derive(Debug, Args)]
+pub struct RemoteRunArgs {
+    /// What the agent should do, in plain words.
+    pub task: String,
+
+    /// Open this URL before the first step.
+    #[arg(long)]
+    pub start_url: Option<String>,
+
+    /// Name of a model configured on the server.
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Step budget.
+    #[arg(long)]
+    pub max_steps: Option<u32>,
+
+    /// JSON Schema file; the `done` data must match it.
+    #[arg(long)]
+    pub output_schema: Option<PathBuf>,
+
+    /// Only these domains may be requested (repeatable).
+    #[arg(long = "allowed-domain")]
+    pub allowed_domains: Vec<String>,
+
+    /// These domains may never be requested (repeatable).
+    #[arg(long = "prohibited-domain")]
+    pub prohibited_domains: Vec<String>,
+
+    /// Watch the task until it ends (exit code as `tasks watch`).
+    #[arg(long)]
+    pub follow: bool,
+
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+pub async fn run(command: &TasksCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TasksCommand::Watch { id, server } => {
+            let api = Api::new(server)?;
+            watch(&api, TaskId(*id)).await
+        }
+        TasksCommand::Run(args) => {
+            let api = Api::new(&args.server)?;
+            let task = api.create_task(&create_body(args)?).await?;
+            println!("{}", task.id.0);
+            if args.follow {
+                watch(&api, task.id).await
+            } else {
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    }
+}
+
+fn create_body(args: &RemoteRunArgs) -> anyhow::Result<Value> {
+    let mut body = json!({ "task": args.task });
+    if let Some(url) = &args.start_url {
+        body["start_url"] = json!(url);
+    }
+    if let Some(model) = &args.model {
+        body["model"] = json!(model);
+    }
+    if let Some(steps) = args.max_steps {
+        body["max_steps"] = json!(steps);
+    }
+    if !args.allowed_domains.is_empty() {
+        body["allowed_domains"] = json!(args.allowed_domains);
+    }
+    if !args.prohibited_domains.is_empty() {
+        body["prohibited_domains"] = json!(args.prohibited_domains);
+    }
+    if let Some(path) = &args.output_schema {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --output-schema {}", path.display()))?;
+        let schema: Value = serde_json::from_str(&text)
+            .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
+        body["output_schema"] = schema;
+    }
+    Ok(body)
+}
+
+/// The api's REST and WebSocket endpoints, with the key.
+struct Api {
+    base: Url,
+    key: String,
+    http: reqwest::Client,
+}
+
+/// Why a WebSocket could not be opened.
+enum ConnectError {
+    /// The server answered the handshake with an error that retrying will not fix.
+    Refused(String),
+    /// Network trouble or a server error: worth another try.
+    Transient(String),
+}
+
+impl Api {
+    fn new(server: &ServerArgs) -> anyhow::Result<Self> {
+        let key = std::env::var(&server.key_env).map_err(|_| {
+            anyhow::anyhow!(
+                "set the API key in the environment variable {} (or name another with --key-env)",
+                server.key_env
+            )
+        })?;
+        anyhow::ensure!(
+            !key.trim().is_empty(),
+            "the environment variable {} is empty",
+            server.key_env
+        );
+        anyhow::ensure!(
+            matches!(server.server.scheme(), "http" | "https"),
+            "--server must be an http:// or https:// URL"
+        );
+        let mut base = server.server.clone();
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Self {
+            base,
+            key: key.trim().to_owned(),
+            http,
+        })
+    }
+
+    fn url(&self, path: &str) -> anyhow::Result<Url> {
+        self.base
+            .join(path)
+            .with_context(|| format!("joining {path} to --server"))
+    }
+
+    async fn task(&self, id: TaskId) -> anyhow::Result<TaskView> {
+        let response = self
+            .http
+            .get(self.url(&format!("v1/tasks/{}", id.0))?)
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .with_context(|| format!("GET {}", self.base))?;
+        decode(response).await
+    }
+
+    async fn create_task(&self, body: &Value) -> anyhow::Result<TaskView> {
+        let response = self
+            .http
+            .post(self.url("v1/tasks")?)
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {}", self.base))?;
+        decode(response).await
+    }
+
+    async fn events(
+        &self,
+        id: TaskId,
+        after_seq: i64,
+    ) -> Result<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        ConnectError,
+    > {
+        let mut url = self
+            .url(&format!("v1/tasks/{}/events", id.0))
+            .map_err(|e| ConnectError::Refused(e.to_string()))?;
+        let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+        url.set_scheme(scheme)
+            .map_err(|()| ConnectError::Refused("cannot make a WebSocket URL".into()))?;
+        url.query_pairs_mut()
+            .append_pair("after_seq", &after_seq.to_string());
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| ConnectError::Refused(e.to_string()))?;
+        let bearer = format!("Bearer {}", self.key)
+            .parse()
+            .map_err(|_| ConnectError::Refused("the API key is not a valid header value".into()))?;
+        request.headers_mut().insert(AUTHORIZATION, bearer);
+        match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(request)).await
+        {
+            Err(_) => Err(ConnectError::Transient(format!(
+                "no WebSocket handshake within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ))),
+            Ok(Ok((stream, _))) => Ok(stream),
+            Ok(Err(tungstenite::Error::Http(response))) => {
+                let status = response.status();
+                let detail = response
+                    .body()
+                    .as_deref()
+                    .map(error_message)
+                    .unwrap_or_default();
+                let message = format!("the server refused the event stream: {status} {detail}");
+                if status.is_server_error() || status.as_u16() == 429 {
+                    Err(ConnectError::Transient(message))
+                } else {
+                    Err(ConnectError::Refused(message))
+                }
+            }
+            Ok(Err(err)) => Err(ConnectError::Transient(err.to_string())),
+        }
+    }
+}
+
+/// The `{"error": {"message"}}` of an api error body, or the body itself.
+fn error_message(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(300).collect())
+}
+
+async fn decode<T: serde::de::DeserializeOwned>(response: reqwest::Response) -> anyhow::Result<T> {
+    let status = response.status();
+    let body = response.bytes().await.context("reading the response")?;
+    if !status.is_success() {
+        bail!("the server answered {status}: {}", error_message(&body));
+    }
+    serde_json::from_slice(&body).context("decoding the server's answer")
+}
+
+/// What watching has seen so far.
+struct Watch {
+    /// Last event printed; a reconnection asks for the events after it.
+    last_seq: i64,
+    created_at: time::OffsetDateTime,
+    /// The `result` event's error, printed with the final status.
+    error: Option<String>,
+    ended: bool,
+}
+
+impl Watch {
+    fn elapsed(&self, event: &TaskEvent) -> f64 {
+        (event.created_at - self.created_at)
+            .as_seconds_f64()
+            .max(0.0)
+    }
+
+    /// Prints one event (once: events at or before `last_seq` were printed already).
+    fn apply(&mut self, event: &TaskEvent) {
+        if event.seq <= self.last_seq {
+            return;
+        }
+        self.last_seq = event.seq;
+        let elapsed = self.elapsed(event);
+        let payload = &event.payload;
+        match event.kind.as_str() {
+            event_kind::STATUS => self.status(elapsed, payload, event.is_final()),
+            event_kind::STEP_STARTED => {
+                let number = payload["number"].as_u64().unwrap_or(0);
+                let url = payload["url"].as_str().unwrap_or_default();
+                step_lines::step_started(elapsed, u32::try_from(number).unwrap_or(u32::MAX), url);
+            }
+            event_kind::MODEL_OUTPUT => {
+                if let Ok(output) = AgentOutput::deserialize(&payload["output"]) {
+                    step_lines::model_output(&output);
+                }
+            }
+            event_kind::ACTION_RESULT => {
+                if let (Ok(action), Ok(result)) = (
+                    ActionCall::deserialize(&payload["action"]),
+                    ActionResult::deserialize(&payload["result"]),
+                ) {
+                    step_lines::action_result(&action, &result);
+                }
+            }
+            event_kind::STEP => {
+                if let Ok(metadata) = StepMetadata::deserialize(&payload["record"]["metadata"]) {
+                    step_lines::step_finished(&metadata);
+                }
+            }
+            event_kind::RESULT => {
+                self.error = payload["error"].as_str().map(str::to_owned);
+            }
+            event_kind::LOG => {
+                let level = payload["level"].as_str().unwrap_or("info");
+                let message = payload["message"].as_str().unwrap_or_default();
+                eprintln!("  [{level}] {}", step_lines::one_line(message, 300));
+            }
+            // Kinds added later are not for this client.
+            _ => {}
+        }
+    }
+
+    fn status(&mut self, elapsed: f64, payload: &Value, is_final: bool) {
+        let transition = payload["transition"].as_str().unwrap_or_default();
+        if is_final {
+            self.ended = true;
+            let error = self
+                .error
+                .clone()
+                .or_else(|| payload["error"].as_str().map(str::to_owned));
+            let status = payload["status"].as_str().unwrap_or_default();
+            match (status, error) {
+                ("stopped", _) => eprintln!("\n[{elapsed:7.1}s] stopped"),
+                (_, error) => step_lines::ended(elapsed, error.as_deref()),
+            }
+            return;
+        }
+        match transition {
+            "start" => {
+                let attempt = payload["attempt"].as_i64().unwrap_or(1);
+                if attempt > 1 {
+                    eprintln!("[{elapsed:7.1}s] started on a worker (attempt {attempt})");
+                } else {
+                    eprintln!("[{elapsed:7.1}s] started on a worker");
+                }
+            }
+            "pause" => step_lines::paused(elapsed),
+            "resume" => step_lines::resumed(elapsed),
+            "requeue" => {
+                let reason = payload["reason"].as_str().unwrap_or("its worker went away");
+                eprintln!(
+                    "[{elapsed:7.1}s] back in the queue: {}",
+                    step_lines::one_line(reason, 200)
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Streams one connection into `watch` until it closes or goes silent.
+async fn pump(
+    mut stream: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    watch: &mut Watch,
+) -> Result<(), String> {
+    loop {
+        let frame = match tokio::time::timeout(SILENCE_LIMIT, stream.next()).await {
+            Err(_) => {
+                return Err(format!(
+                    "nothing from the server for {}s",
+                    SILENCE_LIMIT.as_secs()
+                ));
+            }
+            Ok(None) => return Err("the connection closed".into()),
+            Ok(Some(Err(err))) => return Err(err.to_string()),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        match frame {
+            Message::Text(text) => {
+                let event: TaskEvent = serde_json::from_str(text.as_str())
+                    .map_err(|e| format!("an event the client cannot read: {e}"))?;
+                watch.apply(&event);
+                if watch.ended {
+                    let _ = stream.close(None).await;
+                    return Ok(());
+                }
+            }
+            Message::Close(frame) => {
+                return match frame {
+                    Some(frame) if !frame.reason.is_empty() => {
+                        Err(format!("the server closed the stream: {}", frame.reason))
+                    }
+                    _ => Err("the server closed the stream".into()),
+                };
+            }
+            // Pings are answered by tungstenite while reading.
+            _ => {}
+        }
+    }
+}
+
+/// Prints the task's events until it ends, reconnecting as needed; then its outcome.
+async fn watch(api: &Api, id: TaskId) -> anyhow::Result<ExitCode> {
+    let task = api.task(id).await?;
+    step_lines::task(&task.task);
+    let mut watch = Watch {
+        last_seq: 0,
+        created_at: task.created_at,
+        error: None,
+        ended: false,
+    };
+    let follow = async {
+        let mut retry = RETRY_FIRST;
+        let mut unreachable_since: Option<Instant> = None;
+        loop {
+            let problem = match api.events(id, watch.last_seq).await {
+                Ok(stream) => {
+                    unreachable_since = None;
+                    retry = RETRY_FIRST;
+                    match pump(stream, &mut watch).await {
+                        Ok(()) => return Ok(()),
+                        Err(problem) => problem,
+                    }
+                }
+                Err(ConnectError::Refused(message)) => bail!(message),
+                Err(ConnectError::Transient(message)) => {
+                    let since = *unreachable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > GIVE_UP_AFTER {
+                        bail!(
+                            "the server has been unreachable for {}s: {message}",
+                            GIVE_UP_AFTER.as_secs()
+                        );
+                    }
+                    message
+                }
+            };
+            eprintln!(
+                "  (event stream: {problem}; reconnecting from seq {})",
+                watch.last_seq
+            );
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
+    };
+    tokio::select! {
+        outcome = follow => outcome?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\nstopped watching; the task goes on (browserd tasks watch {})", id.0);
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        }
+    }
+    let task = api.task(id).await?;
+    Ok(report(&task))
+}
+
+/// The summary after the last event, the result on stdout, and the exit code.
+fn report(task: &TaskView) -> ExitCode {
+    if let Some(usage) = &task.usage {
+        let tokens = &usage["total"];
+        eprintln!(
+            "{} model calls, {} input / {} output tokens{}",
+            usage["invocations"].as_u64().unwrap_or(0),
+            tokens["input_tokens"].as_u64().unwrap_or(0),
+            tokens["output_tokens"].as_u64().unwrap_or(0),
+            usage["total_cost_usd"]
+                .as_f64()
+                .map(|c| format!(", ${c:.4}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(output) = &task.output {
+        println!("{output}");
+    }
+    match (task.status, task.is_success) {
+        (TaskStatus::Finished, Some(true)) => {
+            eprintln!("task succeeded");
+            ExitCode::SUCCESS
+        }
+        (TaskStatus::Finished, _) => {
+            eprintln!("task finished but the agent reports it did not succeed");
+            ExitCode::from(EXIT_UNSUCCESSFUL)
+        }
+        (status, _) => {
+            let why = task
+                .error
+                .as_deref()
+                .map(|e| format!(": {}", step_lines::one_line(e, 300)))
+                .unwrap_or_default();
+            eprintln!("task {status}{why}");
+            ExitCode::from(EXIT_NOT_DONE)
+        }
+    }
+}
