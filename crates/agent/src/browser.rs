@@ -118,4 +118,12 @@ pub trait AgentBrowser: Send + Sync {
     async fn describe_element(&self, _index: u64) -> Option<InteractedElement> {
         None
     }
+
+    /// Every indexed element of the last capture, described as [`describe_element`] does, in
+    /// index order (a replay finds a recorded element again among them).
+    ///
+    /// [`describe_element`]: AgentBrowser::describe_element
+    async fn elements(&self) -> Vec<InteractedElement> {
+        Vec::new()
+    }
 }

@@ -25,6 +25,7 @@ pub mod events;
 pub mod loop_detector;
 pub mod messages;
 pub mod prompts;
+pub mod replay;
 pub mod schema;
 pub mod secrets;
 pub mod telemetry;

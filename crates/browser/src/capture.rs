@@ -1009,6 +1009,12 @@ fn selector_map(tree: &Tree, serialized: &Serialized) -> SelectorMap {
                 in_shadow_root: n.in_shadow,
                 is_new: serialized.new_indices.contains(&index),
                 text: cap_text(&tree.all_children_text(id), 100),
+                x_path: tree.x_path(id),
+                element_hash: crate::types::element_hash(
+                    &tree.branch_path(id),
+                    &n.attributes,
+                    n.ax.as_ref().and_then(|a| a.name.as_deref()),
+                ),
             }),
         );
     }

@@ -253,6 +253,68 @@ impl Tree {
         true
     }
 
+    /// browser-use's element XPath: `tag[position]` segments from the node up to its document
+    /// (shadow roots are passed through; an iframe's document starts a new path), the position
+    /// counted among same-tag element siblings and written only when there are several.
+    pub fn x_path(&self, id: NodeId) -> String {
+        let mut segments: Vec<String> = Vec::new();
+        let mut current = Some(id);
+        while let Some(cid) = current {
+            let n = self.node(cid);
+            match n.kind {
+                NodeKind::ShadowRoot(_) => {
+                    current = n.parent;
+                    continue;
+                }
+                NodeKind::Element => {}
+                _ => break,
+            }
+            let parent = n.parent;
+            if parent.is_some_and(|p| self.node(p).tag == "iframe") {
+                break;
+            }
+            let segment = match parent {
+                Some(p) => {
+                    let same: Vec<NodeId> = self
+                        .node(p)
+                        .children
+                        .iter()
+                        .copied()
+                        .filter(|&c| {
+                            let cn = self.node(c);
+                            cn.kind == NodeKind::Element && cn.tag == n.tag
+                        })
+                        .collect();
+                    match same.iter().position(|&c| c == cid) {
+                        Some(i) if same.len() > 1 => format!("{}[{}]", n.tag, i + 1),
+                        _ => n.tag.clone(),
+                    }
+                }
+                None => n.tag.clone(),
+            };
+            segments.push(segment);
+            current = parent;
+        }
+        segments.reverse();
+        segments.join("/")
+    }
+
+    /// Tags of the element's ancestors and itself, from the top document down (shadow roots
+    /// and iframe documents included), the branch a stable identity hashes.
+    pub fn branch_path(&self, id: NodeId) -> Vec<&str> {
+        let mut path = Vec::new();
+        let mut current = Some(id);
+        while let Some(cid) = current {
+            let n = self.node(cid);
+            if n.kind == NodeKind::Element {
+                path.push(n.tag.as_str());
+            }
+            current = n.parent;
+        }
+        path.reverse();
+        path
+    }
+
     /// Text of all descendant text nodes joined by newlines (browser-use's
     /// `get_all_children_text`).
     pub fn all_children_text(&self, id: NodeId) -> String {

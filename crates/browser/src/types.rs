@@ -128,6 +128,61 @@ pub struct ElementInfo {
     pub is_new: bool,
     /// Text of the element's descendants, capped at 100 characters.
     pub text: String,
+    /// browser-use's XPath within the element's document (`html/body/div[2]/button`).
+    pub x_path: String,
+    /// A stable identity for finding the element again in another capture, another session
+    /// or a changed page: see [`element_hash`].
+    pub element_hash: String,
+}
+
+/// Attributes that name an element rather than describe its state: the ones the identity
+/// hash covers (`class`, `style`, `value`, `checked`, `aria-expanded` … change as a page is
+/// used, and backend node ids change with every load).
+pub const IDENTITY_ATTRIBUTES: &[&str] = &[
+    "id",
+    "name",
+    "type",
+    "role",
+    "href",
+    "src",
+    "alt",
+    "title",
+    "placeholder",
+    "aria-label",
+    "for",
+    "action",
+    "method",
+    "data-testid",
+    "data-test",
+    "data-qa",
+    "data-cy",
+];
+
+/// An element's identity: 16 hex digits of SHA-256 over the tags of its branch (ancestors and
+/// itself, from the top document down), its [`IDENTITY_ATTRIBUTES`] in that order and its
+/// accessible name. Siblings inserted before it do not change it; a different element with the
+/// same branch, attributes and name has the same identity (the replay then falls back to the
+/// XPath).
+pub fn element_hash(
+    branch: &[&str],
+    attributes: &[(String, String)],
+    ax_name: Option<&str>,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(branch.join("/").as_bytes());
+    hasher.update(b"|");
+    for name in IDENTITY_ATTRIBUTES {
+        if let Some((_, value)) = attributes.iter().find(|(k, _)| k == name) {
+            hasher.update(name.as_bytes());
+            hasher.update(b"=");
+            hasher.update(value.trim().as_bytes());
+            hasher.update(b"\n");
+        }
+    }
+    hasher.update(b"|");
+    hasher.update(ax_name.unwrap_or_default().trim().as_bytes());
+    hex::encode(&hasher.finalize()[..8])
 }
 
 impl ElementInfo {

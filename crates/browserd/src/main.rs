@@ -3,6 +3,7 @@
 
 mod config;
 mod remote;
+mod replay;
 mod run;
 mod step_lines;
 mod telemetry;
@@ -76,6 +77,9 @@ enum Command {
     Migrate,
     /// Run one task in this process (no server, no database) and print each step.
     Run(run::RunArgs),
+    /// Re-run a recorded task's actions without a model (`browserd run --history-out`, or
+    /// GET /v1/tasks/{id}/history), finding each element again by its recorded identity.
+    Replay(replay::ReplayArgs),
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -144,6 +148,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let result = match &cli.command {
         Command::Run(args) => run::run(cli.config.as_deref(), args).await,
         Command::Tasks { command } => remote::run(command).await,
+        Command::Replay(args) => replay::run(args).await,
         other => other_command(&cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -163,13 +168,14 @@ impl Command {
             Command::Run(_) => "run",
             Command::Keys { .. } => "keys",
             Command::Tasks { .. } => "tasks",
+            Command::Replay(_) => "replay",
         }
     }
 }
 
 async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) | Command::Tasks { .. } => Ok(()),
+        Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) => Ok(()),
         Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
         Command::Api(args) => serve(cli, args, None, tracing).await,
         Command::Worker {

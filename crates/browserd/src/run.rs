@@ -121,7 +121,7 @@ pub struct RunArgs {
 }
 
 /// Checks a `--secret` name; a `NAME=VALUE` is refused so values never sit in the process list.
-fn parse_secret_name(raw: &str) -> Result<String, String> {
+pub fn parse_secret_name(raw: &str) -> Result<String, String> {
     let name = raw.trim();
     if let Some((name, _)) = name.split_once('=') {
         return Err(format!(
@@ -147,8 +147,11 @@ pub fn secret_env_var(name: &str) -> String {
 }
 
 /// The task's secrets: `--secrets-file` first, then each `--secret` from its variable.
-fn load_secrets(args: &RunArgs) -> anyhow::Result<SensitiveData> {
-    let mut secrets = match &args.secrets_file {
+pub fn load_secrets(
+    secrets_file: Option<&std::path::Path>,
+    names: &[String],
+) -> anyhow::Result<SensitiveData> {
+    let mut secrets = match secrets_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --secrets-file {}", path.display()))?;
@@ -163,7 +166,7 @@ fn load_secrets(args: &RunArgs) -> anyhow::Result<SensitiveData> {
         }
         None => SensitiveData::default(),
     };
-    for name in &args.secrets {
+    for name in names {
         let var = secret_env_var(name);
         let value = std::env::var(&var).map_err(|_| {
             anyhow::anyhow!("--secret {name}: set its value in the environment variable {var}")
@@ -232,8 +235,26 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
             .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
         spec.output_schema = Some(schema);
     }
-    spec.secrets = load_secrets(args)?;
+    spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
+}
+
+/// One Chrome with one context, for a single task run from the terminal.
+pub fn single_browser_pool(
+    chrome: &std::path::Path,
+    viewport: Option<Viewport>,
+) -> anyhow::Result<Arc<BrowserPool>> {
+    let pool = BrowserPool::new(PoolConfig {
+        chrome_path: chrome.to_path_buf(),
+        processes: 1,
+        contexts_per_process: 1,
+        recycle_after_tasks: 0,
+        // The window matches the task's viewport.
+        viewport: viewport.unwrap_or_default(),
+        ..PoolConfig::default()
+    })
+    .context("configuring the browser pool")?;
+    Ok(Arc::new(pool))
 }
 
 /// Runs the task; the exit code tells how it ended.
@@ -244,18 +265,7 @@ pub async fn run(
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let spec = task_spec(args)?;
-    let pool = Arc::new(
-        BrowserPool::new(PoolConfig {
-            chrome_path: args.chrome.clone(),
-            processes: 1,
-            contexts_per_process: 1,
-            recycle_after_tasks: 0,
-            // The window matches the task's viewport.
-            viewport: spec.viewport.unwrap_or_default(),
-            ..PoolConfig::default()
-        })
-        .context("configuring the browser pool")?,
-    );
+    let pool = single_browser_pool(&args.chrome, spec.viewport)?;
     let runner = TaskRunner::new(
         pool.clone(),
         Arc::new(registry),

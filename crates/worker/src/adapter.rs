@@ -11,8 +11,8 @@ use browserd_agent::{
 };
 use browserd_browser::actions::{ExtractParams, SensitiveValue};
 use browserd_browser::{
-    Action, ActionContext, BrowserSession, CaptureOptions, DownloadState, ScreenshotFormat,
-    SelectorMap,
+    Action, ActionContext, BrowserSession, CaptureOptions, DownloadState, ElementInfo,
+    ScreenshotFormat, SelectorMap,
 };
 use browserd_views::{
     AGENT_OWNED_ACTIONS, ActionResult, BrowserFailure, ContentStats, MarkdownChunk, Screenshot,
@@ -267,33 +267,38 @@ impl AgentBrowser for SessionBrowser {
 
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
         let index = u32::try_from(index).ok()?;
-        let element = self
-            .last_elements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&index)
-            .cloned()?;
-        let attributes: Map<String, Value> = element
-            .attributes
-            .iter()
-            .filter(|(k, _)| k != "value")
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect();
-        Some(InteractedElement {
-            index: u64::from(index),
-            node_name: element.tag_name.clone(),
-            attributes,
-            x_path: None,
-            ax_name: element.ax_name.clone(),
-            element_hash: Some(format!(
-                "{}:{}",
-                element.frame_id.as_deref().unwrap_or(&element.target_id),
-                element.backend_node_id
-            )),
-            bounds: element
-                .absolute_bounds
-                .as_ref()
-                .map(|r| json!({"x": r.x, "y": r.y, "width": r.width, "height": r.height})),
-        })
+        let elements = self.last_elements.lock().unwrap_or_else(|e| e.into_inner());
+        elements.get(&index).map(|element| describe(element))
+    }
+
+    async fn elements(&self) -> Vec<InteractedElement> {
+        let elements = self.last_elements.lock().unwrap_or_else(|e| e.into_inner());
+        let mut described: Vec<InteractedElement> =
+            elements.values().map(|element| describe(element)).collect();
+        described.sort_by_key(|e| e.index);
+        described
+    }
+}
+
+/// An element of a capture as the history records it (never a `value`: typed text may be a
+/// secret), with the identity a replay finds it again by.
+fn describe(element: &ElementInfo) -> InteractedElement {
+    let attributes: Map<String, Value> = element
+        .attributes
+        .iter()
+        .filter(|(k, _)| k != "value")
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    InteractedElement {
+        index: u64::from(element.index),
+        node_name: element.tag_name.clone(),
+        attributes,
+        x_path: Some(element.x_path.clone()),
+        ax_name: element.ax_name.clone(),
+        element_hash: Some(element.element_hash.clone()),
+        bounds: element
+            .absolute_bounds
+            .as_ref()
+            .map(|r| json!({"x": r.x, "y": r.y, "width": r.width, "height": r.height})),
     }
 }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use browserd_agent::replay::{ActionReplay, ReplayOptions, ReplayReport};
+use browserd_agent::secrets::Secrets;
 use browserd_agent::{
     Agent, AgentControl, AgentEvent, AgentHistoryList, EventSink, Screenshot, SecretEntry,
     SensitiveData, TaskConfig, VisionMode,
@@ -257,29 +259,7 @@ impl TaskRunner {
             ));
         }
 
-        let session = self
-            .pool
-            .lease_with(TaskOptions {
-                egress: Some(spec.egress(self.settings.allow_loopback)),
-                workspace_dir: Some(workspace.dir().to_path_buf()),
-                viewport: spec.viewport,
-                settle: SettleSettings {
-                    cap: spec
-                        .settle_timeout
-                        .or(self.settings.settle_timeout)
-                        .unwrap_or(DEFAULT_SETTLE_CAP),
-                    ..SettleSettings::default()
-                },
-            })
-            .await
-            .map_err(|err| RunError::Browser(err.to_string()))?;
-        let browser = Arc::new(SessionBrowser::new(
-            session,
-            SessionBrowserOptions {
-                sensitive_values: secret_values(&spec.secrets),
-                ..SessionBrowserOptions::default()
-            },
-        ));
+        let browser = self.lease_browser(&spec, &workspace).await?;
         if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
             let params = json!({"url": url, "new_tab": false});
             let navigate =
@@ -322,22 +302,7 @@ impl TaskRunner {
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
         };
         drop(deadline);
-        // A step interrupted by stop may leave an aborted screenshot task holding a clone for
-        // a moment: let the runtime drop it, then release the context.
-        let mut browser = browser;
-        for _ in 0..100 {
-            match Arc::try_unwrap(browser) {
-                Ok(owned) => {
-                    let release = owned.into_session().release();
-                    let _ = tokio::time::timeout(RELEASE_TIMEOUT, release).await;
-                    break;
-                }
-                Err(shared) => {
-                    browser = shared;
-                    tokio::task::yield_now().await;
-                }
-            }
-        }
+        release_browser(browser).await;
         let history = outcome?;
         let end = if history.is_done() {
             RunEnd::Done {
@@ -355,6 +320,82 @@ impl TaskRunner {
             )
         };
         Ok(RunOutcome { history, end })
+    }
+
+    /// A browser context for `spec` (its egress rules, viewport, settle cap, secrets), wrapped
+    /// for the agent.
+    async fn lease_browser(
+        &self,
+        spec: &TaskSpec,
+        workspace: &TaskWorkspace,
+    ) -> Result<Arc<SessionBrowser>, RunError> {
+        let session = self
+            .pool
+            .lease_with(TaskOptions {
+                egress: Some(spec.egress(self.settings.allow_loopback)),
+                workspace_dir: Some(workspace.dir().to_path_buf()),
+                viewport: spec.viewport,
+                settle: SettleSettings {
+                    cap: spec
+                        .settle_timeout
+                        .or(self.settings.settle_timeout)
+                        .unwrap_or(DEFAULT_SETTLE_CAP),
+                    ..SettleSettings::default()
+                },
+            })
+            .await
+            .map_err(|err| RunError::Browser(err.to_string()))?;
+        let browser = Arc::new(SessionBrowser::new(
+            session,
+            SessionBrowserOptions {
+                sensitive_values: secret_values(&spec.secrets),
+                ..SessionBrowserOptions::default()
+            },
+        ));
+        Ok(browser)
+    }
+
+    /// Replays `history` without a model (browser-use's `rerun_history`) in a fresh browser
+    /// context configured from `spec` (its egress rules, viewport and secrets; the task text
+    /// and model are not used). `on_action` sees each action's report as it happens.
+    pub async fn replay(
+        &self,
+        spec: &TaskSpec,
+        history: &AgentHistoryList,
+        options: &ReplayOptions,
+        workspace_dir: Option<&std::path::Path>,
+        on_action: impl FnMut(&ActionReplay) + Send,
+    ) -> Result<ReplayReport, RunError> {
+        let workspace = TaskWorkspace::open(workspace_dir)
+            .map_err(|err| RunError::Workspace(err.to_string()))?;
+        let secrets = Secrets::try_new(&spec.secrets)
+            .map_err(|err| RunError::InvalidTask(err.to_string()))?;
+        let browser = self.lease_browser(spec, &workspace).await?;
+        let report =
+            browserd_agent::replay::replay(browser.as_ref(), history, &secrets, options, on_action)
+                .await;
+        release_browser(browser).await;
+        Ok(report)
+    }
+}
+
+/// Gives the context back to the pool once nothing else holds the adapter.
+async fn release_browser(browser: Arc<SessionBrowser>) {
+    // A step interrupted by stop may leave an aborted screenshot task holding a clone for
+    // a moment: let the runtime drop it, then release the context.
+    let mut browser = browser;
+    for _ in 0..100 {
+        match Arc::try_unwrap(browser) {
+            Ok(owned) => {
+                let release = owned.into_session().release();
+                let _ = tokio::time::timeout(RELEASE_TIMEOUT, release).await;
+                break;
+            }
+            Err(shared) => {
+                browser = shared;
+                tokio::task::yield_now().await;
+            }
+        }
     }
 }
 

@@ -1,0 +1,398 @@
+//! Replaying a recorded run without a model, as browser-use's `rerun_history` does: the
+//! actions of each recorded step run again in order, and an action that addressed an element
+//! by index is pointed at the element that is *the same one* in the page as it is now — its
+//! index changes with every load (indices are backend node ids) and when the page changes.
+//!
+//! An element is found again by the identity the history recorded ([`InteractedElement`]):
+//! first the element now at the recorded index if its identity hash is unchanged, then the one
+//! element with that hash, then the one element at the recorded XPath with the same tag and
+//! accessible name (what now sits at the recorded place under another name is another
+//! element), then the one element with the same tag and accessible name. Ambiguity is a miss,
+//! never a guess.
+//! `done` is not re-run (its recorded text is the replay's result); `extract` needs a model and
+//! the file actions the run's workspace, so they are reported as skipped.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::browser::AgentBrowser;
+use crate::secrets::Secrets;
+use crate::views::{AgentHistoryList, InteractedElement};
+use browserd_views::AGENT_OWNED_ACTIONS;
+
+/// How a replay treats failures.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// Go on after an action that failed for good (otherwise the replay stops there).
+    pub skip_failures: bool,
+    /// Further attempts of an action whose element is not found or that fails (the page may
+    /// still be arriving); each attempt captures the page again.
+    pub max_retries: u32,
+    /// Pause before the first retry; doubled for each further one.
+    pub retry_delay: Duration,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            skip_failures: false,
+            max_retries: 2,
+            retry_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+/// How the element of an action was found again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatchedBy {
+    /// The element at the recorded index has the recorded identity.
+    Index,
+    /// The only element with the recorded identity hash (its index changed).
+    Hash,
+    /// The only element at the recorded XPath with the recorded tag.
+    XPath,
+    /// The only element with the recorded tag and accessible name.
+    AxName,
+}
+
+impl MatchedBy {
+    /// True when the element had to be searched for (its index changed).
+    pub fn refound(self) -> bool {
+        self != MatchedBy::Index
+    }
+}
+
+/// What happened to one recorded action.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayOutcome {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// One recorded action, replayed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActionReplay {
+    /// Step number in the recorded history.
+    pub step: u32,
+    /// Action name.
+    pub action: String,
+    /// The index the recorded action used, if it addressed an element.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded_index: Option<u64>,
+    /// The index it used now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_by: Option<MatchedBy>,
+    /// Attempts made (1 when it worked the first time).
+    pub attempts: u32,
+    pub outcome: ReplayOutcome,
+    /// The error, or why it was skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The whole replay.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    pub actions: Vec<ActionReplay>,
+    /// The recorded run's final result (the text of its `done`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_result: Option<String>,
+    /// Every action that ran worked (skipped ones do not count against it).
+    pub success: bool,
+}
+
+/// Finds `recorded` among the elements of the current capture.
+pub fn find_element(
+    recorded: &InteractedElement,
+    current: &[InteractedElement],
+) -> Option<(u64, MatchedBy)> {
+    let hash = recorded.element_hash.as_deref().filter(|h| !h.is_empty());
+    if let Some(hash) = hash {
+        if current
+            .iter()
+            .any(|e| e.index == recorded.index && e.element_hash.as_deref() == Some(hash))
+        {
+            return Some((recorded.index, MatchedBy::Index));
+        }
+        if let Some(e) = only(
+            current
+                .iter()
+                .filter(|e| e.element_hash.as_deref() == Some(hash)),
+        ) {
+            return Some((e.index, MatchedBy::Hash));
+        }
+    }
+    let same_tag = |e: &&InteractedElement| e.node_name.eq_ignore_ascii_case(&recorded.node_name);
+    let name = recorded
+        .ax_name
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty());
+    // What sits at the recorded place is only the same element if it is called the same: the
+    // button now first in a list is not the one that was first before.
+    let same_name = |e: &&InteractedElement| {
+        name.is_none_or(|name| e.ax_name.as_deref().map(str::trim) == Some(name))
+    };
+    if let Some(x_path) = recorded.x_path.as_deref().filter(|x| !x.is_empty())
+        && let Some(e) = only(
+            current
+                .iter()
+                .filter(same_tag)
+                .filter(same_name)
+                .filter(|e| e.x_path.as_deref() == Some(x_path)),
+        )
+    {
+        return Some((e.index, MatchedBy::XPath));
+    }
+    if name.is_some()
+        && let Some(e) = only(current.iter().filter(same_tag).filter(same_name))
+    {
+        return Some((e.index, MatchedBy::AxName));
+    }
+    None
+}
+
+/// The single item of `items`, if there is exactly one.
+fn only<'a>(
+    mut items: impl Iterator<Item = &'a InteractedElement>,
+) -> Option<&'a InteractedElement> {
+    let first = items.next()?;
+    items.next().is_none().then_some(first)
+}
+
+fn describe(element: &InteractedElement) -> String {
+    let mut text = format!("<{}>", element.node_name);
+    if let Some(name) = element.ax_name.as_deref().filter(|n| !n.is_empty()) {
+        text.push_str(&format!(" \"{name}\""));
+    }
+    if let Some(x_path) = element.x_path.as_deref().filter(|x| !x.is_empty()) {
+        text.push_str(&format!(" at {x_path}"));
+    }
+    text
+}
+
+/// Replays `history` in `browser`; `secrets` fill the `<secret>` placeholders the history
+/// recorded instead of values. `on_action` sees each action's report as soon as it is known.
+pub async fn replay(
+    browser: &dyn AgentBrowser,
+    history: &AgentHistoryList,
+    secrets: &Secrets,
+    options: &ReplayOptions,
+    mut on_action: impl FnMut(&ActionReplay),
+) -> ReplayReport {
+    let mut actions = Vec::new();
+    let mut stopped = false;
+    'steps: for item in &history.history {
+        let Some(output) = &item.model_output else {
+            continue;
+        };
+        let step = item.metadata.step_number;
+        for (position, call) in output.action.iter().enumerate() {
+            let recorded = item
+                .state
+                .interacted_element
+                .get(position)
+                .cloned()
+                .flatten();
+            let report = replay_action(
+                browser,
+                step,
+                &call.name,
+                &call.params,
+                recorded.as_ref(),
+                secrets,
+                options,
+            )
+            .await;
+            on_action(&report);
+            let failed = report.outcome == ReplayOutcome::Failed;
+            actions.push(report);
+            if failed && !options.skip_failures {
+                stopped = true;
+                break 'steps;
+            }
+        }
+    }
+    let success = !stopped && actions.iter().all(|a| a.outcome != ReplayOutcome::Failed);
+    ReplayReport {
+        actions,
+        final_result: history.final_result().map(str::to_owned),
+        success,
+    }
+}
+
+async fn replay_action(
+    browser: &dyn AgentBrowser,
+    step: u32,
+    name: &str,
+    params: &Value,
+    recorded: Option<&InteractedElement>,
+    secrets: &Secrets,
+    options: &ReplayOptions,
+) -> ActionReplay {
+    let recorded_index = params.get("index").and_then(Value::as_u64);
+    let mut report = ActionReplay {
+        step,
+        action: name.to_owned(),
+        recorded_index,
+        index: None,
+        matched_by: None,
+        attempts: 0,
+        outcome: ReplayOutcome::Skipped,
+        detail: None,
+    };
+    if name == "done" {
+        report.detail = Some("the recorded result is the replay's result".into());
+        return report;
+    }
+    if AGENT_OWNED_ACTIONS.contains(&name) {
+        report.detail = Some(format!(
+            "`{name}` needs the agent's model or workspace; not replayed"
+        ));
+        return report;
+    }
+    let mut delay = options.retry_delay;
+    loop {
+        report.attempts += 1;
+        match attempt(browser, name, params, recorded_index, recorded, secrets).await {
+            Ok((index, matched_by)) => {
+                report.index = index;
+                report.matched_by = matched_by;
+                report.outcome = ReplayOutcome::Ok;
+                report.detail = None;
+                return report;
+            }
+            Err(error) => {
+                report.detail = Some(error);
+                if report.attempts > options.max_retries {
+                    report.outcome = ReplayOutcome::Failed;
+                    return report;
+                }
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = delay.saturating_mul(2);
+    }
+}
+
+/// One try: capture, find the element, fill secrets, run the action.
+async fn attempt(
+    browser: &dyn AgentBrowser,
+    name: &str,
+    params: &Value,
+    recorded_index: Option<u64>,
+    recorded: Option<&InteractedElement>,
+    secrets: &Secrets,
+) -> Result<(Option<u64>, Option<MatchedBy>), String> {
+    let mut params = params.clone();
+    let state = browser
+        .capture(false)
+        .await
+        .map_err(|e| format!("capturing the page: {}", e.message))?;
+    let mut found = (None, None);
+    if recorded_index.is_some() {
+        let Some(recorded) = recorded else {
+            return Err("the history does not describe the element this action used".into());
+        };
+        let current = browser.elements().await;
+        let Some((index, matched_by)) = find_element(recorded, &current) else {
+            return Err(format!(
+                "element not found on {}: {}",
+                state.url,
+                describe(recorded)
+            ));
+        };
+        params["index"] = Value::from(index);
+        found = (Some(index), Some(matched_by));
+    }
+    secrets
+        .fill_placeholders(&mut params, &state.url)
+        .map_err(|e| e.to_string())?;
+    let result = browser
+        .execute(name, &params)
+        .await
+        .map_err(|e| e.message)?;
+    match result.error {
+        Some(error) => Err(error),
+        None => Ok(found),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn element(index: u64, tag: &str, name: &str, x_path: &str, hash: &str) -> InteractedElement {
+        InteractedElement {
+            index,
+            node_name: tag.into(),
+            ax_name: (!name.is_empty()).then(|| name.into()),
+            x_path: Some(x_path.into()),
+            element_hash: Some(hash.into()),
+            ..InteractedElement::default()
+        }
+    }
+
+    #[test]
+    fn the_same_index_wins_when_the_identity_is_unchanged() {
+        let recorded = element(7, "button", "Buy", "html/body/button", "h1");
+        let now = [element(7, "button", "Buy", "html/body/button", "h1")];
+        assert_eq!(find_element(&recorded, &now), Some((7, MatchedBy::Index)));
+    }
+
+    #[test]
+    fn a_moved_element_is_found_by_its_hash_then_its_xpath_then_its_name() {
+        let recorded = element(7, "button", "Buy", "html/body/ul/li[1]/button", "h1");
+        let moved = [
+            element(7, "button", "Other", "html/body/ul/li[1]/button", "h2"),
+            element(9, "button", "Buy", "html/body/ul/li[2]/button", "h1"),
+        ];
+        assert_eq!(find_element(&recorded, &moved), Some((9, MatchedBy::Hash)));
+        let renamed_attrs = [element(
+            12,
+            "button",
+            "Buy",
+            "html/body/ul/li[1]/button",
+            "h3",
+        )];
+        assert_eq!(
+            find_element(&recorded, &renamed_attrs),
+            Some((12, MatchedBy::XPath))
+        );
+        let elsewhere = [element(15, "button", "Buy", "html/body/div/button", "h4")];
+        assert_eq!(
+            find_element(&recorded, &elsewhere),
+            Some((15, MatchedBy::AxName))
+        );
+    }
+
+    #[test]
+    fn another_element_at_the_recorded_place_or_an_ambiguous_match_is_a_miss() {
+        let recorded = element(7, "button", "Buy cable", "html/body/ul/li[1]/button", "h1");
+        let replaced = [element(
+            7,
+            "button",
+            "Buy hub",
+            "html/body/ul/li[1]/button",
+            "h2",
+        )];
+        assert_eq!(find_element(&recorded, &replaced), None);
+        let twins = [
+            element(3, "button", "Buy cable", "html/body/div[1]/button", "h5"),
+            element(4, "button", "Buy cable", "html/body/div[2]/button", "h6"),
+        ];
+        assert_eq!(find_element(&recorded, &twins), None);
+        let same_hash_twice = [
+            element(3, "button", "Buy cable", "a", "h1"),
+            element(4, "button", "Buy cable", "b", "h1"),
+        ];
+        assert_eq!(find_element(&recorded, &same_hash_twice), None);
+    }
+}

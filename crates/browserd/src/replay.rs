@@ -1,0 +1,211 @@
+//! `browserd replay HISTORY.json`: re-runs a recorded task's actions without a model
+//! (browser-use's `rerun_history`) in a fresh headless Chrome, finding each element again by
+//! the identity the history recorded, and reports per action what matched and how.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use browserd_agent::AgentHistoryList;
+use browserd_agent::replay::{ActionReplay, ReplayOptions, ReplayOutcome, ReplayReport};
+use browserd_browser::Viewport;
+use browserd_llm::{ModelRegistry, ModelsConfig};
+use browserd_worker::{RunnerSettings, TaskRunner, TaskSpec};
+use clap::Args;
+
+use crate::run::{EXIT_UNSUCCESSFUL, load_secrets, parse_secret_name, single_browser_pool};
+use crate::step_lines::one_line;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recorded history: `browserd run --history-out FILE`, or the JSON of
+    /// `GET /v1/tasks/{id}/history`.
+    pub history: PathBuf,
+
+    /// Go on after an action that failed for good (by default the replay stops there).
+    #[arg(long)]
+    pub skip_failures: bool,
+
+    /// Further attempts of an action whose element is not found yet or that fails.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub max_retries: u32,
+
+    /// Pause before the first retry in ms (doubled for each further one).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub retry_delay_ms: u64,
+
+    /// Only these domains may be requested (repeatable; `*.example.com` patterns).
+    #[arg(long = "allowed-domain")]
+    pub allowed_domains: Vec<String>,
+
+    /// These domains may never be requested (repeatable).
+    #[arg(long = "prohibited-domain")]
+    pub prohibited_domains: Vec<String>,
+
+    /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
+    #[arg(long)]
+    pub allow_loopback: bool,
+
+    /// Browser viewport, `WIDTHxHEIGHT` (default 1920x1080; use the recording's).
+    #[arg(long, value_parser = browserd_worker::parse_viewport)]
+    pub viewport: Option<Viewport>,
+
+    /// Cap of the wait after each action for the page to settle, in ms.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
+    pub settle_timeout_ms: u64,
+
+    /// A secret the history types as `<secret>NAME</secret>` (repeatable; value from
+    /// `BROWSERD_SECRET_<NAME>`, as for `browserd run`).
+    #[arg(long = "secret", value_name = "NAME", value_parser = parse_secret_name)]
+    pub secrets: Vec<String>,
+
+    /// A JSON file of secrets in browser-use's `sensitive_data` shape.
+    #[arg(long, value_name = "FILE")]
+    pub secrets_file: Option<PathBuf>,
+
+    /// Write the report (every action: indices, how it matched, outcome) as JSON here.
+    #[arg(long)]
+    pub report_out: Option<PathBuf>,
+
+    /// Chrome / Chromium executable.
+    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
+    pub chrome: PathBuf,
+}
+
+/// Reads the history, replays it, prints each action; exit 0 when every action that ran
+/// worked.
+pub async fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.history)
+        .with_context(|| format!("reading {}", args.history.display()))?;
+    let history: AgentHistoryList = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not an AgentHistory JSON (from `browserd run --history-out` or \
+             GET /v1/tasks/{{id}}/history)",
+            args.history.display()
+        )
+    })?;
+    anyhow::ensure!(
+        !history.history.is_empty(),
+        "{} records no steps",
+        args.history.display()
+    );
+
+    let mut spec = TaskSpec::new("replay");
+    spec.allowed_domains = args.allowed_domains.clone();
+    spec.prohibited_domains = args.prohibited_domains.clone();
+    spec.viewport = args.viewport;
+    spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
+    spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
+
+    let pool = single_browser_pool(&args.chrome, spec.viewport)?;
+    // No model is called: an empty catalog.
+    let registry = ModelRegistry::new(ModelsConfig::default()).context("model registry")?;
+    let runner = TaskRunner::new(
+        pool.clone(),
+        Arc::new(registry),
+        RunnerSettings {
+            allow_loopback: args.allow_loopback,
+            settle_timeout: None,
+        },
+    );
+    let options = ReplayOptions {
+        skip_failures: args.skip_failures,
+        max_retries: args.max_retries,
+        retry_delay: Duration::from_millis(args.retry_delay_ms),
+    };
+    eprintln!(
+        "▶ replaying {} steps from {}",
+        history.history.len(),
+        args.history.display()
+    );
+    let report = runner
+        .replay(&spec, &history, &options, None, print_action)
+        .await;
+    pool.shutdown().await;
+    let report = report.context("starting the replay")?;
+    if let Some(path) = &args.report_out {
+        let json = serde_json::to_vec_pretty(&report).context("serializing the report")?;
+        std::fs::write(path, json)
+            .with_context(|| format!("writing --report-out {}", path.display()))?;
+        eprintln!("report written to {}", path.display());
+    }
+    Ok(summary(&report))
+}
+
+fn print_action(action: &ActionReplay) {
+    let target = match (action.recorded_index, action.index, action.matched_by) {
+        (Some(old), Some(new), Some(by)) if by.refound() => {
+            format!(
+                " [{old}] → [{new}] (found again by {})",
+                matched_by_name(by)
+            )
+        }
+        (Some(old), Some(_), _) => format!(" [{old}]"),
+        (Some(old), None, _) => format!(" [{old}]"),
+        _ => String::new(),
+    };
+    let retries = if action.attempts > 1 {
+        format!(" after {} attempts", action.attempts)
+    } else {
+        String::new()
+    };
+    let outcome = match action.outcome {
+        ReplayOutcome::Ok => "✓".to_owned(),
+        ReplayOutcome::Skipped => format!(
+            "skipped: {}",
+            one_line(action.detail.as_deref().unwrap_or_default(), 200)
+        ),
+        ReplayOutcome::Failed => format!(
+            "✗ {}",
+            one_line(action.detail.as_deref().unwrap_or_default(), 300)
+        ),
+    };
+    eprintln!(
+        "  step {} {}{target} → {outcome}{retries}",
+        action.step, action.action
+    );
+}
+
+fn matched_by_name(by: browserd_agent::replay::MatchedBy) -> &'static str {
+    use browserd_agent::replay::MatchedBy;
+    match by {
+        MatchedBy::Index => "index",
+        MatchedBy::Hash => "identity hash",
+        MatchedBy::XPath => "xpath",
+        MatchedBy::AxName => "accessible name",
+    }
+}
+
+fn summary(report: &ReplayReport) -> ExitCode {
+    let count = |outcome: ReplayOutcome| {
+        report
+            .actions
+            .iter()
+            .filter(|a| a.outcome == outcome)
+            .count()
+    };
+    let refound = report
+        .actions
+        .iter()
+        .filter(|a| a.matched_by.is_some_and(|m| m.refound()))
+        .count();
+    eprintln!(
+        "\n{} actions: {} replayed ({refound} found again at another index), {} skipped, {} failed",
+        report.actions.len(),
+        count(ReplayOutcome::Ok),
+        count(ReplayOutcome::Skipped),
+        count(ReplayOutcome::Failed)
+    );
+    if report.success {
+        if let Some(result) = &report.final_result {
+            println!("{result}");
+        }
+        eprintln!("replay succeeded");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("replay failed");
+        ExitCode::from(EXIT_UNSUCCESSFUL)
+    }
+}
