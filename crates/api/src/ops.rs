@@ -238,6 +238,19 @@ pub(crate) async fn track_metrics(request: Request, next: Next) -> Response {
     response
 }
 
+/// Middleware: answers 408 `request_timeout` (our JSON error) when the inner service has not
+/// answered within `limit` — reading the body included. (tower-http's `TimeoutLayer` answers
+/// with an empty body.) A WebSocket upgrade answers at once; its stream is not timed.
+pub(crate) async fn request_timeout(limit: Duration, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            metrics::counter!("browserd_http_request_timeouts_total").increment(1);
+            ApiError::Timeout(limit).into_response()
+        }
+    }
+}
+
 /// Fallback for unknown routes.
 pub(crate) async fn not_found() -> ApiError {
     ApiError::NotFound {
