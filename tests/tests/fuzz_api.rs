@@ -3,7 +3,8 @@
 //! running `browserd serve` (real Postgres and Chromium; the mock model ends every task at
 //! once), with a valid key as header. Every check must pass: no 5xx, status codes, content
 //! types, headers and bodies as the spec says, invalid input refused, valid input accepted,
-//! auth enforced, deleted resources gone. Bounded: a few examples per operation (about a
+//! auth enforced, deleted resources gone (`tests/python/schemathesis/schemathesis.toml` widens
+//! the accepted statuses of three operations, for rules a schema cannot state). Bounded: a few examples per operation (about a
 //! minute or two on 2 cores).
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use browserd_tests::{MockModel, Process, TestDb, create_key, done_reply, python_venv, repo_root};
 
 /// Test cases per API operation and phase.
-const MAX_EXAMPLES: &str = "15";
+const MAX_EXAMPLES: &str = "30";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
@@ -39,6 +40,8 @@ async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
 
     let run = tokio::process::Command::new(&schemathesis)
         .current_dir(&workdir)
+        .arg("--config-file")
+        .arg(repo_root().join("tests/python/schemathesis/schemathesis.toml"))
         .arg("run")
         .arg(repo_root().join("openapi.yaml"))
         .args(["--url", &format!("http://{}", server.address())])
@@ -67,6 +70,9 @@ async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
         output.status,
         server.logs()
     );
+    // The summary (phases, operations, test cases) for the CI log.
+    let lines: Vec<&str> = stdout.lines().collect();
+    println!("{}", lines[lines.len().saturating_sub(30)..].join("\n"));
     assert!(
         !stdout.contains(&key),
         "schemathesis output is sanitized (no key)"

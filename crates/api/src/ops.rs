@@ -116,7 +116,7 @@ pub fn metrics_router(store: Store) -> axum::Router {
 
 /// This API's OpenAPI document.
 #[utoipa::path(get, path = "/openapi.yaml", tag = "ops",
-    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/yaml", body = String)))]
+    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/yaml", body = Object)))]
 pub async fn openapi_yaml() -> Response {
     (
         [(header::CONTENT_TYPE, "application/yaml")],

@@ -360,7 +360,7 @@ pub async fn list_steps(
     tag = "tasks",
     params(
         ("id" = uuid::Uuid, Path, description = "Task id"),
-        ("n" = i32, Path, description = "Step number (from 1)"),
+        ("n" = i32, Path, description = "Step number (from 1)", minimum = 1),
     ),
     responses(
         (status = 200, description = "Image bytes", content_type = "image/*", body = Vec<u8>),
