@@ -197,6 +197,15 @@ fn describe_metrics() {
         metrics::Unit::Seconds,
         "HTTP request latency by method, matched route and status"
     );
+    metrics::describe_counter!(
+        "browserd_rate_limited_total",
+        "Requests answered 429 by a rate limit: limit=key (per API key) or client (per client \
+         address, before any key lookup)"
+    );
+    metrics::describe_counter!(
+        "browserd_http_request_timeouts_total",
+        "Requests answered 408 because they exceeded the request timeout"
+    );
     metrics::describe_gauge!(
         "browserd_websocket_subscribers",
         "Open task event WebSockets on this api process"
