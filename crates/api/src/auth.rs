@@ -1,36 +1,74 @@
-//! Bearer-key authentication and per-key rate limiting for `/v1`.
+//! Authentication of `/v1`: bearer keys (header), and for the event WebSocket also single-use
+//! tickets (`?ticket=`) and the `Sec-WebSocket-Protocol: bearer, <key>` convention.
+//!
+//! Order of checks, so that a flood of made-up keys never reaches Postgres at full rate:
+//! 1. a key in the URL (`?key=`, `?api_key=`, `?token=`, …) is refused outright (400);
+//! 2. a key found in the process's short-lived cache of successful lookups (keyed by SHA-256,
+//!    evicted on revocation by the hub's `api_keys` notifications, and after [`KEY_CACHE_TTL`])
+//!    is accepted without touching the database;
+//! 3. anything else — no key, an unknown key, a ticket — first takes a token from the client
+//!    address's bucket (429 when empty), and only then is looked up;
+//! 4. an authenticated key takes a token from its own bucket (429 when empty).
 
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderMap;
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use browserd_types::ApiKeyId;
+use browserd_store::{EventHub, KEY_PREFIX, KeySignal, hash_api_key};
+use browserd_types::{ApiKeyId, TaskId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
+use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
+use crate::client_ip::request_client_ip;
 use crate::error::ApiError;
 use crate::extract::Caller;
 
-/// Requests per second each key may make, with a burst allowance.
+/// A successful key lookup is reused for this long (revocations evict it at once through the
+/// hub; this bounds staleness should a notification be lost).
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// Entries kept at most; the cache is emptied when full (bounded memory).
+const KEY_CACHE_CAPACITY: usize = 10_000;
+/// The route that accepts tickets and the subprotocol convention.
+pub(crate) const EVENTS_ROUTE: &str = "/v1/tasks/{id}/events";
+/// The subprotocol a browser offers next to its key: `new WebSocket(url, ["bearer", key])`.
+pub const BEARER_SUBPROTOCOL: &str = "bearer";
+/// Query parameters that look like a long-lived credential in a URL; always refused.
+const KEY_QUERY_PARAMS: &[&str] = &[
+    "key",
+    "api_key",
+    "apikey",
+    "api-key",
+    "token",
+    "access_token",
+    "bearer",
+    "authorization",
+];
+
+/// Requests per second with a burst allowance (per key, or per client address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimit {
     pub per_second: NonZeroU32,
     pub burst: NonZeroU32,
 }
 
-/// One token bucket per API key.
-pub(crate) struct KeyRateLimiter {
-    limiter: DefaultKeyedRateLimiter<ApiKeyId>,
+/// One token bucket per `K` (an API key, or a client address).
+pub(crate) struct KeyedRateLimiter<K: Hash + Eq + Clone> {
+    limiter: DefaultKeyedRateLimiter<K>,
     clock: DefaultClock,
 }
 
-impl KeyRateLimiter {
+impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
     pub(crate) fn new(limit: RateLimit) -> Arc<Self> {
         let quota = Quota::per_second(limit.per_second).allow_burst(limit.burst);
         Arc::new(Self {
@@ -39,9 +77,9 @@ impl KeyRateLimiter {
         })
     }
 
-    /// `Err(seconds to wait)` when the key is over its budget.
-    fn check(&self, key: ApiKeyId) -> Result<(), u64> {
-        self.limiter.check_key(&key).map_err(|not_until| {
+    /// `Err(seconds to wait)` when `key` is over its budget.
+    fn check(&self, key: &K) -> Result<(), u64> {
+        self.limiter.check_key(key).map_err(|not_until| {
             let wait = not_until.wait_time_from(self.clock.now());
             wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
         })
@@ -53,17 +91,90 @@ impl KeyRateLimiter {
     }
 }
 
-fn bearer_token(headers: &HeaderMap) -> Result<SecretString, ApiError> {
-    let unauthorized = |code: &'static str, message: &str| ApiError::Unauthorized {
+pub(crate) type KeyRateLimiter = KeyedRateLimiter<ApiKeyId>;
+pub(crate) type IpRateLimiter = KeyedRateLimiter<IpAddr>;
+
+/// Successful key lookups of this process, by key hash.
+#[derive(Default)]
+pub(crate) struct KeyCache {
+    entries: Mutex<HashMap<[u8; 32], (ApiKeyId, Instant)>>,
+}
+
+impl KeyCache {
+    fn get(&self, hash: &[u8; 32]) -> Option<ApiKeyId> {
+        let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries
+            .get(hash)
+            .filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL)
+            .map(|(id, _)| *id)
+    }
+
+    fn insert(&self, hash: [u8; 32], id: ApiKeyId) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries.len() >= KEY_CACHE_CAPACITY {
+            entries.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+            if entries.len() >= KEY_CACHE_CAPACITY {
+                entries.clear();
+            }
+        }
+        entries.insert(hash, (id, Instant::now()));
+    }
+
+    fn forget(&self, id: ApiKeyId) {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, (cached, _)| *cached != id);
+    }
+
+    fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// Evicts revoked keys as the hub announces them, until `shutdown`.
+    pub(crate) fn follow_revocations(
+        self: &Arc<Self>,
+        hub: &EventHub,
+        shutdown: CancellationToken,
+    ) {
+        let cache = Arc::clone(self);
+        let mut signals = hub.key_signals();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    signal = signals.recv() => match signal {
+                        Some(KeySignal::Revoked(id)) => cache.forget(id),
+                        Some(KeySignal::Resync) => cache.clear(),
+                        None => {
+                            // The hub stopped: no more revocations arrive, so cache nothing.
+                            cache.clear();
+                            break;
+                        }
+                    },
+                }
+            }
+        });
+    }
+}
+
+/// What a request presented.
+enum Credential {
+    Key(SecretString),
+    Ticket { ticket: SecretString, task: TaskId },
+}
+
+fn unauthorized(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::Unauthorized {
         code,
-        message: message.to_owned(),
-    };
-    let value = headers.get(AUTHORIZATION).ok_or_else(|| {
-        unauthorized(
-            "missing_api_key",
-            "send your API key as `Authorization: Bearer <key>`",
-        )
-    })?;
+        message: message.into(),
+    }
+}
+
+fn bearer_token(value: &axum::http::HeaderValue) -> Result<SecretString, ApiError> {
     let value = value
         .to_str()
         .map_err(|_| unauthorized("invalid_api_key", "invalid API key"))?;
@@ -79,37 +190,210 @@ fn bearer_token(headers: &HeaderMap) -> Result<SecretString, ApiError> {
     Ok(SecretString::from(token.trim().to_owned()))
 }
 
-/// Middleware: resolves the bearer key (401 otherwise), applies the key's rate limit (429 with
+/// The key of `Sec-WebSocket-Protocol: bearer, <key>`, when the client offers `bearer`.
+fn subprotocol_key(headers: &HeaderMap) -> Result<Option<SecretString>, ApiError> {
+    let offered: Vec<&str> = headers
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    if !offered.contains(&BEARER_SUBPROTOCOL) {
+        return Ok(None);
+    }
+    let keys: Vec<&&str> = offered
+        .iter()
+        .filter(|p| p.starts_with(KEY_PREFIX))
+        .collect();
+    match keys.as_slice() {
+        [key] => Ok(Some(SecretString::from((**key).to_owned()))),
+        _ => Err(unauthorized(
+            "invalid_api_key",
+            "with the `bearer` subprotocol, offer exactly one other subprotocol: your key \
+             (`Sec-WebSocket-Protocol: bearer, bd_…`)",
+        )),
+    }
+}
+
+/// The task id of an events route path (`/v1/tasks/{id}/events`).
+fn events_task(path: &str) -> Option<TaskId> {
+    let mut segments = path.trim_start_matches('/').split('/');
+    match (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) {
+        (Some("v1"), Some("tasks"), Some(id), Some("events")) => id.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Reads the request's credential, refusing keys in the URL.
+fn credential(request: &Request) -> Result<Credential, ApiError> {
+    let query = request.uri().query().unwrap_or("");
+    let mut ticket = None;
+    for (name, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        if KEY_QUERY_PARAMS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(ApiError::BadRequest {
+                code: "credential_in_url",
+                message: format!(
+                    "credentials are never accepted in the URL (`{name}=`): URLs end up in logs \
+                     and browser history. Send `Authorization: Bearer <key>`; for the event \
+                     WebSocket, a ticket (POST /v1/tasks/{{id}}/events/ticket, then \
+                     `?ticket=`) or `Sec-WebSocket-Protocol: bearer, <key>`"
+                ),
+            });
+        }
+        if name == "ticket" {
+            ticket = Some(value.into_owned());
+        }
+    }
+    let events = request
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|path| path.as_str() == EVENTS_ROUTE);
+    if let Some(value) = request.headers().get(AUTHORIZATION) {
+        return bearer_token(value).map(Credential::Key);
+    }
+    if events {
+        if let Some(key) = subprotocol_key(request.headers())? {
+            return Ok(Credential::Key(key));
+        }
+        if let Some(ticket) = ticket {
+            let task = events_task(request.uri().path())
+                .ok_or_else(|| unauthorized("invalid_ticket", "invalid or expired ticket"))?;
+            return Ok(Credential::Ticket {
+                ticket: SecretString::from(ticket),
+                task,
+            });
+        }
+        return Err(unauthorized(
+            "missing_api_key",
+            "send your API key as `Authorization: Bearer <key>`, as \
+             `Sec-WebSocket-Protocol: bearer, <key>`, or a ticket as `?ticket=`",
+        ));
+    }
+    Err(unauthorized(
+        "missing_api_key",
+        "send your API key as `Authorization: Bearer <key>`",
+    ))
+}
+
+/// Middleware: authenticates the request (401 otherwise), applies the rate limits (429 with
 /// `Retry-After`), and makes the key available to handlers as [`Caller`].
 pub(crate) async fn require_api_key(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let caller = match authenticate(&state, request.headers()).await {
+    let client = request_client_ip(
+        request.headers(),
+        request.extensions(),
+        &state.edge.trusted_proxies,
+    );
+    let credential = credential(&request);
+    let caller = match authenticate(&state, client, credential).await {
         Ok(caller) => caller,
         Err(err) => return err.into_response(),
     };
     tracing::Span::current().record("api_key_id", tracing::field::display(caller.key_id));
     if let Some(limiter) = &state.rate_limiter
-        && let Err(retry_after_secs) = limiter.check(caller.key_id)
+        && let Err(retry_after_secs) = limiter.check(&caller.key_id)
     {
-        metrics::counter!("browserd_rate_limited_total").increment(1);
+        metrics::counter!("browserd_rate_limited_total", "limit" => "key").increment(1);
         return ApiError::RateLimited { retry_after_secs }.into_response();
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let token = bearer_token(headers)?;
-    let key = state
-        .store
-        .authenticate_api_key(&token)
-        .await?
-        .ok_or_else(|| ApiError::Unauthorized {
-            code: "invalid_api_key",
-            message: "invalid API key".to_owned(),
-        })?;
-    Ok(Caller { key_id: key.id })
+/// Takes a token from the client address's bucket: every request that is about to cost a
+/// database lookup (or carries no credential at all) pays here first.
+fn charge_client(state: &AppState, client: IpAddr) -> Result<(), ApiError> {
+    if let Some(limiter) = &state.edge.ip_limiter
+        && let Err(retry_after_secs) = limiter.check(&client)
+    {
+        metrics::counter!("browserd_rate_limited_total", "limit" => "client").increment(1);
+        return Err(ApiError::RateLimited { retry_after_secs });
+    }
+    Ok(())
+}
+
+async fn authenticate(
+    state: &AppState,
+    client: IpAddr,
+    credential: Result<Credential, ApiError>,
+) -> Result<Caller, ApiError> {
+    let credential = match credential {
+        Ok(credential) => credential,
+        Err(err @ ApiError::Unauthorized { .. }) => {
+            charge_client(state, client)?;
+            return Err(err);
+        }
+        Err(err) => return Err(err),
+    };
+    match credential {
+        Credential::Key(key) => {
+            let hash = hash_api_key(key.expose_secret());
+            if let Some(key_id) = state.edge.key_cache.get(&hash) {
+                return Ok(Caller { key_id });
+            }
+            charge_client(state, client)?;
+            let record = state
+                .store
+                .authenticate_api_key(&key)
+                .await?
+                .ok_or_else(|| unauthorized("invalid_api_key", "invalid API key"))?;
+            state.edge.key_cache.insert(hash, record.id);
+            Ok(Caller { key_id: record.id })
+        }
+        Credential::Ticket { ticket, task } => {
+            charge_client(state, client)?;
+            let key_id = state
+                .store
+                .redeem_ws_ticket(&ticket, task)
+                .await?
+                .ok_or_else(|| {
+                    unauthorized(
+                        "invalid_ticket",
+                        "invalid or expired ticket (tickets work once, for the task they were \
+                         issued for, within their lifetime)",
+                    )
+                })?;
+            Ok(Caller { key_id })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_task_reads_the_path() {
+        let id = TaskId::new();
+        assert_eq!(events_task(&format!("/v1/tasks/{id}/events")), Some(id));
+        assert_eq!(events_task("/v1/tasks/nope/events"), None);
+        assert_eq!(events_task(&format!("/v1/tasks/{id}")), None);
+    }
+
+    #[test]
+    fn subprotocol_convention() {
+        let mut headers = HeaderMap::new();
+        headers.insert(SEC_WEBSOCKET_PROTOCOL, "bearer, bd_abc".parse().unwrap());
+        let key = subprotocol_key(&headers).unwrap().unwrap();
+        assert_eq!(key.expose_secret(), "bd_abc");
+        headers.insert(SEC_WEBSOCKET_PROTOCOL, "chat".parse().unwrap());
+        assert!(subprotocol_key(&headers).unwrap().is_none());
+        headers.insert(SEC_WEBSOCKET_PROTOCOL, "bearer".parse().unwrap());
+        assert!(subprotocol_key(&headers).is_err());
+        headers.insert(
+            SEC_WEBSOCKET_PROTOCOL,
+            "bearer, bd_a, bd_b".parse().unwrap(),
+        );
+        assert!(subprotocol_key(&headers).is_err());
+    }
 }

@@ -36,8 +36,14 @@ pub enum ApiError {
     /// 429: admission control; the queue is full.
     #[error("the task queue is full ({queued} tasks waiting); retry in {retry_after_secs} s")]
     QueueFull { queued: i64, retry_after_secs: u64 },
+    /// 429: the key has its maximum of open event WebSockets in this process.
+    #[error("this key already has {max} open event WebSockets on this server; close one first")]
+    TooManyWebSockets { max: usize },
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// 408: the request was not answered within the server's request timeout.
+    #[error("the request took longer than {} s and was abandoned", .0.as_secs_f64())]
+    Timeout(std::time::Duration),
     #[error("{0}")]
     Unavailable(String),
     /// Logged with its detail; the client only sees a generic message.
@@ -69,10 +75,11 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::RateLimited { .. } | ApiError::QueueFull { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ApiError::RateLimited { .. }
+            | ApiError::QueueFull { .. }
+            | ApiError::TooManyWebSockets { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -89,7 +96,9 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::QueueFull { .. } => "queue_full",
+            ApiError::TooManyWebSockets { .. } => "too_many_websockets",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Timeout(_) => "request_timeout",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal_error",
         }

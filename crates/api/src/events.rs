@@ -7,21 +7,40 @@
 //! listener reconnect) makes the connection read `seq > last_sent` from the database. Events are
 //! therefore always sent from the table in seq order and the signals are only wake-ups: a lost
 //! or duplicated notification cannot cause a gap or a duplicate.
+//!
+//! Edge rules: a key has at most `max_websockets_per_key` open streams in this process (429
+//! `too_many_websockets`); client messages are capped (`ws_max_message_bytes`; larger ones close
+//! the stream with 1009); the stream closes with 1008 `api key revoked` when the hub announces
+//! its key's revocation (any process may revoke: `NOTIFY api_keys`), and with 1000
+//! `task deleted` when the task is deleted. After a listener reconnect (notifications may
+//! have been missed) both are re-checked in the database.
+//!
+//! `POST /v1/tasks/{id}/events/ticket` issues the single-use tickets browsers use instead of an
+//! `Authorization` header (see [`crate::auth`]).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use axum::Json;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::response::Response;
-use browserd_store::{Signal, Store, StoreError};
-use browserd_types::TaskId;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use browserd_store::{KeySignal, Signal, Store, StoreError};
 use browserd_types::dto::ErrorBody;
+use browserd_types::{ApiKeyId, TaskId};
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use time::OffsetDateTime;
+use utoipa::ToSchema;
 
-use crate::AppState;
+use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
 use crate::extract::{Caller, QueryParams, TaskPath};
 use crate::tasks::owned_task;
+use crate::{AppState, WS_TICKET_TTL};
 
 /// Events read from the database per query while catching up.
 const BATCH: i64 = 200;
@@ -29,13 +48,123 @@ const BATCH: i64 = 200;
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keep-alive ping interval.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// Close code 1009: a client message was larger than allowed.
+const MESSAGE_TOO_BIG: u16 = 1009;
+
+/// Open event WebSockets per key in this process.
+#[derive(Clone, Default)]
+pub(crate) struct WebSocketCounter {
+    open: Arc<Mutex<HashMap<ApiKeyId, usize>>>,
+}
+
+/// One open WebSocket of a key; frees its place on drop.
+pub(crate) struct WebSocketSlot {
+    counter: WebSocketCounter,
+    key: ApiKeyId,
+}
+
+impl WebSocketCounter {
+    /// A place for one more WebSocket of `key`, unless it has `max` open already.
+    fn acquire(&self, key: ApiKeyId, max: Option<usize>) -> Result<WebSocketSlot, ApiError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(key).or_default();
+        if let Some(max) = max
+            && *count >= max
+        {
+            return Err(ApiError::TooManyWebSockets { max });
+        }
+        *count += 1;
+        Ok(WebSocketSlot {
+            counter: self.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for WebSocketSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .counter
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A single-use ticket for a task's event WebSocket.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventTicket {
+    /// Pass it as `?ticket=` within its lifetime; it works once.
+    pub ticket: String,
+    /// When it stops working.
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: OffsetDateTime,
+    /// The WebSocket path with the ticket, relative to the server (`ws://` or `wss://`).
+    pub url: String,
+}
+
+/// Get a single-use ticket for the task's event WebSocket, for clients that cannot set an
+/// `Authorization` header on a WebSocket (browsers).
+///
+/// Open `/v1/tasks/{id}/events?ticket=<ticket>` within 30 s; the ticket works once, only for
+/// this task, and only while the key that asked for it is active. Any api replica redeems it.
+/// (Alternatively, a browser offers the subprotocols `bearer` and its key:
+/// `new WebSocket(url, ["bearer", key])`; the server answers `Sec-WebSocket-Protocol: bearer`.)
+/// The long-lived key is never accepted in a URL.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/events/ticket",
+    tag = "events",
+    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    responses(
+        (status = 201, description = "A ticket", body = EventTicket),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_ticket(
+    State(state): State<AppState>,
+    caller: Caller,
+    TaskPath(id): TaskPath,
+) -> Result<Response, ApiError> {
+    owned_task(&state, &caller, id).await?;
+    let issued = state
+        .store
+        .create_ws_ticket(caller.key_id, id, WS_TICKET_TTL)
+        .await?;
+    let ticket = issued.ticket.expose_secret().to_owned();
+    let body = EventTicket {
+        url: format!("/v1/tasks/{id}/events?ticket={ticket}"),
+        ticket,
+        expires_at: issued.expires_at,
+    };
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
 
 /// Stream a task's events over a WebSocket.
 ///
 /// Each text frame is one event `{"task_id","seq","kind","payload","created_at"}`
 /// (schema `TaskEvent`). Reconnect with `after_seq` = the last seq you received to resume
 /// without gaps or duplicates. The server closes with code 1000 after the task's final event
-/// (a `status` event with status finished, failed or stopped), and with 1001 on shutdown.
+/// (a `status` event with status finished, failed or stopped), with 1000 `task deleted` when
+/// the task is deleted, with 1008 `api key revoked` when the key is revoked, with 1009 when the
+/// client sends a message larger than the server allows, and with 1001 on shutdown.
+///
+/// Authentication: `Authorization: Bearer <key>`; or, from a browser, a ticket
+/// (`?ticket=`, see `POST /v1/tasks/{id}/events/ticket`) or the subprotocols `bearer` and
+/// the key (`new WebSocket(url, ["bearer", key])`, answered with
+/// `Sec-WebSocket-Protocol: bearer`). A key in the URL (`?key=`, `?token=`, …) is refused.
 #[utoipa::path(
     get,
     path = "/v1/tasks/{id}/events",
@@ -43,13 +172,16 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
     params(
         ("id" = uuid::Uuid, Path, description = "Task id"),
         ("after_seq" = Option<i64>, Query, description = "Replay events with seq greater than this (default 0: everything)", minimum = 0),
+        ("ticket" = Option<String>, Query, description = "A ticket from `POST /v1/tasks/{id}/events/ticket` (instead of a key)"),
     ),
     responses(
         (status = 101, description = "Switching to WebSocket; text frames carry `TaskEvent` JSON"),
-        (status = 400, description = "Not a WebSocket upgrade request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 400, description = "Not a WebSocket upgrade request, or a credential in the URL", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key or ticket", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 422, description = "Invalid after_seq", body = ErrorBody),
+        (status = 429, description = "Rate limited, or too many open WebSockets for this key (`too_many_websockets`)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -60,7 +192,7 @@ pub async fn task_events(
     query: QueryParams,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    query.only(&["after_seq"])?;
+    query.only(&["after_seq", "ticket"])?;
     let after_seq = query.int_in("after_seq", 0..=i64::MAX)?.unwrap_or(0);
     owned_task(&state, &caller, id).await?;
     let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
@@ -70,9 +202,20 @@ pub async fn task_events(
             rejection.body_text()
         ),
     })?;
+    let slot = state
+        .edge
+        .websockets
+        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
+    let max_message = state.edge.ws_max_message_bytes;
+    let upgrade = upgrade
+        .protocols([BEARER_SUBPROTOCOL])
+        .max_message_size(max_message)
+        .max_frame_size(max_message);
+    let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_websocket_subscribers").increment(1.0);
-        let outcome = stream_events(socket, &state, id, after_seq).await;
+        let outcome = stream_events(socket, &state, id, key_id, after_seq).await;
+        drop(slot);
         metrics::gauge!("browserd_websocket_subscribers").decrement(1.0);
         match outcome {
             Ok(reason) => tracing::debug!(task_id = %id, reason, "event stream closed"),
@@ -87,6 +230,8 @@ enum StreamError {
     Store(#[from] StoreError),
     #[error("client went away")]
     ClientGone,
+    #[error("client sent a message larger than allowed")]
+    MessageTooBig,
 }
 
 /// Whether the final event has been sent.
@@ -144,14 +289,39 @@ impl EventStream {
     }
 }
 
+/// Whether a receive error is a client message over the size limit.
+fn too_big(err: &axum::Error) -> bool {
+    std::error::Error::source(err)
+        .and_then(|inner| inner.downcast_ref::<tungstenite::Error>())
+        .is_some_and(|inner| matches!(inner, tungstenite::Error::Capacity(_)))
+}
+
+/// Why a stream must end now that notifications may have been missed, if it must.
+async fn recheck(
+    store: &Store,
+    task_id: TaskId,
+    key_id: ApiKeyId,
+) -> Result<Option<(u16, &'static str)>, StreamError> {
+    if !store.api_key_active(key_id).await? {
+        return Ok(Some((close_code::POLICY, "api key revoked")));
+    }
+    if store.get_task(None, task_id).await?.is_none() {
+        return Ok(Some((close_code::NORMAL, "task deleted")));
+    }
+    Ok(None)
+}
+
 async fn stream_events(
     socket: WebSocket,
     state: &AppState,
     task_id: TaskId,
+    key_id: ApiKeyId,
     after_seq: i64,
 ) -> Result<&'static str, StreamError> {
-    // Subscribe before reading so nothing committed meanwhile goes unsignalled.
+    // Subscribe before reading so nothing committed meanwhile goes unsignalled (and before
+    // checking the key, so a revocation in between is not missed).
     let mut subscription = state.hub.subscribe(task_id);
+    let mut key_signals = state.hub.key_signals();
     let mut stream = EventStream {
         socket,
         store: state.store.clone(),
@@ -160,6 +330,9 @@ async fn stream_events(
     };
 
     let result = async {
+        if !stream.store.api_key_active(key_id).await? {
+            return Ok((close_code::POLICY, "api key revoked"));
+        }
         if stream.catch_up().await? == Progress::Final {
             return Ok((close_code::NORMAL, "task ended"));
         }
@@ -181,15 +354,36 @@ async fn stream_events(
                 }
                 signal = subscription.recv() => match signal {
                     Some(Signal::Appended { seq }) if seq <= stream.last_sent => {}
-                    Some(Signal::Appended { .. } | Signal::Resync) => {
+                    Some(Signal::Appended { .. }) => {
                         if stream.catch_up().await? == Progress::Final {
                             return Ok((close_code::NORMAL, "task ended"));
+                        }
+                    }
+                    Some(Signal::Resync) => {
+                        if stream.catch_up().await? == Progress::Final {
+                            return Ok((close_code::NORMAL, "task ended"));
+                        }
+                        if let Some(end) = recheck(&stream.store, task_id, key_id).await? {
+                            return Ok(end);
                         }
                     }
                     Some(Signal::Deleted) => return Ok((close_code::NORMAL, "task deleted")),
                     None => return Ok((close_code::AWAY, "event stream unavailable")),
                 },
+                signal = key_signals.recv() => match signal {
+                    Some(KeySignal::Revoked(revoked)) if revoked == key_id => {
+                        return Ok((close_code::POLICY, "api key revoked"));
+                    }
+                    Some(KeySignal::Revoked(_)) => {}
+                    Some(KeySignal::Resync) => {
+                        if let Some(end) = recheck(&stream.store, task_id, key_id).await? {
+                            return Ok(end);
+                        }
+                    }
+                    None => return Ok((close_code::AWAY, "event stream unavailable")),
+                },
                 message = stream.socket.recv() => match message {
+                    Some(Err(err)) if too_big(&err) => return Err(StreamError::MessageTooBig),
                     None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
                         return Err(StreamError::ClientGone);
                     }
@@ -209,6 +403,10 @@ async fn stream_events(
             Ok(reason)
         }
         Err(StreamError::ClientGone) => Ok("client closed"),
+        Err(StreamError::MessageTooBig) => {
+            stream.close(MESSAGE_TOO_BIG, "message too big").await;
+            Ok("client message too big")
+        }
         Err(err) => {
             stream.close(close_code::ERROR, "internal error").await;
             Err(err)

@@ -2,11 +2,17 @@
 //! with per-key rate limits, the event WebSocket, health/readiness/metrics endpoints and the
 //! OpenAPI document generated from the handlers.
 //!
+//! The edge is hardened: unauthenticated and invalid-key requests are rate-limited per client
+//! address before any database lookup ([`auth`]), every request has a timeout, WebSocket
+//! subscriptions are capped per key, size-limited, and closed when their key is revoked or
+//! their task deleted ([`events`]).
+//!
 //! The api is stateless: every request reads and writes Postgres through
 //! [`browserd_store::Store`], and live events arrive through the process's shared
 //! [`browserd_store::EventHub`]. It never touches a browser.
 
 mod auth;
+mod client_ip;
 mod error;
 mod events;
 mod extract;
@@ -21,7 +27,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::middleware;
 use browserd_store::{EventHub, Store};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -35,7 +41,8 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use auth::RateLimit;
+pub use auth::{BEARER_SUBPROTOCOL, KEY_CACHE_TTL, RateLimit};
+pub use client_ip::{InvalidIpRange, IpRange, client_ip, parse_trusted_proxies};
 pub use error::ApiError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
@@ -52,6 +59,14 @@ pub trait TraceContext: Send + Sync + std::fmt::Debug {
 
 /// Default maximum request body size.
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 1024 * 1024;
+/// Default time a request may take before it is answered 408 (a WebSocket's stream is not a
+/// request: only its upgrade counts).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap of a client WebSocket message (and frame) in bytes. Clients have nothing to
+/// send on the event stream but pings and a close.
+pub const DEFAULT_WS_MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Lifetime of an event WebSocket ticket.
+pub const WS_TICKET_TTL: Duration = Duration::from_secs(30);
 
 /// Settings of the api role.
 #[derive(Clone, Debug)]
@@ -68,6 +83,17 @@ pub struct ApiConfig {
     /// Trace propagation (`None`: tracing is off; a task then keeps the caller's own
     /// `traceparent` header, if valid).
     pub trace_context: Option<Arc<dyn TraceContext>>,
+    /// Per-client-address budget of requests that are not authenticated by a cached key (no
+    /// key, unknown key, ticket), taken before any database lookup; `None` disables it.
+    pub unauthenticated_rate_limit: Option<RateLimit>,
+    /// Peers whose `X-Forwarded-For` is believed (reverse proxies, load balancers).
+    pub trusted_proxies: Vec<IpRange>,
+    /// Every request is answered 408 after this long.
+    pub request_timeout: Duration,
+    /// Open event WebSockets per key in this process; `None`: no cap.
+    pub max_websockets_per_key: Option<usize>,
+    /// Largest message (and frame) a client may send on a WebSocket.
+    pub ws_max_message_bytes: usize,
 }
 
 impl Default for ApiConfig {
@@ -78,8 +104,23 @@ impl Default for ApiConfig {
             models: ModelCatalog::default(),
             max_queued_tasks: None,
             trace_context: None,
+            unauthenticated_rate_limit: None,
+            trusted_proxies: Vec::new(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_websockets_per_key: None,
+            ws_max_message_bytes: DEFAULT_WS_MAX_MESSAGE_BYTES,
         }
     }
+}
+
+/// The edge's own state: limits, caches and counters of this process.
+pub(crate) struct Edge {
+    pub(crate) trusted_proxies: Vec<IpRange>,
+    pub(crate) ip_limiter: Option<Arc<auth::IpRateLimiter>>,
+    pub(crate) key_cache: Arc<auth::KeyCache>,
+    pub(crate) websockets: events::WebSocketCounter,
+    pub(crate) max_websockets_per_key: Option<usize>,
+    pub(crate) ws_max_message_bytes: usize,
 }
 
 /// Shared state of all handlers. Cheap to clone.
@@ -93,6 +134,7 @@ pub struct AppState {
     shutdown: CancellationToken,
     metrics: PrometheusHandle,
     trace_context: Option<Arc<dyn TraceContext>>,
+    edge: Arc<Edge>,
 }
 
 #[derive(OpenApi)]
@@ -135,6 +177,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))
         .routes(routes!(events::task_events))
+        .routes(routes!(events::create_ticket))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {
@@ -161,6 +204,9 @@ pub fn openapi_yaml() -> String {
 }
 
 /// Builds the application. `shutdown` closes open WebSockets (code 1001) when cancelled.
+///
+/// Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that the per-address
+/// rate limit sees each client's address (without it, all clients share one budget).
 pub fn router(
     store: Store,
     hub: EventHub,
@@ -168,8 +214,27 @@ pub fn router(
     shutdown: CancellationToken,
 ) -> Router {
     let rate_limiter = config.rate_limit.map(auth::KeyRateLimiter::new);
+    let ip_limiter = config
+        .unauthenticated_rate_limit
+        .map(auth::IpRateLimiter::new);
     let metrics = ops::metrics_handle();
-    spawn_housekeeping(metrics.clone(), rate_limiter.clone(), shutdown.clone());
+    spawn_housekeeping(
+        metrics.clone(),
+        rate_limiter.clone(),
+        ip_limiter.clone(),
+        shutdown.clone(),
+    );
+    let key_cache = Arc::new(auth::KeyCache::default());
+    key_cache.follow_revocations(&hub, shutdown.clone());
+    let edge = Arc::new(Edge {
+        trusted_proxies: config.trusted_proxies,
+        ip_limiter,
+        key_cache,
+        websockets: events::WebSocketCounter::default(),
+        max_websockets_per_key: config.max_websockets_per_key,
+        ws_max_message_bytes: config.ws_max_message_bytes,
+    });
+    let request_timeout = config.request_timeout;
     let trace_context = config.trace_context.clone();
     let state = AppState {
         store,
@@ -180,6 +245,7 @@ pub fn router(
         shutdown,
         metrics,
         trace_context: trace_context.clone(),
+        edge,
     };
 
     let (v1, _) = v1_routes()
@@ -197,6 +263,9 @@ pub fn router(
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)
         .layer(DefaultBodyLimit::max(config.body_limit_bytes))
+        .layer(middleware::from_fn(move |request, next| {
+            ops::request_timeout(request_timeout, request, next)
+        }))
         .layer(middleware::from_fn(ops::track_metrics))
         .layer(TraceLayer::new_for_http().make_span_with(
             move |request: &Request<axum::body::Body>| {
@@ -229,7 +298,10 @@ pub fn router(
         ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            AUTHORIZATION,
+            SEC_WEBSOCKET_PROTOCOL,
+        ]))
         .layer(CatchPanicLayer::custom(ops::panic_response))
 }
 
@@ -241,6 +313,7 @@ fn header_str<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a 
 fn spawn_housekeeping(
     metrics: PrometheusHandle,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
+    ip_limiter: Option<Arc<auth::IpRateLimiter>>,
     shutdown: CancellationToken,
 ) {
     tokio::spawn(async move {
@@ -251,6 +324,9 @@ fn spawn_housekeeping(
                 _ = tick.tick() => {
                     metrics.run_upkeep();
                     if let Some(limiter) = &rate_limiter {
+                        limiter.retain_recent();
+                    }
+                    if let Some(limiter) = &ip_limiter {
                         limiter.retain_recent();
                     }
                 }

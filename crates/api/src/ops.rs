@@ -116,7 +116,7 @@ pub fn metrics_router(store: Store) -> axum::Router {
 
 /// This API's OpenAPI document.
 #[utoipa::path(get, path = "/openapi.yaml", tag = "ops",
-    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/yaml", body = String)))]
+    responses((status = 200, description = "OpenAPI 3.1 document", content_type = "application/yaml", body = Object)))]
 pub async fn openapi_yaml() -> Response {
     (
         [(header::CONTENT_TYPE, "application/yaml")],
@@ -197,6 +197,15 @@ fn describe_metrics() {
         metrics::Unit::Seconds,
         "HTTP request latency by method, matched route and status"
     );
+    metrics::describe_counter!(
+        "browserd_rate_limited_total",
+        "Requests answered 429 by a rate limit: limit=key (per API key) or client (per client \
+         address, before any key lookup)"
+    );
+    metrics::describe_counter!(
+        "browserd_http_request_timeouts_total",
+        "Requests answered 408 because they exceeded the request timeout"
+    );
     metrics::describe_gauge!(
         "browserd_websocket_subscribers",
         "Open task event WebSockets on this api process"
@@ -236,6 +245,19 @@ pub(crate) async fn track_metrics(request: Request, next: Next) -> Response {
     metrics::histogram!("browserd_http_request_duration_seconds", &labels)
         .record(started.elapsed().as_secs_f64());
     response
+}
+
+/// Middleware: answers 408 `request_timeout` (our JSON error) when the inner service has not
+/// answered within `limit` — reading the body included. (tower-http's `TimeoutLayer` answers
+/// with an empty body.) A WebSocket upgrade answers at once; its stream is not timed.
+pub(crate) async fn request_timeout(limit: Duration, request: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            metrics::counter!("browserd_http_request_timeouts_total").increment(1);
+            ApiError::Timeout(limit).into_response()
+        }
+    }
 }
 
 /// Fallback for unknown routes.

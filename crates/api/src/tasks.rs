@@ -31,6 +31,7 @@ use crate::validation::validate_create_task;
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid field", body = ErrorBody),
         (status = 429, description = "Rate limited (`rate_limited`) or the queue is full (`queue_full`); see `Retry-After`", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -119,6 +120,8 @@ pub(crate) fn is_traceparent(value: &str) -> bool {
         (status = 200, description = "A page of tasks", body = TaskList),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 422, description = "Invalid query parameter", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -160,6 +163,8 @@ pub async fn list_tasks(
         (status = 400, description = "Malformed id", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -188,6 +193,9 @@ pub async fn get_task(
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 409, description = "Task is running", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -238,6 +246,9 @@ async fn control(
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 409, description = "Illegal in the current status (see `current_status`)", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -260,6 +271,9 @@ pub async fn stop_task(
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 409, description = "Illegal in the current status (see `current_status`)", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -282,6 +296,9 @@ pub async fn pause_task(
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 409, description = "Illegal in the current status (see `current_status`)", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -303,6 +320,9 @@ pub async fn resume_task(
         (status = 200, description = "Steps", body = StepList),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -340,12 +360,15 @@ pub async fn list_steps(
     tag = "tasks",
     params(
         ("id" = uuid::Uuid, Path, description = "Task id"),
-        ("n" = i32, Path, description = "Step number (from 1)"),
+        ("n" = i32, Path, description = "Step number (from 1)", minimum = 1),
     ),
     responses(
         (status = 200, description = "Image bytes", content_type = "image/*", body = Vec<u8>),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task, step or screenshot", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -393,6 +416,9 @@ pub async fn step_screenshot(
         (status = 200, description = "The history so far", body = Object),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

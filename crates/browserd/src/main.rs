@@ -100,6 +100,15 @@ enum KeysCommand {
         #[arg(long)]
         name: String,
     },
+    /// List the keys (id, prefix, name, created, revoked); never the keys themselves.
+    List,
+    /// Revoke a key by id or prefix (e.g. `bd_AbC12xYz`). Every api process refuses it within
+    /// seconds and closes its WebSockets.
+    Revoke {
+        /// The key's id, or its prefix (`bd_` and at least 4 more characters) as shown by
+        /// `keys list`; it must match exactly one active key.
+        key: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +141,52 @@ struct ServeArgs {
     /// Above this many queued tasks, POST /v1/tasks answers 429 with Retry-After (0: no limit).
     #[arg(long, env = "BROWSERD_MAX_QUEUED_TASKS", default_value_t = 10_000)]
     max_queued_tasks: i64,
+
+    /// Requests per second per client address that are not authenticated by a recently seen
+    /// valid key (no key, unknown key, ticket), checked before any database lookup (0 disables).
+    #[arg(
+        long,
+        env = "BROWSERD_UNAUTH_RATE_LIMIT_PER_SECOND",
+        default_value_t = 5
+    )]
+    unauth_rate_limit_per_second: u32,
+
+    /// Burst size per client address for unauthenticated requests.
+    #[arg(long, env = "BROWSERD_UNAUTH_RATE_LIMIT_BURST", default_value_t = 30)]
+    unauth_rate_limit_burst: u32,
+
+    /// Reverse proxies whose `X-Forwarded-For` is believed (comma-separated addresses or CIDR
+    /// ranges, e.g. `10.0.0.0/8,fd00::/8`); empty: the TCP peer is the client.
+    #[arg(long, env = "BROWSERD_TRUSTED_PROXIES", default_value = "", value_parser = parse_trusted_proxies)]
+    trusted_proxies: TrustedProxies,
+
+    /// Seconds a request may take before it is answered 408 (WebSocket streams are not timed).
+    #[arg(long, env = "BROWSERD_REQUEST_TIMEOUT_S", default_value_t = 30)]
+    request_timeout_s: u64,
+
+    /// Open event WebSockets per key in this process (0: no cap).
+    #[arg(long, env = "BROWSERD_MAX_WEBSOCKETS_PER_KEY", default_value_t = 20)]
+    max_websockets_per_key: usize,
+
+    /// Largest WebSocket message or frame a client may send, in bytes.
+    #[arg(long, env = "BROWSERD_WS_MAX_MESSAGE_BYTES", default_value_t = browserd_api::DEFAULT_WS_MAX_MESSAGE_BYTES)]
+    ws_max_message_bytes: usize,
+}
+
+#[derive(Clone, Debug)]
+struct TrustedProxies(Vec<browserd_api::IpRange>);
+
+fn parse_trusted_proxies(raw: &str) -> Result<TrustedProxies, String> {
+    browserd_api::parse_trusted_proxies(raw)
+        .map(TrustedProxies)
+        .map_err(|err| err.to_string())
+}
+
+fn budget(per_second: u32, burst: u32) -> Option<RateLimit> {
+    NonZeroU32::new(per_second).map(|per_second| RateLimit {
+        per_second,
+        burst: NonZeroU32::new(burst).unwrap_or(per_second),
+    })
 }
 
 #[tokio::main]
@@ -189,6 +244,40 @@ async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::R
             Ok(())
         }
         Command::Keys {
+            command: KeysCommand::List,
+        } => {
+            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
+            store.migrate().await.context("applying migrations")?;
+            let keys = store.list_api_keys().await?;
+            println!(
+                "{:<36}  {:<11}  {:<20}  {:<20}  NAME",
+                "ID", "PREFIX", "CREATED", "REVOKED"
+            );
+            for key in keys {
+                println!(
+                    "{:<36}  {:<11}  {:<20}  {:<20}  {}",
+                    key.id,
+                    key.prefix,
+                    timestamp(key.created_at),
+                    key.revoked_at.map_or_else(|| "-".to_owned(), timestamp),
+                    key.name
+                );
+            }
+            Ok(())
+        }
+        Command::Keys {
+            command: KeysCommand::Revoke { key },
+        } => {
+            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
+            store.migrate().await.context("applying migrations")?;
+            let revoked = store.revoke_api_key_matching(key).await?;
+            println!(
+                "revoked key {} ({}, `{}`)",
+                revoked.id, revoked.prefix, revoked.name
+            );
+            Ok(())
+        }
+        Command::Keys {
             command: KeysCommand::Create { name },
         } => {
             let name = name.trim();
@@ -207,6 +296,19 @@ async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::R
             Ok(())
         }
     }
+}
+
+fn timestamp(at: time::OffsetDateTime) -> String {
+    let at = at.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    )
 }
 
 async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<Store> {
@@ -240,16 +342,15 @@ async fn serve(
     tracing: bool,
 ) -> anyhow::Result<()> {
     let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
-    let rate_limit = match (
-        NonZeroU32::new(args.rate_limit_per_second),
-        NonZeroU32::new(args.rate_limit_burst),
-    ) {
-        (Some(per_second), burst) => Some(RateLimit {
-            per_second,
-            burst: burst.unwrap_or(per_second),
-        }),
-        (None, _) => None,
-    };
+    let rate_limit = budget(args.rate_limit_per_second, args.rate_limit_burst);
+    anyhow::ensure!(
+        args.request_timeout_s >= 1,
+        "--request-timeout-s must be at least 1"
+    );
+    anyhow::ensure!(
+        args.ws_max_message_bytes >= 1024,
+        "--ws-max-message-bytes must be at least 1024"
+    );
     let store = open_store(cli, args.db_max_connections).await?;
 
     let shutdown = CancellationToken::new();
@@ -285,6 +386,15 @@ async fn serve(
             trace_context: tracing.then(|| {
                 Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>
             }),
+            unauthenticated_rate_limit: budget(
+                args.unauth_rate_limit_per_second,
+                args.unauth_rate_limit_burst,
+            ),
+            trusted_proxies: args.trusted_proxies.0.clone(),
+            request_timeout: Duration::from_secs(args.request_timeout_s),
+            max_websockets_per_key: (args.max_websockets_per_key > 0)
+                .then_some(args.max_websockets_per_key),
+            ws_max_message_bytes: args.ws_max_message_bytes,
         },
         shutdown.clone(),
     );
@@ -296,8 +406,12 @@ async fn serve(
     tracing::info!(%address, "listening");
 
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    let server =
-        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // Connection info gives the api each client's address (the per-address rate limit).
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let grace = Duration::from_secs(args.shutdown_grace_s);
     tokio::select! {
         result = server => result.context("serving http")?,

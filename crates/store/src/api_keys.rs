@@ -1,14 +1,26 @@
 //! API keys: `bd_` + 43 characters of base64url (256 random bits). Only the SHA-256 hash is
-//! stored, plus a short prefix that lets operators tell keys apart.
+//! stored, plus a short prefix that lets operators tell keys apart. Revoking (or deleting) a key
+//! sends `NOTIFY api_keys '<id>'` (a trigger, migration 0006), which every process's
+//! [`EventHub`](crate::EventHub) relays. Also the event WebSocket tickets: `bdt_` + 256 random
+//! bits, single use, stored hashed.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use browserd_types::ApiKeyId;
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use browserd_types::TaskId;
 use time::OffsetDateTime;
 
 use crate::{Store, StoreError};
+
+/// Channel of the key revocation notifications (payload: the key id).
+pub const API_KEYS_CHANNEL: &str = "api_keys";
+/// Every event WebSocket ticket starts with this.
+pub const TICKET_PREFIX: &str = "bdt_";
 
 /// Every key starts with this, so leaked keys are easy to recognise (e.g. by secret scanners).
 pub const KEY_PREFIX: &str = "bd_";
@@ -23,6 +35,8 @@ pub struct ApiKeyRecord {
     /// The first characters of the key, e.g. `bd_AbC12xYz`.
     pub prefix: String,
     pub created_at: OffsetDateTime,
+    /// When it was revoked; a revoked key no longer authenticates.
+    pub revoked_at: Option<OffsetDateTime>,
 }
 
 /// A freshly created key. `key` is shown once and not stored anywhere.
@@ -39,10 +53,21 @@ pub fn hash_api_key(key: &str) -> [u8; 32] {
 }
 
 fn generate_key() -> Result<String, StoreError> {
+    random_token(KEY_PREFIX)
+}
+
+fn random_token(prefix: &str) -> Result<String, StoreError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|err| StoreError::Corrupt(format!("no randomness available: {err}")))?;
-    Ok(format!("{KEY_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
+    Ok(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// A freshly issued event WebSocket ticket. `ticket` is shown once; only its hash is stored.
+#[derive(Debug)]
+pub struct WsTicket {
+    pub ticket: SecretString,
+    pub expires_at: OffsetDateTime,
 }
 
 impl Store {
@@ -68,6 +93,7 @@ impl Store {
                 name: name.to_owned(),
                 prefix,
                 created_at,
+                revoked_at: None,
             },
             key: SecretString::from(key),
         })
@@ -83,6 +109,7 @@ impl Store {
             return Ok(None);
         }
         let hash = hash_api_key(key);
+        self.key_lookups.fetch_add(1, Ordering::Relaxed);
         let row = sqlx::query!(
             "select id, name, prefix, created_at from api_keys
              where key_hash = $1 and revoked_at is null",
@@ -95,7 +122,45 @@ impl Store {
             name: row.name,
             prefix: row.prefix,
             created_at: row.created_at,
+            revoked_at: None,
         }))
+    }
+
+    /// How many times this handle looked a presented key up in the database (the api's
+    /// pre-auth rate limit keeps floods of invalid keys from reaching it; tests count).
+    pub fn api_key_lookups(&self) -> u64 {
+        self.key_lookups.load(Ordering::Relaxed)
+    }
+
+    /// Whether key `id` exists and is not revoked.
+    pub async fn api_key_active(&self, id: ApiKeyId) -> Result<bool, StoreError> {
+        let active = sqlx::query_scalar!(
+            r#"select exists(select 1 from api_keys where id = $1 and revoked_at is null) as "active!""#,
+            id.0
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(active)
+    }
+
+    /// Every key, oldest first (revoked ones included).
+    pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let rows = sqlx::query!(
+            "select id, name, prefix, created_at, revoked_at from api_keys
+             order by created_at, id"
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| ApiKeyRecord {
+                id: ApiKeyId(row.id),
+                name: row.name,
+                prefix: row.prefix,
+                created_at: row.created_at,
+                revoked_at: row.revoked_at,
+            })
+            .collect())
     }
 
     /// Revokes a key; its tasks stay but it can no longer authenticate.
@@ -107,5 +172,122 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(result.rows_affected() == 1)
+    }
+
+    /// Revokes the one active key whose id is `selector`, or whose display prefix starts with
+    /// `selector` (at least `bd_` and 4 more characters). Fails when nothing or more than one
+    /// active key matches.
+    pub async fn revoke_api_key_matching(
+        &self,
+        selector: &str,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let selector = selector.trim();
+        let matches: Vec<ApiKeyRecord> = if let Ok(id) = selector.parse::<uuid::Uuid>() {
+            self.list_api_keys()
+                .await?
+                .into_iter()
+                .filter(|key| key.id.0 == id)
+                .collect()
+        } else {
+            if !selector.starts_with(KEY_PREFIX) || selector.len() < KEY_PREFIX.len() + 4 {
+                return Err(StoreError::KeySelector(format!(
+                    "`{selector}` is neither a key id (UUID) nor a key prefix (`bd_` and at least 4 more characters)"
+                )));
+            }
+            self.list_api_keys()
+                .await?
+                .into_iter()
+                .filter(|key| {
+                    key.prefix.starts_with(selector) || selector.starts_with(key.prefix.as_str())
+                })
+                .collect()
+        };
+        let active: Vec<ApiKeyRecord> = matches
+            .iter()
+            .filter(|key| key.revoked_at.is_none())
+            .cloned()
+            .collect();
+        match active.as_slice() {
+            [key] => {
+                self.revoke_api_key(key.id).await?;
+                let mut key = key.clone();
+                key.revoked_at = Some(OffsetDateTime::now_utc());
+                Ok(key)
+            }
+            [] if matches.is_empty() => Err(StoreError::KeySelector(format!(
+                "no key matches `{selector}`"
+            ))),
+            [] => Err(StoreError::KeySelector(format!(
+                "the key matching `{selector}` is already revoked"
+            ))),
+            many => Err(StoreError::KeySelector(format!(
+                "{} active keys match `{selector}`; give the key id instead",
+                many.len()
+            ))),
+        }
+    }
+
+    /// Issues a single-use ticket that opens task `task_id`'s event WebSocket as key `key_id`
+    /// within `ttl`. Expired tickets are swept on the way.
+    pub async fn create_ws_ticket(
+        &self,
+        key_id: ApiKeyId,
+        task_id: TaskId,
+        ttl: Duration,
+    ) -> Result<WsTicket, StoreError> {
+        let ticket = random_token(TICKET_PREFIX)?;
+        let hash = hash_api_key(&ticket);
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query!("delete from ws_tickets where expires_at < now() - interval '1 minute'")
+            .execute(&mut *tx)
+            .await?;
+        let expires_at = sqlx::query_scalar!(
+            "insert into ws_tickets (ticket_hash, api_key_id, task_id, expires_at)
+             values ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
+             returning expires_at",
+            &hash[..],
+            key_id.0,
+            task_id.0,
+            ttl_ms,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(WsTicket {
+            ticket: SecretString::from(ticket),
+            expires_at,
+        })
+    }
+
+    /// Redeems `presented` for task `task_id`: the key it was issued to when the ticket exists,
+    /// has not expired, was issued for this task and its key is still active. A ticket works
+    /// once: it is deleted whatever the outcome.
+    pub async fn redeem_ws_ticket(
+        &self,
+        presented: &SecretString,
+        task_id: TaskId,
+    ) -> Result<Option<ApiKeyId>, StoreError> {
+        let ticket = presented.expose_secret();
+        if !ticket.starts_with(TICKET_PREFIX) {
+            return Ok(None);
+        }
+        let hash = hash_api_key(ticket);
+        self.key_lookups.fetch_add(1, Ordering::Relaxed);
+        let row = sqlx::query!(
+            r#"with redeemed as (
+                   delete from ws_tickets where ticket_hash = $1
+                   returning api_key_id, task_id, expires_at
+               )
+               select r.api_key_id, r.task_id, (r.expires_at > now()) as "fresh!",
+                      (k.revoked_at is null) as "active!"
+               from redeemed r join api_keys k on k.id = r.api_key_id"#,
+            &hash[..],
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row
+            .filter(|row| row.fresh && row.active && row.task_id == task_id.0)
+            .map(|row| ApiKeyId(row.api_key_id)))
     }
 }

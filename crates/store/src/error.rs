@@ -36,6 +36,9 @@ pub enum StoreError {
     /// or another worker took it over); it must abandon the task.
     #[error("the lease on task {0} is no longer held by this worker")]
     LeaseLost(TaskId),
+    /// `keys revoke ID|PREFIX` did not designate exactly one active key.
+    #[error("{0}")]
+    KeySelector(String),
     #[error("invalid cursor")]
     InvalidCursor,
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).

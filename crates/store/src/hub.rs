@@ -5,17 +5,21 @@
 //! `task_events`, so a lost or lagging notification can never lose an event: whenever a
 //! subscriber may have missed something (channel lag, listener reconnect) it gets
 //! [`Signal::Resync`] and re-reads everything after the last seq it delivered.
+//!
+//! It also relays key revocations (channel `api_keys`) as [`KeySignal`]s to everyone who
+//! holds a [`EventHub::key_signals`] receiver (the api's auth cache and its WebSockets).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use browserd_types::TaskId;
+use browserd_types::{ApiKeyId, TaskId};
 use sqlx::postgres::PgListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::api_keys::API_KEYS_CHANNEL;
 use crate::events::NOTIFY_CHANNEL;
 use crate::queue::QUEUE_CHANNEL;
 use crate::{Store, StoreError};
@@ -34,14 +38,52 @@ pub enum Signal {
     Resync,
 }
 
+/// What the holders of [`EventHub::key_signals`] are told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySignal {
+    /// API key `0` was revoked or deleted.
+    Revoked(ApiKeyId),
+    /// Revocations may have been missed (listener reconnect, lag): re-check keys in the
+    /// database and drop cached lookups.
+    Resync,
+}
+
 type Channels = Arc<Mutex<HashMap<TaskId, broadcast::Sender<Signal>>>>;
 
-/// The per-process fan-out of task event notifications (and of queue wake-ups for workers).
-/// Cheap to clone.
-#[derive(Clone, Debug, Default)]
+/// The per-process fan-out of task event notifications (and of queue wake-ups for workers,
+/// and of key revocations for the api). Cheap to clone.
+#[derive(Clone, Debug)]
 pub struct EventHub {
     channels: Channels,
     queue: Arc<tokio::sync::Notify>,
+    keys: broadcast::Sender<KeySignal>,
+}
+
+impl Default for EventHub {
+    fn default() -> Self {
+        Self {
+            channels: Channels::default(),
+            queue: Arc::default(),
+            keys: broadcast::channel(CHANNEL_CAPACITY).0,
+        }
+    }
+}
+
+/// A receiver of key revocations; a lagging one gets [`KeySignal::Resync`].
+#[derive(Debug)]
+pub struct KeySignals {
+    receiver: broadcast::Receiver<KeySignal>,
+}
+
+impl KeySignals {
+    /// The next signal; `None` means the hub shut down.
+    pub async fn recv(&mut self) -> Option<KeySignal> {
+        match self.receiver.recv().await {
+            Ok(signal) => Some(signal),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(KeySignal::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
 }
 
 /// A live subscription to one task's signals; unsubscribes on drop.
@@ -106,6 +148,23 @@ impl EventHub {
         }
     }
 
+    /// Subscribes to key revocations (of every key: receivers filter).
+    pub fn key_signals(&self) -> KeySignals {
+        KeySignals {
+            receiver: self.keys.subscribe(),
+        }
+    }
+
+    fn dispatch_key(&self, payload: &str) {
+        match payload.parse::<uuid::Uuid>() {
+            // No receivers is fine.
+            Ok(id) => {
+                let _ = self.keys.send(KeySignal::Revoked(ApiKeyId(id)));
+            }
+            Err(_) => tracing::warn!(payload, "malformed api key notification"),
+        }
+    }
+
     /// Resolves when a task may have become claimable (a `task_queue` notification, or a
     /// listener reconnect after which notifications may have been missed). One wake-up is kept
     /// for a caller that was not waiting.
@@ -162,6 +221,9 @@ impl EventHub {
                 Ok(Some(notification)) if notification.channel() == QUEUE_CHANNEL => {
                     self.queue.notify_one();
                 }
+                Ok(Some(notification)) if notification.channel() == API_KEYS_CHANNEL => {
+                    self.dispatch_key(notification.payload());
+                }
                 Ok(Some(notification)) => self.dispatch(notification.payload()),
                 Ok(None) | Err(_) => {
                     if let Err(err) = &received {
@@ -176,6 +238,7 @@ impl EventHub {
                     // Anything committed while we were away was not signalled.
                     self.resync_all();
                     self.queue.notify_one();
+                    let _ = self.keys.send(KeySignal::Resync);
                 }
             }
         }
@@ -189,7 +252,9 @@ impl EventHub {
 
 async fn listen(store: &Store) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
-    listener.listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL]).await?;
+    listener
+        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL, API_KEYS_CHANNEL])
+        .await?;
     Ok(listener)
 }
 

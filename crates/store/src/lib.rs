@@ -21,10 +21,13 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
-pub use api_keys::{ApiKeyRecord, CreatedApiKey, KEY_PREFIX, hash_api_key};
+pub use api_keys::{
+    API_KEYS_CHANNEL, ApiKeyRecord, CreatedApiKey, KEY_PREFIX, TICKET_PREFIX, WsTicket,
+    hash_api_key,
+};
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
-pub use hub::{EventHub, Signal, Subscription};
+pub use hub::{EventHub, KeySignal, KeySignals, Signal, Subscription};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
@@ -60,6 +63,8 @@ pub struct Store {
     /// Seals task secrets on creation and opens them on claim; without one, tasks with
     /// secrets are refused.
     keyring: Option<std::sync::Arc<SecretsKeyring>>,
+    /// Presented keys and tickets looked up in the database (see `api_key_lookups`).
+    key_lookups: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Store {
@@ -78,6 +83,7 @@ impl Store {
         Ok(Self {
             pool,
             keyring: None,
+            key_lookups: std::sync::Arc::default(),
         })
     }
 
@@ -86,6 +92,7 @@ impl Store {
         Self {
             pool,
             keyring: None,
+            key_lookups: std::sync::Arc::default(),
         }
     }
 

@@ -172,12 +172,15 @@ impl Store {
         })
     }
 
-    /// All steps of task `task_id`, in order.
+    /// All steps of task `task_id`, in order. A screenshot that is not the task's own
+    /// artifact is not reported.
     pub async fn list_steps(&self, task_id: TaskId) -> Result<Vec<StepRecord>, StoreError> {
         let rows = sqlx::query!(
-            "select number, url, title, model_output, results, usage, screenshot_artifact_id,
-                 started_at, finished_at
-             from task_steps where task_id = $1 order by number",
+            r#"select s.number, s.url, s.title, s.model_output, s.results, s.usage,
+                 a.id as "screenshot_artifact_id?", s.started_at, s.finished_at
+             from task_steps s
+             left join artifacts a on a.id = s.screenshot_artifact_id and a.task_id = s.task_id
+             where s.task_id = $1 order by s.number"#,
             task_id.0,
         )
         .fetch_all(&self.pool)
@@ -199,7 +202,8 @@ impl Store {
             .collect())
     }
 
-    /// The screenshot of step `number` of task `task_id`, if there is one.
+    /// The screenshot of step `number` of task `task_id`, if there is one. An artifact of
+    /// another task is never served through this task, even if a step row points at it.
     pub async fn step_screenshot(
         &self,
         task_id: TaskId,
@@ -207,7 +211,8 @@ impl Store {
     ) -> Result<Option<ArtifactBody>, StoreError> {
         let row = sqlx::query!(
             "select a.content_type, a.content, a.path
-             from task_steps s join artifacts a on a.id = s.screenshot_artifact_id
+             from task_steps s
+             join artifacts a on a.id = s.screenshot_artifact_id and a.task_id = s.task_id
              where s.task_id = $1 and s.number = $2",
             task_id.0,
             number,

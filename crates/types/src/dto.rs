@@ -128,7 +128,8 @@ pub fn screenshot_path(task: TaskId, number: i32) -> String {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTaskRequest {
-    /// What the agent should do, in plain words (1–20 000 characters).
+    /// What the agent should do, in plain words (1–20 000 characters, not only whitespace).
+    #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
     pub task: String,
     /// An http(s) URL the browser opens before the first step.
     #[serde(default)]
@@ -181,7 +182,7 @@ pub struct CreateTaskRequest {
     /// Cost budget in USD (from the model's price table): the task ends (`failed`) once its
     /// model calls cost more. Refused for a model without prices.
     #[serde(default)]
-    #[schema(maximum = 10000)]
+    #[schema(exclusive_minimum = 0, maximum = 10000)]
     pub max_cost_usd: Option<f64>,
     /// Browser viewport, e.g. `{"width": 1920, "height": 1080}`; the worker's default
     /// (browser-use's 1920×1080 unless its operator changed it) when omitted.

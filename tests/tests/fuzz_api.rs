@@ -1,0 +1,90 @@
+//! Property-based fuzzing of the whole HTTP API from `openapi.yaml` with schemathesis (PyPI,
+//! pinned with its dependencies in `tests/python/schemathesis/requirements.txt`) against a
+//! running `browserd serve` (real Postgres and Chromium; the mock model ends every task at
+//! once), with a valid key as header. Every check must pass: no 5xx, status codes, content
+//! types, headers and bodies as the spec says, invalid input refused, valid input accepted,
+//! auth enforced, deleted resources gone (`tests/python/schemathesis/schemathesis.toml` widens
+//! the accepted statuses of three operations, for rules a schema cannot state). Bounded: a few examples per operation (about a
+//! minute or two on 2 cores).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use browserd_tests::{MockModel, Process, TestDb, create_key, done_reply, python_venv, repo_root};
+
+/// Test cases per API operation and phase.
+const MAX_EXAMPLES: &str = "30";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
+    let python = python_venv("tests/python/schemathesis/requirements.txt");
+    let schemathesis = python.with_file_name("schemathesis");
+    let db = TestDb::create().await;
+    let model = MockModel::start(
+        Arc::new(|_: &str| done_reply("fuzzed", true)),
+        Duration::ZERO,
+    )
+    .await;
+    let server = Process::start_with_env(
+        &db,
+        model.addr,
+        "serve",
+        &["--concurrency", "1"],
+        // The per-key limit is a documented 429, but at 20/s it would answer most of the run.
+        &[("BROWSERD_RATE_LIMIT_PER_SECOND", "0")],
+    )
+    .await;
+    let key = create_key(&db).await;
+    let workdir = std::env::temp_dir().join(format!("browserd-fuzz-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&workdir).unwrap();
+
+    let run = tokio::process::Command::new(&schemathesis)
+        .current_dir(&workdir)
+        .arg("--config-file")
+        .arg(repo_root().join("tests/python/schemathesis/schemathesis.toml"))
+        .arg("run")
+        .arg(repo_root().join("openapi.yaml"))
+        .args(["--url", &format!("http://{}", server.address())])
+        .args(["--header", &format!("Authorization: Bearer {key}")])
+        .args(["--checks", "all"])
+        .args(["--max-examples", MAX_EXAMPLES])
+        .args(["--workers", "2"])
+        .args(["--request-timeout", "20"])
+        .args(["--phases", "examples,coverage,fuzzing,stateful"])
+        .args(["--max-failures", "20"])
+        .arg("--no-color")
+        .env("NO_COLOR", "1")
+        .env("SCHEMATHESIS_TELEMETRY", "false")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("schemathesis finished within 10 minutes")
+        .expect("schemathesis runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let _ = std::fs::remove_dir_all(&workdir);
+    assert!(
+        output.status.success(),
+        "schemathesis found problems ({}):\n{stdout}\n{stderr}\n--- server log ---\n{}",
+        output.status,
+        server.logs()
+    );
+    // The summary (phases, operations, test cases) for the CI log.
+    let lines: Vec<&str> = stdout.lines().collect();
+    println!("{}", lines[lines.len().saturating_sub(30)..].join("\n"));
+    assert!(
+        !stdout.contains(&key),
+        "schemathesis output is sanitized (no key)"
+    );
+    // The run tested operations (not an empty schema or a skipped run).
+    assert!(
+        stdout.contains("passed") || stdout.contains("PASSED"),
+        "{stdout}"
+    );
+    assert!(
+        !server.logs().contains("panicked"),
+        "no handler panicked:\n{}",
+        server.logs()
+    );
+}
