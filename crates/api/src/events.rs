@@ -21,7 +21,7 @@ use browserd_types::dto::ErrorBody;
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{Caller, QueryParams, TaskPath};
-use crate::tasks::owned_task;
+use crate::task_ops::owned_task;
 
 /// Events read from the database per query while catching up.
 const BATCH: i64 = 200;

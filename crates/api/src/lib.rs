@@ -10,8 +10,10 @@ mod auth;
 mod error;
 mod events;
 mod extract;
+mod mcp;
 mod models;
 mod ops;
+mod task_ops;
 mod tasks;
 mod validation;
 
@@ -39,6 +41,7 @@ pub use auth::RateLimit;
 pub use error::ApiError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
+pub use validation::{list_limit, validate_create_task};
 
 /// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
 /// crate only deals in `tracing` spans and W3C header values.
@@ -189,10 +192,18 @@ pub fn router(
         ))
         .split_for_parts();
     let (ops, _) = ops_routes().split_for_parts();
+    // MCP over streamable HTTP, behind the same key check (and rate limit) as /v1.
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::service(state.clone(), config.body_limit_bytes))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key,
+        ));
 
     Router::new()
         .merge(v1)
         .merge(ops)
+        .merge(mcp)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)

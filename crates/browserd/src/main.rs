@@ -1,7 +1,9 @@
 //! The browserd binary: CLI, configuration and wiring of the roles — `serve` (api + worker in
-//! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal.
+//! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal, and
+//! `browserd mcp`, the MCP task tools on stdio.
 
 mod config;
+mod mcp;
 mod run;
 mod telemetry;
 mod worker;
@@ -74,6 +76,8 @@ enum Command {
     Migrate,
     /// Run one task in this process (no server, no database) and print each step.
     Run(run::RunArgs),
+    /// Serve the MCP task tools on stdio (tasks run in this process, or on --server).
+    Mcp(mcp::McpArgs),
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -136,6 +140,9 @@ async fn main() -> anyhow::Result<ExitCode> {
     let tracing_enabled = telemetry.tracing_enabled();
     let result = match &cli.command {
         Command::Run(args) => run::run(cli.config.as_deref(), args).await,
+        Command::Mcp(args) => mcp::serve(cli.config.as_deref(), args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         other => other_command(&cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -153,6 +160,7 @@ impl Command {
             Command::Worker { .. } => "worker",
             Command::Migrate => "migrate",
             Command::Run(_) => "run",
+            Command::Mcp(_) => "mcp",
             Command::Keys { .. } => "keys",
         }
     }
@@ -160,7 +168,7 @@ impl Command {
 
 async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) => Ok(()),
+        Command::Run(_) | Command::Mcp(_) => Ok(()),
         Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
         Command::Api(args) => serve(cli, args, None, tracing).await,
         Command::Worker {
