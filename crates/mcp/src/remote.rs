@@ -232,7 +232,10 @@ impl Backend for RemoteBackend {
                 let view = this.get_task(&cx, id).await;
                 let steps = this.steps(&cx, id).await;
                 if let Ok(steps) = &steps {
-                    for step in steps.iter().filter(|s| s.number > seen) {
+                    for step in steps {
+                        if step.number <= seen {
+                            continue;
+                        }
                         seen = step.number;
                         let goal = step
                             .model_output
