@@ -337,3 +337,31 @@ async fn mcp_over_stdio_runs_tasks_in_process() {
         "{logs}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_stdio_proxies_to_a_server() {
+    let python = python_venv(REQUIREMENTS);
+    let db = TestDb::create().await;
+    let model = MockModel::start(brain(), Duration::from_millis(20)).await;
+    let site = Site::start().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let key = create_key(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stderr_path = dir.path().join("browserd-mcp.log");
+    let report = run_client(
+        &python,
+        json!({
+            "transport": "stdio",
+            "command": browserd_bin(),
+            "args": ["mcp", "--server", format!("http://{}", server.address()), "--key-env", "TEST_BROWSERD_KEY"],
+            "env": {"TEST_BROWSERD_KEY": key, "RUST_LOG": "info"},
+            "site": format!("http://{}", site.addr),
+            "stderr": stderr_path,
+        }),
+    )
+    .await;
+    check_conversation(&report);
+    let logs = std::fs::read_to_string(&stderr_path).unwrap();
+    assert!(logs.contains("proxying to the server"), "{logs}");
+    assert!(!logs.contains(&key), "the API key leaked into the logs");
+}

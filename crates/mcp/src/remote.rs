@@ -233,7 +233,8 @@ impl Backend for RemoteBackend {
                 let steps = this.steps(&cx, id).await;
                 if let Ok(steps) = &steps {
                     for step in steps {
-                        if step.number <= seen {
+                        // Step 0 is the initial navigation, not a model's goal.
+                        if step.number <= seen || step.number < 1 {
                             continue;
                         }
                         seen = step.number;
