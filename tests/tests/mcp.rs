@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use browserd_tests::{
     Brain, MockModel, Process, Site, TestDb, browserd_bin, create_key, done_reply, index_of,
-    python_venv, repo_root, reply,
+    python_venv, reply, repo_root,
 };
 use regex::Regex;
 use serde_json::{Value, json};
@@ -101,11 +101,16 @@ fn check_conversation(report: &Value) {
         "output_schema",
         "wait_s",
     ] {
-        assert!(schema["properties"].get(field).is_some(), "{field}: {schema}");
+        assert!(
+            schema["properties"].get(field).is_some(),
+            "{field}: {schema}"
+        );
     }
     assert_eq!(schema["required"], json!(["task"]));
     let statuses = report["list_tasks_schema"].to_string();
-    for status in ["queued", "running", "paused", "finished", "failed", "stopped"] {
+    for status in [
+        "queued", "running", "paused", "finished", "failed", "stopped",
+    ] {
         assert!(statuses.contains(status), "{statuses}");
     }
 
@@ -274,7 +279,10 @@ async fn mcp_over_streamable_http_against_the_server() {
 
     // No valid key: the REST API's 401, and no MCP session.
     assert_eq!(report["wrong_key"]["status"], 401, "{report}");
-    assert_eq!(report["wrong_key"]["body"]["error"]["code"], "invalid_api_key");
+    assert_eq!(
+        report["wrong_key"]["body"]["error"]["code"],
+        "invalid_api_key"
+    );
     assert_eq!(report["wrong_key"]["session"], Value::Null);
     assert_eq!(report["missing_key"]["status"], 401);
     assert_eq!(

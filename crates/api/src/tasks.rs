@@ -178,7 +178,9 @@ async fn control(
     id: TaskId,
     transition: Transition,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(task_ops::control(state, caller, id, transition).await?))
+    Ok(Json(
+        task_ops::control(state, caller, id, transition).await?,
+    ))
 }
 
 /// Stop a queued, running or paused task (→ `stopped`, final).

@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::Context;
 use async_trait::async_trait;
 use browserd_agent::{
-    AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot as AgentScreenshot,
-    UsageSummary, VisionMode,
+    AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot as AgentScreenshot, UsageSummary,
+    VisionMode,
 };
 use browserd_api::ModelCatalog;
 use browserd_browser::{BrowserPool, PoolConfig};
@@ -44,7 +44,12 @@ pub struct McpArgs {
     pub server: Option<String>,
 
     /// With --server: the environment variable holding the API key (never the key itself).
-    #[arg(long, value_name = "VAR", default_value = "BROWSERD_API_KEY", requires = "server")]
+    #[arg(
+        long,
+        value_name = "VAR",
+        default_value = "BROWSERD_API_KEY",
+        requires = "server"
+    )]
     pub key_env: String,
 
     /// Chrome / Chromium executable (in-process mode).
@@ -193,7 +198,13 @@ impl LocalTask {
     }
 
     /// Records how the run ended (a task stopped by the caller stays `stopped`).
-    fn ended(&self, status: TaskStatus, output: Option<String>, success: Option<bool>, error: Option<String>) {
+    fn ended(
+        &self,
+        status: TaskStatus,
+        output: Option<String>,
+        success: Option<bool>,
+        error: Option<String>,
+    ) {
         let mut state = self.lock();
         let now = OffsetDateTime::now_utc();
         if !state.view.status.is_terminal() {
@@ -322,7 +333,12 @@ impl LocalBackend {
 
     /// Stops every task still running (the client went away).
     fn stop_all(&self) {
-        for task in self.tasks.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
             task.control.stop();
         }
     }
@@ -474,7 +490,9 @@ impl Backend for LocalBackend {
         let state = task.lock();
         let number = match step {
             Some(number) => number,
-            None => latest_screenshot_step(&state.steps).ok_or_else(|| screenshot_not_found(None))?,
+            None => {
+                latest_screenshot_step(&state.steps).ok_or_else(|| screenshot_not_found(None))?
+            }
         };
         let (content_type, bytes) = state
             .screenshots
@@ -488,7 +506,11 @@ impl Backend for LocalBackend {
         })
     }
 
-    async fn watch(&self, _cx: &CallContext, id: TaskId) -> Result<mpsc::Receiver<TaskUpdate>, ToolError> {
+    async fn watch(
+        &self,
+        _cx: &CallContext,
+        id: TaskId,
+    ) -> Result<mpsc::Receiver<TaskUpdate>, ToolError> {
         let task = self.task(id)?;
         let (sender, receiver) = mpsc::channel(64);
         // Under the lock: the goals so far and a subscription to the next ones, without a gap.
@@ -502,7 +524,11 @@ impl Backend for LocalBackend {
         };
         tokio::spawn(async move {
             for (step, goal) in goals {
-                if sender.send(TaskUpdate::NextGoal { step, goal }).await.is_err() {
+                if sender
+                    .send(TaskUpdate::NextGoal { step, goal })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

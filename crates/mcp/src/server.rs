@@ -380,7 +380,9 @@ mod tests {
         assert!(is_budget_error(
             "max_tokens: the task used 2100 tokens, over its budget of 2000"
         ));
-        assert!(is_budget_error("timeout_s: the task ran out of its wall-clock budget (5 s)"));
+        assert!(is_budget_error(
+            "timeout_s: the task ran out of its wall-clock budget (5 s)"
+        ));
         assert!(!is_budget_error("the agent failed 5 times in a row"));
     }
 
@@ -393,7 +395,9 @@ mod tests {
         assert_eq!(result.is_error, Some(true));
         assert_eq!(
             result.structured_content,
-            Some(json!({"error": {"code": "validation_failed", "message": "invalid domain pattern", "field": "allowed_domains[0]"}}))
+            Some(
+                json!({"error": {"code": "validation_failed", "message": "invalid domain pattern", "field": "allowed_domains[0]"}})
+            )
         );
     }
 }
