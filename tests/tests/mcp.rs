@@ -99,6 +99,9 @@ fn check_conversation(report: &Value) {
         "max_steps",
         "allowed_domains",
         "output_schema",
+        "timeout_s",
+        "max_tokens",
+        "max_cost_usd",
         "wait_s",
     ] {
         assert!(
@@ -217,6 +220,20 @@ fn check_conversation(report: &Value) {
         !report["long_progress"].as_array().unwrap().is_empty(),
         "{report}"
     );
+
+    // A budget: the failed task is a tool error naming it, with the task's summary.
+    let budget = &report["budget_run"];
+    assert_eq!(budget["is_error"], true, "{budget}");
+    assert_eq!(budget["structured"]["status"], "failed", "{budget}");
+    assert_eq!(budget["structured"]["error"]["code"], "budget_exceeded");
+    assert!(
+        budget["structured"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("max_tokens: the task used 2100 tokens"),
+        "{budget}"
+    );
+    assert_eq!(budget["structured"]["steps"], 2, "{budget}");
 
     // Errors: tool errors with the REST API's codes and messages.
     let errors = &report["errors"];

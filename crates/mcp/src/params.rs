@@ -8,7 +8,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// Arguments of `run_task`: a subset of `POST /v1/tasks` plus how long to wait.
+/// Arguments of `run_task`: a subset of `POST /v1/tasks` (the task, where it may go, its
+/// budgets, the result's schema) plus how long to wait.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunTaskParams {
@@ -30,6 +31,19 @@ pub struct RunTaskParams {
     /// A JSON Schema the final output must satisfy; the result is then structured JSON.
     #[serde(default)]
     pub output_schema: Option<serde_json::Map<String, Value>>,
+    /// Wall-clock budget in seconds, 1–86 400: the task fails once it runs longer.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_s: Option<i64>,
+    /// Token budget (input + output of every model call), 1–10⁹: the task fails once it used
+    /// more.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1_000_000_000))]
+    pub max_tokens: Option<i64>,
+    /// Cost budget in USD (from the model's price table), above 0 and at most 10 000: the
+    /// task fails once its model calls cost more.
+    #[serde(default)]
+    pub max_cost_usd: Option<f64>,
     /// Seconds to wait for the task to end before returning its id and status (0–600,
     /// default 120). A task still running can be followed with `get_task`.
     #[serde(default)]
@@ -52,10 +66,10 @@ impl RunTaskParams {
             use_vision: None,
             max_actions_per_step: None,
             max_failures: None,
-            timeout_s: None,
+            timeout_s: self.timeout_s,
             metadata: None,
-            max_tokens: None,
-            max_cost_usd: None,
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost_usd,
             viewport: None,
             settle_timeout_ms: None,
         }
@@ -110,6 +124,9 @@ mod tests {
             "max_steps": 3,
             "allowed_domains": ["example.com"],
             "output_schema": {"type": "object"},
+            "timeout_s": 60,
+            "max_tokens": 5000,
+            "max_cost_usd": 0.5,
         });
         let params: RunTaskParams = serde_json::from_value(args.clone()).unwrap();
         let request = params.to_request();
@@ -120,6 +137,9 @@ mod tests {
             "max_steps": request.max_steps,
             "allowed_domains": request.allowed_domains,
             "output_schema": request.output_schema,
+            "timeout_s": request.timeout_s,
+            "max_tokens": request.max_tokens,
+            "max_cost_usd": request.max_cost_usd,
         });
         assert_eq!(back, args);
         // The request type accepts these field names as they are.

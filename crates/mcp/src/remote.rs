@@ -110,6 +110,9 @@ fn request_json(request: &CreateTaskRequest) -> Value {
         "max_steps": request.max_steps,
         "allowed_domains": request.allowed_domains,
         "output_schema": request.output_schema,
+        "timeout_s": request.timeout_s,
+        "max_tokens": request.max_tokens,
+        "max_cost_usd": request.max_cost_usd,
     });
     if let Some(object) = body.as_object_mut() {
         object.retain(|_, v| !v.is_null());

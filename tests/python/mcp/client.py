@@ -122,6 +122,13 @@ async def scenario(session, site, report):
     report["long_progress"] = long_progress
     report["stopped"] = stopped
 
+    # A task over its token budget (1 050 tokens per model call) fails: a budget_exceeded error.
+    report["budget_run"] = await call(
+        session,
+        "run_task",
+        {"task": "Climb, on a budget", "start_url": f"{site}/stairs/1?top=1000", "max_tokens": 1500, "wait_s": 90},
+    )
+
     # Errors are tool errors with the REST API's codes and messages.
     report["errors"] = {
         "unknown_model": await call(session, "run_task", {"task": "t", "model": "no-such-model"}),
