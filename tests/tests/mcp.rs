@@ -193,11 +193,19 @@ fn check_conversation(report: &Value) {
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed.iter().all(|t| t["status"] == "finished"));
 
-    // A long task stopped while run_task waited for it.
+    // A long task paused, resumed and stopped while run_task waited for it.
     let stopped = &report["stopped"];
     assert_eq!(
         stopped["running_before"].as_array().map(Vec::len),
         Some(1),
+        "{stopped}"
+    );
+    assert_eq!(
+        stopped["pause"]["structured"]["status"], "paused",
+        "{stopped}"
+    );
+    assert_eq!(
+        stopped["resume"]["structured"]["status"], "running",
         "{stopped}"
     );
     assert_eq!(stopped["stop"]["is_error"], false, "{stopped}");

@@ -84,8 +84,9 @@ async def scenario(session, site, report):
         report["screenshot_step_1"] = await call(session, "get_screenshot", {"id": task_id, "step": 1})
     report["list_tasks"] = await call(session, "list_tasks", {"status": "finished", "limit": 10})
 
-    # A long task stopped while run_task waits for it: the first progress notification
-    # triggers stop_task on the same session, and the waiting run_task returns it stopped.
+    # A long task paused, resumed and stopped while run_task waits for it: the first progress
+    # notification triggers the controls on the same session, and the waiting run_task returns
+    # the task stopped.
     long_progress = []
     stopped = {}
     long_result = {}
@@ -112,6 +113,8 @@ async def scenario(session, site, report):
         running = (listed["structured"] or {}).get("items", [])
         stopped["running_before"] = running
         if running:
+            stopped["pause"] = await call(session, "pause_task", {"id": running[0]["id"]})
+            stopped["resume"] = await call(session, "resume_task", {"id": running[0]["id"]})
             stopped["stop"] = await call(session, "stop_task", {"id": running[0]["id"]})
             stopped["stop_again"] = await call(session, "stop_task", {"id": running[0]["id"]})
 
