@@ -1,6 +1,7 @@
 //! The HTTP and WebSocket API of browserd (axum): the native `/v1` task routes, bearer-key auth
-//! with per-key rate limits, the event WebSocket, health/readiness/metrics endpoints and the
-//! OpenAPI document generated from the handlers.
+//! with per-key rate limits, the event WebSocket, the MCP task tools at `/mcp` (streamable
+//! HTTP), health/readiness/metrics endpoints and the OpenAPI document generated from the
+//! handlers.
 //!
 //! The api is stateless: every request reads and writes Postgres through
 //! [`browserd_store::Store`], and live events arrive through the process's shared

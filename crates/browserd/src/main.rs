@@ -148,6 +148,18 @@ async fn main() -> anyhow::Result<ExitCode> {
             .map(|()| ExitCode::SUCCESS),
     };
     telemetry.shutdown().await;
+    if matches!(cli.command, Command::Mcp(_)) {
+        // The stdio transport's pending stdin read holds a runtime thread that only the
+        // process's exit ends (dropping the runtime would wait for it forever).
+        let code = match &result {
+            Ok(_) => 0,
+            Err(err) => {
+                eprintln!("Error: {err:?}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     result
 }
 

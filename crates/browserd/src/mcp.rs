@@ -122,13 +122,22 @@ pub async fn serve(config_file: Option<&std::path::Path>, args: &McpArgs) -> any
 }
 
 async fn run_stdio(backend: Arc<dyn Backend>) -> anyhow::Result<()> {
-    let service = BrowserdMcp::new(backend)
-        .serve(browserd_mcp::rmcp::transport::stdio())
-        .await
-        .context("starting the MCP session on stdio")?;
-    let reason = service.waiting().await.context("serving MCP on stdio")?;
-    tracing::info!(?reason, "MCP client disconnected");
-    Ok(())
+    // SIGINT/SIGTERM end the session like a disconnect, so Chrome is closed on the way out.
+    let signal = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(crate::cancel_on_signal(signal.clone()));
+    let session = async {
+        let service = BrowserdMcp::new(backend)
+            .serve(browserd_mcp::rmcp::transport::stdio())
+            .await
+            .context("starting the MCP session on stdio")?;
+        let reason = service.waiting().await.context("serving MCP on stdio")?;
+        tracing::info!(?reason, "MCP client disconnected");
+        anyhow::Ok(())
+    };
+    tokio::select! {
+        result = session => result,
+        () = signal.cancelled() => Ok(()),
+    }
 }
 
 /// Tasks run by this process, kept in memory.
