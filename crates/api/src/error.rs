@@ -85,7 +85,8 @@ impl ApiError {
         }
     }
 
-    fn code(&self) -> &'static str {
+    /// The stable machine-readable code of the error body (`task_not_found`, …).
+    pub fn code(&self) -> &'static str {
         match self {
             ApiError::Unauthorized { code, .. }
             | ApiError::NotFound { code, .. }

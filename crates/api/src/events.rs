@@ -39,7 +39,7 @@ use utoipa::ToSchema;
 use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
 use crate::extract::{Caller, QueryParams, TaskPath};
-use crate::tasks::owned_task;
+use crate::task_ops::owned_task;
 use crate::{AppState, WS_TICKET_TTL};
 
 /// Events read from the database per query while catching up.

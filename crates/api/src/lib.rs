@@ -1,6 +1,7 @@
 //! The HTTP and WebSocket API of browserd (axum): the native `/v1` task routes, bearer-key auth
-//! with per-key rate limits, the event WebSocket, health/readiness/metrics endpoints and the
-//! OpenAPI document generated from the handlers.
+//! with per-key rate limits, the event WebSocket, the MCP task tools at `/mcp` (streamable
+//! HTTP), health/readiness/metrics endpoints and the OpenAPI document generated from the
+//! handlers.
 //!
 //! The edge is hardened: unauthenticated and invalid-key requests are rate-limited per client
 //! address before any database lookup ([`auth`]), every request has a timeout, WebSocket
@@ -16,8 +17,10 @@ mod client_ip;
 mod error;
 mod events;
 mod extract;
+mod mcp;
 mod models;
 mod ops;
+mod task_ops;
 mod tasks;
 mod validation;
 
@@ -46,6 +49,7 @@ pub use client_ip::{InvalidIpRange, IpRange, client_ip, parse_trusted_proxies};
 pub use error::ApiError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
+pub use validation::{list_limit, validate_create_task};
 
 /// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
 /// crate only deals in `tracing` spans and W3C header values.
@@ -255,10 +259,18 @@ pub fn router(
         ))
         .split_for_parts();
     let (ops, _) = ops_routes().split_for_parts();
+    // MCP over streamable HTTP, behind the same key check (and rate limit) as /v1.
+    let mcp = Router::new()
+        .route_service("/mcp", mcp::service(state.clone(), config.body_limit_bytes))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_api_key,
+        ));
 
     Router::new()
         .merge(v1)
         .merge(ops)
+        .merge(mcp)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)

@@ -5,16 +5,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_store::{ArtifactContent, StoreError, TaskCursor, TransitionDetails};
-use browserd_types::dto::{
-    CreateTaskRequest, ErrorBody, StepList, StepView, TaskList, TaskView, limits,
-};
+use browserd_store::TaskCursor;
+use browserd_types::dto::{CreateTaskRequest, ErrorBody, StepList, TaskList, TaskView, limits};
 use browserd_types::{TaskId, TaskStatus, Transition};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller, QueryParams, StepPath, TaskPath};
-use crate::validation::validate_create_task;
+use crate::task_ops::{self, owned_task};
 
 /// Create a task. It starts in status `queued`.
 #[utoipa::path(
@@ -42,31 +40,10 @@ pub async fn create_task(
     ApiJson(request): ApiJson<CreateTaskRequest>,
 ) -> Result<Response, ApiError> {
     tracing::debug!(?request, "create task");
-    let mut new_task = validate_create_task(request, &state.models)?;
-    new_task.trace_context = creating_trace_context(&state, &headers);
-    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
-        return Err(ApiError::validation(
-            "secrets",
-            "this server has no secrets key configured (BROWSERD_SECRETS_KEY or \
-             --secrets-key-file), so it cannot accept task secrets",
-        ));
-    }
-    if let Some(max) = state.max_queued_tasks {
-        let queued = state.store.queued_tasks().await?;
-        if queued >= max {
-            return Err(ApiError::QueueFull {
-                queued,
-                retry_after_secs: 5,
-            });
-        }
-    }
-    let task = state.store.create_task(caller.key_id, new_task).await?;
-    tracing::info!(task_id = %task.id, "task created");
-    let location = HeaderValue::try_from(format!("/v1/tasks/{}", task.id))
+    let trace_context = creating_trace_context(&state, &headers);
+    let view = task_ops::create(&state, &caller, request, trace_context).await?;
+    let location = HeaderValue::try_from(format!("/v1/tasks/{}", view.id))
         .map_err(|err| ApiError::Internal(err.to_string()))?;
-    let position = state.store.queue_position(task.id).await?;
-    let mut view = TaskView::from(task);
-    view.queue_position = position;
     let mut response = (StatusCode::CREATED, Json(view)).into_response();
     response.headers_mut().insert(header::LOCATION, location);
     Ok(response)
@@ -131,9 +108,7 @@ pub async fn list_tasks(
     query: QueryParams,
 ) -> Result<Json<TaskList>, ApiError> {
     query.only(&["limit", "cursor", "status"])?;
-    let limit = query
-        .int_in("limit", 1..=limits::LIST_LIMIT_MAX)?
-        .unwrap_or(limits::LIST_LIMIT_DEFAULT);
+    let limit = query.int_in("limit", 1..=limits::LIST_LIMIT_MAX)?;
     let status = query
         .get("status")
         .map(|raw| {
@@ -142,14 +117,9 @@ pub async fn list_tasks(
         })
         .transpose()?;
     let cursor = query.get("cursor").map(TaskCursor::decode).transpose()?;
-    let page = state
-        .store
-        .list_tasks(caller.key_id, status, limit, cursor)
-        .await?;
-    Ok(Json(TaskList {
-        items: page.items.into_iter().map(TaskView::from).collect(),
-        next_cursor: page.next_cursor.map(|c| c.encode()),
-    }))
+    Ok(Json(
+        task_ops::list(&state, &caller, status, limit, cursor).await?,
+    ))
 }
 
 /// Get one task.
@@ -173,13 +143,7 @@ pub async fn get_task(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<TaskView>, ApiError> {
-    let task = owned_task(&state, &caller, id).await?;
-    let queued = task.status == TaskStatus::Queued;
-    let mut view = TaskView::from(task);
-    if queued {
-        view.queue_position = state.store.queue_position(id).await?;
-    }
-    Ok(Json(view))
+    Ok(Json(task_ops::get(&state, &caller, id).await?))
 }
 
 /// Delete a task with its steps, events and artifacts. Refused while a worker runs it.
@@ -222,17 +186,9 @@ async fn control(
     id: TaskId,
     transition: Transition,
 ) -> Result<Json<TaskView>, ApiError> {
-    let task = state
-        .store
-        .transition_task(
-            Some(caller.key_id),
-            id,
-            transition,
-            TransitionDetails::default(),
-        )
-        .await?;
-    tracing::info!(task_id = %id, transition = transition.name(), status = %task.status, "task transition");
-    Ok(Json(task.into()))
+    Ok(Json(
+        task_ops::control(state, caller, id, transition).await?,
+    ))
 }
 
 /// Stop a queued, running or paused task (→ `stopped`, final).
@@ -331,25 +287,8 @@ pub async fn list_steps(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<StepList>, ApiError> {
-    owned_task(&state, &caller, id).await?;
-    let steps = state.store.list_steps(id).await?;
     Ok(Json(StepList {
-        items: steps
-            .into_iter()
-            .map(|step| StepView {
-                number: step.number,
-                screenshot_url: step
-                    .screenshot
-                    .map(|_| format!("/v1/tasks/{id}/steps/{}/screenshot", step.number)),
-                url: step.url,
-                title: step.title,
-                model_output: step.model_output,
-                results: step.results,
-                usage: step.usage,
-                started_at: step.started_at,
-                finished_at: step.finished_at,
-            })
-            .collect(),
+        items: task_ops::steps(&state, &caller, id).await?,
     }))
 }
 
@@ -378,23 +317,8 @@ pub async fn step_screenshot(
     TaskPath(id): TaskPath,
     step: StepPath,
 ) -> Result<Response, ApiError> {
-    let number = step.0;
-    owned_task(&state, &caller, id).await?;
-    let screenshot = state
-        .store
-        .step_screenshot(id, number)
-        .await?
-        .ok_or_else(|| ApiError::NotFound {
-            code: "screenshot_not_found",
-            message: format!("step {number} has no screenshot"),
-        })?;
-    let bytes = match screenshot.content {
-        ArtifactContent::Inline(bytes) => bytes,
-        ArtifactContent::Path(path) => tokio::fs::read(&path)
-            .await
-            .map_err(|err| ApiError::Internal(format!("reading screenshot file {path}: {err}")))?,
-    };
-    let content_type = HeaderValue::try_from(screenshot.content_type)
+    let (content_type, bytes) = task_ops::screenshot(&state, &caller, id, step.0).await?;
+    let content_type = HeaderValue::try_from(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Response::builder()
         .status(StatusCode::OK)
@@ -439,20 +363,6 @@ pub async fn task_history(
     Ok(Json(
         serde_json::json!({"history": history, "usage": usage}),
     ))
-}
-
-/// The task if it exists and belongs to the caller; 404 otherwise (another key's task is
-/// indistinguishable from a missing one).
-pub(crate) async fn owned_task(
-    state: &AppState,
-    caller: &Caller,
-    id: TaskId,
-) -> Result<browserd_store::TaskRecord, ApiError> {
-    state
-        .store
-        .get_task(Some(caller.key_id), id)
-        .await?
-        .ok_or(ApiError::from(StoreError::TaskNotFound(id)))
 }
 
 #[cfg(test)]

@@ -203,6 +203,26 @@ pub fn validate_create_task(
     })
 }
 
+/// The page size of a task list: 1–100, 20 when not given (`GET /v1/tasks?limit=`, the MCP
+/// `list_tasks` tool).
+pub fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let Some(value) = limit else {
+        return Ok(limits::LIST_LIMIT_DEFAULT);
+    };
+    let range = 1..=limits::LIST_LIMIT_MAX;
+    if !range.contains(&value) {
+        return Err(ApiError::validation(
+            "limit",
+            format!(
+                "limit must be between {} and {}, got {value}",
+                range.start(),
+                range.end()
+            ),
+        ));
+    }
+    Ok(value)
+}
+
 fn int_field(
     field: &str,
     value: Option<i64>,

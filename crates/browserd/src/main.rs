@@ -1,7 +1,9 @@
 //! The browserd binary: CLI, configuration and wiring of the roles — `serve` (api + worker in
-//! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal.
+//! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal, and
+//! `browserd mcp`, the MCP task tools on stdio.
 
 mod config;
+mod mcp;
 mod remote;
 mod replay;
 mod run;
@@ -80,6 +82,8 @@ enum Command {
     /// Re-run a recorded task's actions without a model (`browserd run --history-out`, or
     /// GET /v1/tasks/{id}/history), finding each element again by its recorded identity.
     Replay(replay::ReplayArgs),
+    /// Serve the MCP task tools on stdio (tasks run in this process, or on --server).
+    Mcp(mcp::McpArgs),
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -204,11 +208,26 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(cli.config.as_deref(), args).await,
         Command::Tasks { command } => remote::run(command).await,
         Command::Replay(args) => replay::run(args).await,
+        Command::Mcp(args) => mcp::serve(cli.config.as_deref(), args)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         other => other_command(&cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
     };
     telemetry.shutdown().await;
+    if matches!(cli.command, Command::Mcp(_)) {
+        // The stdio transport's pending stdin read holds a runtime thread that only the
+        // process's exit ends (dropping the runtime would wait for it forever).
+        let code = match &result {
+            Ok(_) => 0,
+            Err(err) => {
+                eprintln!("Error: {err:?}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     result
 }
 
@@ -221,6 +240,7 @@ impl Command {
             Command::Worker { .. } => "worker",
             Command::Migrate => "migrate",
             Command::Run(_) => "run",
+            Command::Mcp(_) => "mcp",
             Command::Keys { .. } => "keys",
             Command::Tasks { .. } => "tasks",
             Command::Replay(_) => "replay",
@@ -230,7 +250,7 @@ impl Command {
 
 async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) => Ok(()),
+        Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) | Command::Mcp(_) => Ok(()),
         Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
         Command::Api(args) => serve(cli, args, None, tracing).await,
         Command::Worker {

@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 /// Lifecycle status of a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
     Queued,

@@ -1,0 +1,163 @@
+//! The task operations behind both the `/v1` handlers and the MCP tools: one place that
+//! validates, checks ownership (another key's task is `task_not_found`) and reads or writes
+//! the store, so both front ends answer alike.
+
+use browserd_store::{ArtifactContent, StoreError, TaskCursor, TransitionDetails};
+use browserd_types::dto::{CreateTaskRequest, StepView, TaskList, TaskView, screenshot_path};
+use browserd_types::{TaskId, TaskStatus, Transition};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::Caller;
+use crate::validation::validate_create_task;
+
+/// Validates and stores a new task (status `queued`); `trace_context` is the W3C
+/// `traceparent` its spans join.
+pub(crate) async fn create(
+    state: &AppState,
+    caller: &Caller,
+    request: CreateTaskRequest,
+    trace_context: Option<String>,
+) -> Result<TaskView, ApiError> {
+    let mut new_task = validate_create_task(request, &state.models)?;
+    new_task.trace_context = trace_context;
+    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
+        return Err(ApiError::validation(
+            "secrets",
+            "this server has no secrets key configured (BROWSERD_SECRETS_KEY or \
+             --secrets-key-file), so it cannot accept task secrets",
+        ));
+    }
+    if let Some(max) = state.max_queued_tasks {
+        let queued = state.store.queued_tasks().await?;
+        if queued >= max {
+            return Err(ApiError::QueueFull {
+                queued,
+                retry_after_secs: 5,
+            });
+        }
+    }
+    let task = state.store.create_task(caller.key_id, new_task).await?;
+    tracing::info!(task_id = %task.id, "task created");
+    let position = state.store.queue_position(task.id).await?;
+    let mut view = TaskView::from(task);
+    view.queue_position = position;
+    Ok(view)
+}
+
+/// The task if it exists and belongs to the caller; 404 otherwise (another key's task is
+/// indistinguishable from a missing one).
+pub(crate) async fn owned_task(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<browserd_store::TaskRecord, ApiError> {
+    state
+        .store
+        .get_task(Some(caller.key_id), id)
+        .await?
+        .ok_or(ApiError::from(StoreError::TaskNotFound(id)))
+}
+
+/// One task, with its queue position while queued.
+pub(crate) async fn get(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<TaskView, ApiError> {
+    let task = owned_task(state, caller, id).await?;
+    let queued = task.status == TaskStatus::Queued;
+    let mut view = TaskView::from(task);
+    if queued {
+        view.queue_position = state.store.queue_position(id).await?;
+    }
+    Ok(view)
+}
+
+/// A page of the caller's tasks, newest first; `limit` is checked here (1–100, default 20).
+pub(crate) async fn list(
+    state: &AppState,
+    caller: &Caller,
+    status: Option<TaskStatus>,
+    limit: Option<i64>,
+    cursor: Option<TaskCursor>,
+) -> Result<TaskList, ApiError> {
+    let limit = crate::validation::list_limit(limit)?;
+    let page = state
+        .store
+        .list_tasks(caller.key_id, status, limit, cursor)
+        .await?;
+    Ok(TaskList {
+        items: page.items.into_iter().map(TaskView::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.encode()),
+    })
+}
+
+/// Stop, pause or resume (409 when illegal in the task's status).
+pub(crate) async fn control(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+    transition: Transition,
+) -> Result<TaskView, ApiError> {
+    let task = state
+        .store
+        .transition_task(
+            Some(caller.key_id),
+            id,
+            transition,
+            TransitionDetails::default(),
+        )
+        .await?;
+    tracing::info!(task_id = %id, transition = transition.name(), status = %task.status, "task transition");
+    Ok(task.into())
+}
+
+/// The task's steps, in order.
+pub(crate) async fn steps(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<Vec<StepView>, ApiError> {
+    owned_task(state, caller, id).await?;
+    let steps = state.store.list_steps(id).await?;
+    Ok(steps
+        .into_iter()
+        .map(|step| StepView {
+            number: step.number,
+            screenshot_url: step.screenshot.map(|_| screenshot_path(id, step.number)),
+            url: step.url,
+            title: step.title,
+            model_output: step.model_output,
+            results: step.results,
+            usage: step.usage,
+            started_at: step.started_at,
+            finished_at: step.finished_at,
+        })
+        .collect())
+}
+
+/// The screenshot of step `number`: its content type and bytes.
+pub(crate) async fn screenshot(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+    number: i32,
+) -> Result<(String, Vec<u8>), ApiError> {
+    owned_task(state, caller, id).await?;
+    let screenshot = state
+        .store
+        .step_screenshot(id, number)
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            code: "screenshot_not_found",
+            message: format!("step {number} has no screenshot"),
+        })?;
+    let bytes = match screenshot.content {
+        ArtifactContent::Inline(bytes) => bytes,
+        ArtifactContent::Path(path) => tokio::fs::read(&path)
+            .await
+            .map_err(|err| ApiError::Internal(format!("reading screenshot file {path}: {err}")))?,
+    };
+    Ok((screenshot.content_type, bytes))
+}
