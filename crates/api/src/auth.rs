@@ -40,7 +40,7 @@ impl KeyRateLimiter {
     }
 
     /// `Err(seconds to wait)` when the key is over its budget.
-    fn check(&self, key: ApiKeyId) -> Result<(), u64> {
+    pub(crate) fn check(&self, key: ApiKeyId) -> Result<(), u64> {
         self.limiter.check_key(&key).map_err(|not_until| {
             let wait = not_until.wait_time_from(self.clock.now());
             wait.as_secs() + u64::from(wait.subsec_nanos() > 0)

@@ -13,6 +13,7 @@ mod extract;
 mod models;
 mod ops;
 mod tasks;
+mod v2;
 mod validation;
 
 use std::sync::Arc;
@@ -192,6 +193,7 @@ pub fn router(
 
     Router::new()
         .merge(v1)
+        .nest("/api/v2", v2::router(state.clone()))
         .merge(ops)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
@@ -229,7 +231,10 @@ pub fn router(
         ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(SetSensitiveRequestHeadersLayer::new([AUTHORIZATION]))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            AUTHORIZATION,
+            axum::http::HeaderName::from_static(v2::API_KEY_HEADER),
+        ]))
         .layer(CatchPanicLayer::custom(ops::panic_response))
 }
 

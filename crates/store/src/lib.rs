@@ -11,6 +11,7 @@ mod events;
 mod hub;
 mod queue;
 mod sealed;
+mod sessions;
 mod steps;
 mod tasks;
 mod telemetry;
@@ -27,6 +28,9 @@ pub use events::NOTIFY_CHANNEL;
 pub use hub::{EventHub, Signal, Subscription};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
+pub use sessions::{
+    NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
+};
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;

@@ -15,6 +15,7 @@
 //! overall cap here); a dead browser is reported as a fatal `BrowserFailure`.
 
 mod adapter;
+mod browser_state;
 mod runner;
 mod service;
 mod sink;
@@ -23,6 +24,7 @@ mod telemetry;
 mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
+pub use browser_state::BrowserState;
 pub use runner::{
     RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,
