@@ -15,6 +15,7 @@ mod ops;
 mod tasks;
 mod v2;
 mod validation;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +109,7 @@ pub struct AppState {
     tags(
         (name = "tasks", description = "Create, inspect and control agent tasks"),
         (name = "events", description = "Live task events over WebSocket"),
+        (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -136,6 +138,9 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))
         .routes(routes!(events::task_events))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(webhooks::delete_webhook))
+        .routes(routes!(webhooks::list_deliveries))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {

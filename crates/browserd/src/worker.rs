@@ -277,6 +277,15 @@ pub async fn start(
         }
         None => None,
     };
+    // Webhook deliveries: beside the tasks, never on their path.
+    tokio::spawn(browserd_worker::run_webhook_dispatcher(
+        store.clone(),
+        browserd_worker::WebhookSettings {
+            allow_loopback: args.allow_loopback,
+            ..browserd_worker::WebhookSettings::default()
+        },
+        shutdown.clone(),
+    ));
     let mut worker = Worker::new(store, hub, runner, config);
     if tracing {
         worker = worker.with_trace_parent(crate::telemetry::OtelTraceContext::worker_hook());

@@ -15,6 +15,7 @@ mod sessions;
 mod steps;
 mod tasks;
 mod telemetry;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ pub use sessions::{
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;
+pub use webhooks::{
+    ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WEBHOOK_EVENTS, WebhookRecord,
+};
 
 /// The embedded migrations (`migrations/` at the repository root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

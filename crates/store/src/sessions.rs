@@ -169,6 +169,16 @@ pub(crate) async fn attach_in(
     )
     .execute(&mut **tx)
     .await?;
+    // The `created` webhook events were queued by the insert, before the task had a session.
+    sqlx::query!(
+        "update webhook_deliveries
+         set body = jsonb_set(body, '{payload,session_id}', to_jsonb($2::uuid))
+         where task_id = $1 and status = 'pending'",
+        task.0,
+        session_id,
+    )
+    .execute(&mut **tx)
+    .await?;
     Ok(session_id)
 }
 

@@ -6,6 +6,7 @@ pub mod event;
 pub mod ids;
 pub mod status;
 pub mod v2;
+pub mod webhooks;
 
 pub use event::{TaskEvent, event_kind};
 pub use ids::{ApiKeyId, ArtifactId, TaskId};

@@ -21,6 +21,7 @@ mod service;
 mod sink;
 mod specs;
 mod telemetry;
+mod webhooks;
 mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
@@ -33,4 +34,5 @@ pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;
 pub use specs::browser_action_specs;
 pub use telemetry::describe_metrics;
+pub use webhooks::{WebhookSettings, python_json, run_webhook_dispatcher, sign};
 pub use workspace::TaskWorkspace;
