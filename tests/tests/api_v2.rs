@@ -151,6 +151,7 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
         output.status,
         server.logs()
     );
+    eprintln!("{stdout}");
     for check in [
         "ok client.run",
         "ok tasks.create + wait + steps + status + logs",
