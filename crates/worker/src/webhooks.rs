@@ -165,9 +165,24 @@ async fn attempt(
             delivery,
             settings,
             None,
-            format!("request failed: {}", err.without_url()),
+            format!("request failed: {}", error_chain(&err.without_url())),
         ),
     }
+}
+
+/// An error with its sources: "error sending request: connection refused…".
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn retry(
