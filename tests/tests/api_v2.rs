@@ -24,7 +24,10 @@ use serde_json::json;
 /// Pages the model's answers are computed from.
 async fn site() -> String {
     let app = Router::new()
-        .route("/v2/plain", get(|| async { page("Plain", "<p>Nothing to do here.</p>") }))
+        .route(
+            "/v2/plain",
+            get(|| async { page("Plain", "<p>Nothing to do here.</p>") }),
+        )
         .route(
             "/v2/product",
             get(|| async { page("Product", "<p>Product: Widget</p><p>Price: 42</p>") }),
@@ -47,13 +50,13 @@ fn page(title: &str, body: &str) -> Html<String> {
     ))
 }
 
-async fn stairs(
-    Path(n): Path<u32>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Html<String> {
+async fn stairs(Path(n): Path<u32>, Query(query): Query<HashMap<String, String>>) -> Html<String> {
     let top: u32 = query.get("top").and_then(|t| t.parse().ok()).unwrap_or(3);
     if n >= top {
-        return page(&format!("Stair {n}"), &format!("<p>Top reached: CODE{top}X</p>"));
+        return page(
+            &format!("Stair {n}"),
+            &format!("<p>Top reached: CODE{top}X</p>"),
+        );
     }
     page(
         &format!("Stair {n}"),
@@ -76,10 +79,14 @@ async fn cookie(headers: HeaderMap) -> impl IntoResponse {
                 .map(str::to_owned)
         });
     match sent {
-        Some(value) => page("Cookie", &format!("<p>Cookie already there: {value}</p>"))
-            .into_response(),
+        Some(value) => {
+            page("Cookie", &format!("<p>Cookie already there: {value}</p>")).into_response()
+        }
         None => (
-            [(header::SET_COOKIE, "v2sid=v2-cookie-value; Path=/; HttpOnly")],
+            [(
+                header::SET_COOKIE,
+                "v2sid=v2-cookie-value; Path=/; HttpOnly",
+            )],
             page("Cookie", "<p>Cookie set.</p>"),
         )
             .into_response(),
@@ -165,10 +172,11 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
     }
 
     // systemPromptExtension reached the model's system prompt; the SDK key never reached a log.
-    let extended = model
-        .requests()
-        .iter()
-        .any(|r| message_texts(r).first().is_some_and(|s| s.contains("Be brief.")));
+    let extended = model.requests().iter().any(|r| {
+        message_texts(r)
+            .first()
+            .is_some_and(|s| s.contains("Be brief."))
+    });
     assert!(extended, "systemPromptExtension is in the system prompt");
     assert!(!server.logs().contains(&key), "the API key is not logged");
 }

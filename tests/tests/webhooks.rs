@@ -133,7 +133,10 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let (status, listed) = client.get("/v1/webhooks").await;
     assert_eq!(status, 200);
     assert_eq!(listed["items"].as_array().unwrap().len(), 2);
-    assert!(listed.to_string().find(&secret).is_none(), "the secret is shown once");
+    assert!(
+        listed.to_string().find(&secret).is_none(),
+        "the secret is shown once"
+    );
     let (status, bad) = client
         .post("/v1/webhooks", json!({"url": "ftp://example.com/x"}))
         .await;
@@ -151,8 +154,10 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     for _ in 0..2 {
         tasks.push(
             client
-                .create_task(json!({"task": "Climb", "start_url": site.url("/stairs/1?top=2"),
-                                    "metadata": {"n": "é"}}))
+                .create_task(
+                    json!({"task": "Climb", "start_url": site.url("/stairs/1?top=2"),
+                                    "metadata": {"n": "é"}}),
+                )
                 .await,
         );
     }
@@ -217,10 +222,7 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let received = receiver.received.clone();
-    let arrived = wait_for(LONG, || {
-        received.lock().unwrap().len() >= 6
-    })
-    .await;
+    let arrived = wait_for(LONG, || received.lock().unwrap().len() >= 6).await;
     let events = received.lock().unwrap().clone();
     assert!(
         arrived,
@@ -234,7 +236,11 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
             .filter(|e| e["payload"]["task_id"] == json!(id))
             .map(|e| e["payload"]["status"].as_str().unwrap())
             .collect();
-        assert_eq!(statuses, ["created", "started", "finished"], "order of {id}");
+        assert_eq!(
+            statuses,
+            ["created", "started", "finished"],
+            "order of {id}"
+        );
     }
     for event in &events {
         assert_eq!(event["type"], "agent.task.status_update");

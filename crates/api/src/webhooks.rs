@@ -74,7 +74,10 @@ pub async fn create_webhook(
             if events.is_empty() {
                 return Err(ApiError::validation("events", "events must not be empty"));
             }
-            if let Some(bad) = events.iter().find(|e| !WEBHOOK_EVENTS.contains(&e.as_str())) {
+            if let Some(bad) = events
+                .iter()
+                .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
+            {
                 return Err(ApiError::validation(
                     "events",
                     format!(
@@ -139,7 +142,10 @@ pub async fn list_webhooks(
 fn webhook_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| ApiError::BadRequest {
         code: "invalid_id",
-        message: format!("`{}` is not a webhook id (a UUID)", raw.chars().take(64).collect::<String>()),
+        message: format!(
+            "`{}` is not a webhook id (a UUID)",
+            raw.chars().take(64).collect::<String>()
+        ),
     })
 }
 

@@ -317,7 +317,10 @@ mod tests {
             V2TaskStatus::from(TaskStatus::Paused),
             V2TaskStatus::Started
         );
-        assert_eq!(V2TaskStatus::from(TaskStatus::Queued), V2TaskStatus::Created);
+        assert_eq!(
+            V2TaskStatus::from(TaskStatus::Queued),
+            V2TaskStatus::Created
+        );
         assert_eq!(
             serde_json::to_value(V2TaskStatus::Finished).unwrap(),
             "finished"

@@ -92,7 +92,10 @@ fn cookie_param(cookie: &Value) -> Option<Value> {
             param.insert(key.to_owned(), value.clone());
         }
     }
-    let session = object.get("session").and_then(Value::as_bool).unwrap_or(false);
+    let session = object
+        .get("session")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if let Some(expires) = object.get("expires").and_then(Value::as_f64)
         && !session
         && expires > 0.0

@@ -29,10 +29,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::BrowserState;
 use crate::runner::{
     AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec, browser_viewport,
 };
-use crate::BrowserState;
 use crate::sink::StoreSink;
 
 /// Operator settings of a worker process.

@@ -209,7 +209,9 @@ fn retry(
 
 /// `first · 2^(attempts-1)`, capped, minus up to 20 % jitter.
 fn backoff(attempts: i32, settings: &WebhookSettings) -> Duration {
-    let exponent = u32::try_from(attempts.saturating_sub(1)).unwrap_or(0).min(30);
+    let exponent = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(0)
+        .min(30);
     let base = settings
         .first_backoff
         .saturating_mul(2u32.saturating_pow(exponent))
@@ -231,9 +233,12 @@ async fn target_address(
     allow_loopback: bool,
     resolver: &HostResolver,
 ) -> Result<Option<(String, SocketAddr)>, Target> {
-    let parsed = url::Url::parse(url).map_err(|err| Target::Refused(format!("invalid URL: {err}")))?;
+    let parsed =
+        url::Url::parse(url).map_err(|err| Target::Refused(format!("invalid URL: {err}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(Target::Refused("only http and https URLs are allowed".into()));
+        return Err(Target::Refused(
+            "only http and https URLs are allowed".into(),
+        ));
     }
     let port = parsed.port_or_known_default().unwrap_or(80);
     let (host, addresses) = match parsed.host() {
@@ -392,7 +397,10 @@ mod tests {
             "file:///etc/passwd",
         ] {
             assert!(
-                matches!(target_address(url, false, &resolver).await, Err(Target::Refused(_))),
+                matches!(
+                    target_address(url, false, &resolver).await,
+                    Err(Target::Refused(_))
+                ),
                 "{url}"
             );
         }

@@ -100,8 +100,9 @@ impl V2Error {
 impl IntoResponse for V2Error {
     fn into_response(self) -> Response {
         match self {
-            V2Error::Detail(status, detail) => (status, axum::Json(json!({"detail": detail})))
-                .into_response(),
+            V2Error::Detail(status, detail) => {
+                (status, axum::Json(json!({"detail": detail}))).into_response()
+            }
             V2Error::Invalid(items) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 axum::Json(json!({"detail": items})),
@@ -113,10 +114,9 @@ impl IntoResponse for V2Error {
                     axum::Json(json!({"detail": detail})),
                 )
                     .into_response();
-                response.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(retry_after.max(1)),
-                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after.max(1)));
                 response
             }
             V2Error::Internal(detail) => {
@@ -184,7 +184,9 @@ impl From<ApiError> for V2Error {
                 if let Some(field) = field {
                     loc.extend(v2_field(&field).split('.').map(str::to_owned));
                 }
-                V2Error::Invalid(vec![json!({"loc": loc, "msg": message, "type": "value_error"})])
+                V2Error::Invalid(vec![
+                    json!({"loc": loc, "msg": message, "type": "value_error"}),
+                ])
             }
             ApiError::Unauthorized { message, .. } => {
                 V2Error::Detail(StatusCode::UNAUTHORIZED, message)
@@ -296,7 +298,9 @@ pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, V2Erro
         }
         let mut loc = vec!["body".to_owned()];
         loc.extend(path.split('.').filter(|p| !p.is_empty()).map(str::to_owned));
-        V2Error::Invalid(vec![json!({"loc": loc, "msg": inner, "type": "value_error"})])
+        V2Error::Invalid(vec![
+            json!({"loc": loc, "msg": inner, "type": "value_error"}),
+        ])
     })
 }
 
@@ -349,15 +353,18 @@ mod tests {
         };
         assert_eq!(items[0]["loc"], json!(["body", "task"]));
         assert_eq!(items[0]["type"], "missing");
-        let err =
-            parse_body::<Body>(&Bytes::from_static(b"{\"task\": \"x\", \"max_steps\": \"a\"}"))
-                .unwrap_err();
+        let err = parse_body::<Body>(&Bytes::from_static(
+            b"{\"task\": \"x\", \"max_steps\": \"a\"}",
+        ))
+        .unwrap_err();
         let V2Error::Invalid(items) = err else {
             panic!("{err:?}")
         };
         assert_eq!(items[0]["loc"], json!(["body", "max_steps"]));
         assert!(parse_body::<Body>(&Bytes::from_static(b"[1]")).is_err());
-        assert!(parse_body::<Body>(&Bytes::from_static(b"{\"task\": \"x\", \"extra\": 1}")).is_ok());
+        assert!(
+            parse_body::<Body>(&Bytes::from_static(b"{\"task\": \"x\", \"extra\": 1}")).is_ok()
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use browserd_store::{
 };
 use browserd_types::dto::{self, ViewportSize};
 use browserd_types::v2::{
-    CreateTaskRequest, LogsResponse, ListResponse, TaskCreatedResponse, TaskItemView,
+    CreateTaskRequest, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
     TaskStatusView, TaskStepView, TaskView, UpdateRequest, V2TaskStatus, cost_string, limits,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
@@ -119,7 +119,10 @@ pub(crate) async fn create_task(
                 })
         })
         .transpose()?;
-    let viewport = match (settings.browser_screen_width, settings.browser_screen_height) {
+    let viewport = match (
+        settings.browser_screen_width,
+        settings.browser_screen_height,
+    ) {
         (Some(width), Some(height)) if request.session_id.is_none() => {
             Some(ViewportSize { width, height })
         }
@@ -250,8 +253,8 @@ pub(crate) fn query_params(query: Option<&str>) -> BTreeMap<String, String> {
 
 /// `pageSize` (1–100, default 10) and `pageNumber` (from 1, default 1).
 pub(crate) fn paging(params: &BTreeMap<String, String>) -> Result<(i64, i64), V2Error> {
-    let int = |name: &str, default: i64, range: std::ops::RangeInclusive<i64>| {
-        match params.get(name) {
+    let int =
+        |name: &str, default: i64, range: std::ops::RangeInclusive<i64>| match params.get(name) {
             None => Ok(default),
             Some(raw) => raw
                 .parse::<i64>()
@@ -268,10 +271,13 @@ pub(crate) fn paging(params: &BTreeMap<String, String>) -> Result<(i64, i64), V2
                         "int_parsing",
                     )
                 }),
-        }
-    };
+        };
     Ok((
-        int("pageSize", limits::PAGE_SIZE_DEFAULT, limits::PAGE_SIZE_RANGE)?,
+        int(
+            "pageSize",
+            limits::PAGE_SIZE_DEFAULT,
+            limits::PAGE_SIZE_RANGE,
+        )?,
         int("pageNumber", 1, 1..=1_000_000)?,
     ))
 }
@@ -521,7 +527,11 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
 
 /// The full shape of a task: its steps (model steps 1..N; browserd's step 0, the initial
 /// navigation, is not a v2 step) with absolute screenshot URLs.
-async fn task_view(state: &AppState, headers: &HeaderMap, task: V2Task) -> Result<TaskView, V2Error> {
+async fn task_view(
+    state: &AppState,
+    headers: &HeaderMap,
+    task: V2Task,
+) -> Result<TaskView, V2Error> {
     let id = task.record.id;
     let records = state.store.list_steps(id).await?;
     let mut previous_end: Option<OffsetDateTime> = None;
