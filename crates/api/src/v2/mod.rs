@@ -180,9 +180,19 @@ impl From<ApiError> for V2Error {
     fn from(err: ApiError) -> Self {
         match err {
             ApiError::Validation { field, message } => {
-                let mut loc = vec!["body".to_owned()];
+                let mut loc = vec![json!("body")];
                 if let Some(field) = field {
-                    loc.extend(v2_field(&field).split('.').map(str::to_owned));
+                    // `allowed_domains[0]` → "allowedDomains", 0 (FastAPI's loc items).
+                    for part in v2_field(&field).split('.') {
+                        match part.split_once('[') {
+                            Some((name, index)) => {
+                                loc.push(json!(name));
+                                let index = index.trim_end_matches(']');
+                                loc.push(index.parse::<u64>().map_or(json!(index), |i| json!(i)));
+                            }
+                            None => loc.push(json!(part)),
+                        }
+                    }
                 }
                 V2Error::Invalid(vec![
                     json!({"loc": loc, "msg": message, "type": "value_error"}),

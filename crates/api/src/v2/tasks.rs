@@ -511,7 +511,12 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
         session_id: session_id.unwrap_or(record.id.0),
         llm,
         task: record.task,
-        status: record.status.into(),
+        // Paused before it ever ran: still `created`.
+        status: if record.status == TaskStatus::Paused && record.started_at.is_none() {
+            V2TaskStatus::Created
+        } else {
+            record.status.into()
+        },
         created_at: record.created_at,
         started_at: record.started_at,
         finished_at: record.finished_at,
