@@ -452,3 +452,46 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
         .await;
     assert_eq!(status, 200, "{task}");
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn webhook_events_are_queued_with_the_status_change_and_its_session(pool: PgPool) {
+    let app = App::start(pool.clone()).await;
+    let response = app
+        .http
+        .post(app.url("/v1/webhooks"))
+        .bearer_auth(&app.key)
+        .json(&json!({"url": "https://hooks.example.com/in", "events": ["created", "stopped"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let (status, created) = app
+        .post("/tasks", json!({"task": "t", "metadata": {"k": "v"}}))
+        .await;
+    assert_eq!(status, 202);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (status, _) = app
+        .patch(&format!("/tasks/{id}"), json!({"action": "stop"}))
+        .await;
+    assert_eq!(status, 200);
+    let rows: Vec<(String, Value)> = sqlx::query_as(
+        "select event, body from webhook_deliveries where task_id = $1::uuid order by id",
+    )
+    .bind(&id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let events: Vec<&str> = rows.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["created", "stopped"]);
+    for (event, body) in &rows {
+        assert_eq!(body["type"], "agent.task.status_update");
+        assert_eq!(body["payload"]["status"], json!(event));
+        assert_eq!(body["payload"]["task_id"], json!(id));
+        assert_eq!(
+            body["payload"]["session_id"], created["sessionId"],
+            "{body}"
+        );
+        assert_eq!(body["payload"]["metadata"], json!({"k": "v"}));
+        assert!(body["timestamp"].as_str().unwrap().ends_with('Z'));
+    }
+}
