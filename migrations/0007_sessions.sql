@@ -13,8 +13,11 @@ create table browser_sessions (
     persist_memory boolean not null default true,
     start_url    text,
     -- The context's state after the latest task: CDP `Network.Cookie` objects and the URLs of
-    -- the open tabs (the focused one is `focused_tab`, an index into `tabs`).
+    -- the open tabs (the focused one is `focused_tab`, an index into `tabs`). Cookies are
+    -- credentials: with a secrets key they are sealed like task secrets (`cookies_sealed`,
+    -- the session id as associated data) and `cookies` stays empty.
     cookies      jsonb not null default '[]'::jsonb,
+    cookies_sealed bytea,
     tabs         text[] not null default '{}',
     focused_tab  integer not null default 0,
     created_at   timestamptz not null default now(),

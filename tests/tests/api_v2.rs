@@ -179,4 +179,23 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
     });
     assert!(extended, "systemPromptExtension is in the system prompt");
     assert!(!server.logs().contains(&key), "the API key is not logged");
+
+    // The session's cookie is sealed at rest: the cookie's name is nowhere in the database.
+    let pool = db.pool().await;
+    let sealed: i64 = sqlx::query_scalar(
+        "select count(*) from browser_sessions
+         where keep_alive and cookies_sealed is not null and cookies = '[]'::jsonb",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(sealed, 1, "the reused session saved its sealed cookies");
+    let dump = tokio::process::Command::new("pg_dump")
+        .arg("--data-only")
+        .arg(&db.url)
+        .output()
+        .await
+        .expect("pg_dump runs");
+    assert!(dump.status.success());
+    assert!(!String::from_utf8_lossy(&dump.stdout).contains("v2sid"));
 }

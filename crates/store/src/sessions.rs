@@ -3,9 +3,10 @@
 //! the session ends and restores them into the next task's fresh context, on any worker.
 //! Also the v2 view of tasks: their session, their v2-only options and the page-number listing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use browserd_types::{ApiKeyId, TaskId, TaskStatus};
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::{Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -13,6 +14,9 @@ use uuid::Uuid;
 use crate::NewTask;
 use crate::tasks::TaskRow;
 use crate::{Store, StoreError, TaskRecord};
+
+/// The one entry of a session's sealed cookies (sealed like task secrets, under the session id).
+const COOKIES_ENTRY: &str = "cookies";
 
 /// A session row (without its saved browser state).
 #[derive(Clone, Debug, PartialEq)]
@@ -333,7 +337,8 @@ impl Store {
     /// without one.
     pub async fn task_session(&self, id: TaskId) -> Result<Option<TaskSession>, StoreError> {
         let row = sqlx::query!(
-            "select s.id, s.cookies, s.tabs, s.focused_tab, s.start_url, t.v2_options,
+            "select s.id, s.cookies, s.cookies_sealed, s.tabs, s.focused_tab, s.start_url,
+                 t.v2_options,
                  not exists(select 1 from tasks o where o.session_id = s.id and o.id <> t.id
                      and o.status in ('finished', 'failed', 'stopped')) as \"first_task!\"
              from tasks t join browser_sessions s on s.id = t.session_id
@@ -345,7 +350,10 @@ impl Store {
         Ok(row.map(|row| TaskSession {
             session_id: row.id,
             state: SessionState {
-                cookies: row.cookies,
+                cookies: match &row.cookies_sealed {
+                    Some(sealed) => self.open_cookies(row.id, sealed),
+                    None => row.cookies,
+                },
                 tabs: row.tabs,
                 focused_tab: row.focused_tab,
             },
@@ -362,21 +370,55 @@ impl Store {
         id: Uuid,
         state: &SessionState,
     ) -> Result<(), StoreError> {
+        // With a secrets key the cookies are sealed (they are credentials).
+        let (cookies, sealed) = match &self.keyring {
+            Some(keyring) => {
+                let plain = BTreeMap::from([(
+                    COOKIES_ENTRY.to_owned(),
+                    SecretString::from(state.cookies.to_string()),
+                )]);
+                (
+                    serde_json::json!([]),
+                    Some(keyring.seal(TaskId(id), &plain)),
+                )
+            }
+            None => (state.cookies.clone(), None),
+        };
         sqlx::query!(
             "update browser_sessions set
-                 cookies = $2, tabs = $3, focused_tab = $4, updated_at = now(),
+                 cookies = $2, cookies_sealed = $5, tabs = $3, focused_tab = $4, updated_at = now(),
                  status = case when keep_alive then status else 'stopped' end,
                  finished_at = case when keep_alive then finished_at
                                     else coalesce(finished_at, now()) end
              where id = $1",
             id,
-            state.cookies,
+            cookies,
             &state.tabs,
             state.focused_tab,
+            sealed,
         )
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// The sealed cookies of session `id`; none (logged) when they cannot be opened (no key,
+    /// a key that was dropped, damaged data): the task then starts without them.
+    fn open_cookies(&self, id: Uuid, sealed: &[u8]) -> serde_json::Value {
+        let Some(keyring) = &self.keyring else {
+            tracing::warn!(session_id = %id, "the session's cookies are sealed but no secrets key is configured");
+            return serde_json::json!([]);
+        };
+        match keyring.open(TaskId(id), sealed) {
+            Ok(plain) => plain
+                .get(COOKIES_ENTRY)
+                .and_then(|text| serde_json::from_str(text.expose_secret()).ok())
+                .unwrap_or_else(|| serde_json::json!([])),
+            Err(err) => {
+                tracing::warn!(session_id = %id, %err, "could not open the session's cookies");
+                serde_json::json!([])
+            }
+        }
     }
 
     /// Stops a one-off session (keepAlive false) whose task ended without saving a state.

@@ -155,8 +155,11 @@ def session_reuse():
     assert stopped.status.value == "stopped"
     err = expect_error(400, lambda: client.tasks.create("again", session_id=str(session.id)))
     assert "stopped" in err.message, err.message
-    client.sessions.delete(str(session.id))
-    expect_error(404, lambda: client.sessions.get(str(session.id)))
+    # The stopped session stays (the driver checks its cookies are sealed); delete another.
+    other = client.sessions.create(keep_alive=False)
+    assert other.keep_alive is False
+    client.sessions.delete(str(other.id))
+    expect_error(404, lambda: client.sessions.get(str(other.id)))
     ok("session reuse (cookie and tab of the first task seen by the second)")
 
 
