@@ -12,7 +12,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use browserd_tests::{Client, MockModel, Process, Site, TestDb, create_key, stairs_brain};
+use browserd_tests::{
+    Client, MockModel, Process, Site, TestDb, create_key, python_venv, stairs_brain,
+};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -28,6 +30,8 @@ type Received = Arc<Mutex<Vec<Value>>>;
 struct Receiver {
     secret: Arc<Mutex<String>>,
     received: Received,
+    /// The raw bodies, as sent.
+    raw: Arc<Mutex<Vec<String>>>,
     rejected: Arc<Mutex<Vec<String>>>,
 }
 
@@ -66,6 +70,11 @@ async fn hook(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes)
     // The body is the event as Python's json.dumps(sort_keys=True, separators=(",", ":")).
     assert!(!String::from_utf8_lossy(&body).contains(": "));
     receiver.received.lock().unwrap().push(event);
+    receiver
+        .raw
+        .lock()
+        .unwrap()
+        .push(String::from_utf8(body.to_vec()).unwrap());
     StatusCode::NO_CONTENT
 }
 
@@ -211,6 +220,7 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let receiver = Receiver {
         secret: Arc::new(Mutex::new(secret.clone())),
         received: Arc::default(),
+        raw: Arc::default(),
         rejected: Arc::default(),
     };
     let app = Router::new()
@@ -248,6 +258,44 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
         assert_eq!(event["payload"]["metadata"], json!({"n": "é"}));
         assert_eq!(event["payload"]["session_id"], event["payload"]["task_id"]);
     }
+    // Each body is byte for byte what Python's json.dumps(sort_keys=True, separators=(",", ":"))
+    // writes for it, so receivers that re-serialize before verifying (browser-use-sdk 2.x's
+    // `verify_webhook_event_signature`) agree with the signature.
+    let python = python_venv("tests/python/v2/requirements.txt");
+    let raw = receiver.raw.lock().unwrap().join("\n");
+    let mut check = tokio::process::Command::new(python)
+        .arg("-c")
+        .arg(
+            "import json, sys\n\
+             for line in sys.stdin.read().splitlines():\n\
+             \x20   again = json.dumps(json.loads(line), separators=(',', ':'), sort_keys=True)\n\
+             \x20   assert again == line, (again, line)\n\
+             print('same')",
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = check.stdin.take().unwrap();
+        stdin.write_all(raw.as_bytes()).await.unwrap();
+    }
+    let checked = tokio::time::timeout(Duration::from_secs(60), check.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        checked.status.success() && String::from_utf8_lossy(&checked.stdout).contains("same"),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(
+        raw.contains("\\u00e9"),
+        "non-ASCII is escaped as Python does: {raw}"
+    );
+
     let (_, list) = client.get(&deliveries_path).await;
     let items = list["items"].as_array().unwrap();
     assert!(
