@@ -216,6 +216,21 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         response.json::<Value>().await.unwrap()["detail"][0]["type"],
         "json_invalid"
     );
+    // Too large: a JSON 413, not axum's plain text.
+    let response = app
+        .http
+        .post(app.url("/api/v2/tasks"))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .header("content-type", "application/json")
+        .body(format!("{{\"task\": \"{}\"}}", "x".repeat(2 * 1024 * 1024)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    assert_eq!(
+        response.json::<Value>().await.unwrap(),
+        json!({"detail": "Request body is too large"})
+    );
 
     for request in [
         json!({"task": "t", "opVaultId": "v"}),

@@ -262,6 +262,49 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, V
     Ok(Caller { key_id: key.id })
 }
 
+/// A request body as bytes, whose rejections (too large, unreadable) are [`V2Error`]s.
+pub(crate) struct V2Body(pub Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for V2Body {
+    type Rejection = V2Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Bytes::from_request(req, state)
+            .await
+            .map(V2Body)
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    V2Error::Detail(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "Request body is too large".to_owned(),
+                    )
+                } else {
+                    V2Error::bad_request(format!(
+                        "Could not read the request body: {}",
+                        rejection.body_text()
+                    ))
+                }
+            })
+    }
+}
+
+/// Path parameters whose rejections are [`V2Error`]s.
+pub(crate) struct V2Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> axum::extract::FromRequestParts<S> for V2Path<T> {
+    type Rejection = V2Error;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| V2Path(value))
+            .map_err(|rejection| V2Error::invalid(&["path"], rejection.body_text(), "value_error"))
+    }
+}
+
 /// A path id: FastAPI's 422 when it is not a UUID.
 pub(crate) fn path_uuid(name: &str, raw: &str) -> Result<Uuid, V2Error> {
     Uuid::parse_str(raw).map_err(|err| {

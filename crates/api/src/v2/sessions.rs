@@ -2,8 +2,7 @@
 //! `sessionId`. No browser stays up between tasks, so `liveUrl` is always `null`.
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use browserd_store::{NewSession, SessionRecord, StoreError, TransitionDetails};
@@ -15,7 +14,7 @@ use browserd_types::v2::{
 use uuid::Uuid;
 
 use super::tasks::{item_view, paging, query_params};
-use super::{V2Error, parse_body, path_uuid};
+use super::{V2Body, V2Error, V2Path, parse_body, path_uuid};
 use crate::AppState;
 use crate::extract::Caller;
 
@@ -55,7 +54,7 @@ async fn view(
 pub(crate) async fn create_session(
     State(state): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    V2Body(body): V2Body,
 ) -> Result<Response, V2Error> {
     let request: CreateSessionRequest = if body.is_empty() {
         CreateSessionRequest::default()
@@ -136,7 +135,7 @@ pub(crate) async fn list_sessions(
 pub(crate) async fn get_session(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    V2Path(session_id): V2Path<String>,
 ) -> Result<Json<SessionView>, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
     let session = state
@@ -181,8 +180,8 @@ pub(crate) async fn stop_session_and_tasks(
 pub(crate) async fn update_session(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
-    body: Bytes,
+    V2Path(session_id): V2Path<String>,
+    V2Body(body): V2Body,
 ) -> Result<Json<SessionView>, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
     let request: UpdateRequest = parse_body(&body)?;
@@ -201,7 +200,7 @@ pub(crate) async fn update_session(
 pub(crate) async fn delete_session(
     State(state): State<AppState>,
     caller: Caller,
-    Path(session_id): Path<String>,
+    V2Path(session_id): V2Path<String>,
 ) -> Result<StatusCode, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
     stop_session_and_tasks(&state, &caller, id).await?;

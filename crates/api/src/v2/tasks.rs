@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::{
@@ -21,7 +21,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use super::{V2Error, absolute_url, parse_body, path_uuid};
+use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
 use crate::AppState;
 use crate::extract::Caller;
 use crate::validation::validate_create_task;
@@ -31,7 +31,7 @@ use crate::validation::validate_create_task;
 pub(crate) async fn create_task(
     State(state): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    V2Body(body): V2Body,
 ) -> Result<Response, V2Error> {
     let request: CreateTaskRequest = parse_body(&body)?;
     tracing::debug!(?request, "create v2 task");
@@ -320,7 +320,7 @@ pub(crate) async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    Path(task_id): Path<String>,
+    V2Path(task_id): V2Path<String>,
 ) -> Result<Json<TaskView>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     Ok(Json(task_view(&state, &headers, task).await?))
@@ -330,7 +330,7 @@ pub(crate) async fn get_task(
 pub(crate) async fn task_status(
     State(state): State<AppState>,
     caller: Caller,
-    Path(task_id): Path<String>,
+    V2Path(task_id): V2Path<String>,
 ) -> Result<Json<TaskStatusView>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     let item = item_view(task);
@@ -350,8 +350,8 @@ pub(crate) async fn update_task(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    Path(task_id): Path<String>,
-    body: Bytes,
+    V2Path(task_id): V2Path<String>,
+    V2Body(body): V2Body,
 ) -> Result<Json<TaskView>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     let request: UpdateRequest = parse_body(&body)?;
@@ -409,7 +409,7 @@ pub(crate) async fn task_logs(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    Path(task_id): Path<String>,
+    V2Path(task_id): V2Path<String>,
 ) -> Result<Json<LogsResponse>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     Ok(Json(LogsResponse {
@@ -424,7 +424,7 @@ pub(crate) async fn task_logs(
 pub(crate) async fn task_history(
     State(state): State<AppState>,
     caller: Caller,
-    Path(task_id): Path<String>,
+    V2Path(task_id): V2Path<String>,
 ) -> Result<Json<Value>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     let history = state.store.step_records(task.record.id).await?;
@@ -436,7 +436,7 @@ pub(crate) async fn task_history(
 pub(crate) async fn step_screenshot(
     State(state): State<AppState>,
     caller: Caller,
-    Path((task_id, number)): Path<(String, String)>,
+    V2Path((task_id, number)): V2Path<(String, String)>,
 ) -> Result<Response, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     let number: i32 = number.parse().map_err(|_| {
@@ -473,7 +473,7 @@ pub(crate) async fn step_screenshot(
 pub(crate) async fn output_file(
     State(state): State<AppState>,
     caller: Caller,
-    Path((task_id, file_id)): Path<(String, String)>,
+    V2Path((task_id, file_id)): V2Path<(String, String)>,
 ) -> Result<Response, V2Error> {
     owned(&state, &caller, &task_id).await?;
     path_uuid("file_id", &file_id)?;
