@@ -322,6 +322,11 @@ impl Client {
             .await
     }
 
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.delete(format!("{}{path}", self.base)))
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.send(self.http.get(format!("{}{path}", self.base)))
             .await

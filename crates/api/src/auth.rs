@@ -78,7 +78,7 @@ impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
     }
 
     /// `Err(seconds to wait)` when `key` is over its budget.
-    fn check(&self, key: &K) -> Result<(), u64> {
+    pub(crate) fn check(&self, key: &K) -> Result<(), u64> {
         self.limiter.check_key(key).map_err(|not_until| {
             let wait = not_until.wait_time_from(self.clock.now());
             wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
@@ -308,6 +308,23 @@ pub(crate) async fn require_api_key(
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// Another front door's way in (`/api/v2`, whose key travels in its own header): the same
+/// per-address limit, key cache and lookup as `/v1`. `None` (no key sent) costs the client a
+/// token and is a 401.
+pub(crate) async fn authenticate_key(
+    state: &AppState,
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+    key: Option<SecretString>,
+) -> Result<Caller, ApiError> {
+    let client = request_client_ip(headers, extensions, &state.edge.trusted_proxies);
+    let credential = key
+        .filter(|k| !k.expose_secret().is_empty())
+        .map(Credential::Key)
+        .ok_or_else(|| unauthorized("missing_api_key", "send your API key"));
+    authenticate(state, client, credential).await
 }
 
 /// Takes a token from the client address's bucket: every request that is about to cost a

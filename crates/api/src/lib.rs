@@ -22,7 +22,9 @@ mod models;
 mod ops;
 mod task_ops;
 mod tasks;
+mod v2;
 mod validation;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,6 +155,7 @@ pub struct AppState {
     tags(
         (name = "tasks", description = "Create, inspect and control agent tasks"),
         (name = "events", description = "Live task events over WebSocket"),
+        (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -182,6 +185,9 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::task_history))
         .routes(routes!(events::task_events))
         .routes(routes!(events::create_ticket))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(webhooks::delete_webhook))
+        .routes(routes!(webhooks::list_deliveries))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {
@@ -269,6 +275,7 @@ pub fn router(
 
     Router::new()
         .merge(v1)
+        .nest("/api/v2", v2::router(state.clone()))
         .merge(ops)
         .merge(mcp)
         .fallback(ops::not_found)
@@ -313,6 +320,7 @@ pub fn router(
         .layer(SetSensitiveRequestHeadersLayer::new([
             AUTHORIZATION,
             SEC_WEBSOCKET_PROTOCOL,
+            axum::http::HeaderName::from_static(v2::API_KEY_HEADER),
         ]))
         .layer(CatchPanicLayer::custom(ops::panic_response))
 }

@@ -141,6 +141,11 @@ pub struct WorkerArgs {
     )]
     allow_loopback: bool,
 
+    /// Longest wait between two attempts of a webhook delivery (the backoff doubles from 1 s up
+    /// to this); deliveries are given up 24 h after their event.
+    #[arg(long, env = "BROWSERD_WEBHOOK_MAX_BACKOFF_S", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    webhook_max_backoff_s: u64,
+
     /// Directory holding each running task's workspace (default: the system temp dir).
     #[arg(long, env = "BROWSERD_WORKSPACE_ROOT")]
     workspace_root: Option<PathBuf>,
@@ -277,6 +282,16 @@ pub async fn start(
         }
         None => None,
     };
+    // Webhook deliveries: beside the tasks, never on their path.
+    tokio::spawn(browserd_worker::run_webhook_dispatcher(
+        store.clone(),
+        browserd_worker::WebhookSettings {
+            allow_loopback: args.allow_loopback,
+            max_backoff: Duration::from_secs(args.webhook_max_backoff_s),
+            ..browserd_worker::WebhookSettings::default()
+        },
+        shutdown.clone(),
+    ));
     let mut worker = Worker::new(store, hub, runner, config);
     if tracing {
         worker = worker.with_trace_parent(crate::telemetry::OtelTraceContext::worker_hook());

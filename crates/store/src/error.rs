@@ -39,6 +39,15 @@ pub enum StoreError {
     /// `keys revoke ID|PREFIX` did not designate exactly one active key.
     #[error("{0}")]
     KeySelector(String),
+    /// No such `/api/v2` session for this key.
+    #[error("session {0} not found")]
+    SessionNotFound(uuid::Uuid),
+    /// The session was stopped; a task cannot run in it.
+    #[error("session {0} is stopped")]
+    SessionStopped(uuid::Uuid),
+    /// The session already has an unfinished task.
+    #[error("session {0} already has a running task")]
+    SessionBusy(uuid::Uuid),
     #[error("invalid cursor")]
     InvalidCursor,
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).

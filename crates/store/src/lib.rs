@@ -11,9 +11,11 @@ mod events;
 mod hub;
 mod queue;
 mod sealed;
+mod sessions;
 mod steps;
 mod tasks;
 mod telemetry;
+mod webhooks;
 
 use std::time::Duration;
 
@@ -30,9 +32,15 @@ pub use events::NOTIFY_CHANNEL;
 pub use hub::{EventHub, KeySignal, KeySignals, Signal, Subscription};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
+pub use sessions::{
+    NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
+};
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;
+pub use webhooks::{
+    ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WEBHOOK_EVENTS, WebhookRecord,
+};
 
 /// The embedded migrations (`migrations/` at the repository root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

@@ -131,39 +131,39 @@ impl From<TaskRecord> for TaskView {
 }
 
 pub(crate) struct TaskRow {
-    id: Uuid,
-    api_key_id: Uuid,
-    status: String,
-    task: String,
-    start_url: Option<String>,
-    max_steps: i32,
-    model: Option<String>,
-    allowed_domains: Vec<String>,
-    prohibited_domains: Vec<String>,
-    output_schema: Option<serde_json::Value>,
-    use_vision: bool,
-    max_actions_per_step: i32,
-    max_failures: i32,
-    timeout_s: Option<i32>,
-    metadata: serde_json::Value,
-    output: Option<String>,
-    is_success: Option<bool>,
-    error: Option<String>,
-    lease_owner: Option<String>,
-    lease_expires_at: Option<OffsetDateTime>,
-    attempts: i32,
-    last_event_seq: i64,
-    created_at: OffsetDateTime,
-    updated_at: OffsetDateTime,
-    started_at: Option<OffsetDateTime>,
-    finished_at: Option<OffsetDateTime>,
-    max_tokens: Option<i64>,
-    max_cost_usd: Option<f64>,
-    usage: Option<serde_json::Value>,
-    last_url: Option<String>,
-    viewport_width: Option<i32>,
-    viewport_height: Option<i32>,
-    settle_timeout_ms: Option<i32>,
+    pub(crate) id: Uuid,
+    pub(crate) api_key_id: Uuid,
+    pub(crate) status: String,
+    pub(crate) task: String,
+    pub(crate) start_url: Option<String>,
+    pub(crate) max_steps: i32,
+    pub(crate) model: Option<String>,
+    pub(crate) allowed_domains: Vec<String>,
+    pub(crate) prohibited_domains: Vec<String>,
+    pub(crate) output_schema: Option<serde_json::Value>,
+    pub(crate) use_vision: bool,
+    pub(crate) max_actions_per_step: i32,
+    pub(crate) max_failures: i32,
+    pub(crate) timeout_s: Option<i32>,
+    pub(crate) metadata: serde_json::Value,
+    pub(crate) output: Option<String>,
+    pub(crate) is_success: Option<bool>,
+    pub(crate) error: Option<String>,
+    pub(crate) lease_owner: Option<String>,
+    pub(crate) lease_expires_at: Option<OffsetDateTime>,
+    pub(crate) attempts: i32,
+    pub(crate) last_event_seq: i64,
+    pub(crate) created_at: OffsetDateTime,
+    pub(crate) updated_at: OffsetDateTime,
+    pub(crate) started_at: Option<OffsetDateTime>,
+    pub(crate) finished_at: Option<OffsetDateTime>,
+    pub(crate) max_tokens: Option<i64>,
+    pub(crate) max_cost_usd: Option<f64>,
+    pub(crate) usage: Option<serde_json::Value>,
+    pub(crate) last_url: Option<String>,
+    pub(crate) viewport_width: Option<i32>,
+    pub(crate) viewport_height: Option<i32>,
+    pub(crate) settle_timeout_ms: Option<i32>,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
@@ -276,6 +276,19 @@ impl Store {
         owner: ApiKeyId,
         new: NewTask,
     ) -> Result<TaskRecord, StoreError> {
+        self.create_task_with(owner, new, None)
+            .await
+            .map(|(record, _)| record)
+    }
+
+    /// [`Store::create_task`], putting the task into a session (`/api/v2`) in the same
+    /// transaction; also returns the session's id.
+    pub(crate) async fn create_task_with(
+        &self,
+        owner: ApiKeyId,
+        new: NewTask,
+        session: Option<(&crate::sessions::SessionChoice, &serde_json::Value)>,
+    ) -> Result<(TaskRecord, Option<Uuid>), StoreError> {
         let id = TaskId::new();
         let secrets = if new.secrets.is_empty() {
             None
@@ -343,6 +356,12 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        let session_id = match session {
+            Some((choice, options)) => {
+                Some(crate::sessions::attach_in(&mut tx, owner, id, choice, options).await?)
+            }
+            None => None,
+        };
         let event = append_event_in(
             &mut tx,
             id,
@@ -354,7 +373,7 @@ impl Store {
         tx.commit().await?;
         let mut record = TaskRecord::try_from(row)?;
         record.last_event_seq = event.seq;
-        Ok(record)
+        Ok((record, session_id))
     }
 
     /// The task `id` if it exists and (when `owner` is given) belongs to `owner`.

@@ -5,6 +5,8 @@ pub mod dto;
 pub mod event;
 pub mod ids;
 pub mod status;
+pub mod v2;
+pub mod webhooks;
 
 pub use event::{TaskEvent, event_kind};
 pub use ids::{ApiKeyId, ArtifactId, TaskId};

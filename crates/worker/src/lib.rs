@@ -15,14 +15,17 @@
 //! overall cap here); a dead browser is reported as a fatal `BrowserFailure`.
 
 mod adapter;
+mod browser_state;
 mod runner;
 mod service;
 mod sink;
 mod specs;
 mod telemetry;
+mod webhooks;
 mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
+pub use browser_state::BrowserState;
 pub use runner::{
     RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,
@@ -31,4 +34,5 @@ pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;
 pub use specs::browser_action_specs;
 pub use telemetry::describe_metrics;
+pub use webhooks::{WebhookSettings, python_json, run_webhook_dispatcher, sign};
 pub use workspace::TaskWorkspace;

@@ -60,6 +60,17 @@ pub struct TaskSpec {
     /// Cap of the wait after each action for the page to settle; `None` = the runner's
     /// default, zero = do not wait.
     pub settle_timeout: Option<Duration>,
+    /// browser-use's `flash_mode` (short prompt, memory + action only).
+    pub flash_mode: bool,
+    /// browser-use's `use_thinking`; `None` = the agent's default.
+    pub use_thinking: Option<bool>,
+    /// Appended to the system prompt (browser-use's `extend_system_message`).
+    pub extend_system_message: Option<String>,
+    /// Cookies and tabs to put into the fresh context first (an `/api/v2` session).
+    pub browser_state: Option<crate::BrowserState>,
+    /// Read the context's cookies and tabs at the end of the run
+    /// ([`RunOutcome::browser_state`]).
+    pub save_browser_state: bool,
 }
 
 impl TaskSpec {
@@ -84,6 +95,11 @@ impl TaskSpec {
             metadata: BTreeMap::new(),
             viewport: None,
             settle_timeout: None,
+            flash_mode: false,
+            use_thinking: None,
+            extend_system_message: None,
+            browser_state: None,
+            save_browser_state: false,
         }
     }
 
@@ -98,6 +114,11 @@ impl TaskSpec {
         config.max_failures = self.max_failures;
         config.sensitive_data = self.secrets.clone();
         config.workspace_dir = Some(workspace.dir().to_path_buf());
+        config.flash_mode = self.flash_mode;
+        if let Some(thinking) = self.use_thinking {
+            config.use_thinking = thinking;
+        }
+        config.extend_system_message = self.extend_system_message.clone();
         config
     }
 
@@ -171,6 +192,8 @@ pub enum RunEnd {
 pub struct RunOutcome {
     pub history: AgentHistoryList,
     pub end: RunEnd,
+    /// The context's cookies and tabs at the end, when the spec asked for them.
+    pub browser_state: Option<crate::BrowserState>,
 }
 
 impl RunOutcome {
@@ -260,6 +283,9 @@ impl TaskRunner {
         }
 
         let browser = self.lease_browser(&spec, &workspace).await?;
+        if let Some(state) = &spec.browser_state {
+            crate::browser_state::restore(browser.session(), state, resume_url.is_none()).await;
+        }
         if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
             let params = json!({"url": url, "new_tab": false});
             let navigate =
@@ -302,6 +328,11 @@ impl TaskRunner {
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
         };
         drop(deadline);
+        let browser_state = if spec.save_browser_state {
+            crate::browser_state::save(browser.session()).await
+        } else {
+            None
+        };
         release_browser(browser).await;
         let history = outcome?;
         let end = if history.is_done() {
@@ -319,7 +350,11 @@ impl TaskRunner {
                     .unwrap_or_else(|| "the run ended without done".to_owned()),
             )
         };
-        Ok(RunOutcome { history, end })
+        Ok(RunOutcome {
+            history,
+            end,
+            browser_state,
+        })
     }
 
     /// A browser context for `spec` (its egress rules, viewport, settle cap, secrets), wrapped

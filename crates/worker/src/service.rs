@@ -18,7 +18,8 @@ use browserd_agent::{
     VisionMode,
 };
 use browserd_store::{
-    ClaimedTask, EventHub, Signal, Store, StoreError, TaskRecord, TransitionDetails,
+    ClaimedTask, EventHub, SessionState, Signal, Store, StoreError, TaskRecord, TaskSession,
+    TransitionDetails,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 use secrecy::{ExposeSecret, SecretString};
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::BrowserState;
 use crate::runner::{
     AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec, browser_viewport,
 };
@@ -259,6 +261,36 @@ pub fn task_spec(
     spec
 }
 
+/// What an `/api/v2` session and its task's v2 options add to the spec: the saved cookies
+/// and tabs, the session's start URL for its first task, flash mode, thinking, vision `auto`
+/// and the system prompt extension.
+fn apply_session(spec: &mut TaskSpec, session: &TaskSession) {
+    let state = &session.state;
+    spec.browser_state = Some(BrowserState {
+        cookies: state.cookies.as_array().cloned().unwrap_or_default(),
+        tabs: state.tabs.clone(),
+        focused: usize::try_from(state.focused_tab).unwrap_or(0),
+    });
+    spec.save_browser_state = true;
+    if spec.start_url.is_none() && session.first_task {
+        spec.start_url = session.start_url.clone();
+    }
+    let Some(options) = &session.options else {
+        return;
+    };
+    let flag = |key: &str| options.get(key).and_then(serde_json::Value::as_bool);
+    spec.flash_mode = flag("flashMode").unwrap_or(false);
+    spec.use_thinking = flag("thinking");
+    if flag("visionAuto") == Some(true) {
+        spec.use_vision = VisionMode::Auto;
+    }
+    spec.extend_system_message = options
+        .get("systemPromptExtension")
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+}
+
 /// One claimed task on this worker.
 struct TaskJob {
     store: Store,
@@ -291,8 +323,22 @@ impl TaskJob {
                 return;
             }
         }
-        let spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
+        let mut spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
         drop(secrets);
+        let session = match self.store.task_session(id).await {
+            Ok(session) => session,
+            Err(err) => {
+                tracing::warn!(%err, "could not read the task's session; handing it back");
+                let _ = self
+                    .store
+                    .release_task(id, &self.config.id, "session unreadable")
+                    .await;
+                return;
+            }
+        };
+        if let Some(session) = &session {
+            apply_session(&mut spec, session);
+        }
         if spec.timeout.is_some_and(|t| t.is_zero()) {
             let error = format!(
                 "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
@@ -410,6 +456,24 @@ impl TaskJob {
             }
             Ok(outcome) => {
                 crate::telemetry::run_finished(&outcome.history);
+                // Saved before the task ends, so a task created in the session as soon as
+                // this one reads as ended finds its cookies and tabs.
+                if let Some(session) = &session
+                    && let Some(state) = &outcome.browser_state
+                {
+                    let state = SessionState {
+                        cookies: serde_json::Value::Array(state.cookies.clone()),
+                        tabs: state.tabs.clone(),
+                        focused_tab: i32::try_from(state.focused).unwrap_or(0),
+                    };
+                    if let Err(err) = self
+                        .store
+                        .save_session_state(session.session_id, &state)
+                        .await
+                    {
+                        tracing::warn!(%err, "could not save the session's browser state");
+                    }
+                }
                 let output = outcome.final_result().map(str::to_owned);
                 match outcome.end {
                     RunEnd::Done { success } => {
@@ -430,6 +494,11 @@ impl TaskJob {
                     }
                 }
             }
+        }
+        if session.is_some()
+            && let Err(err) = self.store.end_one_off_session(id).await
+        {
+            tracing::warn!(%err, "could not stop the task's one-off session");
         }
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
     }

@@ -24,6 +24,10 @@ pub fn describe_metrics() {
         "Tasks this worker is running now"
     );
     metrics::gauge!("browserd_worker_tasks_running").set(0.0);
+    metrics::describe_counter!(
+        "browserd_webhook_attempts_total",
+        "Webhook delivery attempts by outcome (delivered, retry, failed = given up)"
+    );
     browserd_agent::telemetry::describe_metrics();
     browserd_browser::describe_metrics();
     browserd_llm::layers::describe_metrics();

@@ -1,0 +1,443 @@
+//! browser-use cloud's `/api/v2`, so the official `browser-use-sdk` (`BrowserUse(api_key=…,
+//! base_url="http://HOST/api/v2")`) runs tasks on browserd unchanged: the key goes in
+//! `X-Browser-Use-API-Key` (the same keys as `/v1`), errors are FastAPI's `{"detail": …}`
+//! (422 with its list shape for invalid input), and cloud-only features answer 501.
+//!
+//! v1 and v2 are two views of the same tasks: `tasks.rs` maps the rows both ways, `sessions.rs`
+//! serves the sessions (browser state that later tasks reuse).
+
+mod sessions;
+mod tasks;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use browserd_store::StoreError;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::Caller;
+
+/// The header the SDK sends the key in.
+pub(crate) const API_KEY_HEADER: &str = "x-browser-use-api-key";
+
+/// The `/api/v2` routes (to be nested under `/api/v2`).
+pub(crate) fn router(state: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/tasks", post(tasks::create_task).get(tasks::list_tasks))
+        .route(
+            "/tasks/{task_id}",
+            get(tasks::get_task).patch(tasks::update_task),
+        )
+        .route("/tasks/{task_id}/status", get(tasks::task_status))
+        .route("/tasks/{task_id}/logs", get(tasks::task_logs))
+        .route("/tasks/{task_id}/history", get(tasks::task_history))
+        .route(
+            "/tasks/{task_id}/steps/{number}/screenshot",
+            get(tasks::step_screenshot),
+        )
+        .route(
+            "/files/tasks/{task_id}/output-files/{file_id}",
+            get(tasks::output_file),
+        )
+        .route(
+            "/sessions",
+            post(sessions::create_session).get(sessions::list_sessions),
+        )
+        .route(
+            "/sessions/{session_id}",
+            get(sessions::get_session)
+                .patch(sessions::update_session)
+                .delete(sessions::delete_session),
+        )
+        .route_layer(middleware::from_fn_with_state(state, require_key))
+        .fallback(not_implemented)
+}
+
+/// Everything of the cloud API browserd does not serve (profiles, browsers, skills,
+/// marketplace, billing, presigned uploads, public shares, …).
+async fn not_implemented() -> V2Error {
+    V2Error::Detail(
+        StatusCode::NOT_IMPLEMENTED,
+        "Not implemented on this server (a cloud-only feature of browser-use)".to_owned(),
+    )
+}
+
+/// An `/api/v2` failure: `{"detail": "..."}` with a status, or FastAPI's 422 list.
+#[derive(Debug)]
+pub(crate) enum V2Error {
+    Detail(StatusCode, String),
+    /// 422 `{"detail":[{"loc","msg","type"}]}`.
+    Invalid(Vec<Value>),
+    /// 429 with `Retry-After`.
+    TooMany(String, u64),
+    /// Logged; the client sees a generic message.
+    Internal(String),
+}
+
+impl V2Error {
+    pub(crate) fn not_found(what: &str) -> Self {
+        V2Error::Detail(StatusCode::NOT_FOUND, format!("{what} not found"))
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        V2Error::Detail(StatusCode::BAD_REQUEST, message.into())
+    }
+
+    /// One invalid value at `loc` (e.g. `["body", "maxSteps"]`).
+    pub(crate) fn invalid(loc: &[&str], msg: impl Into<String>, kind: &str) -> Self {
+        V2Error::Invalid(vec![json!({"loc": loc, "msg": msg.into(), "type": kind})])
+    }
+}
+
+impl IntoResponse for V2Error {
+    fn into_response(self) -> Response {
+        match self {
+            V2Error::Detail(status, detail) => {
+                (status, axum::Json(json!({"detail": detail}))).into_response()
+            }
+            V2Error::Invalid(items) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                axum::Json(json!({"detail": items})),
+            )
+                .into_response(),
+            V2Error::TooMany(detail, retry_after) => {
+                let mut response = (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    axum::Json(json!({"detail": detail})),
+                )
+                    .into_response();
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after.max(1)));
+                response
+            }
+            V2Error::Internal(detail) => {
+                tracing::error!(error = %detail, "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    axum::Json(json!({"detail": "Internal server error"})),
+                )
+                    .into_response()
+            }
+        }
+    }
+}
+
+impl From<StoreError> for V2Error {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::TaskNotFound(_) => V2Error::not_found("Task"),
+            StoreError::SessionNotFound(_) => V2Error::not_found("Session"),
+            StoreError::SessionStopped(_) => V2Error::bad_request(
+                "Browser session is stopped. Please start a new session and try again.",
+            ),
+            StoreError::SessionBusy(_) => V2Error::bad_request(
+                "Agent session already has a running task. Please wait for it to finish or stop it manually.",
+            ),
+            err @ StoreError::NoSecretsKey => {
+                V2Error::invalid(&["body", "secrets"], err.to_string(), "value_error")
+            }
+            other => V2Error::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The v2 name of a `/v1` request field (validation messages name the field the client sent).
+fn v2_field(field: &str) -> String {
+    match field {
+        "model" => "llm".to_owned(),
+        "output_schema" => "structuredOutput".to_owned(),
+        "use_vision" => "vision".to_owned(),
+        "viewport.width" => "sessionSettings.browserScreenWidth".to_owned(),
+        "viewport.height" => "sessionSettings.browserScreenHeight".to_owned(),
+        other => {
+            let mut out = String::new();
+            let mut upper = false;
+            for c in other.chars() {
+                if c == '_' {
+                    upper = true;
+                } else if upper {
+                    out.extend(c.to_uppercase());
+                    upper = false;
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+    }
+}
+
+impl From<ApiError> for V2Error {
+    fn from(err: ApiError) -> Self {
+        match err {
+            ApiError::Validation { field, message } => {
+                let mut loc = vec![json!("body")];
+                if let Some(field) = field {
+                    // `allowed_domains[0]` → "allowedDomains", 0 (FastAPI's loc items).
+                    for part in v2_field(&field).split('.') {
+                        match part.split_once('[') {
+                            Some((name, index)) => {
+                                loc.push(json!(name));
+                                let index = index.trim_end_matches(']');
+                                loc.push(index.parse::<u64>().map_or(json!(index), |i| json!(i)));
+                            }
+                            None => loc.push(json!(part)),
+                        }
+                    }
+                }
+                V2Error::Invalid(vec![
+                    json!({"loc": loc, "msg": message, "type": "value_error"}),
+                ])
+            }
+            ApiError::Unauthorized { message, .. } => {
+                V2Error::Detail(StatusCode::UNAUTHORIZED, message)
+            }
+            ApiError::NotFound { message, .. } => V2Error::Detail(StatusCode::NOT_FOUND, message),
+            ApiError::BadRequest { message, .. } => V2Error::bad_request(message),
+            ApiError::Conflict { message, .. } => V2Error::bad_request(message),
+            ApiError::RateLimited { retry_after_secs } => {
+                V2Error::TooMany("Rate limit exceeded".to_owned(), retry_after_secs)
+            }
+            ApiError::QueueFull {
+                queued,
+                retry_after_secs,
+            } => V2Error::TooMany(
+                format!("The task queue is full ({queued} tasks waiting)"),
+                retry_after_secs,
+            ),
+            ApiError::Internal(detail) => V2Error::Internal(detail),
+            other => V2Error::Detail(StatusCode::BAD_REQUEST, other.to_string()),
+        }
+    }
+}
+
+/// Middleware: the key from `X-Browser-Use-API-Key` (or `Authorization: Bearer`), 401
+/// `{"detail"}` otherwise; the key's rate limit; the key as [`Caller`] for the handlers.
+async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let caller = match authenticate(&state, request.headers(), request.extensions()).await {
+        Ok(caller) => caller,
+        Err(err) => return err.into_response(),
+    };
+    tracing::Span::current().record("api_key_id", tracing::field::display(caller.key_id));
+    if let Some(limiter) = &state.rate_limiter
+        && let Err(retry_after_secs) = limiter.check(&caller.key_id)
+    {
+        metrics::counter!("browserd_rate_limited_total", "limit" => "key").increment(1);
+        return V2Error::TooMany("Rate limit exceeded".to_owned(), retry_after_secs)
+            .into_response();
+    }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// The key from `X-Browser-Use-API-Key` (or `Authorization: Bearer`), checked exactly as /v1
+/// checks its keys (the per-address limit before any database lookup, the key cache that a
+/// revocation clears), with the cloud's messages.
+async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> Result<Caller, V2Error> {
+    let token = match headers.get(API_KEY_HEADER) {
+        Some(value) => Some(value.to_str().map(str::trim).unwrap_or("").to_owned()),
+        None => headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim().to_owned()),
+    };
+    let missing = token.is_none();
+    let key = token.map(secrecy::SecretString::from);
+    match crate::auth::authenticate_key(state, headers, extensions, key).await {
+        Ok(caller) => Ok(caller),
+        Err(ApiError::Unauthorized { .. }) => Err(V2Error::Detail(
+            StatusCode::UNAUTHORIZED,
+            if missing {
+                "Missing X-Browser-Use-API-Key header"
+            } else {
+                "Invalid API key"
+            }
+            .to_owned(),
+        )),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// A request body as bytes, whose rejections (too large, unreadable) are [`V2Error`]s.
+pub(crate) struct V2Body(pub Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for V2Body {
+    type Rejection = V2Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        Bytes::from_request(req, state)
+            .await
+            .map(V2Body)
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    V2Error::Detail(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "Request body is too large".to_owned(),
+                    )
+                } else {
+                    V2Error::bad_request(format!(
+                        "Could not read the request body: {}",
+                        rejection.body_text()
+                    ))
+                }
+            })
+    }
+}
+
+/// Path parameters whose rejections are [`V2Error`]s.
+pub(crate) struct V2Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> axum::extract::FromRequestParts<S> for V2Path<T> {
+    type Rejection = V2Error;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| V2Path(value))
+            .map_err(|rejection| V2Error::invalid(&["path"], rejection.body_text(), "value_error"))
+    }
+}
+
+/// A path id: FastAPI's 422 when it is not a UUID.
+pub(crate) fn path_uuid(name: &str, raw: &str) -> Result<Uuid, V2Error> {
+    Uuid::parse_str(raw).map_err(|err| {
+        V2Error::invalid(
+            &["path", name],
+            format!("Input should be a valid UUID, {err}"),
+            "uuid_parsing",
+        )
+    })
+}
+
+/// A JSON body of type `T`: FastAPI's 422 naming the place for invalid JSON, a missing field
+/// or a wrong type. Unknown fields are ignored (`T` does not deny them).
+pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, V2Error> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|err| {
+        V2Error::invalid(
+            &["body", &err.column().to_string()],
+            format!("JSON decode error: {err}"),
+            "json_invalid",
+        )
+    })?;
+    if !value.is_object() {
+        return Err(V2Error::invalid(
+            &["body"],
+            "Input should be a valid dictionary or object",
+            "model_attributes_type",
+        ));
+    }
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner().to_string();
+        if let Some(field) = inner
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            let mut loc = vec!["body".to_owned()];
+            if path != "." {
+                loc.extend(path.split('.').map(str::to_owned));
+            }
+            loc.push(field.to_owned());
+            return V2Error::Invalid(vec![json!({
+                "loc": loc, "msg": "Field required", "type": "missing"
+            })]);
+        }
+        let mut loc = vec!["body".to_owned()];
+        loc.extend(path.split('.').filter(|p| !p.is_empty()).map(str::to_owned));
+        V2Error::Invalid(vec![
+            json!({"loc": loc, "msg": inner, "type": "value_error"}),
+        ])
+    })
+}
+
+/// An absolute URL of `path` on this server as the client reached it (`Host`, and
+/// `X-Forwarded-Proto` behind a proxy); the path alone without a `Host`.
+pub(crate) fn absolute_url(headers: &HeaderMap, path: &str) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        });
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .filter(|p| *p == "https" || *p == "http")
+        .unwrap_or("http");
+    match host {
+        Some(host) => format!("{scheme}://{host}{path}"),
+        None => path.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_fields_get_their_v2_names() {
+        assert_eq!(v2_field("start_url"), "startUrl");
+        assert_eq!(v2_field("allowed_domains"), "allowedDomains");
+        assert_eq!(v2_field("model"), "llm");
+        assert_eq!(v2_field("secrets.a_b"), "secrets.aB");
+    }
+
+    #[test]
+    fn bodies_fail_like_fastapi() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Body {
+            task: String,
+            #[serde(default)]
+            max_steps: Option<i64>,
+        }
+        let err = parse_body::<Body>(&Bytes::from_static(b"{\"other\": 1}")).unwrap_err();
+        let V2Error::Invalid(items) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(items[0]["loc"], json!(["body", "task"]));
+        assert_eq!(items[0]["type"], "missing");
+        let err = parse_body::<Body>(&Bytes::from_static(
+            b"{\"task\": \"x\", \"max_steps\": \"a\"}",
+        ))
+        .unwrap_err();
+        let V2Error::Invalid(items) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(items[0]["loc"], json!(["body", "max_steps"]));
+        assert!(parse_body::<Body>(&Bytes::from_static(b"[1]")).is_err());
+        assert!(
+            parse_body::<Body>(&Bytes::from_static(b"{\"task\": \"x\", \"extra\": 1}")).is_ok()
+        );
+    }
+
+    #[test]
+    fn absolute_urls_use_the_host() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(absolute_url(&headers, "/a"), "/a");
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert_eq!(absolute_url(&headers, "/a"), "http://127.0.0.1:8080/a");
+        headers.insert(header::HOST, HeaderValue::from_static("evil/x"));
+        assert_eq!(absolute_url(&headers, "/a"), "/a");
+    }
+}

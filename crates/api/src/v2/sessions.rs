@@ -1,0 +1,211 @@
+//! `/api/v2/sessions`: browser state (cookies, open tabs) that later tasks reuse through
+//! `sessionId`. No browser stays up between tasks, so `liveUrl` is always `null`.
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use browserd_store::{NewSession, SessionRecord, StoreError, TransitionDetails};
+use browserd_types::Transition;
+use browserd_types::v2::{
+    CreateSessionRequest, ListResponse, SessionItemView, SessionView, UpdateRequest,
+    V2SessionStatus,
+};
+use uuid::Uuid;
+
+use super::tasks::{item_view, paging, query_params};
+use super::{V2Body, V2Error, V2Path, parse_body, path_uuid};
+use crate::AppState;
+use crate::extract::Caller;
+
+fn item(session: SessionRecord) -> SessionItemView {
+    SessionItemView {
+        id: session.id,
+        status: if session.active {
+            V2SessionStatus::Active
+        } else {
+            V2SessionStatus::Stopped
+        },
+        live_url: None,
+        recording_url: None,
+        started_at: session.created_at,
+        finished_at: session.finished_at,
+        persist_memory: session.persist_memory,
+        keep_alive: session.keep_alive,
+        proxy_used_mb: "0".to_owned(),
+        proxy_cost: "0".to_owned(),
+    }
+}
+
+async fn view(
+    state: &AppState,
+    caller: &Caller,
+    session: SessionRecord,
+) -> Result<SessionView, V2Error> {
+    let tasks = state.store.session_tasks(caller.key_id, session.id).await?;
+    Ok(SessionView {
+        item: item(session),
+        tasks: tasks.into_iter().map(item_view).collect(),
+        public_share_url: None,
+    })
+}
+
+/// `POST /sessions`: 201, an active session for later tasks.
+pub(crate) async fn create_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Body(body): V2Body,
+) -> Result<Response, V2Error> {
+    let request: CreateSessionRequest = if body.is_empty() {
+        CreateSessionRequest::default()
+    } else {
+        parse_body(&body)?
+    };
+    if request.profile_id.is_some() {
+        return Err(V2Error::Detail(
+            StatusCode::NOT_IMPLEMENTED,
+            "profileId (browser profiles) is a browser-use cloud feature this server does not implement".to_owned(),
+        ));
+    }
+    if request.custom_proxy.as_ref().is_some_and(|p| !p.is_null()) {
+        return Err(V2Error::Detail(
+            StatusCode::NOT_IMPLEMENTED,
+            "customProxy is not supported by this server".to_owned(),
+        ));
+    }
+    if let Some(url) = &request.start_url {
+        let ok = url::Url::parse(url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            return Err(V2Error::invalid(
+                &["body", "startUrl"],
+                "startUrl must be an absolute http(s) URL",
+                "url_parsing",
+            ));
+        }
+    }
+    let session = state
+        .store
+        .create_session(
+            caller.key_id,
+            NewSession {
+                keep_alive: request.keep_alive.unwrap_or(true),
+                persist_memory: request.persist_memory.unwrap_or(true),
+                start_url: request.start_url,
+            },
+        )
+        .await?;
+    tracing::info!(session_id = %session.id, "session created (v2)");
+    Ok((StatusCode::CREATED, Json(item(session))).into_response())
+}
+
+/// `GET /sessions?pageSize&pageNumber&filterBy=active|stopped`.
+pub(crate) async fn list_sessions(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ListResponse<SessionItemView>>, V2Error> {
+    let params = query_params(query.as_deref());
+    let (page_size, page_number) = paging(&params)?;
+    let active = match params.get("filterBy").map(String::as_str) {
+        None => None,
+        Some("active") => Some(true),
+        Some("stopped") => Some(false),
+        Some(_) => {
+            return Err(V2Error::invalid(
+                &["query", "filterBy"],
+                "Input should be 'active' or 'stopped'",
+                "enum",
+            ));
+        }
+    };
+    let (sessions, total) = state
+        .store
+        .list_sessions(caller.key_id, active, page_size, page_number)
+        .await?;
+    Ok(Json(ListResponse {
+        items: sessions.into_iter().map(item).collect(),
+        total_items: total,
+        page_number,
+        page_size,
+    }))
+}
+
+/// `GET /sessions/{id}`.
+pub(crate) async fn get_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path(session_id): V2Path<String>,
+) -> Result<Json<SessionView>, V2Error> {
+    let id = path_uuid("session_id", &session_id)?;
+    let session = state
+        .store
+        .get_session(caller.key_id, id)
+        .await?
+        .ok_or_else(|| V2Error::not_found("Session"))?;
+    Ok(Json(view(&state, &caller, session).await?))
+}
+
+/// Stops the session and every unfinished task in it.
+pub(crate) async fn stop_session_and_tasks(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+) -> Result<SessionRecord, V2Error> {
+    let session = state
+        .store
+        .stop_session(caller.key_id, id)
+        .await?
+        .ok_or_else(|| V2Error::not_found("Session"))?;
+    for task in state.store.session_unfinished_tasks(id).await? {
+        match state
+            .store
+            .transition_task(
+                Some(caller.key_id),
+                task,
+                Transition::Stop,
+                TransitionDetails::default(),
+            )
+            .await
+        {
+            Ok(_) | Err(StoreError::IllegalTransition { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    tracing::info!(session_id = %id, "session stopped (v2)");
+    Ok(session)
+}
+
+/// `PATCH /sessions/{id}` `{"action": "stop"}`: stops the session and its running tasks.
+pub(crate) async fn update_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path(session_id): V2Path<String>,
+    V2Body(body): V2Body,
+) -> Result<Json<SessionView>, V2Error> {
+    let id = path_uuid("session_id", &session_id)?;
+    let request: UpdateRequest = parse_body(&body)?;
+    if request.action != "stop" {
+        return Err(V2Error::invalid(
+            &["body", "action"],
+            "Input should be 'stop'",
+            "enum",
+        ));
+    }
+    let session = stop_session_and_tasks(&state, &caller, id).await?;
+    Ok(Json(view(&state, &caller, session).await?))
+}
+
+/// `DELETE /sessions/{id}`: 204; stops its unfinished tasks and forgets its browser state.
+pub(crate) async fn delete_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path(session_id): V2Path<String>,
+) -> Result<StatusCode, V2Error> {
+    let id = path_uuid("session_id", &session_id)?;
+    stop_session_and_tasks(&state, &caller, id).await?;
+    if !state.store.delete_session(caller.key_id, id).await? {
+        return Err(V2Error::not_found("Session"));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

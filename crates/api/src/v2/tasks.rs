@@ -1,0 +1,584 @@
+//! `/api/v2/tasks`: the v2 view of browserd's tasks.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use browserd_store::{
+    ArtifactContent, SessionChoice, StoreError, TransitionDetails, V2Task, V2TaskFilter,
+};
+use browserd_types::dto::{self, ViewportSize};
+use browserd_types::v2::{
+    CreateTaskRequest, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
+    TaskStatusView, TaskStepView, TaskView, UpdateRequest, V2TaskStatus, cost_string, limits,
+};
+use browserd_types::{TaskId, TaskStatus, Transition};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
+
+use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
+use crate::AppState;
+use crate::extract::Caller;
+use crate::validation::validate_create_task;
+
+/// `POST /tasks`: 202 `{id, sessionId}`; the task runs in a new one-off session, or in the
+/// caller's active, idle session `sessionId`.
+pub(crate) async fn create_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Body(body): V2Body,
+) -> Result<Response, V2Error> {
+    let request: CreateTaskRequest = parse_body(&body)?;
+    tracing::debug!(?request, "create v2 task");
+    if request.op_vault_id.is_some() {
+        return Err(cloud_only("opVaultId (1Password vaults)"));
+    }
+    if request.judge == Some(true) {
+        return Err(cloud_only("judge"));
+    }
+    if request.skill_ids.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(cloud_only("skillIds"));
+    }
+    let settings = request.session_settings.clone().unwrap_or_default();
+    if settings.profile_id.is_some() {
+        return Err(cloud_only("sessionSettings.profileId (browser profiles)"));
+    }
+    if request.task.trim().is_empty() {
+        return Err(V2Error::invalid(
+            &["body", "task"],
+            "String should have at least 1 character",
+            "string_too_short",
+        ));
+    }
+    if let Some(steps) = request.max_steps
+        && !limits::MAX_STEPS_RANGE.contains(&steps)
+    {
+        return Err(V2Error::invalid(
+            &["body", "maxSteps"],
+            format!(
+                "Input should be between {} and {}",
+                limits::MAX_STEPS_RANGE.start(),
+                limits::MAX_STEPS_RANGE.end()
+            ),
+            "less_than_equal",
+        ));
+    }
+    if let Some(extension) = &request.system_prompt_extension
+        && extension.chars().count() > limits::SYSTEM_PROMPT_EXTENSION_MAX_CHARS
+    {
+        return Err(V2Error::invalid(
+            &["body", "systemPromptExtension"],
+            format!(
+                "String should have at most {} characters",
+                limits::SYSTEM_PROMPT_EXTENSION_MAX_CHARS
+            ),
+            "string_too_long",
+        ));
+    }
+    if request
+        .metadata
+        .as_ref()
+        .is_some_and(|m| m.len() > limits::METADATA_MAX_PAIRS)
+    {
+        return Err(V2Error::invalid(
+            &["body", "metadata"],
+            format!("at most {} metadata pairs", limits::METADATA_MAX_PAIRS),
+            "value_error",
+        ));
+    }
+    let (use_vision, vision_auto) = match &request.vision {
+        None | Some(Value::Null) => (None, false),
+        Some(Value::Bool(b)) => (Some(*b), false),
+        Some(Value::String(s)) if s == "auto" => (Some(true), true),
+        Some(_) => {
+            return Err(V2Error::invalid(
+                &["body", "vision"],
+                "Input should be a valid boolean or 'auto'",
+                "bool_parsing",
+            ));
+        }
+    };
+    let output_schema = request
+        .structured_output
+        .as_deref()
+        .map(|text| {
+            serde_json::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object)
+                .ok_or_else(|| {
+                    V2Error::invalid(
+                        &["body", "structuredOutput"],
+                        "structuredOutput must be a JSON Schema object, stringified",
+                        "value_error",
+                    )
+                })
+        })
+        .transpose()?;
+    let viewport = match (
+        settings.browser_screen_width,
+        settings.browser_screen_height,
+    ) {
+        (Some(width), Some(height)) if request.session_id.is_none() => {
+            Some(ViewportSize { width, height })
+        }
+        _ => None,
+    };
+    if let Some(viewport) = viewport
+        && let Err((field, message)) = viewport.check()
+    {
+        return Err(V2Error::from(crate::error::ApiError::validation(
+            field, message,
+        )));
+    }
+
+    let options = json!({
+        "llm": request.llm,
+        "flashMode": request.flash_mode.unwrap_or(false),
+        "thinking": request.thinking,
+        "highlightElements": request.highlight_elements.unwrap_or(false),
+        "visionAuto": vision_auto,
+        "systemPromptExtension": request.system_prompt_extension,
+    });
+    let v1 = dto::CreateTaskRequest {
+        task: request.task,
+        start_url: request.start_url,
+        max_steps: request.max_steps,
+        model: request.llm,
+        allowed_domains: request.allowed_domains,
+        prohibited_domains: None,
+        secrets: request.secrets,
+        output_schema,
+        use_vision,
+        max_actions_per_step: None,
+        max_failures: None,
+        timeout_s: None,
+        metadata: request.metadata,
+        max_tokens: None,
+        max_cost_usd: None,
+        viewport,
+        settle_timeout_ms: None,
+    };
+    let new_task = validate_create_task(v1, &state.models)?;
+    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
+        return Err(V2Error::from(StoreError::NoSecretsKey));
+    }
+    if let Some(max) = state.max_queued_tasks {
+        let queued = state.store.queued_tasks().await?;
+        if queued >= max {
+            return Err(V2Error::TooMany(
+                format!("Too many queued tasks ({queued}); retry later"),
+                5,
+            ));
+        }
+    }
+    let choice = match request.session_id {
+        Some(id) => SessionChoice::Existing(id),
+        None => SessionChoice::New,
+    };
+    let (task, session_id) = state
+        .store
+        .create_v2_task(caller.key_id, new_task, choice, options)
+        .await?;
+    tracing::info!(task_id = %task.id, %session_id, "task created (v2)");
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(TaskCreatedResponse {
+            id: task.id.0,
+            session_id,
+        }),
+    )
+        .into_response())
+}
+
+fn cloud_only(feature: &str) -> V2Error {
+    V2Error::Detail(
+        StatusCode::NOT_IMPLEMENTED,
+        format!("{feature} is a browser-use cloud feature this server does not implement"),
+    )
+}
+
+/// `GET /tasks`: newest first, page-number pagination; filters `sessionId`, `filterBy`
+/// (status), `after` and `before` (creation time). Unknown parameters are ignored.
+pub(crate) async fn list_tasks(
+    State(state): State<AppState>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> Result<Json<ListResponse<TaskItemView>>, V2Error> {
+    let params = query_params(query.as_deref());
+    let (page_size, page_number) = paging(&params)?;
+    let mut filter = V2TaskFilter::default();
+    if let Some(raw) = params.get("sessionId") {
+        filter.session_id = Some(uuid_query("sessionId", raw)?);
+    }
+    if let Some(raw) = params.get("filterBy") {
+        let status = V2TaskStatus::parse(raw).ok_or_else(|| {
+            V2Error::invalid(
+                &["query", "filterBy"],
+                "Input should be 'created', 'started', 'finished', 'failed' or 'stopped'",
+                "enum",
+            )
+        })?;
+        filter.statuses = status.statuses().to_vec();
+    }
+    filter.after = params
+        .get("after")
+        .map(|raw| date_query("after", raw))
+        .transpose()?;
+    filter.before = params
+        .get("before")
+        .map(|raw| date_query("before", raw))
+        .transpose()?;
+    let (tasks, total) = state
+        .store
+        .list_v2_tasks(caller.key_id, &filter, page_size, page_number)
+        .await?;
+    Ok(Json(ListResponse {
+        items: tasks.into_iter().map(item_view).collect(),
+        total_items: total,
+        page_number,
+        page_size,
+    }))
+}
+
+pub(crate) fn query_params(query: Option<&str>) -> BTreeMap<String, String> {
+    url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+/// `pageSize` (1–100, default 10) and `pageNumber` (from 1, default 1).
+pub(crate) fn paging(params: &BTreeMap<String, String>) -> Result<(i64, i64), V2Error> {
+    let int =
+        |name: &str, default: i64, range: std::ops::RangeInclusive<i64>| match params.get(name) {
+            None => Ok(default),
+            Some(raw) => raw
+                .parse::<i64>()
+                .ok()
+                .filter(|v| range.contains(v))
+                .ok_or_else(|| {
+                    V2Error::invalid(
+                        &["query", name],
+                        format!(
+                            "Input should be an integer between {} and {}",
+                            range.start(),
+                            range.end()
+                        ),
+                        "int_parsing",
+                    )
+                }),
+        };
+    Ok((
+        int(
+            "pageSize",
+            limits::PAGE_SIZE_DEFAULT,
+            limits::PAGE_SIZE_RANGE,
+        )?,
+        int("pageNumber", 1, 1..=1_000_000)?,
+    ))
+}
+
+fn uuid_query(name: &str, raw: &str) -> Result<Uuid, V2Error> {
+    Uuid::parse_str(raw).map_err(|err| {
+        V2Error::invalid(
+            &["query", name],
+            format!("Input should be a valid UUID, {err}"),
+            "uuid_parsing",
+        )
+    })
+}
+
+/// RFC 3339, or Python's `str(datetime)` (space separator; no offset = UTC).
+fn date_query(name: &str, raw: &str) -> Result<OffsetDateTime, V2Error> {
+    let normalized = raw.trim().replacen(' ', "T", 1);
+    OffsetDateTime::parse(&normalized, &Rfc3339)
+        .or_else(|_| OffsetDateTime::parse(&format!("{normalized}Z"), &Rfc3339))
+        .map_err(|_| {
+            V2Error::invalid(
+                &["query", name],
+                "Input should be a valid datetime (RFC 3339)",
+                "datetime_parsing",
+            )
+        })
+}
+
+async fn owned(state: &AppState, caller: &Caller, raw_id: &str) -> Result<V2Task, V2Error> {
+    let id = TaskId(path_uuid("task_id", raw_id)?);
+    state
+        .store
+        .get_v2_task(caller.key_id, id)
+        .await?
+        .ok_or_else(|| V2Error::not_found("Task"))
+}
+
+/// `GET /tasks/{id}`.
+pub(crate) async fn get_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    V2Path(task_id): V2Path<String>,
+) -> Result<Json<TaskView>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    Ok(Json(task_view(&state, &headers, task).await?))
+}
+
+/// `GET /tasks/{id}/status`: the cheap poll target of every SDK helper.
+pub(crate) async fn task_status(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path(task_id): V2Path<String>,
+) -> Result<Json<TaskStatusView>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    let item = item_view(task);
+    Ok(Json(TaskStatusView {
+        id: item.id,
+        status: item.status,
+        output: item.output,
+        finished_at: item.finished_at,
+        is_success: item.is_success,
+        cost: item.cost,
+    }))
+}
+
+/// `PATCH /tasks/{id}`: `stop`, `stop_task_and_session`, and browserd's `pause` / `resume`
+/// (a paused task still reads `started`). Stopping an ended task answers it unchanged.
+pub(crate) async fn update_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    V2Path(task_id): V2Path<String>,
+    V2Body(body): V2Body,
+) -> Result<Json<TaskView>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    let request: UpdateRequest = parse_body(&body)?;
+    let id = task.record.id;
+    let transition = match request.action.as_str() {
+        "stop" | "stop_task_and_session" => Transition::Stop,
+        "pause" => Transition::Pause,
+        "resume" => Transition::Resume,
+        _ => {
+            return Err(V2Error::invalid(
+                &["body", "action"],
+                "Input should be 'stop' or 'stop_task_and_session'",
+                "enum",
+            ));
+        }
+    };
+    let ended = task.record.status.is_terminal();
+    if !(ended && transition == Transition::Stop) {
+        match state
+            .store
+            .transition_task(
+                Some(caller.key_id),
+                id,
+                transition,
+                TransitionDetails::default(),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(StoreError::IllegalTransition { current, .. }) => {
+                return Err(V2Error::bad_request(format!(
+                    "Cannot {} a task that is {}",
+                    request.action,
+                    serde_json::to_value(V2TaskStatus::from(current))
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                )));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
+    if request.action == "stop_task_and_session"
+        && let Some(session) = task.session_id
+    {
+        super::sessions::stop_session_and_tasks(&state, &caller, session).await?;
+    }
+    tracing::info!(task_id = %id, action = %request.action, "task updated (v2)");
+    let task = owned(&state, &caller, &task_id).await?;
+    Ok(Json(task_view(&state, &headers, task).await?))
+}
+
+/// `GET /tasks/{id}/logs`: where to download the task's log (its AgentHistory JSON).
+pub(crate) async fn task_logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    V2Path(task_id): V2Path<String>,
+) -> Result<Json<LogsResponse>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    Ok(Json(LogsResponse {
+        download_url: absolute_url(
+            &headers,
+            &format!("/api/v2/tasks/{}/history", task.record.id),
+        ),
+    }))
+}
+
+/// `GET /tasks/{id}/history`: the AgentHistory (as `/v1/tasks/{id}/history`).
+pub(crate) async fn task_history(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path(task_id): V2Path<String>,
+) -> Result<Json<Value>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    let history = state.store.step_records(task.record.id).await?;
+    let usage = task.record.usage.unwrap_or_else(|| json!({}));
+    Ok(Json(json!({"history": history, "usage": usage})))
+}
+
+/// `GET /tasks/{id}/steps/{n}/screenshot`: a step's screenshot (the steps' `screenshotUrl`).
+pub(crate) async fn step_screenshot(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path((task_id, number)): V2Path<(String, String)>,
+) -> Result<Response, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    let number: i32 = number.parse().map_err(|_| {
+        V2Error::invalid(
+            &["path", "number"],
+            "Input should be a valid integer",
+            "int_parsing",
+        )
+    })?;
+    let screenshot = state
+        .store
+        .step_screenshot(task.record.id, number)
+        .await?
+        .ok_or_else(|| V2Error::not_found("Screenshot"))?;
+    let bytes = match screenshot.content {
+        ArtifactContent::Inline(bytes) => bytes,
+        ArtifactContent::Path(path) => tokio::fs::read(&path)
+            .await
+            .map_err(|err| V2Error::Internal(format!("reading screenshot file {path}: {err}")))?,
+    };
+    let content_type = HeaderValue::try_from(screenshot.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "private, max-age=86400, immutable")
+        .header("x-content-type-options", "nosniff")
+        .body(Body::from(bytes))
+        .map_err(|err| V2Error::Internal(err.to_string()))
+}
+
+/// `GET /files/tasks/{id}/output-files/{file}`: browserd keeps no output files yet (the
+/// task's `outputFiles` is always empty), so any file is not found.
+pub(crate) async fn output_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    V2Path((task_id, file_id)): V2Path<(String, String)>,
+) -> Result<Response, V2Error> {
+    owned(&state, &caller, &task_id).await?;
+    path_uuid("file_id", &file_id)?;
+    Err(V2Error::not_found("Output file"))
+}
+
+/// The listing shape of a task.
+pub(crate) fn item_view(task: V2Task) -> TaskItemView {
+    let V2Task {
+        record,
+        session_id,
+        options,
+    } = task;
+    let llm = options
+        .as_ref()
+        .and_then(|o| o.get("llm"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or(record.model.clone())
+        .unwrap_or_else(|| "default".to_owned());
+    let cost = record
+        .usage
+        .as_ref()
+        .and_then(|u| u.get("total_cost_usd"))
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    // A failed task's reason is its output (v2 has no error field).
+    let output = match record.status {
+        TaskStatus::Failed => record.output.or(record.error),
+        _ => record.output,
+    };
+    TaskItemView {
+        id: record.id.0,
+        // A /v1 task is alone in a session of its own, named like the task.
+        session_id: session_id.unwrap_or(record.id.0),
+        llm,
+        task: record.task,
+        // Paused before it ever ran: still `created`.
+        status: if record.status == TaskStatus::Paused && record.started_at.is_none() {
+            V2TaskStatus::Created
+        } else {
+            record.status.into()
+        },
+        created_at: record.created_at,
+        started_at: record.started_at,
+        finished_at: record.finished_at,
+        metadata: Some(record.metadata),
+        output,
+        browser_use_version: None,
+        is_success: record.is_success,
+        judgement: None,
+        judge_verdict: None,
+        cost: Some(cost_string(cost)),
+    }
+}
+
+/// The full shape of a task: its steps (model steps 1..N; browserd's step 0, the initial
+/// navigation, is not a v2 step) with absolute screenshot URLs.
+async fn task_view(
+    state: &AppState,
+    headers: &HeaderMap,
+    task: V2Task,
+) -> Result<TaskView, V2Error> {
+    let id = task.record.id;
+    let records = state.store.list_steps(id).await?;
+    let mut previous_end: Option<OffsetDateTime> = None;
+    let mut steps = Vec::with_capacity(records.len());
+    for step in records {
+        let start = previous_end.unwrap_or(step.started_at);
+        previous_end = Some(step.finished_at);
+        if step.number < 1 {
+            continue;
+        }
+        let output = step.model_output.unwrap_or(Value::Null);
+        let text = |key: &str| {
+            output
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let actions = output
+            .get("action")
+            .and_then(Value::as_array)
+            .map(|actions| actions.iter().map(Value::to_string).collect())
+            .unwrap_or_default();
+        steps.push(TaskStepView {
+            number: step.number,
+            memory: text("memory"),
+            evaluation_previous_goal: text("evaluation_previous_goal"),
+            next_goal: text("next_goal"),
+            url: step.url.unwrap_or_default(),
+            actions,
+            screenshot_url: step.screenshot.map(|_| {
+                absolute_url(
+                    headers,
+                    &format!("/api/v2/tasks/{id}/steps/{}/screenshot", step.number),
+                )
+            }),
+            duration: Some((step.finished_at - start).as_seconds_f64().max(0.0)),
+        });
+    }
+    Ok(TaskView {
+        item: item_view(task),
+        steps,
+        output_files: Vec::new(),
+    })
+}

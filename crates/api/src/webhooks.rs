@@ -1,0 +1,233 @@
+//! `/v1/webhooks`: register, list and delete the endpoints that receive signed task status
+//! events, and list their deliveries. Deliveries are made by workers from the outbox.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use browserd_store::{WEBHOOK_EVENTS, WebhookRecord};
+use browserd_types::dto::ErrorBody;
+use browserd_types::webhooks::{
+    CreateWebhookRequest, CreatedWebhook, DeliveryList, DeliveryView, WebhookList, WebhookView,
+};
+use uuid::Uuid;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Caller, QueryParams};
+
+/// Events a webhook gets when it names none.
+const DEFAULT_EVENTS: [&str; 4] = ["started", "finished", "failed", "stopped"];
+/// Webhooks per API key.
+const MAX_WEBHOOKS: usize = 20;
+
+fn view(webhook: WebhookRecord) -> WebhookView {
+    WebhookView {
+        id: webhook.id,
+        url: webhook.url,
+        events: webhook.events,
+        created_at: webhook.created_at,
+    }
+}
+
+/// Register a webhook; the answer carries its signing secret, shown this once.
+#[utoipa::path(
+    post,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    request_body = CreateWebhookRequest,
+    responses(
+        (status = 201, description = "Registered; `secret` is shown only here", body = CreatedWebhook),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 422, description = "Invalid URL or event", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<CreateWebhookRequest>,
+) -> Result<Response, ApiError> {
+    if request.url.chars().count() > dto_url_max() {
+        return Err(ApiError::validation(
+            "url",
+            format!("url must be at most {} characters", dto_url_max()),
+        ));
+    }
+    let url = url::Url::parse(&request.url)
+        .map_err(|err| ApiError::validation("url", format!("url is not a valid URL: {err}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(ApiError::validation(
+            "url",
+            "url must be an http or https URL with a host",
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(ApiError::validation(
+            "url",
+            "url must not carry credentials; verify deliveries with the signature instead",
+        ));
+    }
+    let events: Vec<String> = match request.events {
+        None => DEFAULT_EVENTS.iter().map(|e| (*e).to_owned()).collect(),
+        Some(events) => {
+            if events.is_empty() {
+                return Err(ApiError::validation("events", "events must not be empty"));
+            }
+            if let Some(bad) = events
+                .iter()
+                .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
+            {
+                return Err(ApiError::validation(
+                    "events",
+                    format!(
+                        "unknown event `{}` (expected some of: {})",
+                        bad.chars().take(50).collect::<String>(),
+                        WEBHOOK_EVENTS.join(", ")
+                    ),
+                ));
+            }
+            let mut events = events;
+            events.sort();
+            events.dedup();
+            events
+        }
+    };
+    if state.store.list_webhooks(caller.key_id).await?.len() >= MAX_WEBHOOKS {
+        return Err(ApiError::validation(
+            "url",
+            format!("at most {MAX_WEBHOOKS} webhooks per API key"),
+        ));
+    }
+    let (webhook, secret) = state
+        .store
+        .create_webhook(caller.key_id, url.as_str(), &events)
+        .await?;
+    tracing::info!(webhook_id = %webhook.id, "webhook registered");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedWebhook {
+            webhook: view(webhook),
+            secret,
+        }),
+    )
+        .into_response())
+}
+
+fn dto_url_max() -> usize {
+    browserd_types::dto::limits::URL_MAX_CHARS
+}
+
+/// The caller's webhooks (without secrets).
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks",
+    tag = "webhooks",
+    responses(
+        (status = 200, description = "Webhooks", body = WebhookList),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_webhooks(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<WebhookList>, ApiError> {
+    let items = state.store.list_webhooks(caller.key_id).await?;
+    Ok(Json(WebhookList {
+        items: items.into_iter().map(view).collect(),
+    }))
+}
+
+fn webhook_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::BadRequest {
+        code: "invalid_id",
+        message: format!(
+            "`{}` is not a webhook id (a UUID)",
+            raw.chars().take(64).collect::<String>()
+        ),
+    })
+}
+
+fn webhook_not_found() -> ApiError {
+    ApiError::NotFound {
+        code: "webhook_not_found",
+        message: "webhook not found".to_owned(),
+    }
+}
+
+/// Delete a webhook and its deliveries (pending ones are not sent).
+#[utoipa::path(
+    delete,
+    path = "/v1/webhooks/{id}",
+    tag = "webhooks",
+    params(("id" = uuid::Uuid, Path, description = "Webhook id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such webhook for this key", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_webhook(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = webhook_id(&id)?;
+    if !state.store.delete_webhook(caller.key_id, id).await? {
+        return Err(webhook_not_found());
+    }
+    tracing::info!(webhook_id = %id, "webhook deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The webhook's latest deliveries, newest first, with their last response code.
+#[utoipa::path(
+    get,
+    path = "/v1/webhooks/{id}/deliveries",
+    tag = "webhooks",
+    params(
+        ("id" = uuid::Uuid, Path, description = "Webhook id"),
+        ("limit" = Option<i64>, Query, description = "At most this many, 1–100 (default 50)", minimum = 1, maximum = 100),
+    ),
+    responses(
+        (status = 200, description = "Deliveries", body = DeliveryList),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such webhook for this key", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    query: QueryParams,
+) -> Result<Json<DeliveryList>, ApiError> {
+    query.only(&["limit"])?;
+    let limit = query.int_in("limit", 1..=100)?.unwrap_or(50);
+    let id = webhook_id(&id)?;
+    state
+        .store
+        .get_webhook(caller.key_id, id)
+        .await?
+        .ok_or_else(webhook_not_found)?;
+    let items = state.store.list_deliveries(id, limit).await?;
+    Ok(Json(DeliveryList {
+        items: items
+            .into_iter()
+            .map(|d| DeliveryView {
+                id: d.id,
+                task_id: d.task_id,
+                event: d.event,
+                status: d.status,
+                attempts: d.attempts,
+                last_status_code: d.last_status_code,
+                last_error: d.last_error,
+                created_at: d.created_at,
+                next_attempt_at: d.next_attempt_at,
+                delivered_at: d.delivered_at,
+            })
+            .collect(),
+    }))
+}

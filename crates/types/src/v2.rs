@@ -1,0 +1,349 @@
+//! Wire shapes of browser-use cloud's `/api/v2` (what the official `browser-use-sdk` sends and
+//! validates): camelCase keys, UUID ids, RFC 3339 timestamps in UTC (`Z`), costs as decimal
+//! strings, and the v2 status vocabulary. Requests ignore unknown fields, as the SDK expects.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::TaskStatus;
+
+/// Limits of the v2 create request (the cloud's, where browserd can honour them).
+pub mod limits {
+    /// `maxSteps` range of the v2 spec; browserd's own cap still applies (`dto::limits`).
+    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000;
+    pub const SYSTEM_PROMPT_EXTENSION_MAX_CHARS: usize = 10_000;
+    pub const METADATA_MAX_PAIRS: usize = 10;
+    pub const PAGE_SIZE_DEFAULT: i64 = 10;
+    pub const PAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+}
+
+/// A task's status in v2 words: `queued` is `created`, `running` and `paused` are `started`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum V2TaskStatus {
+    Created,
+    Started,
+    Finished,
+    Failed,
+    Stopped,
+}
+
+impl V2TaskStatus {
+    /// The browserd statuses a v2 status stands for (the `filterBy` of the listing).
+    pub fn statuses(self) -> &'static [TaskStatus] {
+        match self {
+            V2TaskStatus::Created => &[TaskStatus::Queued],
+            V2TaskStatus::Started => &[TaskStatus::Running, TaskStatus::Paused],
+            V2TaskStatus::Finished => &[TaskStatus::Finished],
+            V2TaskStatus::Failed => &[TaskStatus::Failed],
+            V2TaskStatus::Stopped => &[TaskStatus::Stopped],
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "created" => V2TaskStatus::Created,
+            "started" => V2TaskStatus::Started,
+            "finished" => V2TaskStatus::Finished,
+            "failed" => V2TaskStatus::Failed,
+            "stopped" => V2TaskStatus::Stopped,
+            _ => return None,
+        })
+    }
+}
+
+impl From<TaskStatus> for V2TaskStatus {
+    fn from(status: TaskStatus) -> Self {
+        match status {
+            TaskStatus::Queued => V2TaskStatus::Created,
+            // The SDK knows no `paused`: a paused task is still started.
+            TaskStatus::Running | TaskStatus::Paused => V2TaskStatus::Started,
+            TaskStatus::Finished => V2TaskStatus::Finished,
+            TaskStatus::Failed => V2TaskStatus::Failed,
+            TaskStatus::Stopped => V2TaskStatus::Stopped,
+        }
+    }
+}
+
+/// `sessionSettings` of the create request (only for a new session).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSettings {
+    #[serde(default)]
+    pub profile_id: Option<String>,
+    #[serde(default)]
+    pub browser_screen_width: Option<i64>,
+    #[serde(default)]
+    pub browser_screen_height: Option<i64>,
+}
+
+/// Body of `POST /api/v2/tasks`. Unknown fields are ignored.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateTaskRequest {
+    pub task: String,
+    #[serde(default)]
+    pub llm: Option<String>,
+    #[serde(default)]
+    pub start_url: Option<String>,
+    #[serde(default)]
+    pub max_steps: Option<i64>,
+    /// A JSON Schema, stringified.
+    #[serde(default)]
+    pub structured_output: Option<String>,
+    #[serde(default)]
+    pub session_id: Option<Uuid>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub secrets: Option<BTreeMap<String, SecretString>>,
+    #[serde(default)]
+    pub allowed_domains: Option<Vec<String>>,
+    #[serde(default)]
+    pub highlight_elements: Option<bool>,
+    #[serde(default)]
+    pub flash_mode: Option<bool>,
+    #[serde(default)]
+    pub thinking: Option<bool>,
+    /// `true`, `false` or `"auto"`.
+    #[serde(default)]
+    pub vision: Option<serde_json::Value>,
+    #[serde(default)]
+    pub system_prompt_extension: Option<String>,
+    #[serde(default)]
+    pub session_settings: Option<SessionSettings>,
+    // Cloud-only features (answered with 501 when asked for).
+    #[serde(default)]
+    pub op_vault_id: Option<String>,
+    #[serde(default)]
+    pub judge: Option<bool>,
+    #[serde(default)]
+    pub skill_ids: Option<Vec<String>>,
+}
+
+impl fmt::Debug for CreateTaskRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secret_names: Option<Vec<&String>> = self.secrets.as_ref().map(|s| s.keys().collect());
+        f.debug_struct("CreateTaskRequest")
+            .field("task", &self.task)
+            .field("llm", &self.llm)
+            .field("start_url", &self.start_url)
+            .field("max_steps", &self.max_steps)
+            .field("session_id", &self.session_id)
+            .field("secrets", &secret_names.map(|names| (names, "[REDACTED]")))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Body of `PATCH /api/v2/tasks/{id}` and `PATCH /api/v2/sessions/{id}`.
+#[derive(Clone, Debug, Deserialize)]
+pub struct UpdateRequest {
+    pub action: String,
+}
+
+/// Body of `POST /api/v2/sessions`. Unknown fields are ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionRequest {
+    #[serde(default)]
+    pub profile_id: Option<String>,
+    #[serde(default)]
+    pub start_url: Option<String>,
+    #[serde(default)]
+    pub persist_memory: Option<bool>,
+    #[serde(default)]
+    pub keep_alive: Option<bool>,
+    #[serde(default)]
+    pub custom_proxy: Option<serde_json::Value>,
+}
+
+/// `202` answer of `POST /api/v2/tasks`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskCreatedResponse {
+    pub id: Uuid,
+    pub session_id: Uuid,
+}
+
+/// `GET /api/v2/tasks/{id}/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStatusView {
+    pub id: Uuid,
+    pub status: V2TaskStatus,
+    pub output: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub is_success: Option<bool>,
+    /// USD as a decimal string.
+    pub cost: Option<String>,
+}
+
+/// One step of a task.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskStepView {
+    pub number: i32,
+    pub memory: String,
+    pub evaluation_previous_goal: String,
+    pub next_goal: String,
+    pub url: String,
+    /// Each action as stringified JSON, e.g. `{"click": {"index": 5}}`.
+    pub actions: Vec<String>,
+    pub screenshot_url: Option<String>,
+    /// Seconds since the previous step ended.
+    pub duration: Option<f64>,
+}
+
+/// A file the task produced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileView {
+    pub id: Uuid,
+    pub file_name: String,
+}
+
+/// A task in a listing (no steps, no files).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskItemView {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub llm: String,
+    pub task: String,
+    pub status: V2TaskStatus,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub started_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub metadata: Option<BTreeMap<String, String>>,
+    pub output: Option<String>,
+    pub browser_use_version: Option<String>,
+    pub is_success: Option<bool>,
+    pub judgement: Option<String>,
+    pub judge_verdict: Option<bool>,
+    pub cost: Option<String>,
+}
+
+/// `GET /api/v2/tasks/{id}`: the item fields plus steps and output files.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskView {
+    #[serde(flatten)]
+    pub item: TaskItemView,
+    pub steps: Vec<TaskStepView>,
+    pub output_files: Vec<FileView>,
+}
+
+/// The envelope of every v2 listing (page-number pagination).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListResponse<T> {
+    pub items: Vec<T>,
+    pub total_items: i64,
+    pub page_number: i64,
+    pub page_size: i64,
+}
+
+/// `active` or `stopped`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum V2SessionStatus {
+    Active,
+    Stopped,
+}
+
+/// A session in a listing (and the answer of `POST /api/v2/sessions`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionItemView {
+    pub id: Uuid,
+    pub status: V2SessionStatus,
+    /// browserd has no live view yet: always `null`.
+    pub live_url: Option<String>,
+    pub recording_url: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub started_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub finished_at: Option<OffsetDateTime>,
+    pub persist_memory: bool,
+    pub keep_alive: bool,
+    pub proxy_used_mb: String,
+    pub proxy_cost: String,
+}
+
+/// `GET /api/v2/sessions/{id}`: the item fields plus the session's tasks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub item: SessionItemView,
+    pub tasks: Vec<TaskItemView>,
+    pub public_share_url: Option<String>,
+}
+
+/// `GET /api/v2/tasks/{id}/logs`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogsResponse {
+    pub download_url: String,
+}
+
+/// A cost in USD as the decimal string v2 uses (`"0.0123"`).
+pub fn cost_string(usd: f64) -> String {
+    let text = format!("{usd:.6}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text.is_empty() || text == "-" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_words_and_costs() {
+        assert_eq!(
+            V2TaskStatus::from(TaskStatus::Paused),
+            V2TaskStatus::Started
+        );
+        assert_eq!(
+            V2TaskStatus::from(TaskStatus::Queued),
+            V2TaskStatus::Created
+        );
+        assert_eq!(
+            serde_json::to_value(V2TaskStatus::Finished).unwrap(),
+            "finished"
+        );
+        assert_eq!(V2TaskStatus::parse("started").unwrap().statuses().len(), 2);
+        assert!(V2TaskStatus::parse("running").is_none());
+        assert_eq!(cost_string(0.0), "0");
+        assert_eq!(cost_string(0.0021), "0.0021");
+        assert_eq!(cost_string(12.0), "12");
+    }
+
+    #[test]
+    fn timestamps_are_utc_with_z() {
+        let view = TaskStatusView {
+            id: Uuid::nil(),
+            status: V2TaskStatus::Finished,
+            output: None,
+            finished_at: Some(OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap()),
+            is_success: Some(true),
+            cost: Some("0".into()),
+        };
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["finishedAt"], "2023-11-14T22:13:20Z");
+        assert_eq!(json["isSuccess"], true);
+    }
+}

@@ -1,0 +1,75 @@
+//! Wire shapes of `/v1/webhooks`: endpoints that receive signed task status events.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+/// Body of `POST /v1/webhooks`.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateWebhookRequest {
+    /// An http(s) URL (at most 2 048 characters). Deliveries to private, link-local, metadata
+    /// or reserved addresses are refused, loopback ones unless the operator allows loopback.
+    pub url: String,
+    /// Task statuses to deliver, of `created`, `started`, `finished`, `failed`, `stopped`
+    /// (default: `started`, `finished`, `failed`, `stopped`).
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+}
+
+/// A webhook.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct WebhookView {
+    pub id: Uuid,
+    pub url: String,
+    pub events: Vec<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+}
+
+/// Answer of `POST /v1/webhooks`: the webhook and its signing secret, shown this once.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct CreatedWebhook {
+    #[serde(flatten)]
+    pub webhook: WebhookView,
+    /// HMAC-SHA256 key of `X-Browser-Use-Signature`; not retrievable later.
+    pub secret: String,
+}
+
+/// The caller's webhooks.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct WebhookList {
+    pub items: Vec<WebhookView>,
+}
+
+/// One event's delivery to a webhook.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryView {
+    pub id: i64,
+    pub task_id: Uuid,
+    /// The task status delivered.
+    pub event: String,
+    /// `pending` (not yet delivered; retried with backoff), `delivered`, or `failed` (given up).
+    pub status: String,
+    pub attempts: i32,
+    /// HTTP status of the latest answer, if any.
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub next_attempt_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub delivered_at: Option<OffsetDateTime>,
+}
+
+/// The latest deliveries of a webhook, newest first.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryList {
+    pub items: Vec<DeliveryView>,
+}
