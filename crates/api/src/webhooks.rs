@@ -38,8 +38,13 @@ fn view(webhook: WebhookRecord) -> WebhookView {
     request_body = CreateWebhookRequest,
     responses(
         (status = 201, description = "Registered; `secret` is shown only here", body = CreatedWebhook),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid URL or event", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -126,6 +131,8 @@ fn dto_url_max() -> usize {
     responses(
         (status = 200, description = "Webhooks", body = WebhookList),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -164,8 +171,11 @@ fn webhook_not_found() -> ApiError {
     params(("id" = uuid::Uuid, Path, description = "Webhook id")),
     responses(
         (status = 204, description = "Deleted"),
+        (status = 400, description = "The id is not a UUID (`invalid_id`)", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such webhook for this key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -193,8 +203,12 @@ pub async fn delete_webhook(
     ),
     responses(
         (status = 200, description = "Deliveries", body = DeliveryList),
+        (status = 400, description = "The id is not a UUID (`invalid_id`)", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such webhook for this key", body = ErrorBody),
+        (status = 422, description = "Invalid query parameter", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
