@@ -270,6 +270,7 @@ impl TaskRunner {
                         .unwrap_or(DEFAULT_SETTLE_CAP),
                     ..SettleSettings::default()
                 },
+                proxy: None,
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;
