@@ -35,8 +35,8 @@ async fn wait_blocked(
 fn egress_proxy_enforces_the_policy_at_the_network_level() {
     RT.block_on(async {
         let env = Env::start().await;
-        websockets(&env).await;
         preconnect(&env).await;
+        websockets(&env).await;
         rebinding(&env).await;
         subresources_and_redirects(&env).await;
         two_contexts_at_once(&env).await;
@@ -99,17 +99,18 @@ async fn websockets(env: &Env) {
     session.release().await;
 }
 
-/// `<link rel=preconnect>` to a forbidden host opens no TCP connection to it; the allowed one
-/// (the control) does.
+/// `<link rel=preconnect>` to a forbidden host opens no TCP connection to it. (Chromium 156
+/// with browserd's flags opened no preconnect connection in this setup even without the proxy,
+/// so there is no positive control here; any connection it opens goes through the proxy, which
+/// judges it like the WebSockets above.)
 async fn preconnect(env: &Env) {
     let session = env.session(EgressSettings::default()).await;
-    let allowed_before = env.allowed.accepts();
     let forbidden_before = env.forbidden.accepts();
     let links = [
         env.forbidden.url("https", "evil.test", ""),
         env.forbidden.url("http", "evil.test", ""),
         env.forbidden.url("https", &FORBIDDEN.to_string(), ""),
-        env.third.url("https", "third.test", ""),
+        env.forbidden.url("http", &FORBIDDEN.to_string(), ""),
     ]
     .join(" ");
     let page = format!(
@@ -118,22 +119,22 @@ async fn preconnect(env: &Env) {
         url_encode(&links)
     );
     session.navigate(&page).await.expect("page loads");
-    let mut seen = Vec::new();
-    assert!(
-        wait_blocked(&session, &mut seen, |b| b.url.starts_with("evil.test:")).await,
-        "the https preconnect reached the proxy and was refused: {seen:?}"
-    );
-    assert!(
-        wait_until(|| env.third.accepts() >= 1).await,
-        "the allowed preconnect opened a connection (control)"
-    );
+    // A round trip through the page and the proxy after the load: preconnects start at
+    // parse time, long before this answer.
+    let echo = websocket(&session, &env.allowed.url("ws", "allowed.test", "/ws/after-preconnect")).await;
+    assert_eq!(echo, "echo:hi");
     assert_eq!(
         env.forbidden.accepts(),
         forbidden_before,
         "a preconnect reached the forbidden server"
     );
-    assert_eq!(env.third.hits.all().len(), 0, "a preconnect sends no request");
-    assert!(env.allowed.accepts() > allowed_before);
+    let seen = session.drain_blocked();
+    assert!(
+        seen.iter()
+            .filter(|b| b.target_type == "proxy")
+            .all(|b| b.url.starts_with("evil.test:") || b.url.starts_with("127.0.0.3:")),
+        "{seen:?}"
+    );
     session.release().await;
 }
 
