@@ -2,6 +2,7 @@
 //! one process), `api`, `worker` — and `browserd run`, one task in-process from the terminal.
 
 mod config;
+mod egress;
 mod run;
 mod telemetry;
 mod worker;

@@ -83,6 +83,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_loopback: bool,
 
+    /// Route the task's traffic (after the egress checks) through this upstream proxy of
+    /// `--proxies`.
+    #[arg(long, value_name = "NAME")]
+    pub proxy: Option<String>,
+
+    #[command(flatten)]
+    pub egress: crate::egress::EgressArgs,
+
     /// Chrome / Chromium executable.
     #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
     pub chrome: PathBuf,
@@ -262,6 +270,19 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
     spec.model = args.model.clone();
     spec.allowed_domains = args.allowed_domains.clone();
     spec.prohibited_domains = args.prohibited_domains.clone();
+    if let Some(name) = &args.proxy {
+        let names = args.egress.upstream_proxies()?;
+        anyhow::ensure!(
+            names.contains_key(name),
+            "--proxy {name:?} is not one of --proxies ({})",
+            {
+                let mut known: Vec<&String> = names.keys().collect();
+                known.sort();
+                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            }
+        );
+        spec.proxy = Some(name.clone());
+    }
     if let Some(max_steps) = args.max_steps {
         spec.max_steps = max_steps;
     }
@@ -301,7 +322,7 @@ pub async fn run(
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let spec = task_spec(args)?;
     let pool = Arc::new(
-        BrowserPool::new(PoolConfig {
+        BrowserPool::new(args.egress.apply(PoolConfig {
             chrome_path: args.chrome.clone(),
             processes: 1,
             contexts_per_process: 1,
@@ -309,7 +330,7 @@ pub async fn run(
             // The window matches the task's viewport.
             viewport: spec.viewport.unwrap_or_default(),
             ..PoolConfig::default()
-        })
+        })?)
         .context("configuring the browser pool")?,
     );
     let runner = TaskRunner::new(

@@ -150,6 +150,9 @@ pub struct WorkerArgs {
     /// Empty: off.
     #[arg(long, env = "BROWSERD_METRICS_ADDR", value_parser = parse_metrics_addr)]
     metrics_addr: Option<MetricsAddr>,
+
+    #[command(flatten)]
+    egress: crate::egress::EgressArgs,
 }
 
 /// `--metrics-addr`: an address, or nothing (an empty variable from compose).
@@ -216,7 +219,7 @@ pub async fn start(
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
     let pool = Arc::new(
-        BrowserPool::new(PoolConfig {
+        BrowserPool::new(args.egress.apply(PoolConfig {
             chrome_path: args.chrome.clone(),
             processes: args.chrome_processes,
             contexts_per_process,
@@ -228,7 +231,7 @@ pub async fn start(
             nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
             viewport: args.viewport,
             ..PoolConfig::default()
-        })
+        })?)
         .context("configuring the browser pool")?,
     );
     let runner = Arc::new(TaskRunner::new(

@@ -58,6 +58,9 @@ pub struct TaskSpec {
     /// Cap of the wait after each action for the page to settle; `None` = the runner's
     /// default, zero = do not wait.
     pub settle_timeout: Option<Duration>,
+    /// Name of the operator's upstream proxy that carries the task's traffic after the
+    /// egress checks (`None`: direct from the egress proxy).
+    pub proxy: Option<String>,
 }
 
 impl TaskSpec {
@@ -82,6 +85,7 @@ impl TaskSpec {
             metadata: BTreeMap::new(),
             viewport: None,
             settle_timeout: None,
+            proxy: None,
         }
     }
 
@@ -270,7 +274,7 @@ impl TaskRunner {
                         .unwrap_or(DEFAULT_SETTLE_CAP),
                     ..SettleSettings::default()
                 },
-                proxy: None,
+                proxy: spec.proxy.clone(),
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;
