@@ -99,7 +99,9 @@ async fn fetch_loop(session: &BrowserSession, url: &str) -> f64 {
         .await
         .expect("evaluate");
     let v: serde_json::Value = serde_json::from_str(raw.as_str()).expect("json");
-    v["result"]["result"]["value"].as_f64().expect("fetch loop time")
+    v["result"]["result"]["value"]
+        .as_f64()
+        .expect("fetch loop time")
 }
 
 fn main() {

@@ -246,12 +246,7 @@ impl BrowserSession {
         }
         let context_id = chrome
             .conn
-            .call_raw(
-                None,
-                "Target.createBrowserContext",
-                context_params,
-                timeout,
-            )
+            .call_raw(None, "Target.createBrowserContext", context_params, timeout)
             .await?
             .decode::<Created>()?
             .browser_context_id;

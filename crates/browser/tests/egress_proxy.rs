@@ -65,7 +65,8 @@ async fn websockets(env: &Env) {
     let before = env.forbidden.accepts();
     for url in [
         env.forbidden.url("ws", "evil.test", "/ws/by-name"),
-        env.forbidden.url("ws", &FORBIDDEN.to_string(), "/ws/by-address"),
+        env.forbidden
+            .url("ws", &FORBIDDEN.to_string(), "/ws/by-address"),
         env.forbidden.url("wss", "evil.test", "/ws/secure"),
     ] {
         let outcome = websocket(&session, &url).await;
@@ -93,8 +94,16 @@ async fn websockets(env: &Env) {
         ),
         "{by_name:?}"
     );
-    assert!(by_name.message().starts_with("Connection blocked by the egress policy: evil.test:"));
-    assert_eq!(env.forbidden.accepts(), before, "the forbidden server saw a connection");
+    assert!(
+        by_name
+            .message()
+            .starts_with("Connection blocked by the egress policy: evil.test:")
+    );
+    assert_eq!(
+        env.forbidden.accepts(),
+        before,
+        "the forbidden server saw a connection"
+    );
     assert_eq!(env.forbidden.hits.count("/ws/"), 0);
     session.release().await;
 }
@@ -121,7 +130,12 @@ async fn preconnect(env: &Env) {
     session.navigate(&page).await.expect("page loads");
     // A round trip through the page and the proxy after the load: preconnects start at
     // parse time, long before this answer.
-    let echo = websocket(&session, &env.allowed.url("ws", "allowed.test", "/ws/after-preconnect")).await;
+    let echo = websocket(
+        &session,
+        &env.allowed
+            .url("ws", "allowed.test", "/ws/after-preconnect"),
+    )
+    .await;
     assert_eq!(echo, "echo:hi");
     assert_eq!(
         env.forbidden.accepts(),
@@ -144,7 +158,8 @@ async fn preconnect(env: &Env) {
 /// proxy sees) connects to the address the proxy checked.
 async fn rebinding(env: &Env) {
     let session = env.session(EgressSettings::default()).await;
-    env.dns.set("rebind.test", &[proxy_support::ALLOWED, FORBIDDEN]);
+    env.dns
+        .set("rebind.test", &[proxy_support::ALLOWED, FORBIDDEN]);
     let page = env.allowed.url("http", "allowed.test", "/page/rebind-host");
     session.navigate(&page).await.expect("page loads");
     let forbidden_before = env.forbidden.accepts();
@@ -178,11 +193,20 @@ async fn rebinding(env: &Env) {
     assert!(!outcome.starts_with("200"), "{outcome}");
     assert_eq!(env.forbidden.accepts(), forbidden_before);
     assert_eq!(env.forbidden.hits.count("rebound"), 0);
-    assert_eq!(env.allowed.hits.count("rebound"), 0, "nothing was sent anywhere");
+    assert_eq!(
+        env.allowed.hits.count("rebound"),
+        0,
+        "nothing was sent anywhere"
+    );
 
     // A fresh rebinding name, first answer allowed: the proxy connects to exactly that address.
-    env.dns.set("rebind2.test", &[proxy_support::ALLOWED, FORBIDDEN]);
-    let ws = websocket(&session, &env.allowed.url("ws", "rebind2.test", "/ws/pinned")).await;
+    env.dns
+        .set("rebind2.test", &[proxy_support::ALLOWED, FORBIDDEN]);
+    let ws = websocket(
+        &session,
+        &env.allowed.url("ws", "rebind2.test", "/ws/pinned"),
+    )
+    .await;
     assert_eq!(ws, "echo:hi");
     assert_eq!(env.dns.queries("rebind2.test"), 1, "looked up once");
     assert_eq!(env.allowed.hits.count("/ws/pinned"), 1);
@@ -207,10 +231,18 @@ async fn subresources_and_redirects(env: &Env) {
     session.navigate(&page).await.expect("page loads");
     assert_eq!(env.allowed.hits.count("/embed"), 1);
     let mut seen = Vec::new();
-    assert!(wait_blocked(&session, &mut seen, |b| b.url == img).await, "{seen:?}");
-    assert!(wait_blocked(&session, &mut seen, |b| b.url == frame).await, "{seen:?}");
+    assert!(
+        wait_blocked(&session, &mut seen, |b| b.url == img).await,
+        "{seen:?}"
+    );
+    assert!(
+        wait_blocked(&session, &mut seen, |b| b.url == frame).await,
+        "{seen:?}"
+    );
 
-    let fetch = env.third.url("http", "third.test", "/api/fetch-not-allowed");
+    let fetch = env
+        .third
+        .url("http", "third.test", "/api/fetch-not-allowed");
     let outcome = js(
         &session,
         &format!("fetch({fetch:?}).then(() => 'reached', e => 'failed')"),
@@ -221,14 +253,19 @@ async fn subresources_and_redirects(env: &Env) {
     let outcome = js(&session, &format!("fetch({ok:?}).then(r => r.text())")).await;
     assert_eq!(outcome, "hit");
 
-    let landing = env.forbidden.url("http", "evil.test", "/page/redirect-landing");
+    let landing = env
+        .forbidden
+        .url("http", "evil.test", "/page/redirect-landing");
     let start = format!(
         "{}?to={}",
         env.allowed.url("http", "allowed.test", "/redirect"),
         url_encode(&landing)
     );
     let _ = session.navigate(&start).await;
-    assert!(wait_blocked(&session, &mut seen, |b| b.url == landing).await, "{seen:?}");
+    assert!(
+        wait_blocked(&session, &mut seen, |b| b.url == landing).await,
+        "{seen:?}"
+    );
     assert_eq!(env.allowed.hits.count("/redirect"), 1);
 
     // A name outside the allowed list that resolves to the allowed address: refused by name.
@@ -278,8 +315,14 @@ async fn two_contexts_at_once(env: &Env) {
     let (mut seen_a, mut seen_b) = (Vec::new(), Vec::new());
     assert!(wait_blocked(&a, &mut seen_a, |e| e.url.starts_with("third.test:")).await);
     assert!(wait_blocked(&b, &mut seen_b, |e| e.url.starts_with("allowed.test:")).await);
-    assert!(seen_a.iter().all(|e| !e.url.starts_with("allowed.test:")), "{seen_a:?}");
-    assert!(seen_b.iter().all(|e| !e.url.starts_with("third.test:")), "{seen_b:?}");
+    assert!(
+        seen_a.iter().all(|e| !e.url.starts_with("allowed.test:")),
+        "{seen_a:?}"
+    );
+    assert!(
+        seen_b.iter().all(|e| !e.url.starts_with("third.test:")),
+        "{seen_b:?}"
+    );
 
     // A third task without domain lists aims at b's listener (loopback is open to it): refused
     // as the proxy itself, not proxied with b's policy.

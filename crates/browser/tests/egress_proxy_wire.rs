@@ -20,7 +20,9 @@ const CAP: Duration = Duration::from_secs(10);
 
 /// A plain HTTP/1.1 server answering every request with `hello from <addr>` and closing.
 async fn origin(ip: [u8; 4]) -> SocketAddr {
-    let listener = TcpListener::bind(SocketAddr::from((ip, 0))).await.expect("bind");
+    let listener = TcpListener::bind(SocketAddr::from((ip, 0)))
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
@@ -136,9 +138,17 @@ async fn connect_and_absolute_form_are_checked_and_pinned() {
     .await;
     assert!(denied.starts_with("HTTP/1.1 403"), "{denied}");
 
-    let bad = exchange(ctx.addr(), "GET /relative HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+    let bad = exchange(
+        ctx.addr(),
+        "GET /relative HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
-    let no_port = exchange(ctx.addr(), "CONNECT allowed.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n").await;
+    let no_port = exchange(
+        ctx.addr(),
+        "CONNECT allowed.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+    )
+    .await;
     assert!(no_port.starts_with("HTTP/1.1 400"), "{no_port}");
 
     let blocked = ctx.drain_blocked();
@@ -150,7 +160,10 @@ async fn connect_and_absolute_form_are_checked_and_pinned() {
         .expect("http entry");
     assert!(http_entry.url.contains("/secret"), "{http_entry:?}");
     let stats = ctx.stats();
-    assert!(stats.tunnels >= 1 && stats.requests >= 1 && stats.blocked >= 7, "{stats:?}");
+    assert!(
+        stats.tunnels >= 1 && stats.requests >= 1 && stats.blocked >= 7,
+        "{stats:?}"
+    );
 
     // Closing the listener: new connections are refused.
     let addr = ctx.addr();
@@ -185,7 +198,10 @@ async fn domain_lists_apply_to_tunnels_by_origin() {
     s.prohibited_domains = vec!["allowed.test".into()];
     let ctx = proxy.open(policy(s), None).await.expect("open");
     let r = tunnel_get(ctx.addr(), &format!("allowed.test:{port}")).await;
-    assert!(r.starts_with("HTTP/1.1 403") && r.contains("prohibited_domains"), "{r}");
+    assert!(
+        r.starts_with("HTTP/1.1 403") && r.contains("prohibited_domains"),
+        "{r}"
+    );
     // A prohibit pattern with a path cannot be judged on a tunnel: let through (the guard
     // judges the URLs it sees).
     let mut s = settings();
@@ -222,7 +238,9 @@ async fn http_upstream(seen: Arc<Mutex<Vec<String>>>) -> SocketAddr {
                     let _ = s.write_all(b"HTTP/1.1 502 Bad\r\n\r\n").await;
                     return;
                 };
-                let _ = s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
                 let _ = tokio::io::copy_bidirectional(&mut s, &mut out).await;
             });
         }
@@ -299,7 +317,10 @@ async fn upstream_proxies_get_the_checked_address_and_keep_credentials_secret() 
     let http = UpstreamProxy::parse(&format!("http://user:p%40ss@{http_up}")).expect("http");
     let socks = UpstreamProxy::parse(&format!("socks5://user:p%40ss@{socks_up}")).expect("socks");
     let debug = format!("{http:?} {socks:?}");
-    assert!(!debug.contains("p@ss") && !debug.contains("p%40ss"), "{debug}");
+    assert!(
+        !debug.contains("p@ss") && !debug.contains("p%40ss"),
+        "{debug}"
+    );
     assert!(debug.contains("<redacted>"), "{debug}");
     let wrong = UpstreamProxy::parse(&format!("http://user:wrong@{http_up}")).expect("wrong");
     let upstreams = HashMap::from([
@@ -309,13 +330,25 @@ async fn upstream_proxies_get_the_checked_address_and_keep_credentials_secret() 
     ]);
     let proxy = EgressProxy::new(ProxyOptions::default(), upstreams);
     assert_eq!(proxy.upstream_names(), vec!["corp", "residential", "wrong"]);
-    let unknown = proxy.open(policy(settings()), Some("nope")).await.unwrap_err();
-    assert!(unknown.to_string().contains("unknown proxy \"nope\""), "{unknown}");
+    let unknown = proxy
+        .open(policy(settings()), Some("nope"))
+        .await
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("unknown proxy \"nope\""),
+        "{unknown}"
+    );
 
     for (name, seen) in [("corp", &http_seen), ("residential", &socks_seen)] {
-        let ctx = proxy.open(policy(settings()), Some(name)).await.expect("open");
+        let ctx = proxy
+            .open(policy(settings()), Some(name))
+            .await
+            .expect("open");
         let ok = tunnel_get(ctx.addr(), &format!("allowed.test:{}", allowed.port())).await;
-        assert!(ok.contains(&format!("hello from {allowed}")), "{name}: {ok}");
+        assert!(
+            ok.contains(&format!("hello from {allowed}")),
+            "{name}: {ok}"
+        );
         let get = exchange(
             ctx.addr(),
             &format!(
@@ -324,17 +357,29 @@ async fn upstream_proxies_get_the_checked_address_and_keep_credentials_secret() 
             ),
         )
         .await;
-        assert!(get.contains(&format!("hello from {allowed}")), "{name}: {get}");
+        assert!(
+            get.contains(&format!("hello from {allowed}")),
+            "{name}: {get}"
+        );
         let refused = tunnel_get(ctx.addr(), &format!("evil.test:{}", forbidden.port())).await;
         assert!(refused.starts_with("HTTP/1.1 403"), "{name}: {refused}");
         let seen = seen.lock().unwrap().clone();
         assert_eq!(seen.len(), 2, "{name}: {seen:?}");
         for entry in &seen {
-            assert!(entry.contains(&allowed.to_string()), "{name}: pinned address: {entry}");
-            assert!(!entry.contains("allowed.test") && !entry.contains("127.0.0.3"), "{entry}");
+            assert!(
+                entry.contains(&allowed.to_string()),
+                "{name}: pinned address: {entry}"
+            );
+            assert!(
+                !entry.contains("allowed.test") && !entry.contains("127.0.0.3"),
+                "{entry}"
+            );
         }
     }
-    let ctx = proxy.open(policy(settings()), Some("wrong")).await.expect("open");
+    let ctx = proxy
+        .open(policy(settings()), Some("wrong"))
+        .await
+        .expect("open");
     let r = tunnel_get(ctx.addr(), &format!("allowed.test:{}", allowed.port())).await;
     assert!(r.starts_with("HTTP/1.1 502"), "{r}");
     assert!(r.contains("407") && !r.contains("wrong"), "{r}");

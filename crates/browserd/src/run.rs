@@ -278,7 +278,11 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
             {
                 let mut known: Vec<&String> = names.keys().collect();
                 known.sort();
-                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                known
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         );
         spec.proxy = Some(name.clone());

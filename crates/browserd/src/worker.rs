@@ -219,19 +219,21 @@ pub async fn start(
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
     let pool = Arc::new(
-        BrowserPool::new(args.egress.apply(PoolConfig {
-            chrome_path: args.chrome.clone(),
-            processes: args.chrome_processes,
-            contexts_per_process,
-            extra_args: args
-                .chrome_args
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect(),
-            nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
-            viewport: args.viewport,
-            ..PoolConfig::default()
-        })?)
+        BrowserPool::new(
+            args.egress.apply(PoolConfig {
+                chrome_path: args.chrome.clone(),
+                processes: args.chrome_processes,
+                contexts_per_process,
+                extra_args: args
+                    .chrome_args
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect(),
+                nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
+                viewport: args.viewport,
+                ..PoolConfig::default()
+            })?,
+        )
         .context("configuring the browser pool")?,
     );
     let runner = Arc::new(TaskRunner::new(

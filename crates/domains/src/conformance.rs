@@ -306,7 +306,9 @@ mod tests {
                 assert!(allow.check_origin(&[target]).is_ok(), "{url}");
             }
             for url in case.does_not_match {
-                let Ok(parsed) = Url::parse(url) else { continue };
+                let Ok(parsed) = Url::parse(url) else {
+                    continue;
+                };
                 let Some(target) = UrlTarget::new(&parsed) else {
                     continue;
                 };
@@ -326,7 +328,7 @@ mod tests {
             DomainList::default(),
             DomainList::parse(&["https://example.com/docs"]).unwrap(),
         );
-        assert!(deny.check_origin(&[target.clone()]).is_ok());
+        assert!(deny.check_origin(std::slice::from_ref(&target)).is_ok());
         let deny = DomainRules::new(
             DomainList::default(),
             DomainList::parse(&["example.com"]).unwrap(),

@@ -126,7 +126,9 @@ impl Network {
         match ip {
             IpAddr::V4(v4) => {
                 let bits = u32::from(v4);
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 IpAddr::V4((bits & mask).into())
             }
             IpAddr::V6(v6) => {

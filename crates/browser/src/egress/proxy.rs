@@ -103,7 +103,10 @@ impl std::fmt::Debug for UpstreamProxy {
         f.debug_struct("UpstreamProxy")
             .field("kind", &self.kind)
             .field("address", &self.address)
-            .field("credentials", &self.credentials.as_ref().map(|_| "<redacted>"))
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -175,8 +178,7 @@ impl UpstreamProxy {
                         .await
                     }
                     None => {
-                        tokio_socks::tcp::Socks5Stream::connect(self.address.as_str(), target)
-                            .await
+                        tokio_socks::tcp::Socks5Stream::connect(self.address.as_str(), target).await
                     }
                 }
                 .map_err(|e| std::io::Error::other(format!("socks5 upstream: {e}")))?;
@@ -187,8 +189,8 @@ impl UpstreamProxy {
                 let _ = stream.set_nodelay(true);
                 let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
                 if let Some((user, pass)) = &self.credentials {
-                    let token = base64::engine::general_purpose::STANDARD
-                        .encode(format!("{user}:{pass}"));
+                    let token =
+                        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
                     head.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
                 }
                 head.push_str("\r\n");
@@ -198,9 +200,7 @@ impl UpstreamProxy {
                 let mut byte = [0u8; 1];
                 while !answer.ends_with(b"\r\n\r\n") {
                     if answer.len() > 8192 {
-                        return Err(std::io::Error::other(
-                            "http upstream: answer head too long",
-                        ));
+                        return Err(std::io::Error::other("http upstream: answer head too long"));
                     }
                     if stream.read(&mut byte).await? == 0 {
                         return Err(std::io::Error::other(
@@ -515,18 +515,21 @@ impl Shared {
                     return Ok(stream);
                 }
                 Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = format!("connect timed out after {:?}", self.options.connect_timeout),
+                Err(_) => {
+                    last = format!("connect timed out after {:?}", self.options.connect_timeout)
+                }
             }
         }
-        self.counters.connect_failures.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .connect_failures
+            .fetch_add(1, Ordering::Relaxed);
         Err(ConnectFailure::Unreachable(last))
     }
 
     fn is_own_listener(&self, target: SocketAddr) -> bool {
         let listeners = lock(&self.listeners);
         listeners.contains(&target)
-            || (target.ip().is_unspecified()
-                && listeners.iter().any(|l| l.port() == target.port()))
+            || (target.ip().is_unspecified() && listeners.iter().any(|l| l.port() == target.port()))
     }
 }
 
@@ -627,7 +630,11 @@ fn origin_for_log(shown: &str) -> String {
     }
 }
 
-async fn handle(req: Request<Incoming>, shared: Arc<Shared>, slot: OriginSlot) -> Response<ProxyBody> {
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: OriginSlot,
+) -> Response<ProxyBody> {
     if req.method() == Method::CONNECT {
         tunnel(req, &shared).await
     } else {
@@ -770,7 +777,10 @@ async fn forward(
     };
     let shown = shorten_url(url.as_str());
     let Some(port) = url.port_or_known_default() else {
-        return text(StatusCode::BAD_REQUEST, "browserd egress proxy: no port".into());
+        return text(
+            StatusCode::BAD_REQUEST,
+            "browserd egress proxy: no port".into(),
+        );
     };
     if let Err(denied) = shared.policy.check_url(&url) {
         return refused(shared, denied, "HTTP");
@@ -839,7 +849,10 @@ async fn forward(
         sender = Some(s);
     }
     let Some(mut sender) = sender else {
-        return text(StatusCode::BAD_GATEWAY, "browserd egress proxy: no connection".into());
+        return text(
+            StatusCode::BAD_GATEWAY,
+            "browserd egress proxy: no connection".into(),
+        );
     };
 
     let wants_upgrade = req.headers().contains_key(header::UPGRADE);
@@ -853,7 +866,10 @@ async fn forward(
     parts.uri = match path.parse() {
         Ok(p) => p,
         Err(_) => {
-            return text(StatusCode::BAD_REQUEST, "browserd egress proxy: bad path".into());
+            return text(
+                StatusCode::BAD_REQUEST,
+                "browserd egress proxy: bad path".into(),
+            );
         }
     };
     if !parts.headers.contains_key(header::HOST)

@@ -92,7 +92,7 @@ enum Backend {
     System,
     /// These DNS servers, queried directly; hickory's cache honours each answer's TTL.
     Servers {
-        resolver: hickory_resolver::TokioResolver,
+        resolver: Box<hickory_resolver::TokioResolver>,
         servers: Vec<SocketAddr>,
     },
 }
@@ -165,7 +165,7 @@ impl HostResolver {
             overrides: Vec::new(),
             timeout,
             backend: Backend::Servers {
-                resolver,
+                resolver: Box::new(resolver),
                 servers: servers.to_vec(),
             },
             cache: Mutex::new(HashMap::new()),

@@ -117,7 +117,11 @@ fn answer(
     let question_end = i + 4;
     let question = query.get(12..question_end)?;
     let name = labels.join(".");
-    let known = table.lock().unwrap_or_else(|p| p.into_inner()).get(&name).cloned();
+    let known = table
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+        .cloned();
     let mut records: Vec<Ipv4Addr> = Vec::new();
     if qtype == 1
         && let Some(seq) = &known
