@@ -29,7 +29,12 @@ pub struct EgressArgs {
     /// directly, honouring each answer's TTL; empty: the system resolver.
     #[arg(long, env = "BROWSERD_EGRESS_DNS", value_delimiter = ',')]
     pub egress_dns: Vec<SocketAddr>,
+}
 
+/// The operator's named upstream proxies: every role needs them (the api validates the names
+/// tasks pick, the worker connects), like the model catalog.
+#[derive(Debug, Clone, Args)]
+pub struct ProxiesArgs {
     /// Upstream proxies a task may pick by name (its `proxy` field): `NAME=URL` entries
     /// separated by commas or spaces, URL `http://[user:pass@]host:port` (CONNECT) or
     /// `socks5://[user:pass@]host:port` (percent-encode `,` `@` `:` in credentials).
@@ -37,24 +42,34 @@ pub struct EgressArgs {
         long,
         env = "BROWSERD_PROXIES",
         default_value = "",
+        global = true,
         hide_env_values = true,
         hide_default_value = true
     )]
     pub proxies: String,
 }
 
-impl EgressArgs {
+impl ProxiesArgs {
     /// The named upstream proxies; errors name the entry, never its credentials.
     pub fn upstream_proxies(&self) -> anyhow::Result<HashMap<String, UpstreamProxy>> {
         parse_proxies(&self.proxies).map_err(|e| anyhow::anyhow!("--proxies: {e}"))
     }
 
-    /// Applies the flags to a pool configuration.
-    pub fn apply(&self, config: PoolConfig) -> anyhow::Result<PoolConfig> {
+    /// The names, sorted (what the api accepts in a task's `proxy`).
+    pub fn names(&self) -> anyhow::Result<Vec<String>> {
+        let mut names: Vec<String> = self.upstream_proxies()?.into_keys().collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+impl EgressArgs {
+    /// Applies the flags and the named proxies to a pool configuration.
+    pub fn apply(&self, proxies: &ProxiesArgs, config: PoolConfig) -> anyhow::Result<PoolConfig> {
         Ok(PoolConfig {
             egress_proxy: self.egress_proxy,
             egress_dns: self.egress_dns.clone(),
-            upstream_proxies: self.upstream_proxies()?,
+            upstream_proxies: proxies.upstream_proxies()?,
             ..config
         })
     }

@@ -38,6 +38,9 @@ struct Cli {
     #[command(flatten)]
     secrets: worker::SecretsArgs,
 
+    #[command(flatten)]
+    proxies: egress::ProxiesArgs,
+
     /// Log output format (filter with RUST_LOG, default `info`).
     #[arg(long, env = "BROWSERD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
@@ -136,7 +139,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     }
     let tracing_enabled = telemetry.tracing_enabled();
     let result = match &cli.command {
-        Command::Run(args) => run::run(cli.config.as_deref(), args).await,
+        Command::Run(args) => run::run(cli.config.as_deref(), &cli.proxies, args).await,
         other => other_command(&cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -267,6 +270,7 @@ async fn serve(
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,
             models,
+            proxies: cli.proxies.names()?,
             max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
             trace_context: tracing.then(|| {
                 Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>

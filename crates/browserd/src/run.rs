@@ -84,7 +84,7 @@ pub struct RunArgs {
     pub allow_loopback: bool,
 
     /// Route the task's traffic (after the egress checks) through this upstream proxy of
-    /// `--proxies`.
+    /// `--proxies` (a global flag: `browserd --proxies NAME=URL run --proxy NAME …`).
     #[arg(long, value_name = "NAME")]
     pub proxy: Option<String>,
 
@@ -264,14 +264,14 @@ impl EventSink for TerminalSink {
     }
 }
 
-fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
+fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Result<TaskSpec> {
     let mut spec = TaskSpec::new(args.task.clone());
     spec.start_url = args.start_url.clone();
     spec.model = args.model.clone();
     spec.allowed_domains = args.allowed_domains.clone();
     spec.prohibited_domains = args.prohibited_domains.clone();
     if let Some(name) = &args.proxy {
-        let names = args.egress.upstream_proxies()?;
+        let names = proxies.upstream_proxies()?;
         anyhow::ensure!(
             names.contains_key(name),
             "--proxy {name:?} is not one of --proxies ({})",
@@ -320,21 +320,25 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
 /// Runs the task; the exit code tells how it ended.
 pub async fn run(
     config_file: Option<&std::path::Path>,
+    proxies: &crate::egress::ProxiesArgs,
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
-    let spec = task_spec(args)?;
+    let spec = task_spec(args, proxies)?;
     let pool = Arc::new(
-        BrowserPool::new(args.egress.apply(PoolConfig {
-            chrome_path: args.chrome.clone(),
-            processes: 1,
-            contexts_per_process: 1,
-            recycle_after_tasks: 0,
-            // The window matches the task's viewport.
-            viewport: spec.viewport.unwrap_or_default(),
-            ..PoolConfig::default()
-        })?)
+        BrowserPool::new(args.egress.apply(
+            proxies,
+            PoolConfig {
+                chrome_path: args.chrome.clone(),
+                processes: 1,
+                contexts_per_process: 1,
+                recycle_after_tasks: 0,
+                // The window matches the task's viewport.
+                viewport: spec.viewport.unwrap_or_default(),
+                ..PoolConfig::default()
+            },
+        )?)
         .context("configuring the browser pool")?,
     );
     let runner = TaskRunner::new(

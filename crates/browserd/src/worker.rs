@@ -220,19 +220,22 @@ pub async fn start(
     let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
     let pool = Arc::new(
         BrowserPool::new(
-            args.egress.apply(PoolConfig {
-                chrome_path: args.chrome.clone(),
-                processes: args.chrome_processes,
-                contexts_per_process,
-                extra_args: args
-                    .chrome_args
-                    .split_whitespace()
-                    .map(str::to_owned)
-                    .collect(),
-                nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
-                viewport: args.viewport,
-                ..PoolConfig::default()
-            })?,
+            args.egress.apply(
+                &cli.proxies,
+                PoolConfig {
+                    chrome_path: args.chrome.clone(),
+                    processes: args.chrome_processes,
+                    contexts_per_process,
+                    extra_args: args
+                        .chrome_args
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                    nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
+                    viewport: args.viewport,
+                    ..PoolConfig::default()
+                },
+            )?,
         )
         .context("configuring the browser pool")?,
     );
