@@ -143,7 +143,11 @@ const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "disable-component-extensions-with-background-pages",
     "disable-default-apps",
     "disable-dev-shm-usage",
-    "disable-features=TranslateUI",
+    // Chrome keeps only the last --disable-features: one list. Besides TranslateUI, the
+    // browser's own calls to Google services that would otherwise go through the task's egress
+    // proxy and be reported to the model as blocked connections (autofill field types,
+    // optimization hints).
+    "disable-features=TranslateUI,AutofillServerCommunication,OptimizationHints,OptimizationGuideModelDownloading,MediaRouter",
     "disable-hang-monitor",
     "disable-ipc-flooding-protection",
     "disable-popup-blocking",
