@@ -109,9 +109,9 @@ async fn websockets(env: &Env) {
 }
 
 /// `<link rel=preconnect>` to a forbidden host opens no TCP connection to it. (Chromium 156
-/// with browserd's flags opened no preconnect connection in this setup even without the proxy,
-/// so there is no positive control here; any connection it opens goes through the proxy, which
-/// judges it like the WebSockets above.)
+/// opens no preconnect at all in a `Target.createBrowserContext` context, off the record, even
+/// without the proxy — a default profile does — so there is no positive control here; any
+/// connection it opens goes through the proxy, which judges it like the WebSockets above.)
 async fn preconnect(env: &Env) {
     let session = env.session(EgressSettings::default()).await;
     let forbidden_before = env.forbidden.accepts();
