@@ -25,10 +25,10 @@ pub struct EgressArgs {
     )]
     pub egress_proxy: bool,
 
-    /// DNS servers (`ip:port`, comma-separated) that the egress checks and the proxy query
+    /// DNS servers (`ip:port`, comma- or space-separated) that the egress checks and the proxy query
     /// directly, honouring each answer's TTL; empty: the system resolver.
-    #[arg(long, env = "BROWSERD_EGRESS_DNS", value_delimiter = ',')]
-    pub egress_dns: Vec<SocketAddr>,
+    #[arg(long, env = "BROWSERD_EGRESS_DNS", default_value = "", hide_default_value = true, value_parser = parse_dns_servers)]
+    pub egress_dns: DnsServers,
 }
 
 /// The operator's named upstream proxies: every role needs them (the api validates the names
@@ -63,12 +63,27 @@ impl ProxiesArgs {
     }
 }
 
+/// `--egress-dns`: `ip:port` addresses, comma- or space-separated; empty: none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DnsServers(pub Vec<SocketAddr>);
+
+fn parse_dns_servers(text: &str) -> Result<DnsServers, String> {
+    text.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<SocketAddr>()
+                .map_err(|_| format!("{s:?} is not ip:port (e.g. 10.0.0.2:53)"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(DnsServers)
+}
+
 impl EgressArgs {
     /// Applies the flags and the named proxies to a pool configuration.
     pub fn apply(&self, proxies: &ProxiesArgs, config: PoolConfig) -> anyhow::Result<PoolConfig> {
         Ok(PoolConfig {
             egress_proxy: self.egress_proxy,
-            egress_dns: self.egress_dns.clone(),
+            egress_dns: self.egress_dns.0.clone(),
             upstream_proxies: proxies.upstream_proxies()?,
             ..config
         })
@@ -108,6 +123,23 @@ pub fn parse_proxies(text: &str) -> Result<HashMap<String, UpstreamProxy>, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dns_servers_parse_and_empty_means_none() {
+        assert_eq!(parse_dns_servers("").unwrap(), DnsServers::default());
+        assert_eq!(
+            parse_dns_servers("127.0.0.1:5353, [::1]:53").unwrap().0,
+            vec![
+                "127.0.0.1:5353".parse::<SocketAddr>().unwrap(),
+                "[::1]:53".parse().unwrap()
+            ]
+        );
+        assert!(
+            parse_dns_servers("8.8.8.8")
+                .unwrap_err()
+                .contains("ip:port")
+        );
+    }
 
     #[test]
     fn proxies_parse_by_name_and_errors_hide_credentials() {
