@@ -83,6 +83,8 @@ pub struct ApiConfig {
     pub rate_limit: Option<RateLimit>,
     /// Models a task may name.
     pub models: ModelCatalog,
+    /// Upstream proxies a task may name (`proxy`); empty: tasks may name none.
+    pub proxies: Vec<String>,
     /// Above this many queued tasks, `POST /v1/tasks` answers 429 with `Retry-After`
     /// (`None`: no limit).
     pub max_queued_tasks: Option<i64>,
@@ -108,6 +110,7 @@ impl Default for ApiConfig {
             body_limit_bytes: DEFAULT_BODY_LIMIT_BYTES,
             rate_limit: None,
             models: ModelCatalog::default(),
+            proxies: Vec::new(),
             max_queued_tasks: None,
             trace_context: None,
             unauthenticated_rate_limit: None,
@@ -135,6 +138,7 @@ pub struct AppState {
     store: Store,
     hub: EventHub,
     models: Arc<ModelCatalog>,
+    proxies: Arc<Vec<String>>,
     max_queued_tasks: Option<i64>,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
@@ -250,6 +254,7 @@ pub fn router(
         store,
         hub,
         models: Arc::new(config.models),
+        proxies: Arc::new(config.proxies),
         max_queued_tasks: config.max_queued_tasks,
         rate_limiter,
         shutdown,

@@ -20,6 +20,22 @@ pub(crate) async fn create(
     trace_context: Option<String>,
 ) -> Result<TaskView, ApiError> {
     let mut new_task = validate_create_task(request, &state.models)?;
+    if let Some(name) = &new_task.proxy
+        && !state.proxies.contains(name)
+    {
+        let shown: String = name.chars().take(64).collect();
+        return Err(ApiError::validation(
+            "proxy",
+            if state.proxies.is_empty() {
+                format!("unknown proxy `{shown}`: no proxies are configured")
+            } else {
+                format!(
+                    "unknown proxy `{shown}` (configured: {})",
+                    state.proxies.join(", ")
+                )
+            },
+        ));
+    }
     new_task.trace_context = trace_context;
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
         return Err(ApiError::validation(

@@ -199,6 +199,7 @@ pub fn validate_create_task(
         max_cost_usd,
         viewport: request.viewport,
         settle_timeout_ms,
+        proxy: request.proxy,
         trace_context: None,
     })
 }

@@ -1416,3 +1416,48 @@ fn openapi_yaml_is_up_to_date() {
         assert!(generated.contains(route), "{route} missing from the spec");
     }
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn tasks_name_an_operator_proxy_or_get_422(pool: PgPool) {
+    let app = TestApp::start_with(
+        pool,
+        ApiConfig {
+            models: models(),
+            proxies: vec!["corp".to_owned(), "residential".to_owned()],
+            ..ApiConfig::default()
+        },
+    )
+    .await;
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "x", "proxy": "corp"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let created: Value = response.json().await.unwrap();
+    assert_eq!(created["proxy"], "corp");
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "x", "proxy": "http://user:pw@evil:3128"}))
+        .send()
+        .await
+        .unwrap();
+    let body = error(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    )
+    .await;
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("unknown proxy"), "{body}");
+    assert!(message.contains("corp, residential"), "{body}");
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "x"}))
+        .send()
+        .await
+        .unwrap();
+    let created: Value = response.json().await.unwrap();
+    assert_eq!(created["proxy"], Value::Null);
+}

@@ -1,7 +1,8 @@
 //! The Chrome pool: processes (or remote endpoints), each hosting isolated contexts.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
     path::PathBuf,
     sync::{
         Arc,
@@ -17,6 +18,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
 
 use crate::{
     cdp::CdpConnection,
+    egress::{DEFAULT_DNS_TIMEOUT, EgressProxy, HostResolver, ProxyOptions, UpstreamProxy},
     error::{BrowserError, Result},
     session::{BrowserSession, TaskOptions},
     types::Viewport,
@@ -77,6 +79,15 @@ pub struct PoolConfig {
     /// the zygotes and inherit it), so that the service's own work — the api, event delivery,
     /// Postgres — keeps the CPU when browsers saturate it. `None` leaves Chrome as it starts.
     pub nice: Option<i32>,
+    /// Send all traffic of every context that has egress settings through the egress proxy
+    /// (one listener per context on 127.0.0.1; see [`crate::egress::proxy`]). Off: only the
+    /// CDP guard enforces the policy (benchmarks' baseline; a remote Chrome that cannot reach
+    /// this host's loopback).
+    pub egress_proxy: bool,
+    /// DNS servers the egress checks and the proxy query; empty: the system resolver.
+    pub egress_dns: Vec<SocketAddr>,
+    /// Upstream proxies a task may pick by name ([`TaskOptions::proxy`]).
+    pub upstream_proxies: HashMap<String, UpstreamProxy>,
 }
 
 impl Default for PoolConfig {
@@ -92,16 +103,22 @@ impl Default for PoolConfig {
             extra_args: Vec::new(),
             viewport: Viewport::BROWSER_USE,
             nice: Some(10),
+            egress_proxy: true,
+            egress_dns: Vec::new(),
+            upstream_proxies: HashMap::new(),
         }
     }
 }
 
-/// Flags every launched Chrome gets (see DEVELOPERS.md).
-pub const CHROME_FLAGS: [&str; 9] = [
+/// Flags every launched Chrome gets (see DEVELOPERS.md). QUIC is off (UDP would bypass the
+/// egress proxy) and WebRTC may not send UDP outside a proxy: with the per-context egress proxy
+/// (http CONNECT, no UDP) its traffic goes through the proxy over TCP or not at all.
+pub const CHROME_FLAGS: [&str; 10] = [
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--no-first-run",
     "--disable-background-networking",
     "--disable-component-update",
@@ -126,7 +143,11 @@ const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "disable-component-extensions-with-background-pages",
     "disable-default-apps",
     "disable-dev-shm-usage",
-    "disable-features=TranslateUI",
+    // Chrome keeps only the last --disable-features: one list. Besides TranslateUI, the
+    // browser's own calls to Google services that would otherwise go through the task's egress
+    // proxy and be reported to the model as blocked connections (autofill field types,
+    // optimization hints).
+    "disable-features=TranslateUI,AutofillServerCommunication,OptimizationHints,OptimizationGuideModelDownloading,MediaRouter",
     "disable-hang-monitor",
     "disable-ipc-flooding-protection",
     "disable-popup-blocking",
@@ -480,8 +501,17 @@ struct PoolState {
     retiring: Vec<Arc<Chrome>>,
 }
 
+/// What every session of a pool shares for its egress: one resolver (so the CDP guard and the
+/// proxy see the same answers and cache) and the proxy.
+#[derive(Debug)]
+pub(crate) struct EgressNet {
+    pub resolver: Arc<HostResolver>,
+    pub proxy: Option<EgressProxy>,
+}
+
 pub(crate) struct PoolInner {
     pub config: PoolConfig,
+    pub net: Arc<EgressNet>,
     state: Mutex<PoolState>,
     permits: Arc<Semaphore>,
     shut_down: AtomicBool,
@@ -519,10 +549,23 @@ impl BrowserPool {
                 "the pool needs at least one process or remote endpoint".into(),
             ));
         }
+        let resolver = if config.egress_dns.is_empty() {
+            HostResolver::system(DEFAULT_DNS_TIMEOUT)
+        } else {
+            HostResolver::with_servers(&config.egress_dns, DEFAULT_DNS_TIMEOUT)
+                .map_err(|e| BrowserError::InvalidArgument(e.to_string()))?
+        };
+        let net = Arc::new(EgressNet {
+            resolver: Arc::new(resolver),
+            proxy: config.egress_proxy.then(|| {
+                EgressProxy::new(ProxyOptions::default(), config.upstream_proxies.clone())
+            }),
+        });
         metrics::gauge!("browserd_browser_contexts_capacity")
             .set((slots * config.contexts_per_process) as f64);
         Ok(Self {
             inner: Arc::new(PoolInner {
+                net,
                 permits: Arc::new(Semaphore::new(slots * config.contexts_per_process)),
                 state: Mutex::new(PoolState {
                     slots: vec![None; slots],
@@ -545,6 +588,13 @@ impl BrowserPool {
     /// The pool's configuration.
     pub fn config(&self) -> &PoolConfig {
         &self.inner.config
+    }
+
+    /// Names of the upstream proxies a task may pick ([`TaskOptions::proxy`]).
+    pub fn upstream_proxy_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.inner.config.upstream_proxies.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Waits for a free context slot and returns a fresh, isolated session without an
@@ -573,6 +623,7 @@ impl BrowserPool {
             self.inner.config.cdp_timeout,
             options,
             self.inner.config.viewport,
+            self.inner.net.clone(),
         )
         .await;
         match opened {

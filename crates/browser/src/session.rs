@@ -1,6 +1,7 @@
 //! A task's browser session: one isolated context, its tabs, the focused tab, captures,
 //! and what happens in it on its own: JavaScript dialogs (closed automatically and reported),
-//! downloads (into the task workspace), tabs the page opens, the egress guard.
+//! downloads (into the task workspace), tabs the page opens, the egress guard and the context's
+//! egress proxy listener.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -17,9 +18,12 @@ use crate::{
     actions::{Workspace, workspace::sanitize_file_name},
     capture::{self, SessionSource, page_info_from_metrics},
     cdp::{CdpEvent, RawResponse},
-    egress::{EgressGuard, EgressGuardOptions, EgressPolicy, EgressScope, EgressSettings},
+    egress::{
+        BlockedRequest, ContextProxy, EgressGuard, EgressGuardOptions, EgressPolicy, EgressScope,
+        EgressSettings,
+    },
     error::{BrowserError, Result},
-    pool::{Chrome, Lease},
+    pool::{Chrome, EgressNet, Lease},
     settle::SettleSettings,
     types::{
         CaptureOptions, DownloadInfo, DownloadState, PageState, Screenshot, ScreenshotFormat,
@@ -42,6 +46,10 @@ pub struct TaskOptions {
     /// Viewport of every tab of the session (new tabs and tabs the page opens); `None` = the
     /// pool's [`PoolConfig::viewport`](crate::PoolConfig::viewport).
     pub viewport: Option<Viewport>,
+    /// Name of an upstream proxy of the pool's
+    /// [`PoolConfig::upstream_proxies`](crate::PoolConfig::upstream_proxies) that carries the
+    /// task's traffic after the egress checks; an unknown name fails the lease. Needs `egress`.
+    pub proxy: Option<String>,
 }
 
 /// Things that happened in the session between actions.
@@ -159,6 +167,8 @@ pub struct BrowserSession {
     pub(crate) state: Mutex<SessionState>,
     pub(crate) events: Arc<SessionEvents>,
     pub(crate) egress: Option<EgressGuard>,
+    /// The context's egress proxy listener (dropped after the context is disposed).
+    proxy: Option<ContextProxy>,
     pub(crate) workspace: Workspace,
     viewport: Viewport,
     listener: Option<tokio::task::JoinHandle<()>>,
@@ -181,6 +191,7 @@ impl BrowserSession {
         timeout: Duration,
         options: TaskOptions,
         default_viewport: Viewport,
+        net: Arc<EgressNet>,
     ) -> Result<Self> {
         let workspace = match &options.workspace_dir {
             Some(dir) => Workspace::open(dir)?,
@@ -189,10 +200,42 @@ impl BrowserSession {
         let policy = match &options.egress {
             Some(settings) => Some(Arc::new(
                 EgressPolicy::new(settings.clone())
-                    .map_err(|e| BrowserError::Egress(e.to_string()))?,
+                    .map_err(|e| BrowserError::Egress(e.to_string()))?
+                    .with_shared_resolver(net.resolver.clone()),
             )),
             None => None,
         };
+        // The context's own proxy listener: every connection of the context is checked
+        // against the task's policy at the network level.
+        let proxy = match (&policy, &net.proxy, &options.proxy) {
+            (None, _, Some(_)) => {
+                return Err(BrowserError::InvalidArgument(
+                    "an upstream proxy needs the task's egress settings".into(),
+                ));
+            }
+            (Some(_), None, Some(name)) => {
+                return Err(BrowserError::InvalidArgument(format!(
+                    "proxy {name:?}: the egress proxy is switched off in this pool"
+                )));
+            }
+            (Some(policy), Some(proxy), upstream) => Some(
+                proxy
+                    .open(policy.clone(), upstream.as_deref())
+                    .await
+                    .map_err(|e| match e {
+                        crate::egress::ProxyError::UnknownUpstream(_) => {
+                            BrowserError::InvalidArgument(e.to_string())
+                        }
+                        other => BrowserError::Egress(other.to_string()),
+                    })?,
+            ),
+            _ => None,
+        };
+        let mut context_params = json!({"disposeOnDetach": false});
+        if let Some(proxy) = &proxy {
+            context_params["proxyServer"] = json!(proxy.proxy_server());
+            context_params["proxyBypassList"] = json!(ContextProxy::BYPASS_LIST);
+        }
         // Contexts and tabs are made on the crate's own connection: chromiumoxide's handler
         // would attach to each tab and enable Runtime, Network, Performance and Log there, plus
         // an isolated world per document — work Chrome then repeats on every navigation.
@@ -203,12 +246,7 @@ impl BrowserSession {
         }
         let context_id = chrome
             .conn
-            .call_raw(
-                None,
-                "Target.createBrowserContext",
-                json!({"disposeOnDetach": false}),
-                timeout,
-            )
+            .call_raw(None, "Target.createBrowserContext", context_params, timeout)
             .await?
             .decode::<Created>()?
             .browser_context_id;
@@ -232,6 +270,7 @@ impl BrowserSession {
             }),
             events,
             egress: None,
+            proxy,
             workspace,
             viewport: options.viewport.unwrap_or(default_viewport),
             listener: None,
@@ -371,6 +410,25 @@ impl BrowserSession {
     /// The egress guard of the session, when the task has egress settings.
     pub fn egress_guard(&self) -> Option<&EgressGuard> {
         self.egress.as_ref()
+    }
+
+    /// The context's egress proxy listener, when the task has egress settings and the pool's
+    /// proxy is on.
+    pub fn egress_proxy(&self) -> Option<&ContextProxy> {
+        self.proxy.as_ref()
+    }
+
+    /// What the guard and the proxy refused since the last call (guard entries first).
+    pub fn drain_blocked(&self) -> Vec<BlockedRequest> {
+        let mut blocked = self
+            .egress
+            .as_ref()
+            .map(EgressGuard::drain_blocked)
+            .unwrap_or_default();
+        if let Some(proxy) = &self.proxy {
+            blocked.extend(proxy.drain_blocked());
+        }
+        blocked
     }
 
     /// Makes sure the tab's raw session has Page events and lifecycle events enabled and the
@@ -756,6 +814,7 @@ impl BrowserSession {
         if let Some(guard) = self.egress.take() {
             guard.close().await;
         }
+        self.proxy.take();
         if let Some(lease) = self.lease.take() {
             lease.finish().await;
         }

@@ -3,6 +3,7 @@
 //! `browserd mcp`, the MCP task tools on stdio.
 
 mod config;
+mod egress;
 mod mcp;
 mod remote;
 mod replay;
@@ -41,6 +42,9 @@ struct Cli {
 
     #[command(flatten)]
     secrets: worker::SecretsArgs,
+
+    #[command(flatten)]
+    proxies: egress::ProxiesArgs,
 
     /// Log output format (filter with RUST_LOG, default `info`).
     #[arg(long, env = "BROWSERD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
@@ -205,10 +209,10 @@ async fn main() -> anyhow::Result<ExitCode> {
     }
     let tracing_enabled = telemetry.tracing_enabled();
     let result = match &cli.command {
-        Command::Run(args) => run::run(cli.config.as_deref(), args).await,
+        Command::Run(args) => run::run(cli.config.as_deref(), &cli.proxies, args).await,
         Command::Tasks { command } => remote::run(command).await,
-        Command::Replay(args) => replay::run(args).await,
-        Command::Mcp(args) => mcp::serve(cli.config.as_deref(), args)
+        Command::Replay(args) => replay::run(args, &cli.proxies).await,
+        Command::Mcp(args) => mcp::serve(cli.config.as_deref(), &cli.proxies, args)
             .await
             .map(|()| ExitCode::SUCCESS),
         other => other_command(&cli, other, tracing_enabled)
@@ -402,6 +406,7 @@ async fn serve(
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,
             models,
+            proxies: cli.proxies.names()?,
             max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
             trace_context: tracing.then(|| {
                 Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>

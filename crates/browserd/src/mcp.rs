@@ -63,10 +63,17 @@ pub struct McpArgs {
     /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
     #[arg(long)]
     pub allow_loopback: bool,
+
+    #[command(flatten)]
+    pub egress: crate::egress::EgressArgs,
 }
 
 /// Serves the tools on stdin/stdout until the client closes them.
-pub async fn serve(config_file: Option<&std::path::Path>, args: &McpArgs) -> anyhow::Result<()> {
+pub async fn serve(
+    config_file: Option<&std::path::Path>,
+    proxies: &crate::egress::ProxiesArgs,
+    args: &McpArgs,
+) -> anyhow::Result<()> {
     match &args.server {
         Some(server) => {
             let key = std::env::var(&args.key_env).map_err(|_| {
@@ -89,16 +96,17 @@ pub async fn serve(config_file: Option<&std::path::Path>, args: &McpArgs) -> any
             let models = config::load_models(config_file)?;
             let catalog = config::model_catalog(&models)?;
             let registry = ModelRegistry::new(models).context("building the model registry")?;
-            let pool = Arc::new(
-                BrowserPool::new(PoolConfig {
+            let config = args.egress.apply(
+                proxies,
+                PoolConfig {
                     chrome_path: args.chrome.clone(),
                     processes: 1,
                     contexts_per_process: args.max_running_tasks as usize,
                     recycle_after_tasks: 0,
                     ..PoolConfig::default()
-                })
-                .context("configuring the browser pool")?,
-            );
+                },
+            )?;
+            let pool = Arc::new(BrowserPool::new(config).context("configuring the browser pool")?);
             let runner = Arc::new(TaskRunner::new(
                 pool.clone(),
                 Arc::new(registry),
@@ -287,6 +295,7 @@ fn task_spec(new: &NewTask) -> TaskSpec {
     spec.max_cost_usd = new.max_cost_usd;
     spec.metadata = new.metadata.clone();
     spec.viewport = new.viewport.and_then(browserd_worker::browser_viewport);
+    spec.proxy = new.proxy.clone();
     spec.settle_timeout = new
         .settle_timeout_ms
         .and_then(|ms| u64::try_from(ms).ok())
@@ -315,6 +324,7 @@ fn new_view(id: TaskId, new: &NewTask) -> TaskView {
         max_cost_usd: new.max_cost_usd,
         viewport: new.viewport,
         settle_timeout_ms: new.settle_timeout_ms.map(i64::from),
+        proxy: new.proxy.clone(),
         usage: None,
         queue_position: None,
         attempts: 1,

@@ -72,11 +72,17 @@ pub struct ReplayArgs {
     /// Chrome / Chromium executable.
     #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
     pub chrome: PathBuf,
+
+    #[command(flatten)]
+    pub egress: crate::egress::EgressArgs,
 }
 
 /// Reads the history, replays it, prints each action; exit 0 when every action that ran
 /// worked.
-pub async fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    args: &ReplayArgs,
+    proxies: &crate::egress::ProxiesArgs,
+) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.history)
         .with_context(|| format!("reading {}", args.history.display()))?;
     let history: AgentHistoryList = serde_json::from_str(&text).with_context(|| {
@@ -99,7 +105,7 @@ pub async fn run(args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
 
-    let pool = single_browser_pool(&args.chrome, spec.viewport)?;
+    let pool = single_browser_pool(&args.chrome, spec.viewport, &args.egress, proxies)?;
     // No model is called: an empty catalog.
     let registry = ModelRegistry::new(ModelsConfig::default()).context("model registry")?;
     let runner = TaskRunner::new(

@@ -83,6 +83,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub allow_loopback: bool,
 
+    /// Route the task's traffic (after the egress checks) through this upstream proxy of
+    /// `--proxies` (a global flag: `browserd --proxies NAME=URL run --proxy NAME …`).
+    #[arg(long, value_name = "NAME")]
+    pub proxy: Option<String>,
+
+    #[command(flatten)]
+    pub egress: crate::egress::EgressArgs,
+
     /// Chrome / Chromium executable.
     #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
     pub chrome: PathBuf,
@@ -203,12 +211,29 @@ impl EventSink for TerminalSink {
     }
 }
 
-fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
+fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Result<TaskSpec> {
     let mut spec = TaskSpec::new(args.task.clone());
     spec.start_url = args.start_url.clone();
     spec.model = args.model.clone();
     spec.allowed_domains = args.allowed_domains.clone();
     spec.prohibited_domains = args.prohibited_domains.clone();
+    if let Some(name) = &args.proxy {
+        let names = proxies.upstream_proxies()?;
+        anyhow::ensure!(
+            names.contains_key(name),
+            "--proxy {name:?} is not one of --proxies ({})",
+            {
+                let mut known: Vec<&String> = names.keys().collect();
+                known.sort();
+                known
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        spec.proxy = Some(name.clone());
+    }
     if let Some(max_steps) = args.max_steps {
         spec.max_steps = max_steps;
     }
@@ -243,29 +268,35 @@ fn task_spec(args: &RunArgs) -> anyhow::Result<TaskSpec> {
 pub fn single_browser_pool(
     chrome: &std::path::Path,
     viewport: Option<Viewport>,
+    egress: &crate::egress::EgressArgs,
+    proxies: &crate::egress::ProxiesArgs,
 ) -> anyhow::Result<Arc<BrowserPool>> {
-    let pool = BrowserPool::new(PoolConfig {
-        chrome_path: chrome.to_path_buf(),
-        processes: 1,
-        contexts_per_process: 1,
-        recycle_after_tasks: 0,
-        // The window matches the task's viewport.
-        viewport: viewport.unwrap_or_default(),
-        ..PoolConfig::default()
-    })
-    .context("configuring the browser pool")?;
+    let config = egress.apply(
+        proxies,
+        PoolConfig {
+            chrome_path: chrome.to_path_buf(),
+            processes: 1,
+            contexts_per_process: 1,
+            recycle_after_tasks: 0,
+            // The window matches the task's viewport.
+            viewport: viewport.unwrap_or_default(),
+            ..PoolConfig::default()
+        },
+    )?;
+    let pool = BrowserPool::new(config).context("configuring the browser pool")?;
     Ok(Arc::new(pool))
 }
 
 /// Runs the task; the exit code tells how it ended.
 pub async fn run(
     config_file: Option<&std::path::Path>,
+    proxies: &crate::egress::ProxiesArgs,
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
-    let spec = task_spec(args)?;
-    let pool = single_browser_pool(&args.chrome, spec.viewport)?;
+    let spec = task_spec(args, proxies)?;
+    let pool = single_browser_pool(&args.chrome, spec.viewport, &args.egress, proxies)?;
     let runner = TaskRunner::new(
         pool.clone(),
         Arc::new(registry),

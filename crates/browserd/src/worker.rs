@@ -155,6 +155,9 @@ pub struct WorkerArgs {
     /// Empty: off.
     #[arg(long, env = "BROWSERD_METRICS_ADDR", value_parser = parse_metrics_addr)]
     metrics_addr: Option<MetricsAddr>,
+
+    #[command(flatten)]
+    egress: crate::egress::EgressArgs,
 }
 
 /// `--metrics-addr`: an address, or nothing (an empty variable from compose).
@@ -221,19 +224,24 @@ pub async fn start(
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
     let pool = Arc::new(
-        BrowserPool::new(PoolConfig {
-            chrome_path: args.chrome.clone(),
-            processes: args.chrome_processes,
-            contexts_per_process,
-            extra_args: args
-                .chrome_args
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect(),
-            nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
-            viewport: args.viewport,
-            ..PoolConfig::default()
-        })
+        BrowserPool::new(
+            args.egress.apply(
+                &cli.proxies,
+                PoolConfig {
+                    chrome_path: args.chrome.clone(),
+                    processes: args.chrome_processes,
+                    contexts_per_process,
+                    extra_args: args
+                        .chrome_args
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                    nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
+                    viewport: args.viewport,
+                    ..PoolConfig::default()
+                },
+            )?,
+        )
         .context("configuring the browser pool")?,
     );
     let runner = Arc::new(TaskRunner::new(

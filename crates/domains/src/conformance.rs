@@ -281,6 +281,61 @@ mod tests {
         }
     }
 
+    /// The origin-level check (what a proxy sees of a connection) never refuses an origin one
+    /// of whose URLs the pattern matches, and never prohibits an origin the pattern leaves
+    /// partly open: every matching URL's origin is allowed by `[pattern]`, and an origin that
+    /// `prohibited_domains: [pattern]` refuses as a whole has no URL the pattern does not match.
+    #[test]
+    fn origin_checks_agree_with_url_checks() {
+        use crate::OriginMatch;
+        for case in CASES.iter().filter(|c| c.rejected.is_none()) {
+            let pattern = DomainPattern::parse(case.pattern).unwrap();
+            let allow = DomainRules::new(
+                DomainList::parse(&[case.pattern]).unwrap(),
+                DomainList::default(),
+            );
+            for url in case.matches {
+                let parsed = Url::parse(url).unwrap();
+                let target = UrlTarget::new(&parsed).unwrap();
+                assert_ne!(
+                    pattern.matches_origin(&target),
+                    OriginMatch::None,
+                    "{:?} on the origin of {url}",
+                    case.pattern
+                );
+                assert!(allow.check_origin(&[target]).is_ok(), "{url}");
+            }
+            for url in case.does_not_match {
+                let Ok(parsed) = Url::parse(url) else {
+                    continue;
+                };
+                let Some(target) = UrlTarget::new(&parsed) else {
+                    continue;
+                };
+                assert_ne!(
+                    pattern.matches_origin(&target),
+                    OriginMatch::All,
+                    "{:?} covers all of the origin of {url}, which it does not match",
+                    case.pattern
+                );
+            }
+        }
+        let path = DomainPattern::parse("https://example.com/docs").unwrap();
+        let origin = Url::parse("https://example.com/").unwrap();
+        let target = UrlTarget::new(&origin).unwrap();
+        assert_eq!(path.matches_origin(&target), OriginMatch::Some);
+        let deny = DomainRules::new(
+            DomainList::default(),
+            DomainList::parse(&["https://example.com/docs"]).unwrap(),
+        );
+        assert!(deny.check_origin(std::slice::from_ref(&target)).is_ok());
+        let deny = DomainRules::new(
+            DomainList::default(),
+            DomainList::parse(&["example.com"]).unwrap(),
+        );
+        assert!(deny.check_origin(&[target]).is_err());
+    }
+
     #[test]
     fn the_table_covers_every_kind() {
         let valid = CASES.iter().filter(|c| c.rejected.is_none()).count();

@@ -39,7 +39,9 @@ mod glob;
 mod pattern;
 mod rules;
 
-pub use pattern::{DomainPattern, MAX_HOST_CHARS, MAX_PATTERN_CHARS, PatternError, UrlTarget};
+pub use pattern::{
+    DomainPattern, MAX_HOST_CHARS, MAX_PATTERN_CHARS, OriginMatch, PatternError, UrlTarget,
+};
 pub use rules::{DomainList, DomainRules, Forbidden, ListError};
 
 /// Schemes whose URLs have a host that host patterns talk about: http, https, ws, wss.

@@ -98,6 +98,17 @@ fn is_proper_subdomain(host: &str, domain: &str) -> bool {
         .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
 }
 
+/// How a pattern covers one origin (see [`DomainPattern::matches_origin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OriginMatch {
+    /// No URL of the origin matches.
+    None,
+    /// Some URLs of the origin match (the pattern has a path).
+    Some,
+    /// Every URL of the origin matches.
+    All,
+}
+
 /// A URL as the matcher sees it: the parsed URL and its normalised host (lowercase, trailing
 /// dots removed, IPv6 in brackets).
 #[derive(Debug, Clone)]
@@ -221,6 +232,60 @@ impl DomainPattern {
                     && path.as_ref().is_none_or(|g| {
                         glob_match(g, &url[Position::BeforePath..].to_ascii_lowercase())
                     })
+            }
+        }
+    }
+
+    /// How this pattern relates to the URLs of the target's origin (scheme, host, port),
+    /// whatever their path: what a network-level check that sees only a connection's host and
+    /// port (an HTTP `CONNECT`) can know. A URL of the origin matches only if this is not
+    /// [`OriginMatch::None`]; every URL of it matches if this is [`OriginMatch::All`].
+    pub fn matches_origin(&self, target: &UrlTarget<'_>) -> OriginMatch {
+        let (scheme, host, url) = (target.scheme(), target.host(), target.url());
+        let whole = |hit: bool| {
+            if hit {
+                OriginMatch::All
+            } else {
+                OriginMatch::None
+            }
+        };
+        match &self.kind {
+            Kind::AnyHost
+            | Kind::ExactHost { .. }
+            | Kind::Subdomains { .. }
+            | Kind::HostSuffix { .. } => whole(self.matches(target)),
+            Kind::UrlPrefix {
+                scheme: s,
+                host: h,
+                port,
+                path,
+            } => {
+                if scheme != s || host != h || url.port_or_known_default() != *port {
+                    OriginMatch::None
+                } else if path == "/" || path.is_empty() {
+                    OriginMatch::All
+                } else {
+                    OriginMatch::Some
+                }
+            }
+            Kind::Glob {
+                scheme: s,
+                host: h,
+                port,
+                path,
+            } => {
+                let origin = glob_match(s, scheme)
+                    && h.matches(host)
+                    && match (port, path) {
+                        (Some(p), _) => url.port_or_known_default() == Some(*p),
+                        (None, None) => true,
+                        (None, Some(_)) => url.port().is_none(),
+                    };
+                match path.as_deref() {
+                    _ if !origin => OriginMatch::None,
+                    None | Some("/*") => OriginMatch::All,
+                    Some(_) => OriginMatch::Some,
+                }
             }
         }
     }

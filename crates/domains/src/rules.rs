@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::is_web_scheme;
-use crate::pattern::{DomainPattern, PatternError, UrlTarget};
+use crate::pattern::{DomainPattern, OriginMatch, PatternError, UrlTarget};
 
 /// An invalid entry of a list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -123,6 +123,39 @@ impl DomainRules {
     /// The prohibit list.
     pub fn prohibited(&self) -> &DomainList {
         &self.prohibited
+    }
+
+    /// The lists applied to a connection of which only the origin is known (host and port, and
+    /// the schemes it may carry): allowed when an allow pattern matches some URL of one of the
+    /// `targets`; forbidden by a prohibit pattern that matches every URL of one of them (a
+    /// pattern with a path cannot be judged without the path; the URL-level check does that).
+    pub fn check_origin(&self, targets: &[UrlTarget<'_>]) -> Result<(), Forbidden<'_>> {
+        if !self.allowed.is_empty() {
+            let hit = targets.iter().any(|t| {
+                self.allowed.find(t).is_some()
+                    || self
+                        .allowed
+                        .patterns()
+                        .iter()
+                        .any(|p| p.matches_origin(t) != OriginMatch::None)
+            });
+            return if hit {
+                Ok(())
+            } else {
+                Err(Forbidden::NotInAllowedDomains)
+            };
+        }
+        for t in targets {
+            if let Some(pattern) = self
+                .prohibited
+                .patterns()
+                .iter()
+                .find(|p| p.matches_origin(t) == OriginMatch::All)
+            {
+                return Err(Forbidden::ProhibitedDomain { pattern });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the lists let the URL through.

@@ -72,6 +72,7 @@ impl RunTaskParams {
             max_cost_usd: self.max_cost_usd,
             viewport: None,
             settle_timeout_ms: None,
+            proxy: None,
         }
     }
 }

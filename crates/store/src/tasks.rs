@@ -37,6 +37,8 @@ pub struct NewTask {
     pub viewport: Option<ViewportSize>,
     /// Settle cap in ms; `None` = the worker's default.
     pub settle_timeout_ms: Option<i32>,
+    /// Name of the operator's upstream proxy; `None` = none.
+    pub proxy: Option<String>,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
 }
@@ -88,6 +90,8 @@ pub struct TaskRecord {
     pub viewport: Option<ViewportSize>,
     /// Settle cap in ms; `None` = the worker's default.
     pub settle_timeout_ms: Option<i32>,
+    /// Name of the operator's upstream proxy; `None` = none.
+    pub proxy: Option<String>,
     /// browser-use's `UsageSummary` of the run so far.
     pub usage: Option<serde_json::Value>,
     /// URL at the start of the latest step (where a resumed run goes back to).
@@ -115,6 +119,7 @@ impl From<TaskRecord> for TaskView {
             max_cost_usd: t.max_cost_usd,
             viewport: t.viewport,
             settle_timeout_ms: t.settle_timeout_ms.map(i64::from),
+            proxy: t.proxy,
             usage: t.usage,
             queue_position: None,
             attempts: t.attempts,
@@ -164,6 +169,7 @@ pub(crate) struct TaskRow {
     pub(crate) viewport_width: Option<i32>,
     pub(crate) viewport_height: Option<i32>,
     pub(crate) settle_timeout_ms: Option<i32>,
+    pub(crate) proxy: Option<String>,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
@@ -207,6 +213,7 @@ impl TryFrom<TaskRow> for TaskRecord {
                 _ => None,
             },
             settle_timeout_ms: row.settle_timeout_ms,
+            proxy: row.proxy,
             usage: row.usage,
             last_url: row.last_url,
         })
@@ -315,15 +322,16 @@ impl Store {
             "insert into tasks (id, api_key_id, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, secrets_sealed,
-                 max_tokens, max_cost_usd, viewport_width, viewport_height, settle_timeout_ms)
+                 max_tokens, max_cost_usd, viewport_width, viewport_height, settle_timeout_ms,
+                 proxy)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                 $18, $19, $20)
+                 $18, $19, $20, $21)
              returning id, api_key_id, status, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms",
+                 viewport_width, viewport_height, settle_timeout_ms, proxy",
             id.0,
             owner.0,
             new.task,
@@ -344,6 +352,7 @@ impl Store {
             viewport_width,
             viewport_height,
             new.settle_timeout_ms,
+            new.proxy,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -389,7 +398,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms
+                 viewport_width, viewport_height, settle_timeout_ms, proxy
              from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
             id.0,
             owner.map(|o| o.0),
@@ -415,7 +424,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms
+                 viewport_width, viewport_height, settle_timeout_ms, proxy
              from tasks
              where api_key_id = $1
                and ($2::text is null or status = $2)
@@ -517,7 +526,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms",
+                 viewport_width, viewport_height, settle_timeout_ms, proxy",
             id.0,
             owner.map(|o| o.0),
             target_if_new.as_str(),

@@ -36,6 +36,7 @@ fn new_task(text: &str) -> NewTask {
         max_cost_usd: None,
         viewport: None,
         settle_timeout_ms: None,
+        proxy: None,
         trace_context: None,
     }
 }

@@ -194,6 +194,11 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 30000)]
     pub settle_timeout_ms: Option<i64>,
+    /// Name of an upstream proxy configured by the operator (`--proxies`) that carries the
+    /// task's browser traffic after the egress checks; unknown names are refused (422).
+    /// Clients name a proxy, never send its URL or credentials.
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -218,6 +223,7 @@ impl fmt::Debug for CreateTaskRequest {
             .field("max_cost_usd", &self.max_cost_usd)
             .field("viewport", &self.viewport)
             .field("settle_timeout_ms", &self.settle_timeout_ms)
+            .field("proxy", &self.proxy)
             .finish()
     }
 }
@@ -247,6 +253,8 @@ pub struct TaskView {
     pub viewport: Option<ViewportSize>,
     /// The settle cap the task asked for (ms); `null` = the worker's default.
     pub settle_timeout_ms: Option<i64>,
+    /// The upstream proxy the task routes through, by name; `null` = none.
+    pub proxy: Option<String>,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]

@@ -11,7 +11,7 @@ use uuid::Uuid;
 pub struct CreateWebhookRequest {
     /// An http(s) URL (at most 2 048 characters). Deliveries to private, link-local, metadata
     /// or reserved addresses are refused, loopback ones unless the operator allows loopback.
-    #[schema(format = Uri, max_length = 2048, pattern = "^[hH][tT][tT][pP][sS]?://[^/?#]")]
+    #[schema(max_length = 2048, pattern = "^[hH][tT][tT][pP][sS]?://[^/?#]")]
     pub url: String,
     /// Task statuses to deliver, of `created`, `started`, `finished`, `failed`, `stopped`
     /// (default: `started`, `finished`, `failed`, `stopped`).

@@ -71,6 +71,9 @@ pub struct TaskSpec {
     /// Read the context's cookies and tabs at the end of the run
     /// ([`RunOutcome::browser_state`]).
     pub save_browser_state: bool,
+    /// Name of the operator's upstream proxy that carries the task's traffic after the
+    /// egress checks (`None`: direct from the egress proxy).
+    pub proxy: Option<String>,
 }
 
 impl TaskSpec {
@@ -100,6 +103,7 @@ impl TaskSpec {
             extend_system_message: None,
             browser_state: None,
             save_browser_state: false,
+            proxy: None,
         }
     }
 
@@ -377,6 +381,7 @@ impl TaskRunner {
                         .unwrap_or(DEFAULT_SETTLE_CAP),
                     ..SettleSettings::default()
                 },
+                proxy: spec.proxy.clone(),
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;

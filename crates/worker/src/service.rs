@@ -258,6 +258,7 @@ pub fn task_spec(
         .settle_timeout_ms
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
+    spec.proxy = record.proxy.clone();
     spec
 }
 
@@ -678,6 +679,7 @@ mod tests {
                 height: 720,
             }),
             settle_timeout_ms: Some(750),
+            proxy: Some("corp".to_owned()),
             usage: None,
             last_url: None,
         };
@@ -686,6 +688,7 @@ mod tests {
         assert_eq!(spec.task, "buy a monitor");
         assert_eq!(spec.start_url.as_deref(), Some("https://shop.example.com/"));
         assert_eq!(spec.model.as_deref(), Some("gpt"));
+        assert_eq!(spec.proxy.as_deref(), Some("corp"));
         assert_eq!(spec.allowed_domains, ["*.example.com"]);
         assert_eq!(spec.prohibited_domains, ["ads.example.com"]);
         assert_eq!(spec.output_schema, Some(json!({"type": "object"})));

@@ -162,6 +162,7 @@ pub(crate) async fn create_task(
         max_cost_usd: None,
         viewport,
         settle_timeout_ms: None,
+        proxy: None,
     };
     let new_task = validate_create_task(v1, &state.models)?;
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {

@@ -125,7 +125,7 @@ impl BrowserSession {
             *result = std::mem::take(result).with_meta("downloaded_files", json!(downloads));
         }
         if let Some(guard) = &self.egress {
-            let blocked = guard.drain_blocked();
+            let blocked = self.drain_blocked();
             if !blocked.is_empty() {
                 let mut lines: Vec<String> = blocked.iter().take(10).map(|b| b.message()).collect();
                 if blocked.len() > 10 {

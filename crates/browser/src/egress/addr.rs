@@ -40,6 +40,9 @@ pub enum AddressRange {
     /// assignments 2001::/23 (Teredo included), 100::/64 discard, 64:ff9b:1::/48 local NAT64,
     /// deprecated IPv4-compatible ::/96.
     Reserved,
+    /// A network the task's `blocked_networks` list (operator configuration) closes; never
+    /// returned by [`classify`].
+    BlockedNetwork,
 }
 
 impl AddressRange {
@@ -58,6 +61,7 @@ impl AddressRange {
             AddressRange::Documentation => "a documentation address",
             AddressRange::Benchmarking => "a benchmarking address",
             AddressRange::Reserved => "a reserved address",
+            AddressRange::BlockedNetwork => "in a network listed in blocked_networks",
         }
     }
 }

@@ -101,9 +101,10 @@ pub struct BlockedRequest {
     pub resource_type: Option<String>,
     /// Whether it was the navigation of a frame (`Document`).
     pub is_navigation: bool,
-    /// The CDP target the request came from.
+    /// The CDP target the request came from (empty for the egress proxy).
     pub target_id: String,
-    /// That target's type (`page`, `iframe`, `worker`, …).
+    /// That target's type (`page`, `iframe`, `worker`, …), or `proxy` for a connection or
+    /// request the egress proxy refused (`resource_type` `CONNECT` or `HTTP`).
     pub target_type: String,
 }
 
@@ -111,6 +112,12 @@ impl BlockedRequest {
     /// A sentence for the model, e.g. `Request blocked: https://x/ (the host x is not in
     /// allowed_domains)`.
     pub fn message(&self) -> String {
+        if self.target_type == "proxy" && self.resource_type.as_deref() == Some("CONNECT") {
+            return format!(
+                "Connection blocked by the egress policy: {} ({})",
+                self.url, self.reason
+            );
+        }
         let what = if self.is_navigation {
             "Navigation blocked"
         } else {
@@ -203,7 +210,7 @@ impl std::fmt::Debug for EgressGuard {
     }
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -16,16 +16,21 @@
 //! …) is refused — unlike browser-use, also without domain lists, because a service must never let
 //! a task read the worker's files or browser internals.
 //!
-//! Usage by a session: build the policy from the task's settings, create the browser context,
+//! Usage by a session: build the policy from the task's settings, open the context's listener on
+//! the pool's [`EgressProxy`] and create the browser context with it as `proxyServer`
+//! (`proxyBypassList: "<-loopback>"`), so every connection of the context — WebSockets,
+//! preconnects and WebRTC over TCP included — is checked at the network level against
+//! addresses resolved once and pinned; then
 //! `EgressGuard::attach_to_browser(&browser, EgressScope::Context(id), policy, options)` before the
 //! first page, check navigation targets with `check_url_resolved` before `Page.navigate` (a clear
-//! error without a round trip), and turn `drain_blocked()` into action errors after each action.
-//! Known gaps (WebSockets, DNS rebinding): see `docs/egress-notes.md`.
+//! error without a round trip), and turn both `drain_blocked()`s into action errors after each
+//! action.
 
 pub mod addr;
 pub mod guard;
 mod link;
 pub mod policy;
+pub mod proxy;
 pub mod resolve;
 
 pub use addr::{AddressRange, classify};
@@ -37,5 +42,7 @@ pub use guard::{
 pub use link::LinkError;
 pub use policy::{
     DEFAULT_DNS_TIMEOUT, DenyReason, EgressConfigError, EgressDenied, EgressPolicy, EgressSettings,
+    Network,
 };
+pub use proxy::{ContextProxy, EgressProxy, ProxyError, ProxyOptions, ProxyStats, UpstreamProxy};
 pub use resolve::{HostOverride, HostResolver, ResolveError};

@@ -45,6 +45,10 @@ pub struct EgressSettings {
     pub allow_loopback: bool,
     /// Timeout of one DNS lookup made by the check, in milliseconds.
     pub dns_timeout_ms: u64,
+    /// Further networks that are blocked, in CIDR notation (`10.20.0.0/16`, `127.0.0.3/32`,
+    /// `fd00::/8`): checked after the built-in rules, so they also close parts of loopback
+    /// that `allow_loopback` opened.
+    pub blocked_networks: Vec<String>,
 }
 
 impl Default for EgressSettings {
@@ -55,6 +59,7 @@ impl Default for EgressSettings {
             block_ip_addresses: false,
             allow_loopback: false,
             dns_timeout_ms: u64::try_from(DEFAULT_DNS_TIMEOUT.as_millis()).unwrap_or(3000),
+            blocked_networks: Vec::new(),
         }
     }
 }
@@ -73,6 +78,83 @@ pub enum EgressConfigError {
     /// The DNS timeout is zero or above one minute.
     #[error("dns_timeout_ms must be between 1 and 60000, got {0}")]
     InvalidDnsTimeout(u64),
+    /// An entry of `blocked_networks` is not `address/prefix`.
+    #[error("blocked_networks[{index}]: {problem}")]
+    InvalidNetwork {
+        /// Position in the list.
+        index: usize,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// One network of [`EgressSettings::blocked_networks`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    /// Parses `address/prefix` (a bare address is a single host); host bits must be zero.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{text:?} is not an IP address with an optional /prefix"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {max}"))?,
+        };
+        let net = Self { addr, prefix };
+        if net.mask(addr) != addr {
+            return Err(format!("{text:?}: host bits are set after /{prefix}"));
+        }
+        Ok(net)
+    }
+
+    fn mask(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(v4) => {
+                let bits = u32::from(v4);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((bits & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((bits & mask).into())
+            }
+        }
+    }
+
+    /// Whether `ip` is in this network (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.addr.is_ipv4() && self.mask(ip) == self.addr
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
 }
 
 /// Why a URL is denied.
@@ -224,6 +306,7 @@ pub(crate) fn shorten_url(url: &str) -> String {
 pub struct EgressPolicy {
     settings: EgressSettings,
     rules: DomainRules,
+    blocked_networks: Vec<Network>,
     resolver: Arc<HostResolver>,
 }
 
@@ -245,14 +328,35 @@ impl EgressPolicy {
             list("allowed_domains", &settings.allowed_domains)?,
             list("prohibited_domains", &settings.prohibited_domains)?,
         );
+        let blocked_networks = settings
+            .blocked_networks
+            .iter()
+            .enumerate()
+            .map(|(index, text)| {
+                Network::parse(text)
+                    .map_err(|problem| EgressConfigError::InvalidNetwork { index, problem })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let resolver = Arc::new(HostResolver::system(Duration::from_millis(
             settings.dns_timeout_ms,
         )));
         Ok(Self {
             settings,
             rules,
+            blocked_networks,
             resolver,
         })
+    }
+
+    /// Shares a resolver (the pool's: the CDP guard and the egress proxy then resolve alike).
+    pub fn with_shared_resolver(mut self, resolver: Arc<HostResolver>) -> Self {
+        self.resolver = resolver;
+        self
+    }
+
+    /// The shared handle of the resolver.
+    pub fn resolver_handle(&self) -> &Arc<HostResolver> {
+        &self.resolver
     }
 
     /// Replaces the resolver (to add host overrides that mirror `--host-resolver-rules`).
@@ -314,6 +418,24 @@ impl EgressPolicy {
         let Some(target) = UrlTarget::new(url) else {
             return deny(DenyReason::MissingHost);
         };
+        self.check_host(url, &target)?;
+        let host_text = target.host().to_string();
+        match self.rules.check(&target) {
+            Ok(()) => Ok(()),
+            Err(Forbidden::NotInAllowedDomains) => {
+                deny(DenyReason::NotInAllowedDomains { host: host_text })
+            }
+            Err(Forbidden::ProhibitedDomain { pattern }) => deny(DenyReason::ProhibitedDomain {
+                host: host_text,
+                pattern: pattern.as_str().to_string(),
+            }),
+        }
+    }
+
+    /// The host rules of a web URL: IP literals (`block_ip_addresses`, blocked ranges) and
+    /// special names (`localhost`, metadata names).
+    fn check_host(&self, url: &Url, target: &UrlTarget<'_>) -> Result<(), EgressDenied> {
+        let deny = |reason| Err(EgressDenied::new(url.as_str(), reason));
         let host_text = target.host().to_string();
         let literal_ip = match url.host() {
             Some(Host::Ipv4(v4)) => Some(IpAddr::V4(v4)),
@@ -335,7 +457,42 @@ impl EgressPolicy {
                 range,
             });
         }
-        match self.rules.check(&target) {
+        Ok(())
+    }
+
+    /// The static check of a connection of which only `host:port` is known (an HTTP `CONNECT`
+    /// to the egress proxy: https, wss, or ws, which Chromium tunnels too). The host rules are
+    /// those of [`check_url`](Self::check_url); the domain lists are applied to the origin
+    /// ([`DomainRules::check_origin`]): allowed if an allow pattern matches some URL of
+    /// `https://host:port`, `wss://host:port` or `ws://host:port`, prohibited if a prohibit
+    /// pattern matches all URLs of one of them. Denials name the URL as `host:port`.
+    pub fn check_tunnel(&self, host: &str, port: u16) -> Result<(), EgressDenied> {
+        let shown = format!("{host}:{port}");
+        let deny = |reason| Err(EgressDenied::new(&shown, reason));
+        let mut urls = Vec::with_capacity(3);
+        for scheme in ["https", "wss", "ws"] {
+            let text = format!("{scheme}://{host}:{port}/");
+            match Url::parse(&text) {
+                Ok(url) => urls.push(url),
+                Err(e) => {
+                    return deny(DenyReason::InvalidUrl {
+                        detail: e.to_string(),
+                    });
+                }
+            }
+        }
+        let mut targets = Vec::with_capacity(urls.len());
+        for url in &urls {
+            let Some(target) = UrlTarget::new(url) else {
+                return deny(DenyReason::MissingHost);
+            };
+            if let Err(denied) = self.check_host(url, &target) {
+                return deny(denied.reason);
+            }
+            targets.push(target);
+        }
+        let host_text = targets[0].host().to_string();
+        match self.rules.check_origin(&targets) {
             Ok(()) => Ok(()),
             Err(Forbidden::NotInAllowedDomains) => {
                 deny(DenyReason::NotInAllowedDomains { host: host_text })
@@ -344,6 +501,56 @@ impl EgressPolicy {
                 host: host_text,
                 pattern: pattern.as_str().to_string(),
             }),
+        }
+    }
+
+    /// Resolves the host of a URL that passed a static check, once, and returns its addresses
+    /// if every one of them is allowed (an IP literal is its own address; `shown` names the
+    /// URL in denials). The egress proxy connects only to addresses this returned.
+    pub async fn resolve_checked(
+        &self,
+        host: &Host<&str>,
+        shown: &str,
+    ) -> Result<Vec<IpAddr>, EgressDenied> {
+        let domain = match host {
+            Host::Ipv4(v4) => return self.checked_literal(IpAddr::V4(*v4), shown),
+            Host::Ipv6(v6) => return self.checked_literal(IpAddr::V6(*v6), shown),
+            Host::Domain(d) => d.trim_end_matches('.').to_ascii_lowercase(),
+        };
+        let ips = self
+            .resolver
+            .resolve(&domain)
+            .await
+            .map_err(|e: ResolveError| {
+                EgressDenied::new(
+                    shown,
+                    DenyReason::ResolutionFailed {
+                        detail: e.to_string(),
+                    },
+                )
+            })?;
+        for ip in &ips {
+            if let Some(range) = self.blocked_range(*ip) {
+                return Err(EgressDenied::new(
+                    shown,
+                    DenyReason::ResolvesToBlockedAddress {
+                        host: domain,
+                        ip: *ip,
+                        range,
+                    },
+                ));
+            }
+        }
+        Ok(ips)
+    }
+
+    fn checked_literal(&self, ip: IpAddr, shown: &str) -> Result<Vec<IpAddr>, EgressDenied> {
+        match self.blocked_range(ip) {
+            Some(range) => Err(EgressDenied::new(
+                shown,
+                DenyReason::BlockedAddress { ip, range },
+            )),
+            None => Ok(vec![ip]),
         }
     }
 
@@ -358,33 +565,21 @@ impl EgressPolicy {
         if !is_web_scheme(url.scheme()) {
             return Ok(());
         }
-        let host = domain.trim_end_matches('.').to_ascii_lowercase();
-        let ips = self
-            .resolver
-            .resolve(&host)
+        self.resolve_checked(&Host::Domain(domain), url.as_str())
             .await
-            .map_err(|e: ResolveError| {
-                EgressDenied::new(
-                    url.as_str(),
-                    DenyReason::ResolutionFailed {
-                        detail: e.to_string(),
-                    },
-                )
-            })?;
-        for ip in ips {
-            if let Some(range) = self.blocked_range(ip) {
-                return Err(EgressDenied::new(
-                    url.as_str(),
-                    DenyReason::ResolvesToBlockedAddress { host, ip, range },
-                ));
-            }
-        }
-        Ok(())
+            .map(|_| ())
     }
 
     /// The blocked range of an address under this policy (loopback may be allowed).
     pub fn blocked_range(&self, ip: IpAddr) -> Option<AddressRange> {
-        classify(ip).filter(|r| !(*r == AddressRange::Loopback && self.settings.allow_loopback))
+        classify(ip)
+            .filter(|r| !(*r == AddressRange::Loopback && self.settings.allow_loopback))
+            .or_else(|| {
+                self.blocked_networks
+                    .iter()
+                    .any(|n| n.contains(ip))
+                    .then_some(AddressRange::BlockedNetwork)
+            })
     }
 }
 

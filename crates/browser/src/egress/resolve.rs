@@ -1,9 +1,10 @@
-//! Host name resolution for the egress check: the system resolver behind a timeout and a small
-//! TTL cache, plus static host overrides that mirror Chromium's `--host-resolver-rules` (so the
-//! checker and the browser agree on where a name points).
+//! Host name resolution for the egress check and the egress proxy: the system resolver behind a
+//! timeout and a small cache, or given DNS servers queried directly (hickory-resolver, which
+//! honours the answers' TTLs), plus static host overrides that mirror Chromium's
+//! `--host-resolver-rules` (so the checker and the browser agree on where a name points).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -85,11 +86,32 @@ impl HostOverride {
 
 type CacheEntry = (Instant, Result<Vec<IpAddr>, ResolveError>);
 
-/// Resolves host names for the egress check.
+/// Where lookups go.
+enum Backend {
+    /// getaddrinfo (through tokio), with this module's cache.
+    System,
+    /// These DNS servers, queried directly; hickory's cache honours each answer's TTL.
+    Servers {
+        resolver: Box<hickory_resolver::TokioResolver>,
+        servers: Vec<SocketAddr>,
+    },
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::System => f.write_str("System"),
+            Backend::Servers { servers, .. } => f.debug_tuple("Servers").field(servers).finish(),
+        }
+    }
+}
+
+/// Resolves host names for the egress check and the egress proxy.
 #[derive(Debug)]
 pub struct HostResolver {
     overrides: Vec<HostOverride>,
     timeout: Duration,
+    backend: Backend,
     cache: Mutex<HashMap<String, CacheEntry>>,
 }
 
@@ -99,8 +121,55 @@ impl HostResolver {
         Self {
             overrides: Vec::new(),
             timeout,
+            backend: Backend::System,
             cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Queries these DNS servers (UDP, TCP when an answer is truncated) instead of the system
+    /// resolver; no search domains, `/etc/hosts` not read. Answers are cached for their TTL
+    /// (an answer with TTL 0 is not reused). `servers` must not be empty.
+    pub fn with_servers(servers: &[SocketAddr], timeout: Duration) -> Result<Self, ResolveError> {
+        use hickory_resolver::config::{
+            LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
+        };
+        let failed = |detail: String| ResolveError::Failed {
+            host: String::new(),
+            detail,
+        };
+        if servers.is_empty() {
+            return Err(failed("no DNS server given".into()));
+        }
+        let mut config = ResolverConfig::from_name_servers(Vec::new());
+        for server in servers {
+            let mut ns = NameServerConfig::udp_and_tcp(server.ip());
+            for conn in &mut ns.connections {
+                conn.port = server.port();
+            }
+            config.add_name_server(ns);
+        }
+        let mut builder = hickory_resolver::TokioResolver::builder_with_config(
+            config,
+            hickory_resolver::net::runtime::TokioRuntimeProvider::default(),
+        );
+        let opts = builder.options_mut();
+        opts.timeout = timeout;
+        opts.attempts = 1;
+        opts.ndots = 0;
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.use_hosts_file = ResolveHosts::Never;
+        let resolver = builder
+            .build()
+            .map_err(|e| failed(format!("DNS resolver: {e}")))?;
+        Ok(Self {
+            overrides: Vec::new(),
+            timeout,
+            backend: Backend::Servers {
+                resolver: Box::new(resolver),
+                servers: servers.to_vec(),
+            },
+            cache: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Adds a static override; the first matching override wins.
@@ -136,12 +205,46 @@ impl HostResolver {
                 IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
             ]);
         }
+        if let Backend::Servers { resolver, .. } = &self.backend {
+            return self.lookup_servers(resolver, host).await;
+        }
         if let Some(hit) = self.cached(host) {
             return hit;
         }
         let result = self.lookup(host).await;
         self.store(host, &result);
         result
+    }
+
+    async fn lookup_servers(
+        &self,
+        resolver: &hickory_resolver::TokioResolver,
+        host: &str,
+    ) -> Result<Vec<IpAddr>, ResolveError> {
+        // A fully qualified name: no search domains.
+        let fqdn = format!("{host}.");
+        match tokio::time::timeout(self.timeout, resolver.lookup_ip(fqdn.as_str())).await {
+            Err(_) => Err(ResolveError::Timeout {
+                host: host.to_string(),
+                timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+            Ok(Err(e)) => Err(ResolveError::Failed {
+                host: host.to_string(),
+                detail: e.to_string(),
+            }),
+            Ok(Ok(lookup)) => {
+                let mut ips: Vec<IpAddr> = lookup.iter().collect();
+                ips.dedup();
+                if ips.is_empty() {
+                    Err(ResolveError::Failed {
+                        host: host.to_string(),
+                        detail: "no addresses".to_string(),
+                    })
+                } else {
+                    Ok(ips)
+                }
+            }
+        }
     }
 
     fn cached(&self, host: &str) -> Option<Result<Vec<IpAddr>, ResolveError>> {

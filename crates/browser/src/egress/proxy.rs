@@ -1,0 +1,920 @@
+//! The egress proxy: network-level enforcement of a task's [`EgressPolicy`].
+//!
+//! The CDP guard ([`super::guard`]) sees the requests Chromium's Fetch domain reports; it does
+//! not see WebSocket handshakes, `<link rel=preconnect>` connects or WebRTC, and Chromium
+//! resolves names again after the guard's lookup. So every browser context of a task also
+//! sends all of its traffic through a proxy of its own (`Target.createBrowserContext
+//! {proxyServer, proxyBypassList: "<-loopback>"}`; `<-loopback>` removes Chromium's implicit
+//! bypass of localhost and 127.0.0.0/8). [`EgressProxy::open`] binds one listener per context
+//! on 127.0.0.1 with an ephemeral port: the socket a connection arrives on says which task's
+//! policy applies, with no credentials to hand out or check, and dropping the
+//! [`ContextProxy`] closes the listener and every connection it accepted.
+//!
+//! Per request:
+//! - `CONNECT host:port` (https, wss, and ws, which Chromium tunnels too):
+//!   [`EgressPolicy::check_tunnel`] (host rules, domain lists on the origin), then one lookup
+//!   ([`EgressPolicy::resolve_checked`]: every address checked), then a TCP connection to one of
+//!   exactly those addresses (pinned: no second lookup that a rebinding DNS server could
+//!   answer differently), `200`, and bytes are copied both ways. No TLS interception.
+//! - absolute-form `GET http://host/path` (plain http): the full [`EgressPolicy::check_url`],
+//!   the same pinned lookup and connection, and the request is forwarded in origin form (an
+//!   `Upgrade` is honoured). The connection to the origin is kept for the next request of the
+//!   same client connection to the same host and port.
+//! - anything else: `400`.
+//!
+//! A refused destination gets `403` with a one-line body naming it and the reason, and is
+//! recorded for [`ContextProxy::drain_blocked`] (the same [`BlockedRequest`] the guard
+//! reports, `target_type` `"proxy"`). Logs carry only `host:port`. Every lookup, connect and
+//! response wait has a timeout. Connections to any listener of the proxy itself are refused,
+//! so a page cannot reach another task's listener and borrow its policy.
+//!
+//! An optional upstream proxy per task ([`UpstreamProxy`]: `http://[user:pass@]host:port`,
+//! spoken to with `CONNECT`, or `socks5://[user:pass@]host:port`) carries the connection
+//! after the checks: the upstream is asked for the checked address, never the name, so the
+//! pinning holds there too. Its credentials never appear in logs, errors or `Debug`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Bytes, Incoming};
+use hyper::client::conn::http1 as client_http1;
+use hyper::server::conn::http1 as server_http1;
+use hyper::{Method, Request, Response, StatusCode, header};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use url::Url;
+
+use super::guard::{BlockedRequest, now_ms};
+use super::policy::{DenyReason, EgressDenied, EgressPolicy, shorten_url};
+
+/// Tunables of the egress proxy.
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// Timeout of the policy check of one connection or request, DNS included.
+    pub check_timeout: Duration,
+    /// Timeout of one TCP connect (to the destination or the upstream proxy, handshake
+    /// included).
+    pub connect_timeout: Duration,
+    /// How long a client may take to send a request's head.
+    pub header_timeout: Duration,
+    /// How long the origin may take to answer a forwarded request's head.
+    pub response_timeout: Duration,
+    /// Blocked entries kept for [`ContextProxy::drain_blocked`]; older ones are dropped.
+    pub blocked_log_capacity: usize,
+}
+
+impl Default for ProxyOptions {
+    fn default() -> Self {
+        Self {
+            check_timeout: Duration::from_secs(8),
+            connect_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(120),
+            blocked_log_capacity: 512,
+        }
+    }
+}
+
+/// An upstream proxy that carries a task's connections after the egress checks.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamProxy {
+    kind: UpstreamKind,
+    /// `host:port` of the upstream.
+    address: String,
+    credentials: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpstreamKind {
+    Http,
+    Socks5,
+}
+
+impl std::fmt::Debug for UpstreamProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamProxy")
+            .field("kind", &self.kind)
+            .field("address", &self.address)
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl UpstreamProxy {
+    /// Parses `http://[user:pass@]host:port` or `socks5://[user:pass@]host:port` (percent-encoded
+    /// user and password). Errors never repeat the credentials.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let url = Url::parse(text.trim())
+            .map_err(|e| format!("not a proxy URL (scheme://[user:pass@]host:port): {e}"))?;
+        let kind = match url.scheme() {
+            "http" => UpstreamKind::Http,
+            "socks5" | "socks5h" => UpstreamKind::Socks5,
+            other => {
+                return Err(format!(
+                    "unsupported proxy scheme {other:?}: use http:// or socks5://"
+                ));
+            }
+        };
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("the proxy URL has no host")?;
+        let port = url
+            .port()
+            .ok_or("the proxy URL needs an explicit port (host:port)")?;
+        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
+            return Err("a proxy URL has no path, query or fragment".into());
+        }
+        let decode = |s: &str| {
+            percent_decode(s).ok_or_else(|| "the proxy credentials are not valid UTF-8".to_string())
+        };
+        let credentials = if url.username().is_empty() && url.password().is_none() {
+            None
+        } else {
+            Some((
+                decode(url.username())?,
+                decode(url.password().unwrap_or(""))?,
+            ))
+        };
+        Ok(Self {
+            kind,
+            address: format!("{host}:{port}"),
+            credentials,
+        })
+    }
+
+    /// `http` or `socks5` and the upstream's `host:port` (no credentials), for logs.
+    pub fn describe(&self) -> String {
+        let scheme = match self.kind {
+            UpstreamKind::Http => "http",
+            UpstreamKind::Socks5 => "socks5",
+        };
+        format!("{scheme}://{}", self.address)
+    }
+
+    /// Opens a connection to `target` through the upstream.
+    async fn connect(&self, target: SocketAddr) -> std::io::Result<Box<dyn Io>> {
+        match self.kind {
+            UpstreamKind::Socks5 => {
+                let stream = match &self.credentials {
+                    Some((user, pass)) => {
+                        tokio_socks::tcp::Socks5Stream::connect_with_password(
+                            self.address.as_str(),
+                            target,
+                            user,
+                            pass,
+                        )
+                        .await
+                    }
+                    None => {
+                        tokio_socks::tcp::Socks5Stream::connect(self.address.as_str(), target).await
+                    }
+                }
+                .map_err(|e| std::io::Error::other(format!("socks5 upstream: {e}")))?;
+                Ok(Box::new(stream))
+            }
+            UpstreamKind::Http => {
+                let mut stream = TcpStream::connect(self.address.as_str()).await?;
+                let _ = stream.set_nodelay(true);
+                let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+                if let Some((user, pass)) = &self.credentials {
+                    let token =
+                        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+                    head.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
+                }
+                head.push_str("\r\n");
+                stream.write_all(head.as_bytes()).await?;
+                // Read the answer's head byte by byte: nothing of the tunnel may be consumed.
+                let mut answer = Vec::with_capacity(128);
+                let mut byte = [0u8; 1];
+                while !answer.ends_with(b"\r\n\r\n") {
+                    if answer.len() > 8192 {
+                        return Err(std::io::Error::other("http upstream: answer head too long"));
+                    }
+                    if stream.read(&mut byte).await? == 0 {
+                        return Err(std::io::Error::other(
+                            "http upstream closed the connection during CONNECT",
+                        ));
+                    }
+                    answer.push(byte[0]);
+                }
+                let status_line = answer
+                    .split(|b| *b == b'\r')
+                    .next()
+                    .map(|l| String::from_utf8_lossy(l).into_owned())
+                    .unwrap_or_default();
+                let code = status_line.split_whitespace().nth(1).unwrap_or("");
+                if code != "200" {
+                    return Err(std::io::Error::other(format!(
+                        "http upstream refused CONNECT: {}",
+                        status_line.chars().take(100).collect::<String>()
+                    )));
+                }
+                Ok(Box::new(stream))
+            }
+        }
+    }
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(hex) = s.get(i + 1..i + 3)
+            && let Ok(b) = u8::from_str_radix(hex, 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The proxy could not serve a context.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The task names an upstream proxy the operator did not configure.
+    #[error("unknown proxy {0:?}: not in the operator's configured proxies")]
+    UnknownUpstream(String),
+    /// The listener could not be bound.
+    #[error("egress proxy: cannot listen on 127.0.0.1: {0}")]
+    Bind(#[source] std::io::Error),
+}
+
+/// Counters of one context's proxy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProxyStats {
+    /// Client connections accepted (from Chromium).
+    pub client_connections: u64,
+    /// `CONNECT` tunnels opened.
+    pub tunnels: u64,
+    /// Plain http requests forwarded.
+    pub requests: u64,
+    /// Connections to a destination (or the upstream) opened.
+    pub origin_connections: u64,
+    /// Tunnels and requests refused by the policy.
+    pub blocked: u64,
+    /// Allowed destinations that could not be reached.
+    pub connect_failures: u64,
+}
+
+/// The egress proxy of a pool: shared settings and the set of listeners, one per context.
+#[derive(Debug)]
+pub struct EgressProxy {
+    options: ProxyOptions,
+    upstreams: HashMap<String, UpstreamProxy>,
+    listeners: Arc<Mutex<HashSet<SocketAddr>>>,
+}
+
+impl EgressProxy {
+    /// A proxy with these options and named upstream proxies (operator configuration).
+    pub fn new(options: ProxyOptions, upstreams: HashMap<String, UpstreamProxy>) -> Self {
+        Self {
+            options,
+            upstreams,
+            listeners: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// Whether an upstream proxy of this name is configured.
+    pub fn has_upstream(&self, name: &str) -> bool {
+        self.upstreams.contains_key(name)
+    }
+
+    /// Names of the configured upstream proxies.
+    pub fn upstream_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.upstreams.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Starts the listener of one browser context: `policy` decides every connection it
+    /// accepts; `upstream` names a configured upstream proxy.
+    pub async fn open(
+        &self,
+        policy: Arc<EgressPolicy>,
+        upstream: Option<&str>,
+    ) -> Result<ContextProxy, ProxyError> {
+        let upstream = match upstream {
+            Some(name) => Some(
+                self.upstreams
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| ProxyError::UnknownUpstream(name.to_string()))?,
+            ),
+            None => None,
+        };
+        let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+            .await
+            .map_err(ProxyError::Bind)?;
+        let addr = listener.local_addr().map_err(ProxyError::Bind)?;
+        lock(&self.listeners).insert(addr);
+        let cancel = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            policy,
+            upstream,
+            options: self.options.clone(),
+            listeners: self.listeners.clone(),
+            blocked: Mutex::new(VecDeque::new()),
+            counters: Counters::default(),
+            cancel: cancel.clone(),
+        });
+        let accept = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(ContextProxy {
+            addr,
+            shared,
+            cancel,
+            accept,
+        })
+    }
+}
+
+/// One context's listener (see the module docs). Dropping it closes the listener and every
+/// connection it accepted.
+pub struct ContextProxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ContextProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextProxy")
+            .field("addr", &self.addr)
+            .field("upstream", &self.shared.upstream)
+            .finish()
+    }
+}
+
+impl ContextProxy {
+    /// The listener's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The value of `Target.createBrowserContext`'s `proxyServer`.
+    pub fn proxy_server(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The value of `proxyBypassList`: nothing bypasses the proxy, loopback included.
+    pub const BYPASS_LIST: &'static str = "<-loopback>";
+
+    /// Takes the connections and requests refused since the last call, oldest first.
+    pub fn drain_blocked(&self) -> Vec<BlockedRequest> {
+        lock(&self.shared.blocked).drain(..).collect()
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ProxyStats {
+        let c = &self.shared.counters;
+        ProxyStats {
+            client_connections: c.client_connections.load(Ordering::Relaxed),
+            tunnels: c.tunnels.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            origin_connections: c.origin_connections.load(Ordering::Relaxed),
+            blocked: c.blocked.load(Ordering::Relaxed),
+            connect_failures: c.connect_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The policy applied.
+    pub fn policy(&self) -> &Arc<EgressPolicy> {
+        &self.shared.policy
+    }
+
+    /// Closes the listener and every connection.
+    pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ContextProxy {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        self.accept.abort();
+        lock(&self.shared.listeners).remove(&self.addr);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the proxy writes to a connection: the origin's stream or the proxy's own.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+#[derive(Default)]
+struct Counters {
+    client_connections: AtomicU64,
+    tunnels: AtomicU64,
+    requests: AtomicU64,
+    origin_connections: AtomicU64,
+    blocked: AtomicU64,
+    connect_failures: AtomicU64,
+}
+
+struct Shared {
+    policy: Arc<EgressPolicy>,
+    upstream: Option<UpstreamProxy>,
+    options: ProxyOptions,
+    listeners: Arc<Mutex<HashSet<SocketAddr>>>,
+    blocked: Mutex<VecDeque<BlockedRequest>>,
+    counters: Counters,
+    cancel: CancellationToken,
+}
+
+impl Shared {
+    fn record(&self, denied: EgressDenied, kind: &str) {
+        self.counters.blocked.fetch_add(1, Ordering::Relaxed);
+        let mut log = lock(&self.blocked);
+        if log.len() >= self.options.blocked_log_capacity.max(1) {
+            log.pop_front();
+        }
+        log.push_back(BlockedRequest {
+            url: denied.url,
+            reason: denied.reason,
+            blocked_at_ms: now_ms(),
+            resource_type: Some(kind.to_string()),
+            is_navigation: false,
+            target_id: String::new(),
+            target_type: "proxy".to_string(),
+        });
+    }
+
+    /// Runs a check under the check timeout; a timeout refuses.
+    async fn checked<F>(&self, shown: &str, check: F) -> Result<Vec<IpAddr>, EgressDenied>
+    where
+        F: Future<Output = Result<Vec<IpAddr>, EgressDenied>>,
+    {
+        match tokio::time::timeout(self.options.check_timeout, check).await {
+            Ok(verdict) => verdict,
+            Err(_) => Err(EgressDenied::new(
+                shown,
+                DenyReason::CheckFailed {
+                    detail: format!("timed out after {:?}", self.options.check_timeout),
+                },
+            )),
+        }
+    }
+
+    /// Connects to the first reachable of the checked addresses (through the upstream, if
+    /// any). Never to one of the proxy's own listeners.
+    async fn connect(
+        &self,
+        addrs: &[IpAddr],
+        port: u16,
+        shown: &str,
+    ) -> Result<Box<dyn Io>, ConnectFailure> {
+        let mut last = String::from("no address");
+        for ip in addrs {
+            let target = SocketAddr::new(*ip, port);
+            if self.is_own_listener(target) {
+                return Err(ConnectFailure::Denied(EgressDenied::new(
+                    shown,
+                    DenyReason::CheckFailed {
+                        detail: format!("{target} is browserd's egress proxy itself"),
+                    },
+                )));
+            }
+            let attempt = async {
+                match &self.upstream {
+                    Some(up) => up.connect(target).await,
+                    None => {
+                        let s = TcpStream::connect(target).await?;
+                        let _ = s.set_nodelay(true);
+                        Ok(Box::new(s) as Box<dyn Io>)
+                    }
+                }
+            };
+            match tokio::time::timeout(self.options.connect_timeout, attempt).await {
+                Ok(Ok(stream)) => {
+                    self.counters
+                        .origin_connections
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => {
+                    last = format!("connect timed out after {:?}", self.options.connect_timeout)
+                }
+            }
+        }
+        self.counters
+            .connect_failures
+            .fetch_add(1, Ordering::Relaxed);
+        Err(ConnectFailure::Unreachable(last))
+    }
+
+    fn is_own_listener(&self, target: SocketAddr) -> bool {
+        let listeners = lock(&self.listeners);
+        listeners.contains(&target)
+            || (target.ip().is_unspecified() && listeners.iter().any(|l| l.port() == target.port()))
+    }
+}
+
+enum ConnectFailure {
+    Denied(EgressDenied),
+    Unreachable(String),
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let accepted = tokio::select! {
+            () = shared.cancel.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                shared
+                    .counters
+                    .client_connections
+                    .fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve_client(stream, shared.clone()));
+            }
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "egress proxy: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The origin connection of one client connection, kept for its next request.
+type OriginSlot = Arc<tokio::sync::Mutex<Option<(String, client_http1::SendRequest<Incoming>)>>>;
+
+async fn serve_client(stream: TcpStream, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let slot: OriginSlot = Arc::new(tokio::sync::Mutex::new(None));
+    let svc_shared = shared.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let shared = svc_shared.clone();
+        let slot = slot.clone();
+        async move { Ok::<_, Infallible>(handle(req, shared, slot).await) }
+    });
+    let conn = server_http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.options.header_timeout)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::select! {
+        () = shared.cancel.cancelled() => {}
+        served = conn => {
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "egress proxy: client connection ended with an error");
+            }
+        }
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body + "\n"))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    // The proxy's own answers are refusals and failures: the client connection ends with them.
+    response.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+fn refused(shared: &Shared, denied: EgressDenied, kind: &str) -> Response<ProxyBody> {
+    let body = format!(
+        "browserd egress proxy: {} is blocked by the egress policy: {}",
+        denied.url, denied.reason
+    );
+    tracing::info!(
+        destination = %origin_for_log(&denied.url),
+        reason = %denied.reason,
+        kind,
+        "egress proxy: blocked"
+    );
+    shared.record(denied, kind);
+    text(StatusCode::FORBIDDEN, body)
+}
+
+/// `scheme://host:port` (or `host:port`) of what was refused: paths may carry secrets.
+fn origin_for_log(shown: &str) -> String {
+    match Url::parse(shown) {
+        Ok(u) if u.has_host() => u.origin().ascii_serialization(),
+        _ => shown.split('/').next().unwrap_or_default().to_string(),
+    }
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    slot: OriginSlot,
+) -> Response<ProxyBody> {
+    if req.method() == Method::CONNECT {
+        tunnel(req, &shared).await
+    } else {
+        forward(req, &shared, &slot).await
+    }
+}
+
+async fn tunnel(req: Request<Incoming>, shared: &Arc<Shared>) -> Response<ProxyBody> {
+    let Some(authority) = req.uri().authority().cloned() else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "browserd egress proxy: CONNECT needs host:port".into(),
+        );
+    };
+    let Some(port) = authority.port_u16() else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "browserd egress proxy: CONNECT needs an explicit port".into(),
+        );
+    };
+    let host = authority.host();
+    let shown = format!("{host}:{port}");
+    let check = async {
+        shared.policy.check_tunnel(host, port)?;
+        let url = Url::parse(&format!("https://{host}:{port}/")).map_err(|e| {
+            EgressDenied::new(
+                &shown,
+                DenyReason::InvalidUrl {
+                    detail: e.to_string(),
+                },
+            )
+        })?;
+        let host = url
+            .host()
+            .ok_or_else(|| EgressDenied::new(&shown, DenyReason::MissingHost))?;
+        shared.policy.resolve_checked(&host, &shown).await
+    };
+    let addrs = match shared.checked(&shown, check).await {
+        Ok(addrs) => addrs,
+        Err(denied) => return refused(shared, denied, "CONNECT"),
+    };
+    let mut outbound = match shared.connect(&addrs, port, &shown).await {
+        Ok(stream) => stream,
+        Err(ConnectFailure::Denied(denied)) => return refused(shared, denied, "CONNECT"),
+        Err(ConnectFailure::Unreachable(e)) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("browserd egress proxy: cannot reach {shown}: {e}"),
+            );
+        }
+    };
+    shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+    let cancel = shared.cancel.clone();
+    tokio::spawn(async move {
+        let upgraded = tokio::select! {
+            () = cancel.cancelled() => return,
+            upgraded = hyper::upgrade::on(req) => upgraded,
+        };
+        match upgraded {
+            Ok(upgraded) => {
+                let mut client = TokioIo::new(upgraded);
+                tokio::select! {
+                    () = cancel.cancelled() => {}
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut outbound) => {}
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "egress proxy: CONNECT upgrade failed"),
+        }
+    });
+    Response::new(
+        http_body_util::Empty::new()
+            .map_err(|never| match never {})
+            .boxed(),
+    )
+}
+
+/// Hop-by-hop headers a proxy must not forward (RFC 9110 §7.6.1), besides those `Connection`
+/// names.
+const HOP_BY_HOP: [&str; 7] = [
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+fn strip_hop_by_hop(headers: &mut header::HeaderMap, keep_upgrade: bool) {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    for name in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
+        if keep_upgrade && name == "upgrade" {
+            continue;
+        }
+        headers.remove(name);
+    }
+    if !keep_upgrade {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+async fn forward(
+    mut req: Request<Incoming>,
+    shared: &Arc<Shared>,
+    slot: &OriginSlot,
+) -> Response<ProxyBody> {
+    let uri = req.uri().clone();
+    if uri.scheme().is_none() || uri.authority().is_none() {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "browserd egress proxy: expected CONNECT host:port or an absolute-form http:// request"
+                .into(),
+        );
+    }
+    let url = match Url::parse(&uri.to_string()) {
+        Ok(url) if url.scheme() == "http" => url,
+        Ok(url) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "browserd egress proxy: only http:// is forwarded (use CONNECT for {}:)",
+                    url.scheme()
+                ),
+            );
+        }
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("browserd egress proxy: invalid request URL: {e}"),
+            );
+        }
+    };
+    let shown = shorten_url(url.as_str());
+    let Some(port) = url.port_or_known_default() else {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "browserd egress proxy: no port".into(),
+        );
+    };
+    if let Err(denied) = shared.policy.check_url(&url) {
+        return refused(shared, denied, "HTTP");
+    }
+    let Some(host) = url.host() else {
+        return refused(
+            shared,
+            EgressDenied::new(&shown, DenyReason::MissingHost),
+            "HTTP",
+        );
+    };
+    let key = format!("{host}:{port}");
+    shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+
+    // The kept origin connection, if it goes to the same host and port and is usable.
+    let kept = slot.lock().await.take();
+    let mut sender = match kept {
+        Some((k, mut s)) if k == key && !s.is_closed() => {
+            match tokio::time::timeout(Duration::from_secs(1), s.ready()).await {
+                Ok(Ok(())) => Some(s),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    if sender.is_none() {
+        let check = shared.policy.resolve_checked(&host, &shown);
+        let addrs = match shared.checked(&shown, check).await {
+            Ok(addrs) => addrs,
+            Err(denied) => return refused(shared, denied, "HTTP"),
+        };
+        let stream = match shared.connect(&addrs, port, &shown).await {
+            Ok(stream) => stream,
+            Err(ConnectFailure::Denied(denied)) => return refused(shared, denied, "HTTP"),
+            Err(ConnectFailure::Unreachable(e)) => {
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("browserd egress proxy: cannot reach {key}: {e}"),
+                );
+            }
+        };
+        let handshake = client_http1::Builder::new().handshake(TokioIo::new(stream));
+        let (s, conn) = match tokio::time::timeout(shared.options.connect_timeout, handshake).await
+        {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => {
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("browserd egress proxy: {key}: {e}"),
+                );
+            }
+            Err(_) => {
+                return text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!("browserd egress proxy: {key}: handshake timed out"),
+                );
+            }
+        };
+        let cancel = shared.cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                _ = conn.with_upgrades() => {}
+            }
+        });
+        sender = Some(s);
+    }
+    let Some(mut sender) = sender else {
+        return text(
+            StatusCode::BAD_GATEWAY,
+            "browserd egress proxy: no connection".into(),
+        );
+    };
+
+    let wants_upgrade = req.headers().contains_key(header::UPGRADE);
+    let client_upgrade = wants_upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    strip_hop_by_hop(&mut parts.headers, wants_upgrade);
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".to_string());
+    parts.uri = match path.parse() {
+        Ok(p) => p,
+        Err(_) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "browserd egress proxy: bad path".into(),
+            );
+        }
+    };
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = uri.authority()
+        && let Ok(value) = header::HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(header::HOST, value);
+    }
+    let sent = sender.send_request(Request::from_parts(parts, body));
+    let mut response = match tokio::time::timeout(shared.options.response_timeout, sent).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            return text(
+                StatusCode::BAD_GATEWAY,
+                format!("browserd egress proxy: {key}: {e}"),
+            );
+        }
+        Err(_) => {
+            return text(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("browserd egress proxy: {key} did not answer in time"),
+            );
+        }
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_upgrade) = client_upgrade {
+            let origin_upgrade = hyper::upgrade::on(&mut response);
+            let cancel = shared.cancel.clone();
+            tokio::spawn(async move {
+                let pair = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    pair = async { tokio::try_join!(client_upgrade, origin_upgrade) } => pair,
+                };
+                if let Ok((client, origin)) = pair {
+                    let (mut client, mut origin) = (TokioIo::new(client), TokioIo::new(origin));
+                    tokio::select! {
+                        () = cancel.cancelled() => {}
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut origin) => {}
+                    }
+                }
+            });
+        }
+    } else {
+        *slot.lock().await = Some((key, sender));
+        strip_hop_by_hop(response.headers_mut(), false);
+    }
+    response.map(|body| body.boxed())
+}
