@@ -8,6 +8,8 @@
 //! `cargo bench -p browserd-browser` (env `BENCH_ROUNDS`, default 7; `BENCH_VIEWPORT=WxH`,
 //! default browser-use's 1920x1080, to compare viewports in one sitting).
 
+#[path = "support/corpus.rs"]
+mod corpus;
 #[path = "../tests/support/http.rs"]
 mod http;
 
@@ -15,32 +17,7 @@ use std::time::{Duration, Instant};
 
 use browserd_browser::{BrowserPool, CaptureOptions, PoolConfig, Viewport, bare_snapshot_params};
 
-const PAGES: [&str; 7] = [
-    "std/index.html",
-    "std/iter/trait.Iterator.html",
-    "std/vec/struct.Vec.html",
-    "book/ch04-01-what-is-ownership.html",
-    "book/print.html",
-    "src/std/path.rs.html",
-    "cargo/index.html",
-];
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+use corpus::{PAGES, median, ms};
 
 fn main() {
     let sysroot = std::process::Command::new("rustc")

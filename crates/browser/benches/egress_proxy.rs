@@ -8,6 +8,8 @@
 //! Needs the `rust-docs` rustup component. The HTTP cache is disabled in both contexts, so
 //! every load fetches every subresource.
 
+#[path = "support/corpus.rs"]
+mod corpus;
 #[path = "../tests/support/http.rs"]
 mod http;
 
@@ -16,32 +18,7 @@ use std::time::{Duration, Instant};
 use browserd_browser::egress::EgressSettings;
 use browserd_browser::{BrowserPool, BrowserSession, PoolConfig, TaskOptions};
 
-const PAGES: [&str; 7] = [
-    "std/index.html",
-    "std/iter/trait.Iterator.html",
-    "std/vec/struct.Vec.html",
-    "book/ch04-01-what-is-ownership.html",
-    "book/print.html",
-    "src/std/path.rs.html",
-    "cargo/index.html",
-];
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+use corpus::{PAGES, median, ms};
 
 fn pool(proxy: bool) -> BrowserPool {
     BrowserPool::new(PoolConfig {

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::Router;
@@ -42,33 +42,9 @@ pub static RT: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 
 static ENV: OnceCell<Env> = OnceCell::const_new();
 
-/// Hits recorded by a server: (Host header, path and query) in arrival order.
-#[derive(Debug, Default)]
-pub struct Hits(Mutex<Vec<(String, String)>>);
-
-impl Hits {
-    fn push(&self, host: String, target: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((host, target));
-    }
-
-    /// Number of hits whose path-and-query contains `needle`.
-    pub fn count(&self, needle: &str) -> usize {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(_, t)| t.contains(needle))
-            .count()
-    }
-
-    /// Every hit, for failure messages.
-    pub fn all(&self) -> Vec<(String, String)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
+#[path = "../support/hits.rs"]
+mod hits;
+pub use hits::Hits;
 
 /// A local fixture server.
 pub struct Server {

@@ -148,32 +148,9 @@ fn answer(
     Some(out)
 }
 
-/// Requests a server received: (Host header, path and query).
-#[derive(Debug, Default)]
-pub struct Hits(Mutex<Vec<(String, String)>>);
-
-impl Hits {
-    fn push(&self, host: String, target: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((host, target));
-    }
-
-    /// Requests whose path-and-query contains `needle`.
-    pub fn count(&self, needle: &str) -> usize {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(_, t)| t.contains(needle))
-            .count()
-    }
-
-    pub fn all(&self) -> Vec<(String, String)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
+#[path = "../support/hits.rs"]
+mod hits;
+pub use hits::Hits;
 
 /// A fixture server on one loopback address.
 pub struct Server {
