@@ -5,7 +5,6 @@
 //! submits a task over `/v1` and, with `--follow`, watches it to its end. The key is read from an
 //! environment variable, never from the command line (where every user of the machine sees it).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -22,7 +21,7 @@ use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tokio_tungstenite::tungstenite::{self, Message};
 use url::Url;
 
-use crate::run::{EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_UNSUCCESSFUL};
+use crate::run::{EXIT_INTERRUPTED, EXIT_NOT_DONE, EXIT_UNSUCCESSFUL, TaskArgs};
 use crate::step_lines;
 
 /// Timeout of one REST call.
@@ -67,32 +66,8 @@ pub enum TasksCommand {
 /// `browserd tasks run`: the task fields of `POST /v1/tasks` that make sense on a command line.
 #[derive(Debug, Args)]
 pub struct RemoteRunArgs {
-    /// What the agent should do, in plain words.
-    pub task: String,
-
-    /// Open this URL before the first step.
-    #[arg(long)]
-    pub start_url: Option<String>,
-
-    /// Name of a model configured on the server.
-    #[arg(long)]
-    pub model: Option<String>,
-
-    /// Step budget.
-    #[arg(long)]
-    pub max_steps: Option<u32>,
-
-    /// JSON Schema file; the `done` data must match it.
-    #[arg(long)]
-    pub output_schema: Option<PathBuf>,
-
-    /// Only these domains may be requested (repeatable).
-    #[arg(long = "allowed-domain")]
-    pub allowed_domains: Vec<String>,
-
-    /// These domains may never be requested (repeatable).
-    #[arg(long = "prohibited-domain")]
-    pub prohibited_domains: Vec<String>,
+    #[command(flatten)]
+    pub task: TaskArgs,
 
     /// Watch the task until it ends (exit code as `tasks watch`).
     #[arg(long)]
@@ -110,7 +85,7 @@ pub async fn run(command: &TasksCommand) -> anyhow::Result<ExitCode> {
         }
         TasksCommand::Run(args) => {
             let api = Api::new(&args.server)?;
-            let task = api.create_task(&create_body(args)?).await?;
+            let task = api.create_task(&create_body(&args.task)?).await?;
             println!("{}", task.id.0);
             if args.follow {
                 watch(&api, task.id).await
@@ -121,7 +96,7 @@ pub async fn run(command: &TasksCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn create_body(args: &RemoteRunArgs) -> anyhow::Result<Value> {
+fn create_body(args: &TaskArgs) -> anyhow::Result<Value> {
     let mut body = json!({ "task": args.task });
     if let Some(url) = &args.start_url {
         body["start_url"] = json!(url);
@@ -138,11 +113,7 @@ fn create_body(args: &RemoteRunArgs) -> anyhow::Result<Value> {
     if !args.prohibited_domains.is_empty() {
         body["prohibited_domains"] = json!(args.prohibited_domains);
     }
-    if let Some(path) = &args.output_schema {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --output-schema {}", path.display()))?;
-        let schema: Value = serde_json::from_str(&text)
-            .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
+    if let Some(schema) = args.output_schema()? {
         body["output_schema"] = schema;
     }
     Ok(body)

@@ -26,8 +26,9 @@ pub const EXIT_NOT_DONE: u8 = 2;
 /// Exit code when the run was stopped with Ctrl-C.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
+/// The task fields `browserd run` and `browserd tasks run` share.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct TaskArgs {
     /// What the agent should do, in plain words.
     pub task: String,
 
@@ -54,6 +55,26 @@ pub struct RunArgs {
     /// These domains may never be requested (repeatable; ignored when --allowed-domain is set).
     #[arg(long = "prohibited-domain")]
     pub prohibited_domains: Vec<String>,
+}
+
+impl TaskArgs {
+    /// The `--output-schema` file's JSON, if one was given.
+    pub fn output_schema(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let Some(path) = &self.output_schema else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --output-schema {}", path.display()))?;
+        let schema = serde_json::from_str(&text)
+            .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
+        Ok(Some(schema))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub task: TaskArgs,
 
     /// Wall-clock budget of the run in seconds.
     #[arg(long)]
@@ -212,11 +233,11 @@ impl EventSink for TerminalSink {
 }
 
 fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Result<TaskSpec> {
-    let mut spec = TaskSpec::new(args.task.clone());
-    spec.start_url = args.start_url.clone();
-    spec.model = args.model.clone();
-    spec.allowed_domains = args.allowed_domains.clone();
-    spec.prohibited_domains = args.prohibited_domains.clone();
+    let mut spec = TaskSpec::new(args.task.task.clone());
+    spec.start_url = args.task.start_url.clone();
+    spec.model = args.task.model.clone();
+    spec.allowed_domains = args.task.allowed_domains.clone();
+    spec.prohibited_domains = args.task.prohibited_domains.clone();
     if let Some(name) = &args.proxy {
         let names = proxies.upstream_proxies()?;
         anyhow::ensure!(
@@ -234,7 +255,7 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
         );
         spec.proxy = Some(name.clone());
     }
-    if let Some(max_steps) = args.max_steps {
+    if let Some(max_steps) = args.task.max_steps {
         spec.max_steps = max_steps;
     }
     if let Some(max_actions) = args.max_actions_per_step {
@@ -253,13 +274,7 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
     spec.max_cost_usd = args.max_cost_usd;
     spec.viewport = args.viewport;
     spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
-    if let Some(path) = &args.output_schema {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading --output-schema {}", path.display()))?;
-        let schema: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("--output-schema {} is not JSON", path.display()))?;
-        spec.output_schema = Some(schema);
-    }
+    spec.output_schema = args.task.output_schema()?;
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
 }
