@@ -261,9 +261,13 @@ async fn migrate_creates_a_missing_database() {
         [
             "api_keys",
             "artifacts",
+            "browser_sessions",
             "task_events",
             "task_steps",
-            "tasks"
+            "tasks",
+            "webhook_deliveries",
+            "webhooks",
+            "ws_tickets",
         ]
     );
     // Idempotent.
