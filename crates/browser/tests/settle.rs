@@ -325,7 +325,27 @@ fn long_polls_feeds_clocks_and_animations_do_not_hold_the_settle() {
     let guard = support::shared_pool();
     rt().block_on(async {
         let session = open(&guard, "/chatty").await;
-        let before = capture(&session).await;
+        // The loops a page runs on its own are recognised once they have gone round twice
+        // before the action; a model's first click comes seconds after the page loads, so
+        // click once the page has ticked a few times (capturing until it has, capped).
+        let started = std::time::Instant::now();
+        let before = loop {
+            let state = capture(&session).await;
+            let ticks = state
+                .llm_text
+                .split("tick ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(|n| n.parse::<u32>().ok());
+            if ticks.is_some_and(|n| n >= 3) {
+                break state;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(15),
+                "the chatty page never ticked:\n{}",
+                state.llm_text
+            );
+        };
         let result = run(&session, click(index_of(&before, "go"))).await;
         let settle = settle_of(&result);
         assert_eq!(
