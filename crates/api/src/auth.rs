@@ -39,8 +39,8 @@ use crate::extract::Caller;
 pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 /// Entries kept at most; the cache is emptied when full (bounded memory).
 const KEY_CACHE_CAPACITY: usize = 10_000;
-/// The route that accepts tickets and the subprotocol convention.
-pub(crate) const EVENTS_ROUTE: &str = "/v1/tasks/{id}/events";
+/// The routes (a task's WebSockets) that accept tickets and the subprotocol convention.
+pub(crate) const WEBSOCKET_ROUTES: [&str; 2] = ["/v1/tasks/{id}/events", "/v1/tasks/{id}/live"];
 /// The subprotocol a browser offers next to its key: `new WebSocket(url, ["bearer", key])`.
 pub const BEARER_SUBPROTOCOL: &str = "bearer";
 /// Query parameters that look like a long-lived credential in a URL; always refused.
@@ -217,7 +217,7 @@ fn subprotocol_key(headers: &HeaderMap) -> Result<Option<SecretString>, ApiError
     }
 }
 
-/// The task id of an events route path (`/v1/tasks/{id}/events`).
+/// The task id of a WebSocket route path (`/v1/tasks/{id}/events`, `/v1/tasks/{id}/live`).
 fn events_task(path: &str) -> Option<TaskId> {
     let mut segments = path.trim_start_matches('/').split('/');
     match (
@@ -226,7 +226,7 @@ fn events_task(path: &str) -> Option<TaskId> {
         segments.next(),
         segments.next(),
     ) {
-        (Some("v1"), Some("tasks"), Some(id), Some("events")) => id.parse().ok(),
+        (Some("v1"), Some("tasks"), Some(id), Some("events" | "live")) => id.parse().ok(),
         _ => None,
     }
 }
@@ -254,7 +254,7 @@ fn credential(request: &Request) -> Result<Credential, ApiError> {
     let events = request
         .extensions()
         .get::<MatchedPath>()
-        .is_some_and(|path| path.as_str() == EVENTS_ROUTE);
+        .is_some_and(|path| WEBSOCKET_ROUTES.contains(&path.as_str()));
     if let Some(value) = request.headers().get(AUTHORIZATION) {
         return bearer_token(value).map(Credential::Key);
     }
@@ -393,6 +393,7 @@ mod tests {
     fn events_task_reads_the_path() {
         let id = TaskId::new();
         assert_eq!(events_task(&format!("/v1/tasks/{id}/events")), Some(id));
+        assert_eq!(events_task(&format!("/v1/tasks/{id}/live")), Some(id));
         assert_eq!(events_task("/v1/tasks/nope/events"), None);
         assert_eq!(events_task(&format!("/v1/tasks/{id}")), None);
     }

@@ -45,11 +45,11 @@ use crate::{AppState, WS_TICKET_TTL};
 /// Events read from the database per query while catching up.
 const BATCH: i64 = 200;
 /// A client that does not accept a frame within this time is disconnected.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keep-alive ping interval.
-const PING_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Close code 1009: a client message was larger than allowed.
-const MESSAGE_TOO_BIG: u16 = 1009;
+pub(crate) const MESSAGE_TOO_BIG: u16 = 1009;
 
 /// Open event WebSockets per key in this process.
 #[derive(Clone, Default)]
@@ -65,7 +65,7 @@ pub(crate) struct WebSocketSlot {
 
 impl WebSocketCounter {
     /// A place for one more WebSocket of `key`, unless it has `max` open already.
-    fn acquire(&self, key: ApiKeyId, max: Option<usize>) -> Result<WebSocketSlot, ApiError> {
+    pub(crate) fn acquire(&self, key: ApiKeyId, max: Option<usize>) -> Result<WebSocketSlot, ApiError> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(key).or_default();
         if let Some(max) = max
@@ -225,7 +225,7 @@ pub async fn task_events(
 }
 
 #[derive(Debug, thiserror::Error)]
-enum StreamError {
+pub(crate) enum StreamError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error("client went away")]
@@ -290,14 +290,14 @@ impl EventStream {
 }
 
 /// Whether a receive error is a client message over the size limit.
-fn too_big(err: &axum::Error) -> bool {
+pub(crate) fn too_big(err: &axum::Error) -> bool {
     std::error::Error::source(err)
         .and_then(|inner| inner.downcast_ref::<tungstenite::Error>())
         .is_some_and(|inner| matches!(inner, tungstenite::Error::Capacity(_)))
 }
 
 /// Why a stream must end now that notifications may have been missed, if it must.
-async fn recheck(
+pub(crate) async fn recheck(
     store: &Store,
     task_id: TaskId,
     key_id: ApiKeyId,

@@ -1,7 +1,8 @@
 //! The HTTP and WebSocket API of browserd (axum): the native `/v1` task routes, bearer-key auth
 //! with per-key rate limits, the event WebSocket, the MCP task tools at `/mcp` (streamable
-//! HTTP), health/readiness/metrics endpoints and the OpenAPI document generated from the
-//! handlers.
+//! HTTP), the live view WebSocket, health/readiness/metrics endpoints, the OpenAPI document
+//! generated from the handlers, and the web dashboard at `/` (static files embedded in the
+//! binary, [`dashboard`]).
 //!
 //! The edge is hardened: unauthenticated and invalid-key requests are rate-limited per client
 //! address before any database lookup ([`auth`]), every request has a timeout, WebSocket
@@ -14,9 +15,11 @@
 
 mod auth;
 mod client_ip;
+mod dashboard;
 mod error;
 mod events;
 mod extract;
+mod live;
 mod mcp;
 mod models;
 mod ops;
@@ -189,6 +192,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::task_history))
         .routes(routes!(events::task_events))
         .routes(routes!(events::create_ticket))
+        .routes(routes!(live::task_live))
+        .routes(routes!(models::list_models))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
         .routes(routes!(webhooks::list_deliveries))
@@ -283,6 +288,7 @@ pub fn router(
         .nest("/api/v2", v2::router(state.clone()))
         .merge(ops)
         .merge(mcp)
+        .merge(dashboard::router())
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .with_state(state)

@@ -19,6 +19,7 @@ mod dom;
 pub mod egress;
 pub mod error;
 mod interactive;
+pub mod live;
 mod paint_order;
 pub mod pool;
 mod serializer;
@@ -29,6 +30,7 @@ pub mod types;
 
 pub use actions::{Action, ActionContext, ActionResult};
 pub use error::{BrowserError, Result};
+pub use live::{FrameSender, LiveViewSettings, ScreencastFrame};
 pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig, describe_metrics};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
 pub use session::{BrowserSession, TaskOptions};

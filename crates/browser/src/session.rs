@@ -174,6 +174,8 @@ pub struct BrowserSession {
     listener: Option<tokio::task::JoinHandle<()>>,
     lease: Option<Lease>,
     released: bool,
+    /// The focused tab's target id, for watchers (the live view follows it).
+    pub(crate) focus: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl std::fmt::Debug for BrowserSession {
@@ -276,6 +278,7 @@ impl BrowserSession {
             listener: None,
             lease: None,
             released: false,
+            focus: tokio::sync::watch::Sender::new(None),
         };
         match session.start(policy).await {
             Ok(()) => Ok(session),
@@ -386,6 +389,7 @@ impl BrowserSession {
             .target_id;
         self.prepare_tab(&target_id).await?;
         self.state.lock().await.focused = Some(target_id.clone());
+        self.focus.send_replace(Some(target_id.clone()));
         if url != "about:blank" {
             let outcome = self.navigate_target(&target_id, url).await?;
             if let Some(text) = outcome.error_text {
@@ -619,6 +623,7 @@ impl BrowserSession {
             .find(|t| t.target_id == tab || t.tab_id == tab)
             .ok_or_else(|| BrowserError::TabNotFound(tab.to_owned()))?;
         self.state.lock().await.focused = Some(found.target_id.clone());
+        self.focus.send_replace(Some(found.target_id.clone()));
         Ok(found.target_id.clone())
     }
 
@@ -649,6 +654,7 @@ impl BrowserSession {
                 .rev()
                 .find(|t| t.target_id != found.target_id)
                 .map(|t| t.target_id.clone());
+            self.focus.send_replace(state.focused.clone());
         }
         Ok(())
     }

@@ -419,6 +419,7 @@ impl Backend for LocalBackend {
                         control: task.control.clone(),
                         prior: None,
                         resume_url: None,
+                        live_view: None,
                     })
                     .await;
                 match outcome {

@@ -352,6 +352,7 @@ pub async fn run(
             control,
             prior: None,
             resume_url: None,
+            live_view: None,
         })
         .instrument(tracing::info_span!("task", mode = "run"))
         .await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use browserd_browser::{BrowserPool, PoolConfig, Viewport};
+use browserd_browser::{BrowserPool, LiveViewSettings, PoolConfig, Viewport};
 use browserd_llm::ModelRegistry;
 use browserd_store::{EventHub, SecretsKeyring, Store};
 use browserd_worker::{RunnerSettings, TaskRunner, Worker, WorkerConfig};
@@ -146,6 +146,19 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_WEBHOOK_MAX_BACKOFF_S", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     webhook_max_backoff_s: u64,
 
+    /// Live view (the dashboard): at most this many screencast frames per second of a watched
+    /// task (0 switches the live view off). An unwatched task never screencasts.
+    #[arg(long, env = "BROWSERD_LIVE_VIEW_FPS", default_value_t = 2.0, value_parser = parse_live_view_fps)]
+    live_view_fps: f64,
+
+    /// JPEG quality (1–100) of the live view's frames.
+    #[arg(long, env = "BROWSERD_LIVE_VIEW_QUALITY", default_value_t = 60, value_parser = clap::value_parser!(u8).range(1..=100))]
+    live_view_quality: u8,
+
+    /// Live view frames are scaled down to fit `WIDTHxHEIGHT`.
+    #[arg(long, env = "BROWSERD_LIVE_VIEW_SIZE", default_value = "1280x800", value_parser = browserd_worker::parse_viewport)]
+    live_view_size: Viewport,
+
     /// Directory holding each running task's workspace (default: the system temp dir).
     #[arg(long, env = "BROWSERD_WORKSPACE_ROOT")]
     workspace_root: Option<PathBuf>,
@@ -158,6 +171,17 @@ pub struct WorkerArgs {
 
     #[command(flatten)]
     egress: crate::egress::EgressArgs,
+}
+
+fn parse_live_view_fps(value: &str) -> Result<f64, String> {
+    let fps: f64 = value
+        .trim()
+        .parse()
+        .map_err(|err| format!("{err} (expected frames per second, e.g. 2 or 0.5)"))?;
+    if !(0.0..=30.0).contains(&fps) {
+        return Err(format!("{fps} is outside 0–30 frames per second"));
+    }
+    Ok(fps)
 }
 
 /// `--metrics-addr`: an address, or nothing (an empty variable from compose).
@@ -270,6 +294,12 @@ pub async fn start(
         shutdown_grace: Duration::from_secs(args.task_grace_s),
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
         workspace_root,
+        live_view: (args.live_view_fps > 0.0).then(|| LiveViewSettings {
+            max_width: args.live_view_size.width,
+            max_height: args.live_view_size.height,
+            quality: args.live_view_quality,
+            max_fps: args.live_view_fps,
+        }),
     };
     let metrics = match args.metrics_addr.and_then(|a| a.0) {
         Some(addr) => {

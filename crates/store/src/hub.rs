@@ -6,6 +6,10 @@
 //! subscriber may have missed something (channel lag, listener reconnect) it gets
 //! [`Signal::Resync`] and re-reads everything after the last seq it delivered.
 //!
+//! Live view signals (channel `live`) go to per-task [`LiveSubscription`]s: the worker of a
+//! task learns that its viewers changed, the api processes serving viewers that a new frame is
+//! stored.
+//!
 //! It also relays key revocations (channel `api_keys`) as [`KeySignal`]s to everyone who
 //! holds a [`EventHub::key_signals`] receiver (the api's auth cache and its WebSockets).
 
@@ -21,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api_keys::API_KEYS_CHANNEL;
 use crate::events::NOTIFY_CHANNEL;
+use crate::live::LIVE_CHANNEL;
 use crate::queue::QUEUE_CHANNEL;
 use crate::{Store, StoreError};
 
@@ -48,13 +53,25 @@ pub enum KeySignal {
     Resync,
 }
 
-type Channels = Arc<Mutex<HashMap<TaskId, broadcast::Sender<Signal>>>>;
+/// What a [`LiveSubscription`] is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveSignal {
+    /// The task's viewers changed (one came or left); count them in the database.
+    Viewers,
+    /// Frame `seq` of the task was stored.
+    Frame { seq: i64 },
+    /// Notifications may have been missed; re-read viewers and the frame.
+    Resync,
+}
+
+type Channels<S = Signal> = Arc<Mutex<HashMap<TaskId, broadcast::Sender<S>>>>;
 
 /// The per-process fan-out of task event notifications (and of queue wake-ups for workers,
 /// and of key revocations for the api). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct EventHub {
     channels: Channels,
+    live: Channels<LiveSignal>,
     queue: Arc<tokio::sync::Notify>,
     keys: broadcast::Sender<KeySignal>,
 }
@@ -63,6 +80,7 @@ impl Default for EventHub {
     fn default() -> Self {
         Self {
             channels: Channels::default(),
+            live: Channels::default(),
             queue: Arc::default(),
             keys: broadcast::channel(CHANNEL_CAPACITY).0,
         }
@@ -118,6 +136,37 @@ impl Drop for Subscription {
     }
 }
 
+/// A live subscription to one task's live view signals; unsubscribes on drop.
+#[derive(Debug)]
+pub struct LiveSubscription {
+    task_id: TaskId,
+    channels: Channels<LiveSignal>,
+    receiver: broadcast::Receiver<LiveSignal>,
+}
+
+impl LiveSubscription {
+    /// The next signal. A lagging receiver gets `Resync`; `None` means the hub shut down.
+    pub async fn recv(&mut self) -> Option<LiveSignal> {
+        match self.receiver.recv().await {
+            Ok(signal) => Some(signal),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(LiveSignal::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl Drop for LiveSubscription {
+    fn drop(&mut self) {
+        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if channels
+            .get(&self.task_id)
+            .is_some_and(|sender| sender.receiver_count() <= 1)
+        {
+            channels.remove(&self.task_id);
+        }
+    }
+}
+
 impl EventHub {
     /// Starts listening on [`NOTIFY_CHANNEL`] and returns once the first `LISTEN` is active, so
     /// every event committed after this returns is signalled. The listener task reconnects
@@ -145,6 +194,39 @@ impl EventHub {
             task_id,
             channels: self.channels.clone(),
             receiver,
+        }
+    }
+
+    /// Subscribes to task `task_id`'s live view signals. Subscribe before reading viewers or
+    /// frames so nothing changed in between is missed.
+    pub fn subscribe_live(&self, task_id: TaskId) -> LiveSubscription {
+        let mut channels = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let receiver = channels
+            .entry(task_id)
+            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe();
+        LiveSubscription {
+            task_id,
+            channels: self.live.clone(),
+            receiver,
+        }
+    }
+
+    fn dispatch_live(&self, payload: &str) {
+        let mut parts = payload.splitn(3, ':');
+        let task_id = parts.next().and_then(|t| t.parse::<TaskId>().ok());
+        let signal = match (parts.next(), parts.next()) {
+            (Some("viewers"), None) => Some(LiveSignal::Viewers),
+            (Some("frame"), Some(seq)) => seq.parse().ok().map(|seq| LiveSignal::Frame { seq }),
+            _ => None,
+        };
+        let (Some(task_id), Some(signal)) = (task_id, signal) else {
+            tracing::warn!(payload, "malformed live view notification");
+            return;
+        };
+        let channels = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = channels.get(&task_id) {
+            let _ = sender.send(signal);
         }
     }
 
@@ -209,6 +291,10 @@ impl EventHub {
         for sender in channels.values() {
             let _ = sender.send(Signal::Resync);
         }
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        for sender in live.values() {
+            let _ = sender.send(LiveSignal::Resync);
+        }
     }
 
     async fn run(self, store: Store, mut listener: PgListener, shutdown: CancellationToken) {
@@ -223,6 +309,9 @@ impl EventHub {
                 }
                 Ok(Some(notification)) if notification.channel() == API_KEYS_CHANNEL => {
                     self.dispatch_key(notification.payload());
+                }
+                Ok(Some(notification)) if notification.channel() == LIVE_CHANNEL => {
+                    self.dispatch_live(notification.payload());
                 }
                 Ok(Some(notification)) => self.dispatch(notification.payload()),
                 Ok(None) | Err(_) => {
@@ -247,13 +336,17 @@ impl EventHub {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 }
 
 async fn listen(store: &Store) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
     listener
-        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL, API_KEYS_CHANNEL])
+        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL, API_KEYS_CHANNEL, LIVE_CHANNEL])
         .await?;
     Ok(listener)
 }

@@ -9,6 +9,7 @@ mod api_keys;
 mod error;
 mod events;
 mod hub;
+mod live;
 mod queue;
 mod sealed;
 mod sessions;
@@ -29,7 +30,8 @@ pub use api_keys::{
 };
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
-pub use hub::{EventHub, KeySignal, KeySignals, Signal, Subscription};
+pub use hub::{EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription};
+pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
 pub use sessions::{

@@ -16,6 +16,7 @@
 
 mod adapter;
 mod browser_state;
+mod live;
 mod runner;
 mod service;
 mod sink;
@@ -27,7 +28,7 @@ mod workspace;
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use runner::{
-    RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
+    LiveViewLink, RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};

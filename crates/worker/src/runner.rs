@@ -18,7 +18,9 @@ use browserd_agent::{
 };
 use browserd_browser::egress::EgressSettings;
 use browserd_browser::settle::DEFAULT_SETTLE_CAP;
-use browserd_browser::{BrowserPool, SettleSettings, TaskOptions, Viewport};
+use browserd_browser::{
+    BrowserPool, FrameSender, LiveViewSettings, SettleSettings, TaskOptions, Viewport,
+};
 use browserd_llm::{ChatModel, ModelRegistry};
 use browserd_types::dto::ViewportSize;
 use serde_json::{Value, json};
@@ -227,6 +229,16 @@ pub struct RunRequest {
     pub prior: Option<AgentHistoryList>,
     /// Where the earlier attempt was: opened before the resumed agent's first step.
     pub resume_url: Option<String>,
+    /// Stream the focused tab while someone watches (the service's live view).
+    pub live_view: Option<LiveViewLink>,
+}
+
+/// Connects a run's browser to the live view: the screencast runs while `watched` is true,
+/// and each frame replaces the previous one in `frames`.
+pub struct LiveViewLink {
+    pub settings: LiveViewSettings,
+    pub watched: tokio::sync::watch::Receiver<bool>,
+    pub frames: FrameSender,
 }
 
 /// Runs tasks on a browser pool with models from a registry.
@@ -272,6 +284,7 @@ impl TaskRunner {
             control,
             prior,
             resume_url,
+            live_view,
         } = request;
         let model = self.model(spec.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -326,7 +339,16 @@ impl TaskRunner {
                 if let Some(prior) = prior {
                     agent = agent.resume_from(prior);
                 }
-                let history = agent.run().await;
+                let history = match live_view {
+                    Some(link) => {
+                        let live =
+                            browser
+                                .session()
+                                .live_view(link.settings, link.watched, link.frames);
+                        beside(agent.run(), live).await
+                    }
+                    None => agent.run().await,
+                };
                 Ok(history)
             }
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
@@ -416,6 +438,28 @@ impl TaskRunner {
                 .await;
         release_browser(browser).await;
         Ok(report)
+    }
+}
+
+/// Runs `main` to its end with `side` running beside it; `side` ending early (or failing) is
+/// only logged, and it is dropped when `main` ends.
+async fn beside<T>(
+    main: impl std::future::Future<Output = T>,
+    side: impl std::future::Future<Output = browserd_browser::Result<()>>,
+) -> T {
+    tokio::pin!(main);
+    tokio::pin!(side);
+    let mut side_running = true;
+    loop {
+        tokio::select! {
+            out = &mut main => return out,
+            ended = &mut side, if side_running => {
+                side_running = false;
+                if let Err(err) = ended {
+                    tracing::warn!(%err, "the live view stopped");
+                }
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use browserd_browser::LiveViewSettings;
 use browserd_agent::{
     AgentControl, AgentHistory, AgentHistoryList, SecretEntry, SensitiveData, UsageSummary,
     VisionMode,
@@ -30,6 +31,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::BrowserState;
+
 use crate::runner::{
     AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec, browser_viewport,
 };
@@ -54,6 +56,8 @@ pub struct WorkerConfig {
     pub secrets_retention: Duration,
     /// Each task's workspace is `<root>/<task id>`.
     pub workspace_root: PathBuf,
+    /// The live view's screencast settings; `None` switches the live view off.
+    pub live_view: Option<LiveViewSettings>,
 }
 
 impl WorkerConfig {
@@ -397,6 +401,17 @@ impl TaskJob {
             .in_current_span(),
         ));
         let workspace_dir = self.config.workspace_root.join(id.to_string());
+        let (live_view, live_follower) = match self.config.live_view {
+            Some(settings) => {
+                let (link, follow) =
+                    crate::live::link(self.store.clone(), self.hub.clone(), id, settings);
+                (
+                    Some(link),
+                    Some(AbortOnDrop(tokio::spawn(follow.in_current_span()))),
+                )
+            }
+            None => (None, None),
+        };
         let mut run = Box::pin(self.runner.run(RunRequest {
             spec,
             workspace_dir: Some(workspace_dir.clone()),
@@ -404,6 +419,7 @@ impl TaskJob {
             control: control.clone(),
             prior,
             resume_url,
+            live_view,
         }));
         let mut result = tokio::select! {
             result = &mut run => Some(result),
@@ -420,6 +436,11 @@ impl TaskJob {
             };
         }
         drop(watcher);
+        if let Some(follower) = live_follower {
+            // The run dropped its end of the link: the follower clears the frame and ends.
+            let mut handle = follower;
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut handle.0).await;
+        }
         let Some(result) = result else {
             // Dropping the run drops the agent and its browser context.
             drop(run);

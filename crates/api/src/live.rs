@@ -1,0 +1,258 @@
+//! `GET /v1/tasks/{id}/live`: a WebSocket carrying the running task's page as JPEG frames
+//! (Chrome's screencast), for the dashboard's live view.
+//!
+//! While the socket is open this process keeps a viewer registration in Postgres
+//! (`live_viewers`, refreshed every [`VIEWER_TTL`] / 3): the first viewer makes the task's
+//! worker start the screencast, the last one leaving stops it. Frames reach this process as
+//! `live` notifications; it reads the newest stored frame and sends it as one binary message,
+//! so a slow viewer skips frames instead of queueing them. The socket closes with 1000
+//! `task ended` when the task reaches a terminal status (or `task deleted`), 1008 when the key
+//! is revoked, 1001 on shutdown. Authentication is the event WebSocket's: a key in the
+//! `Authorization` header, the `bearer` subprotocol, or a ticket of the task.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::response::Response;
+use browserd_store::{KeySignal, LiveSignal, LiveViewerId, Signal, Store, StoreError};
+use browserd_types::dto::ErrorBody;
+use browserd_types::{ApiKeyId, TaskId};
+
+use crate::AppState;
+use crate::auth::BEARER_SUBPROTOCOL;
+use crate::error::ApiError;
+use crate::events::{
+    MESSAGE_TOO_BIG, PING_INTERVAL, SEND_TIMEOUT, StreamError, recheck, too_big,
+};
+use crate::extract::{Caller, QueryParams, TaskPath};
+use crate::task_ops::owned_task;
+
+/// A viewer registration lasts this long unless refreshed (a crashed api's viewers stop
+/// counting after it).
+pub const VIEWER_TTL: Duration = Duration::from_secs(30);
+
+/// Watch a running task's page live over a WebSocket.
+///
+/// Each binary message is one JPEG frame of the task's focused tab (the newest; frames are
+/// throttled by the worker's `--live-view-fps` and skipped for slow viewers). The worker only
+/// screencasts while at least one viewer is connected. The first frame arrives once the task
+/// runs; a queued task's socket waits. The server closes with 1000 `task ended` after the
+/// task ends (1000 `task deleted`, 1008 `api key revoked`, 1001 on shutdown, 1009 when the
+/// client sends a message larger than allowed). Authentication as for the event WebSocket:
+/// `Authorization: Bearer <key>`, the subprotocols `bearer` and the key, or `?ticket=`
+/// (`POST /v1/tasks/{id}/events/ticket`; a ticket works once, for either WebSocket).
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/live",
+    tag = "events",
+    params(
+        ("id" = uuid::Uuid, Path, description = "Task id"),
+        ("ticket" = Option<String>, Query, description = "A ticket from `POST /v1/tasks/{id}/events/ticket` (instead of a key)"),
+    ),
+    responses(
+        (status = 101, description = "Switching to WebSocket; binary messages carry JPEG frames"),
+        (status = 400, description = "Not a WebSocket upgrade request, or a credential in the URL", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key or ticket", body = ErrorBody),
+        (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 422, description = "Unknown query parameter", body = ErrorBody),
+        (status = 429, description = "Rate limited, or too many open WebSockets for this key (`too_many_websockets`)", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn task_live(
+    State(state): State<AppState>,
+    caller: Caller,
+    TaskPath(id): TaskPath,
+    query: QueryParams,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    query.only(&["ticket"])?;
+    owned_task(&state, &caller, id).await?;
+    let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
+        code: "websocket_upgrade_required",
+        message: format!(
+            "this endpoint needs a WebSocket upgrade: {}",
+            rejection.body_text()
+        ),
+    })?;
+    let slot = state
+        .edge
+        .websockets
+        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
+    let max_message = state.edge.ws_max_message_bytes;
+    let upgrade = upgrade
+        .protocols([BEARER_SUBPROTOCOL])
+        .max_message_size(max_message)
+        .max_frame_size(max_message);
+    let key_id = caller.key_id;
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        metrics::gauge!("browserd_live_viewers").increment(1.0);
+        let mut viewer = LiveStream {
+            socket,
+            store: state.store.clone(),
+            task_id: id,
+            viewer: None,
+            last_seq: None,
+        };
+        let outcome = viewer.run(&state, key_id).await;
+        if let Some(registration) = viewer.viewer.take()
+            && let Err(err) = viewer.store.remove_live_viewer(registration).await
+        {
+            // It expires on its own.
+            tracing::debug!(task_id = %id, %err, "live viewer not removed");
+        }
+        drop(slot);
+        metrics::gauge!("browserd_live_viewers").decrement(1.0);
+        match outcome {
+            Ok(reason) => tracing::debug!(task_id = %id, reason, "live view closed"),
+            Err(err) => tracing::warn!(task_id = %id, %err, "live view ended with an error"),
+        }
+    }))
+}
+
+struct LiveStream {
+    socket: WebSocket,
+    store: Store,
+    task_id: TaskId,
+    viewer: Option<LiveViewerId>,
+    /// Seq of the frame sent last (the worker's numbering; "different" means "newer").
+    last_seq: Option<i64>,
+}
+
+impl LiveStream {
+    async fn send(&mut self, message: Message) -> Result<(), StreamError> {
+        match tokio::time::timeout(SEND_TIMEOUT, self.socket.send(message)).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(StreamError::ClientGone),
+        }
+    }
+
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let _ = self
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+    }
+
+    /// Sends the newest stored frame unless it was sent already.
+    async fn send_newest(&mut self) -> Result<(), StreamError> {
+        if let Some(frame) = self.store.live_frame(self.task_id).await?
+            && self.last_seq != Some(frame.seq)
+        {
+            self.last_seq = Some(frame.seq);
+            self.send(Message::Binary(frame.jpeg.into())).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the task has ended (or is gone): the reason to close with.
+    async fn ended(&mut self) -> Result<Option<&'static str>, StreamError> {
+        Ok(match self.store.get_task(None, self.task_id).await? {
+            None => Some("task deleted"),
+            Some(task) if task.status.is_terminal() => Some("task ended"),
+            Some(_) => None,
+        })
+    }
+
+    async fn run(&mut self, state: &AppState, key_id: ApiKeyId) -> Result<&'static str, StoreError> {
+        let result = self.serve(state, key_id).await;
+        match result {
+            Ok((code, reason)) => {
+                self.close(code, reason).await;
+                Ok(reason)
+            }
+            Err(StreamError::ClientGone) => Ok("client closed"),
+            Err(StreamError::MessageTooBig) => {
+                self.close(MESSAGE_TOO_BIG, "message too big").await;
+                Ok("client message too big")
+            }
+            Err(StreamError::Store(err)) => {
+                self.close(close_code::ERROR, "internal error").await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn serve(
+        &mut self,
+        state: &AppState,
+        key_id: ApiKeyId,
+    ) -> Result<(u16, &'static str), StreamError> {
+        // Subscribe before registering and reading, so nothing in between goes unsignalled.
+        let mut live = state.hub.subscribe_live(self.task_id);
+        let mut task_signals = state.hub.subscribe(self.task_id);
+        let mut key_signals = state.hub.key_signals();
+        if !self.store.api_key_active(key_id).await? {
+            return Ok((close_code::POLICY, "api key revoked"));
+        }
+        if let Some(reason) = self.ended().await? {
+            return Ok((close_code::NORMAL, reason));
+        }
+        self.viewer = Some(self.store.add_live_viewer(self.task_id, VIEWER_TTL).await?);
+        self.send_newest().await?;
+
+        let mut refresh = tokio::time::interval(VIEWER_TTL / 3);
+        refresh.reset();
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.reset();
+        loop {
+            tokio::select! {
+                () = state.shutdown.cancelled() => {
+                    return Ok((close_code::AWAY, "server shutting down"));
+                }
+                signal = live.recv() => match signal {
+                    Some(LiveSignal::Frame { seq }) if Some(seq) == self.last_seq => {}
+                    Some(LiveSignal::Frame { .. } | LiveSignal::Resync) => self.send_newest().await?,
+                    Some(LiveSignal::Viewers) => {}
+                    None => return Ok((close_code::AWAY, "live view unavailable")),
+                },
+                signal = task_signals.recv() => match signal {
+                    Some(Signal::Appended { .. } | Signal::Resync) => {
+                        if let Some(reason) = self.ended().await? {
+                            return Ok((close_code::NORMAL, reason));
+                        }
+                    }
+                    Some(Signal::Deleted) => return Ok((close_code::NORMAL, "task deleted")),
+                    None => return Ok((close_code::AWAY, "live view unavailable")),
+                },
+                signal = key_signals.recv() => match signal {
+                    Some(KeySignal::Revoked(revoked)) if revoked == key_id => {
+                        return Ok((close_code::POLICY, "api key revoked"));
+                    }
+                    Some(KeySignal::Revoked(_)) => {}
+                    Some(KeySignal::Resync) => {
+                        if let Some(end) = recheck(&self.store, self.task_id, key_id).await? {
+                            return Ok(end);
+                        }
+                    }
+                    None => return Ok((close_code::AWAY, "live view unavailable")),
+                },
+                message = self.socket.recv() => match message {
+                    Some(Err(err)) if too_big(&err) => return Err(StreamError::MessageTooBig),
+                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
+                        return Err(StreamError::ClientGone);
+                    }
+                    Some(Ok(_)) => {}
+                },
+                _ = refresh.tick() => {
+                    let alive = match self.viewer {
+                        Some(viewer) => self.store.refresh_live_viewer(viewer, VIEWER_TTL).await?,
+                        None => false,
+                    };
+                    if !alive {
+                        self.viewer =
+                            Some(self.store.add_live_viewer(self.task_id, VIEWER_TTL).await?);
+                    }
+                }
+                _ = ping.tick() => {
+                    self.send(Message::Ping(Default::default())).await?;
+                }
+            }
+        }
+    }
+}

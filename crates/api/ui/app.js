@@ -1,0 +1,709 @@
+// browserd dashboard: plain ES module, no framework, no build step. It uses the public /v1 API
+// with the key the user signs in with, kept in this tab's sessionStorage only. Every value from
+// the server is put into the page with textContent (never as HTML).
+
+const KEY_STORAGE = 'browserd.apiKey';
+const TERMINAL = new Set(['finished', 'failed', 'stopped']);
+const STATUSES = ['queued', 'running', 'paused', 'finished', 'failed', 'stopped'];
+// Which control buttons each status allows (the server's status machine).
+const CONTROLS = {
+  queued: ['pause', 'stop'],
+  running: ['pause', 'stop'],
+  paused: ['resume', 'stop'],
+};
+const LIST_REFRESH_MS = 3000;
+const RECONNECT_MIN_MS = 250;
+const RECONNECT_MAX_MS = 5000;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === 'class') node.className = value;
+    else if (name === 'text') node.textContent = value;
+    else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+    else if (value === true) node.setAttribute(name, '');
+    else node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function apiKey() {
+  return sessionStorage.getItem(KEY_STORAGE);
+}
+
+function flash(message) {
+  const box = document.getElementById('flash');
+  box.textContent = message || '';
+  box.hidden = !message;
+}
+
+function badge(status) {
+  return el('span', { class: `badge ${status}`, 'data-status': status, text: status });
+}
+
+function when(iso) {
+  if (!iso) return '';
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+}
+
+function seconds(value) {
+  return typeof value === 'number' && Number.isFinite(value) ? `${value.toFixed(1)} s` : '';
+}
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// Calls the API with the key; resolves to parsed JSON (or the Response when `raw`).
+async function api(path, { method = 'GET', body, raw = false } = {}) {
+  const headers = { Authorization: `Bearer ${apiKey()}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const response = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: 'no-store',
+  });
+  if (!response.ok) {
+    let code = 'http_error';
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const data = await response.json();
+      if (data && data.error) {
+        code = data.error.code || code;
+        message = data.error.message || message;
+      }
+    } catch (_) {
+      // Not JSON: keep the status line.
+    }
+    if (response.status === 401) {
+      signOut(`Signed out: ${message}`);
+    }
+    throw new ApiError(response.status, code, message);
+  }
+  if (raw) return response;
+  if (response.status === 204) return null;
+  return response.json();
+}
+
+function wsUrl(path) {
+  const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return `${scheme}//${location.host}${path}`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing: #/ (tasks), #/tasks/<id> (one task). Leaving a view runs its cleanup.
+
+let cleanup = [];
+
+function onLeave(fn) {
+  cleanup.push(fn);
+}
+
+function leave() {
+  for (const fn of cleanup.splice(0)) {
+    try {
+      fn();
+    } catch (err) {
+      console.warn('cleanup failed', err);
+    }
+  }
+}
+
+function route() {
+  leave();
+  flash('');
+  const app = document.getElementById('app');
+  app.replaceChildren();
+  document.getElementById('nav').hidden = !apiKey();
+  if (!apiKey()) {
+    renderSignIn(app);
+    return;
+  }
+  const match = location.hash.match(/^#\/tasks\/([0-9a-fA-F-]{36})$/);
+  if (match) renderTask(app, match[1]);
+  else renderTasks(app);
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(KEY_STORAGE);
+  route();
+  if (message) flash(message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sign in
+
+function renderSignIn(app) {
+  const input = el('input', {
+    id: 'api-key', type: 'password', autocomplete: 'off', spellcheck: 'false',
+    placeholder: 'bd_…', required: true,
+  });
+  const error = el('p', { class: 'error', id: 'sign-in-error' });
+  const form = el('form', { class: 'card signin', id: 'sign-in' },
+    el('h1', { text: 'Sign in' }),
+    el('p', { class: 'muted', text: 'Use an API key of this server (browserd keys create). It stays in this browser tab only.' }),
+    el('label', { for: 'api-key', text: 'API key' }), input,
+    el('div', { class: 'actions' }, el('button', { class: 'primary', type: 'submit', text: 'Sign in' })),
+    error);
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    error.textContent = '';
+    const key = input.value.trim();
+    if (!key) return;
+    try {
+      const response = await fetch('/v1/tasks?limit=1', {
+        headers: { Authorization: `Bearer ${key}` }, cache: 'no-store',
+      });
+      if (response.status === 401) {
+        error.textContent = 'This key is not valid on this server.';
+        return;
+      }
+      if (!response.ok) {
+        error.textContent = `The server answered ${response.status}.`;
+        return;
+      }
+      sessionStorage.setItem(KEY_STORAGE, key);
+      route();
+    } catch (err) {
+      error.textContent = `Could not reach the server: ${err.message}`;
+    }
+  });
+  app.append(form);
+  input.focus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Task list and the new task form
+
+function renderTasks(app) {
+  const filter = el('select', { id: 'status-filter', 'aria-label': 'Status' },
+    el('option', { value: '', text: 'All statuses' }),
+    STATUSES.map((s) => el('option', { value: s, text: s })));
+  const saved = sessionStorage.getItem('browserd.statusFilter') || '';
+  filter.value = STATUSES.includes(saved) ? saved : '';
+  const body = el('tbody', { id: 'task-rows' });
+  const more = el('button', { id: 'load-more', type: 'button', text: 'Load more', hidden: true });
+  const table = el('table', { id: 'tasks' },
+    el('thead', {}, el('tr', {}, ['Status', 'Task', 'Model', 'Created', 'Steps'].map((h) => el('th', { text: h })))),
+    body);
+  app.append(
+    el('h1', { text: 'Tasks' }),
+    renderNewTaskForm(),
+    el('div', { class: 'toolbar' }, el('label', { for: 'status-filter', text: 'Show' }), filter,
+      el('span', { class: 'muted', id: 'list-state' })),
+    table, el('div', { class: 'actions' }, more));
+
+  let cursor = null;
+  let timer = null;
+  let extraPages = false;
+  let stopped = false;
+  onLeave(() => {
+    stopped = true;
+    clearTimeout(timer);
+  });
+
+  function row(task) {
+    const steps = task.usage && typeof task.usage.steps === 'number' ? task.usage.steps : '';
+    return el('tr', { 'data-task-id': task.id },
+      el('td', {}, badge(task.status)),
+      el('td', { class: 'task-text', title: task.task }, el('a', { href: `#/tasks/${task.id}`, text: task.task })),
+      el('td', { text: task.model || 'default' }),
+      el('td', { text: when(task.created_at) }),
+      el('td', { text: steps }));
+  }
+
+  async function load(append) {
+    const params = new URLSearchParams({ limit: '25' });
+    if (filter.value) params.set('status', filter.value);
+    if (append && cursor) params.set('cursor', cursor);
+    try {
+      const page = await api(`/v1/tasks?${params}`);
+      if (stopped) return;
+      const rows = page.items.map(row);
+      if (append) body.append(...rows);
+      else body.replaceChildren(...rows);
+      if (!append) extraPages = false;
+      cursor = page.next_cursor;
+      more.hidden = !cursor;
+      document.getElementById('list-state').textContent =
+        body.children.length === 0 ? 'No tasks yet.' : '';
+    } catch (err) {
+      if (!stopped && err.status !== 401) flash(`Could not load tasks: ${err.message}`);
+    }
+  }
+
+  // Live status: refresh the first page while the tab is visible (not when more pages are
+  // shown, which would reorder them under the reader).
+  async function refresh() {
+    if (stopped) return;
+    if (document.visibilityState === 'visible' && !extraPages) await load(false);
+    if (!stopped) timer = setTimeout(refresh, LIST_REFRESH_MS);
+  }
+
+  filter.addEventListener('change', () => {
+    sessionStorage.setItem('browserd.statusFilter', filter.value);
+    cursor = null;
+    load(false);
+  });
+  more.addEventListener('click', () => {
+    extraPages = true;
+    load(true);
+  });
+  refresh();
+}
+
+function renderNewTaskForm() {
+  const model = el('select', { id: 'new-model' }, el('option', { value: '', text: 'Server default' }));
+  const error = el('p', { class: 'error', id: 'new-task-error' });
+  const form = el('form', { class: 'card', id: 'new-task' },
+    el('h2', { text: 'Start a task' }),
+    el('label', { for: 'new-task-text', text: 'Task' }),
+    el('textarea', { id: 'new-task-text', required: true, placeholder: 'Find the cheapest 27-inch monitor and add it to the cart' }),
+    el('div', { class: 'row' },
+      el('div', {}, el('label', { for: 'new-model', text: 'Model' }), model),
+      el('div', {}, el('label', { for: 'new-start-url', text: 'Start URL' }),
+        el('input', { id: 'new-start-url', type: 'url', placeholder: 'https://…' })),
+      el('div', {}, el('label', { for: 'new-max-steps', text: 'Max steps' }),
+        el('input', { id: 'new-max-steps', type: 'number', min: '1', step: '1', placeholder: '100' }))),
+    el('label', { for: 'new-allowed-domains' }, 'Allowed domains ', el('small', { text: '(one pattern per line or comma-separated; empty: any)' })),
+    el('textarea', { id: 'new-allowed-domains', class: 'code', placeholder: '*.example.com' }),
+    el('label', { for: 'new-output-schema' }, 'Output schema ', el('small', { text: '(JSON Schema; empty: free text)' })),
+    el('textarea', { id: 'new-output-schema', class: 'code', placeholder: '{"type": "object", "properties": {…}}' }),
+    el('div', { class: 'actions' }, el('button', { class: 'primary', type: 'submit', id: 'new-submit', text: 'Start task' })),
+    error);
+
+  api('/v1/models').then((list) => {
+    for (const name of list.models) model.append(el('option', { value: name, text: name }));
+    if (list.default) model.options[0].textContent = `Server default (${list.default})`;
+  }).catch((err) => {
+    if (err.status !== 401) error.textContent = `Could not load the models: ${err.message}`;
+  });
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    error.textContent = '';
+    const request = { task: form.querySelector('#new-task-text').value.trim() };
+    if (!request.task) {
+      error.textContent = 'Describe the task.';
+      return;
+    }
+    if (model.value) request.model = model.value;
+    const startUrl = form.querySelector('#new-start-url').value.trim();
+    if (startUrl) request.start_url = startUrl;
+    const maxSteps = form.querySelector('#new-max-steps').value.trim();
+    if (maxSteps) request.max_steps = Number(maxSteps);
+    const domains = form.querySelector('#new-allowed-domains').value
+      .split(/[\s,]+/).map((d) => d.trim()).filter(Boolean);
+    if (domains.length) request.allowed_domains = domains;
+    const schema = form.querySelector('#new-output-schema').value.trim();
+    if (schema) {
+      try {
+        request.output_schema = JSON.parse(schema);
+      } catch (err) {
+        error.textContent = `The output schema is not valid JSON: ${err.message}`;
+        return;
+      }
+    }
+    const submit = form.querySelector('#new-submit');
+    submit.disabled = true;
+    try {
+      const task = await api('/v1/tasks', { method: 'POST', body: request });
+      location.hash = `#/tasks/${task.id}`;
+    } catch (err) {
+      error.textContent = err.message;
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One task: live steps, controls, live view, result, history download
+
+function renderTask(app, id) {
+  const status = el('span', { id: 'task-status' });
+  const title = el('h1', { id: 'task-title', text: 'Task' });
+  const buttons = {
+    pause: el('button', { type: 'button', id: 'pause', text: 'Pause', disabled: true }),
+    resume: el('button', { type: 'button', id: 'resume', text: 'Resume', disabled: true }),
+    stop: el('button', { type: 'button', id: 'stop', class: 'danger', text: 'Stop', disabled: true }),
+  };
+  const download = el('button', { type: 'button', id: 'download-history', text: 'Download history JSON' });
+  const details = el('p', { class: 'muted', id: 'task-details' });
+  const result = el('div', { class: 'card', id: 'result', hidden: true });
+  const steps = el('div', { id: 'steps' });
+  const liveImg = el('img', { id: 'live-frame', alt: 'Live view of the task\'s page' });
+  const liveState = el('p', { class: 'muted', id: 'live-state', text: 'Connecting…' });
+  const live = el('div', { class: 'card live', id: 'live' }, el('h2', { text: 'Live view' }), liveImg, liveState);
+
+  app.append(
+    el('div', { class: 'task-head' }, title, status),
+    details,
+    el('div', { class: 'actions' }, buttons.pause, buttons.resume, buttons.stop, download),
+    result,
+    el('div', { class: 'grid' },
+      el('section', {}, el('h2', { text: 'Steps' }), steps,
+        el('p', { class: 'muted', id: 'steps-empty', text: 'No steps yet.' })),
+      el('aside', {}, live)));
+
+  let current = null;
+  let stopped = false;
+  let liveSocket = null;
+  let frameUrl = null;
+  const objectUrls = [];
+  onLeave(() => {
+    stopped = true;
+    if (liveSocket) liveSocket.close(1000);
+    if (frameUrl) URL.revokeObjectURL(frameUrl);
+    for (const url of objectUrls) URL.revokeObjectURL(url);
+  });
+
+  function setStatus(next) {
+    if (!next || stopped) return;
+    const changed = current !== next;
+    current = next;
+    status.replaceChildren(badge(next));
+    const allowed = CONTROLS[next] || [];
+    for (const [name, button] of Object.entries(buttons)) button.disabled = !allowed.includes(name);
+    if (changed) updateLive();
+  }
+
+  function showTask(task) {
+    title.textContent = task.task;
+    title.title = task.task;
+    details.textContent = [
+      `Model: ${task.model || 'default'}`,
+      task.start_url ? `Start: ${task.start_url}` : null,
+      `Max steps: ${task.max_steps}`,
+      task.allowed_domains && task.allowed_domains.length ? `Allowed: ${task.allowed_domains.join(', ')}` : null,
+      `Created: ${when(task.created_at)}`,
+    ].filter(Boolean).join(' · ');
+    setStatus(task.status);
+    if (TERMINAL.has(task.status)) showResult(task);
+  }
+
+  function showResult(task) {
+    result.hidden = false;
+    const children = [el('h2', { text: task.status === 'finished' ? 'Result' : `Task ${task.status}` })];
+    if (task.is_success === true) children.push(el('p', { class: 'ok', text: 'The agent reports success.' }));
+    if (task.is_success === false) children.push(el('p', { class: 'bad', text: 'The agent reports it did not succeed.' }));
+    if (task.output) children.push(el('pre', { class: 'result', id: 'result-output', text: task.output }));
+    if (task.error) children.push(el('p', { class: 'error', id: 'result-error', text: task.error }));
+    if (task.usage) {
+      const u = task.usage;
+      const tokens = u.usage ? (u.usage.input_tokens || 0) + (u.usage.output_tokens || 0) : null;
+      const parts = [];
+      if (tokens !== null) parts.push(`${tokens} tokens`);
+      if (typeof u.cost_usd === 'number') parts.push(`$${u.cost_usd.toFixed(4)}`);
+      if (parts.length) children.push(el('p', { class: 'muted', text: parts.join(' · ') }));
+    }
+    result.replaceChildren(...children);
+  }
+
+  async function reloadTask() {
+    try {
+      const task = await api(`/v1/tasks/${id}`);
+      if (!stopped) showTask(task);
+    } catch (err) {
+      if (!stopped && err.status !== 401) flash(err.status === 404 ? 'No such task.' : err.message);
+    }
+  }
+
+  for (const [name, button] of Object.entries(buttons)) {
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      try {
+        const task = await api(`/v1/tasks/${id}/${name}`, { method: 'POST' });
+        showTask(task);
+      } catch (err) {
+        if (err.status !== 401) flash(err.message);
+        reloadTask();
+      }
+    });
+  }
+
+  download.addEventListener('click', async () => {
+    try {
+      const response = await api(`/v1/tasks/${id}/history`, { raw: true });
+      const blob = await response.blob();
+      const url = URL.createObjectURL(blob);
+      const link = el('a', { href: url, download: `task-${id}-history.json` });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+    } catch (err) {
+      if (err.status !== 401) flash(`Could not download the history: ${err.message}`);
+    }
+  });
+
+  // Steps --------------------------------------------------------------------------------------
+
+  const stepNodes = new Map();
+
+  function stepNode(number) {
+    let node = stepNodes.get(number);
+    if (!node) {
+      node = {
+        root: el('article', { class: 'step', 'data-step': number }),
+        head: el('h3', {}),
+        thoughts: el('dl', {}),
+        actions: el('ol', { class: 'step-actions' }),
+        meta: el('p', { class: 'meta' }),
+        shot: el('div', {}),
+      };
+      node.root.append(node.head, node.thoughts, node.actions, node.meta, node.shot);
+      node.head.append(el('span', { text: number === 0 ? 'Start' : `Step ${number}` }));
+      stepNodes.set(number, node);
+      // Keep steps in number order whatever order their events come in.
+      const later = [...stepNodes.entries()].filter(([n]) => n > number).sort((a, b) => a[0] - b[0]);
+      if (later.length) steps.insertBefore(node.root, later[0][1].root);
+      else steps.append(node.root);
+      document.getElementById('steps-empty').hidden = true;
+    }
+    return node;
+  }
+
+  function setUrl(node, url) {
+    if (!url) return;
+    const old = node.head.querySelector('.url');
+    if (old) old.remove();
+    node.head.append(el('span', { class: 'url', title: url, text: url }));
+  }
+
+  function showThoughts(node, output) {
+    if (!output) return;
+    const rows = [];
+    const add = (label, value, cls) => {
+      if (value) rows.push(el('dt', { text: label }), el('dd', { class: cls, text: value }));
+    };
+    add('Thinking', output.thinking, 'thinking');
+    add('Evaluation', output.evaluation_previous_goal, 'evaluation');
+    add('Memory', output.memory, 'memory');
+    add('Next goal', output.next_goal, 'next-goal');
+    node.thoughts.replaceChildren(...rows);
+  }
+
+  function actionName(action) {
+    if (!action || typeof action !== 'object') return ['?', {}];
+    if (typeof action.name === 'string') return [action.name, action.params || {}];
+    const [name] = Object.keys(action);
+    return [name || '?', action[name] || {}];
+  }
+
+  function actionItem(action, outcome) {
+    const [name, params] = actionName(action);
+    const item = el('li', { class: 'action' }, el('code', { text: `${name} ${JSON.stringify(params)}` }));
+    if (outcome) {
+      if (outcome.error) item.append(' → ', el('span', { class: 'bad', text: `✗ ${outcome.error}` }));
+      else {
+        const text = outcome.long_term_memory || outcome.extracted_content || '';
+        item.append(' → ', el('span', { class: 'ok', text: text ? `✓ ${text}` : '✓' }));
+      }
+    }
+    return item;
+  }
+
+  function showMeta(node, metadata) {
+    if (!metadata) return;
+    const parts = [];
+    if (typeof metadata.step_start_time === 'number' && typeof metadata.step_end_time === 'number') {
+      parts.push(`took ${seconds(metadata.step_end_time - metadata.step_start_time)}`);
+    }
+    if (typeof metadata.model_ms === 'number') parts.push(`model ${metadata.model_ms} ms`);
+    if (typeof metadata.actions_ms === 'number') parts.push(`actions ${metadata.actions_ms} ms`);
+    if (typeof metadata.capture_ms === 'number') parts.push(`capture ${metadata.capture_ms} ms`);
+    const u = metadata.usage;
+    if (u) parts.push(`${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`);
+    if (typeof metadata.cost_usd === 'number') parts.push(`$${metadata.cost_usd.toFixed(4)}`);
+    node.meta.textContent = parts.join(' · ');
+  }
+
+  async function showScreenshot(node, path) {
+    if (!path || node.shot.dataset.src === path) return;
+    node.shot.dataset.src = path;
+    try {
+      const response = await api(path, { raw: true });
+      const url = URL.createObjectURL(await response.blob());
+      objectUrls.push(url);
+      if (stopped) return;
+      node.shot.replaceChildren(el('img', { class: 'shot', src: url, alt: 'Screenshot of the step', loading: 'lazy' }));
+    } catch (err) {
+      node.shot.replaceChildren(el('p', { class: 'muted', text: `Screenshot unavailable: ${err.message}` }));
+    }
+  }
+
+  function onEvent(event) {
+    const p = event.payload || {};
+    switch (event.kind) {
+      case 'status':
+        setStatus(p.status);
+        if (TERMINAL.has(p.status)) reloadTask();
+        break;
+      case 'step_started': {
+        const node = stepNode(p.number);
+        setUrl(node, p.url);
+        if (!node.meta.textContent) node.meta.textContent = 'running…';
+        break;
+      }
+      case 'model_output': {
+        const node = stepNode(p.number);
+        showThoughts(node, p.output);
+        break;
+      }
+      case 'action_result': {
+        const node = stepNode(p.number);
+        node.actions.append(actionItem(p.action, p.result));
+        if (p.result && p.result.error) node.root.classList.add('has-error');
+        break;
+      }
+      case 'step': {
+        const node = stepNode(p.number);
+        const record = p.record || {};
+        setUrl(node, p.url || (record.state && record.state.url));
+        showThoughts(node, record.model_output);
+        const actions = (record.model_output && record.model_output.action) || [];
+        const results = record.result || [];
+        if (actions.length || results.length) {
+          const count = Math.max(actions.length, results.length);
+          const items = [];
+          for (let i = 0; i < count; i += 1) items.push(actionItem(actions[i], results[i]));
+          node.actions.replaceChildren(...items);
+        }
+        node.root.classList.toggle('has-error', results.some((r) => r && r.error));
+        node.root.classList.toggle('done', results.some((r) => r && r.is_done));
+        showMeta(node, record.metadata);
+        if (p.has_screenshot) showScreenshot(node, p.screenshot_url);
+        break;
+      }
+      case 'result':
+        if (p.final_result || p.error) {
+          result.hidden = false;
+        }
+        break;
+      default:
+        break; // Kinds this page does not know are ignored, as the API asks.
+    }
+  }
+
+  // Event stream: replays everything, then live; reconnects from the last seq.
+  let lastSeq = 0;
+  let delay = RECONNECT_MIN_MS;
+  let ended = false;
+  let eventSocket = null;
+  onLeave(() => {
+    if (eventSocket) eventSocket.close(1000);
+  });
+
+  function connectEvents() {
+    if (stopped || ended) return;
+    const socket = new WebSocket(wsUrl(`/v1/tasks/${id}/events?after_seq=${lastSeq}`), ['bearer', apiKey()]);
+    eventSocket = socket;
+    socket.addEventListener('open', () => {
+      delay = RECONNECT_MIN_MS;
+    });
+    socket.addEventListener('message', (message) => {
+      let event;
+      try {
+        event = JSON.parse(message.data);
+      } catch (err) {
+        console.warn('unreadable event', err);
+        return;
+      }
+      if (typeof event.seq !== 'number' || event.seq <= lastSeq) return;
+      lastSeq = event.seq;
+      onEvent(event);
+    });
+    socket.addEventListener('close', (close) => {
+      if (stopped) return;
+      if (close.code === 1000) {
+        ended = true;
+        reloadTask();
+        return;
+      }
+      if (close.code === 1008) {
+        signOut('Signed out: the API key was revoked.');
+        return;
+      }
+      setTimeout(connectEvents, delay);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+    });
+  }
+
+  // Live view: open while the task can still change the page.
+  let liveDelay = RECONNECT_MIN_MS;
+
+  function updateLive() {
+    const active = current && !TERMINAL.has(current);
+    if (!active) {
+      if (liveSocket) liveSocket.close(1000);
+      liveSocket = null;
+      liveState.textContent = current ? 'The task has ended.' : 'Connecting…';
+      liveState.dataset.state = 'ended';
+      return;
+    }
+    if (current === 'paused') liveState.textContent = 'Paused.';
+    if (!liveSocket) connectLive();
+  }
+
+  function connectLive() {
+    if (stopped) return;
+    const socket = new WebSocket(wsUrl(`/v1/tasks/${id}/live`), ['bearer', apiKey()]);
+    socket.binaryType = 'blob';
+    liveSocket = socket;
+    let frames = 0;
+    liveState.dataset.state = 'waiting';
+    if (current === 'queued') liveState.textContent = 'Waiting for the task to start…';
+    else if (current !== 'paused') liveState.textContent = 'Waiting for the first frame…';
+    socket.addEventListener('message', (message) => {
+      if (!(message.data instanceof Blob)) return;
+      frames += 1;
+      liveDelay = RECONNECT_MIN_MS;
+      const url = URL.createObjectURL(message.data);
+      liveImg.src = url;
+      if (frameUrl) URL.revokeObjectURL(frameUrl);
+      frameUrl = url;
+      liveImg.dataset.frames = String(Number(liveImg.dataset.frames || 0) + 1);
+      liveState.dataset.state = 'live';
+      liveState.textContent = current === 'paused' ? 'Paused.' : `Live · ${new Date().toLocaleTimeString()}`;
+    });
+    socket.addEventListener('close', (close) => {
+      if (liveSocket === socket) liveSocket = null;
+      if (stopped) return;
+      if (close.code === 1000 || (current && TERMINAL.has(current))) {
+        liveState.textContent = 'The task has ended.';
+        liveState.dataset.state = 'ended';
+        return;
+      }
+      if (close.code === 1008) return;
+      setTimeout(() => {
+        if (!liveSocket && current && !TERMINAL.has(current)) connectLive();
+      }, liveDelay);
+      liveDelay = Math.min(liveDelay * 2, RECONNECT_MAX_MS);
+      if (frames === 0) liveState.textContent = 'Live view unavailable; retrying…';
+    });
+  }
+
+  reloadTask().then(connectEvents);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+document.getElementById('sign-out').addEventListener('click', () => signOut(''));
+window.addEventListener('hashchange', route);
+route();
