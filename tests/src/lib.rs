@@ -570,7 +570,8 @@ pub fn stairs_brain() -> Brain {
 // ---------------------------------------------------------------- fixture pages
 
 /// Local pages: `/stairs/{n}?top=T` (a "Next" link to n+1 until T, where the page shows a code),
-/// `/login` (a form whose password must be the task secret).
+/// `/login` (a form whose password must be the task secret), `/ticker` (repaints on every
+/// animation frame: a screencast always has a new frame).
 pub struct Site {
     pub addr: SocketAddr,
     pub logins: Arc<Mutex<Vec<(String, String)>>>,
@@ -587,6 +588,7 @@ impl Site {
         let app = Router::new()
             .route("/stairs/{n}", get(stairs))
             .route("/login", get(|| async { Html(LOGIN) }).post(login))
+            .route("/ticker", get(|| async { Html(TICKER) }))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -601,6 +603,12 @@ impl Site {
         format!("http://{}{path}", self.addr)
     }
 }
+
+const TICKER: &str = "<!doctype html><html><head><title>Ticker</title></head><body>\
+    <h1>Ticker</h1><p>Frame <span id=\"count\">0</span></p><button>Tick</button>\
+    <script>let n = 0; (function tick() { n += 1; \
+    document.getElementById('count').textContent = String(n); \
+    requestAnimationFrame(tick); })();</script></body></html>";
 
 async fn stairs(
     Path(n): Path<u32>,

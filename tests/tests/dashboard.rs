@@ -1,0 +1,441 @@
+//! The web dashboard, used as a person would: a headless Chromium (driven through the project's
+//! own browser crate) opens `browserd serve`'s `/`, signs in with a key, starts a task on a
+//! local page with the mock model, watches its steps and live frames arrive, pauses, resumes
+//! and stops it. Any JavaScript error, unhandled rejection, `console.error` or CSP violation
+//! on the page fails the test.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use browserd_browser::{BrowserPool, BrowserSession, PoolConfig};
+use browserd_tests::{Client, MockModel, Process, Site, TestDb, create_key, reply};
+use serde_json::{Value, json};
+
+/// Collects the page's errors from the first script on (every document of the tab).
+const ERROR_TRAP: &str = r#"
+window.__errors = [];
+addEventListener('error', (e) => {
+  const where = e.target && e.target !== window ? ` (loading ${e.target.src || e.target.href})` : '';
+  window.__errors.push(`error: ${e.message || 'resource failed'}${where}`);
+}, true);
+addEventListener('unhandledrejection', (e) => {
+  window.__errors.push(`unhandled rejection: ${e.reason && e.reason.message || e.reason}`);
+});
+addEventListener('securitypolicyviolation', (e) => {
+  window.__errors.push(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`);
+});
+const consoleError = console.error.bind(console);
+console.error = (...args) => { window.__errors.push(`console.error: ${args.join(' ')}`); consoleError(...args); };
+"#;
+
+/// Resolves with `cond()`'s value once it is truthy: checked now and on every DOM change.
+const WAIT_FOR: &str = r#"
+(cond, what, ms) => new Promise((resolve, reject) => {
+  const test = () => { try { return cond(); } catch (_) { return undefined; } };
+  const now = test();
+  if (now) { resolve(now); return; }
+  const observer = new MutationObserver(() => {
+    const value = test();
+    if (value) { observer.disconnect(); clearTimeout(timer); resolve(value); }
+  });
+  observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  const timer = setTimeout(() => {
+    observer.disconnect();
+    reject(new Error(`timed out waiting for ${what}; page: ${document.body.innerText.slice(0, 1500)}`));
+  }, ms);
+})
+"#;
+
+struct Dashboard {
+    session: BrowserSession,
+    target: String,
+}
+
+impl Dashboard {
+    /// Evaluates `expression` (awaiting a promise); a thrown error fails the test.
+    async fn eval(&self, expression: &str) -> Value {
+        let raw = self
+            .session
+            .cdp(
+                Some(&self.target),
+                "Runtime.evaluate",
+                json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+            )
+            .await
+            .expect("Runtime.evaluate");
+        let answer: Value = serde_json::from_str(raw.as_str()).expect("json");
+        let result = &answer["result"];
+        if let Some(details) = result.get("exceptionDetails") {
+            let errors = self.errors().await;
+            panic!(
+                "{}\npage errors: {errors:?}",
+                details["exception"]["description"]
+                    .as_str()
+                    .unwrap_or(&details.to_string())
+            );
+        }
+        result["result"]["value"].clone()
+    }
+
+    /// Waits (on DOM changes, up to `secs`) until the JS expression `cond` is truthy.
+    async fn wait_for(&self, cond: &str, what: &str, secs: u64) -> Value {
+        let what = serde_json::to_string(what).unwrap();
+        self.eval(&format!(
+            "({WAIT_FOR})(() => ({cond}), {what}, {})",
+            secs * 1000
+        ))
+        .await
+    }
+
+    async fn errors(&self) -> Vec<String> {
+        let raw = self
+            .session
+            .cdp(
+                Some(&self.target),
+                "Runtime.evaluate",
+                json!({"expression": "window.__errors || ['the error trap is missing']", "returnByValue": true}),
+            )
+            .await
+            .expect("read errors");
+        let answer: Value = serde_json::from_str(raw.as_str()).expect("json");
+        answer["result"]["result"]["value"]
+            .as_array()
+            .map(|a| a.iter().map(|v| v.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    async fn click(&self, selector: &str) {
+        let selector = serde_json::to_string(selector).unwrap();
+        self.eval(&format!(
+            "(() => {{ const b = document.querySelector({selector}); \
+             if (!b) throw new Error('no ' + {selector}); \
+             if (b.disabled) throw new Error({selector} + ' is disabled'); b.click(); return true; }})()"
+        ))
+        .await;
+    }
+
+    async fn status_shown(&self, status: &str) {
+        self.wait_for(
+            &format!("document.querySelector('#task-status [data-status=\"{status}\"]')"),
+            &format!("status {status} on the task page"),
+            30,
+        )
+        .await;
+    }
+
+    async fn frames(&self) -> u64 {
+        self.eval("Number(document.querySelector('#live-frame')?.dataset.frames || 0)")
+            .await
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+/// Waits for the next `step` event on `events`.
+async fn next_step(events: &mut browserd_tests::EventStream) -> i64 {
+    loop {
+        let event = events
+            .next(Duration::from_secs(60))
+            .await
+            .expect("the task ended while a step was awaited");
+        if event["kind"] == "step" {
+            return event["payload"]["number"].as_i64().unwrap();
+        }
+    }
+}
+
+async fn frame_seq(db: &sqlx::PgPool, task_id: &str) -> Option<i64> {
+    sqlx::query_scalar("select seq from live_frames where task_id = $1::uuid")
+        .bind(task_id)
+        .fetch_optional(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
+    let db = TestDb::create().await;
+    // The agent waits on the ticker page step after step until it is stopped.
+    let model = MockModel::start(
+        Arc::new(|_page: &str| reply("watch the ticker", json!([{"wait": {"seconds": 1}}]))),
+        Duration::from_millis(150),
+    )
+    .await;
+    let site = Site::start().await;
+    let server = Process::start(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback", "--live-view-fps", "4"],
+    )
+    .await;
+    let key = create_key(&db).await;
+    let base = format!("http://{}", server.address());
+    let client = Client::new(server.address(), &key);
+    let pool_db = db.pool().await;
+
+    // Unwatched, a running task never screencasts: two steps go by without a frame.
+    let ticker = site.url("/ticker");
+    let unwatched = client
+        .create_task(json!({"task": "Watch the ticker unwatched", "start_url": ticker}))
+        .await;
+    let mut unwatched_events = client.events(&unwatched, 0).await;
+    next_step(&mut unwatched_events).await;
+    next_step(&mut unwatched_events).await;
+    assert_eq!(
+        frame_seq(&pool_db, &unwatched).await,
+        None,
+        "a task nobody watched made live frames"
+    );
+
+    let pool = BrowserPool::new(PoolConfig {
+        contexts_per_process: 1,
+        recycle_after_tasks: 0,
+        egress_proxy: false,
+        ..PoolConfig::default()
+    })
+    .expect("pool");
+    let session = pool.lease().await.expect("a browser for the dashboard user");
+    let target = session.focused_target().await.unwrap();
+    session
+        .cdp(
+            Some(&target),
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": ERROR_TRAP}),
+        )
+        .await
+        .unwrap();
+    session.navigate(&format!("{base}/")).await.unwrap();
+    let page = Dashboard { session, target };
+
+    // Sign in: a wrong key is refused on the page, the right one opens the task list.
+    page.wait_for("document.querySelector('#sign-in')", "the sign-in form", 20)
+        .await;
+    page.eval(
+        "document.querySelector('#api-key').value = 'bd_wrong'; \
+         document.querySelector('#sign-in').requestSubmit(); true",
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('#sign-in-error').textContent.includes('not valid')",
+        "the wrong key refused",
+        20,
+    )
+    .await;
+    page.eval(&format!(
+        "document.querySelector('#api-key').value = {}; \
+         document.querySelector('#sign-in').requestSubmit(); true",
+        serde_json::to_string(&key).unwrap()
+    ))
+    .await;
+    page.wait_for(
+        "document.querySelector('#new-model option[value=\"mock\"]')",
+        "the task form with the server's models",
+        20,
+    )
+    .await;
+    let stored_key = page
+        .eval("localStorage.length === 0 && sessionStorage.getItem('browserd.apiKey') !== null")
+        .await;
+    assert_eq!(
+        stored_key,
+        json!(true),
+        "the key is kept in sessionStorage only"
+    );
+
+    // Watching the running task starts its screencast; leaving the page stops it.
+    let mut viewer_changes = sqlx::postgres::PgListener::connect_with(&pool_db)
+        .await
+        .unwrap();
+    viewer_changes.listen("live").await.unwrap();
+    page.eval(&format!("location.hash = '#/tasks/{unwatched}'; true"))
+        .await;
+    page.wait_for(
+        "Number(document.querySelector('#live-frame')?.dataset.frames || 0) >= 2",
+        "live frames of the task that now has a viewer",
+        60,
+    )
+    .await;
+    page.eval("location.hash = '#/'; true").await;
+    let gone = format!("{unwatched}:viewers");
+    loop {
+        let note = tokio::time::timeout(Duration::from_secs(30), viewer_changes.recv())
+            .await
+            .expect("no viewer change after leaving the task page")
+            .unwrap();
+        if note.payload() == gone {
+            let viewers: i64 = sqlx::query_scalar(
+                "select count(*) from live_viewers where task_id = $1::uuid",
+            )
+            .bind(&unwatched)
+            .fetch_one(&pool_db)
+            .await
+            .unwrap();
+            if viewers == 0 {
+                break;
+            }
+        }
+    }
+    // The worker stops at the viewer change: one step later the frame is still the same one.
+    next_step(&mut unwatched_events).await;
+    let seq_after_leaving = frame_seq(&pool_db, &unwatched).await;
+    assert!(seq_after_leaving.is_some(), "the watched task's frame is kept");
+    next_step(&mut unwatched_events).await;
+    next_step(&mut unwatched_events).await;
+    assert_eq!(
+        frame_seq(&pool_db, &unwatched).await,
+        seq_after_leaving,
+        "frames kept coming after the last viewer left"
+    );
+    client.post(&format!("/v1/tasks/{unwatched}/stop"), json!({})).await;
+
+    // Start a task from the form.
+    page.eval(&format!(
+        "document.querySelector('#new-task-text').value = 'Watch the ticker'; \
+         document.querySelector('#new-model').value = 'mock'; \
+         document.querySelector('#new-start-url').value = {}; \
+         document.querySelector('#new-max-steps').value = '200'; \
+         document.querySelector('#new-allowed-domains').value = '127.0.0.1'; \
+         document.querySelector('#new-task').requestSubmit(); true",
+        serde_json::to_string(&ticker).unwrap()
+    ))
+    .await;
+    let hash = page
+        .wait_for(
+            "location.hash.startsWith('#/tasks/') && location.hash",
+            "the task page",
+            20,
+        )
+        .await;
+    let task_id = hash.as_str().unwrap().trim_start_matches("#/tasks/").to_owned();
+    let task = client.task(&task_id).await;
+    assert_eq!(task["model"], "mock");
+    assert_eq!(task["start_url"], json!(ticker));
+    assert_eq!(task["max_steps"], 200);
+    assert_eq!(task["allowed_domains"], json!(["127.0.0.1"]));
+
+    // Steps arrive live with the model's thoughts and action results, and so do frames.
+    page.status_shown("running").await;
+    page.wait_for(
+        "document.querySelector('.step[data-step=\"1\"] .next-goal')?.textContent === 'watch the ticker'",
+        "step 1's next goal",
+        60,
+    )
+    .await;
+    page.wait_for(
+        "[...document.querySelectorAll('.step[data-step=\"1\"] .action')].some((a) => a.textContent.includes('wait') && a.textContent.includes('✓'))",
+        "step 1's action result",
+        60,
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('.step[data-step=\"1\"] .meta')?.textContent.includes('tokens')",
+        "step 1's timings and tokens",
+        60,
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('.step[data-step=\"1\"] img.shot')?.complete",
+        "step 1's screenshot",
+        60,
+    )
+    .await;
+    page.wait_for(
+        "Number(document.querySelector('#live-frame').dataset.frames || 0) >= 3",
+        "three live frames",
+        60,
+    )
+    .await;
+    let natural_width = page
+        .eval("document.querySelector('#live-frame').naturalWidth")
+        .await;
+    assert!(
+        natural_width.as_u64().unwrap_or(0) > 0,
+        "the live frame is a decodable image"
+    );
+    let frames_stored: i64 =
+        sqlx::query_scalar("select count(*) from live_frames where task_id = $1::uuid")
+            .bind(&task_id)
+            .fetch_one(&pool_db)
+            .await
+            .unwrap();
+    assert_eq!(frames_stored, 1, "only the newest frame is kept");
+
+    // Controls follow the status machine.
+    assert_eq!(
+        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
+            .await,
+        json!([false, true, false])
+    );
+    page.click("#pause").await;
+    page.status_shown("paused").await;
+    assert_eq!(client.task(&task_id).await["status"], "paused");
+    assert_eq!(
+        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
+            .await,
+        json!([true, false, false])
+    );
+    page.click("#resume").await;
+    page.status_shown("running").await;
+    let frames_before = page.frames().await;
+    page.wait_for(
+        &format!(
+            "Number(document.querySelector('#live-frame').dataset.frames || 0) > {frames_before}"
+        ),
+        "live frames after resuming",
+        60,
+    )
+    .await;
+    page.click("#stop").await;
+    page.status_shown("stopped").await;
+    assert_eq!(client.task(&task_id).await["status"], "stopped");
+    page.wait_for(
+        "!document.querySelector('#result').hidden && document.querySelector('#live-state').dataset.state === 'ended'",
+        "the ended task's result and live view",
+        30,
+    )
+    .await;
+    assert_eq!(
+        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
+            .await,
+        json!([true, true, true])
+    );
+
+    page.click("#download-history").await;
+
+    // The viewer is gone once the task ended, and the frame with it.
+    let viewers: i64 = sqlx::query_scalar("select count(*) from live_viewers")
+        .fetch_one(&pool_db)
+        .await
+        .unwrap();
+    assert_eq!(viewers, 0, "the live viewer was not removed");
+
+    // The list shows the task with its final status; the history downloads.
+    page.eval("location.hash = '#/'; true").await;
+    page.wait_for(
+        &format!(
+            "document.querySelector('tr[data-task-id=\"{task_id}\"] [data-status=\"stopped\"]')"
+        ),
+        "the stopped task in the list",
+        20,
+    )
+    .await;
+    page.eval(
+        "document.querySelector('#status-filter').value = 'running'; \
+         document.querySelector('#status-filter').dispatchEvent(new Event('change')); true",
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('#list-state').textContent === 'No tasks yet.'",
+        "the filtered (empty) list",
+        20,
+    )
+    .await;
+
+    let errors = page.errors().await;
+    assert!(errors.is_empty(), "JavaScript errors on the dashboard: {errors:?}");
+    let logs = server.logs();
+    assert!(!logs.contains(&key), "the key appeared in the server's logs");
+    page.session.release().await;
+    pool.shutdown().await;
+}
