@@ -187,6 +187,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::list_steps))
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))
+        .routes(routes!(tasks::replay_report))
         .routes(routes!(events::task_events))
         .routes(routes!(events::create_ticket))
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))

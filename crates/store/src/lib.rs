@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod hub;
 mod queue;
+mod replays;
 mod sealed;
 mod sessions;
 mod steps;
@@ -31,6 +32,7 @@ pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
 pub use hub::{EventHub, KeySignal, KeySignals, Signal, Subscription};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};
 pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,

@@ -27,7 +27,8 @@ mod workspace;
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use runner::{
-    RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
+    ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings,
+    TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
