@@ -14,9 +14,7 @@ use axum::Router;
 use axum::extract::{Form, Query, State};
 use axum::response::Html;
 use axum::routing::{get, post};
-use browserd_tests::{
-    Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply,
-};
+use browserd_tests::{Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(120);
@@ -186,8 +184,10 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
     // 1. Sources that cannot be replayed: a running task (409), a task stopped before its
     //    first step (422), an unknown id (404).
     let hold = client
-        .create_task(json!({"task": "Wait on the hold page", "start_url": format!("http://{addr}/hold"),
-                            "use_vision": false}))
+        .create_task(
+            json!({"task": "Wait on the hold page", "start_url": format!("http://{addr}/hold"),
+                            "use_vision": false}),
+        )
         .await;
     client
         .wait_status(&hold, &["running"], Duration::from_secs(60))
@@ -254,7 +254,10 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
             json!({"replay_of": recorded, "replay": {"max_retries": 11}}),
             "replay.max_retries",
         ),
-        (json!({"task": "t", "replay": {"skip_failures": true}}), "replay"),
+        (
+            json!({"task": "t", "replay": {"skip_failures": true}}),
+            "replay",
+        ),
         (json!({"start_url": "http://example.com/"}), "task"),
     ] {
         let (status, error) = refused(&client, body.clone()).await;
@@ -272,7 +275,10 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
         )
         .await;
     assert_eq!(status, 201, "{created}");
-    assert_eq!(created["task"], source["task"], "the source's text by default");
+    assert_eq!(
+        created["task"], source["task"],
+        "the source's text by default"
+    );
     assert_eq!(created["model"], Value::Null, "no model for a replay");
     assert_eq!(created["allowed_domains"], source["allowed_domains"]);
     let replay = created["id"].as_str().unwrap().to_owned();
@@ -318,7 +324,10 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
                 assert_eq!(params["index"], entry["index"], "{action} {entry}");
                 refound.push(entry["action"].as_str().unwrap().to_owned());
             }
-            assert!(!action.to_string().contains(query), "no secret value in {action}");
+            assert!(
+                !action.to_string().contains(query),
+                "no secret value in {action}"
+            );
         }
     }
     assert_eq!(refound, ["input", "click", "click"], "{steps:#?}");
@@ -340,13 +349,20 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
         .iter()
         .map(|a| a["action"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["navigate", "input", "click", "click", "done"], "{report}");
+    assert_eq!(
+        names,
+        ["navigate", "input", "click", "click", "done"],
+        "{report}"
+    );
     assert_eq!(report["actions"][4]["outcome"], "skipped");
     assert_eq!(report["actions"][2]["replay_step"], 1, "{report}");
     let (status, error) = client
         .get(&format!("/v1/tasks/{recorded}/replay-report"))
         .await;
-    assert_eq!((status, &error["error"]["code"]), (404, &json!("not_a_replay")));
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (404, &json!("not_a_replay"))
+    );
 
     // 5. The product is gone: the replay fails at the click with the precise error and buys
     //    nothing else.
@@ -372,10 +388,22 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
         .get(&format!("/v1/tasks/{failing}/replay-report"))
         .await;
     assert_eq!(report["success"], false, "{report}");
-    let last = report["actions"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((last["action"].as_str(), last["outcome"].as_str()), (Some("click"), Some("failed")));
+    let last = report["actions"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["action"].as_str(), last["outcome"].as_str()),
+        (Some("click"), Some("failed"))
+    );
     assert_eq!(last["attempts"], 2, "{last}");
-    assert_eq!(model.requests().len(), model_calls, "still no model request");
+    assert_eq!(
+        model.requests().len(),
+        model_calls,
+        "still no model request"
+    );
     // The secret typed by the replays is stored nowhere.
     let (_, history) = client.get(&format!("/v1/tasks/{replay}/history")).await;
     assert!(history.to_string().contains("<secret>query</secret>"));

@@ -420,7 +420,8 @@ fn redact_result(secrets: &Secrets, result: &mut ActionResult) {
     secrets.redact_opt(&mut result.long_term_memory);
     secrets.redact_opt(&mut result.extracted_content);
     if let Some(meta) = &mut result.metadata {
-        meta.values_mut().for_each(|value| secrets.redact_value(value));
+        meta.values_mut()
+            .for_each(|value| secrets.redact_value(value));
     }
 }
 
@@ -479,7 +480,11 @@ async fn replay_action(
     if AGENT_OWNED_ACTIONS.contains(&name) {
         let detail = format!("`{name}` needs the agent's model or workspace; not replayed");
         report.detail = Some(detail.clone());
-        return (report, ActionResult::memory(format!("Skipped: {detail}")), None);
+        return (
+            report,
+            ActionResult::memory(format!("Skipped: {detail}")),
+            None,
+        );
     }
     let mut delay = options.retry_delay;
     loop {

@@ -141,8 +141,10 @@ pub(crate) async fn replay_report(
             let Some(entry) = result.pointer("/metadata/replay") else {
                 continue;
             };
-            let mut action: ReplayActionView = serde_json::from_value(entry.clone())
-                .map_err(|err| ApiError::Internal(format!("replay entry of step {}: {err}", step.number)))?;
+            let mut action: ReplayActionView =
+                serde_json::from_value(entry.clone()).map_err(|err| {
+                    ApiError::Internal(format!("replay entry of step {}: {err}", step.number))
+                })?;
             action.replay_step = step.number;
             actions.push(action);
         }
@@ -152,7 +154,8 @@ pub(crate) async fn replay_report(
         replay_of: replay.source,
         options: replay.options,
         status: task.status,
-        success: ended.then(|| task.status == TaskStatus::Finished && task.is_success == Some(true)),
+        success: ended
+            .then(|| task.status == TaskStatus::Finished && task.is_success == Some(true)),
         error: task.error,
         final_result: task.output,
         actions,

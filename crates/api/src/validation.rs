@@ -241,7 +241,11 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
             request.output_schema.is_some(),
             "the output is the recorded result",
         ),
-        ("use_vision", request.use_vision.is_some(), "no model is called"),
+        (
+            "use_vision",
+            request.use_vision.is_some(),
+            "no model is called",
+        ),
         (
             "max_steps",
             request.max_steps.is_some(),
@@ -257,7 +261,11 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
             request.max_failures.is_some(),
             "see replay.skip_failures",
         ),
-        ("max_tokens", request.max_tokens.is_some(), "no model is called"),
+        (
+            "max_tokens",
+            request.max_tokens.is_some(),
+            "no model is called",
+        ),
         (
             "max_cost_usd",
             request.max_cost_usd.is_some(),

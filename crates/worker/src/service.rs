@@ -34,8 +34,8 @@ use crate::runner::{
     AbortOnDrop, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest, TaskRunner, TaskSpec,
     browser_viewport,
 };
-use browserd_agent::replay::ReplayOptions;
 use crate::sink::StoreSink;
+use browserd_agent::replay::ReplayOptions;
 
 /// Operator settings of a worker process.
 #[derive(Clone, Debug)]
@@ -679,9 +679,18 @@ fn earlier_replay_failure(prior: &AgentHistoryList) -> Option<String> {
             (entry.get("outcome")?.as_str()? == "failed").then(|| {
                 format!(
                     "replaying step {} `{}`: {}",
-                    entry.get("step").and_then(serde_json::Value::as_u64).unwrap_or(0),
-                    entry.get("action").and_then(serde_json::Value::as_str).unwrap_or("?"),
-                    entry.get("detail").and_then(serde_json::Value::as_str).unwrap_or("failed"),
+                    entry
+                        .get("step")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0),
+                    entry
+                        .get("action")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("?"),
+                    entry
+                        .get("detail")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("failed"),
                 )
             })
         })
