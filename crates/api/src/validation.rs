@@ -542,6 +542,59 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_takes_no_model_fields_and_gets_its_options_checked() {
+        let source = uuid::Uuid::now_v7();
+        let task = validate(json!({"task": "t", "replay_of": source})).unwrap();
+        let replay = task.replay.expect("a replay");
+        assert_eq!(replay.source.0, source);
+        assert_eq!(replay.options, ReplaySettings::default());
+        assert_eq!(task.model, None);
+        assert!(!task.use_vision);
+        let task = validate(json!({"task": "t", "replay_of": source,
+            "replay": {"skip_failures": true, "max_retries": 0, "retry_delay_ms": 60000}}))
+        .unwrap();
+        assert_eq!(
+            task.replay.unwrap().options,
+            ReplaySettings {
+                skip_failures: true,
+                max_retries: 0,
+                retry_delay_ms: 60_000
+            }
+        );
+        for (body, field, words) in [
+            (json!({"model": "m"}), "model", "does not apply to a replay"),
+            (
+                json!({"max_steps": 5}),
+                "max_steps",
+                "does not apply to a replay",
+            ),
+            (json!({"max_tokens": 5}), "max_tokens", "no model is called"),
+            (
+                json!({"replay": {"max_retries": -1}}),
+                "replay.max_retries",
+                "between 0 and 10",
+            ),
+            (
+                json!({"replay": {"retry_delay_ms": 60001}}),
+                "replay.retry_delay_ms",
+                "between 0 and 60000",
+            ),
+        ] {
+            let mut body = body;
+            body["task"] = json!("t");
+            body["replay_of"] = json!(source);
+            let (got, message) = validate(body).unwrap_err();
+            assert_eq!(got, field);
+            assert!(message.contains(words), "{message}");
+        }
+        let (field, message) = validate(json!({"task": "t", "replay": {}})).unwrap_err();
+        assert_eq!(field, "replay");
+        assert!(message.contains("replay_of"), "{message}");
+        let (field, _) = validate(json!({"use_vision": true})).unwrap_err();
+        assert_eq!(field, "task");
+    }
+
+    #[test]
     fn start_url_forbidden_by_its_own_lists_is_refused_naming_the_list() {
         let (field, message) = validate(json!({
             "task": "t",
