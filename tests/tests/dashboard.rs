@@ -195,7 +195,10 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         ..PoolConfig::default()
     })
     .expect("pool");
-    let session = pool.lease().await.expect("a browser for the dashboard user");
+    let session = pool
+        .lease()
+        .await
+        .expect("a browser for the dashboard user");
     let target = session.focused_target().await.unwrap();
     session
         .cdp(
@@ -264,13 +267,12 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
             .expect("no viewer change after leaving the task page")
             .unwrap();
         if note.payload() == gone {
-            let viewers: i64 = sqlx::query_scalar(
-                "select count(*) from live_viewers where task_id = $1::uuid",
-            )
-            .bind(&unwatched)
-            .fetch_one(&pool_db)
-            .await
-            .unwrap();
+            let viewers: i64 =
+                sqlx::query_scalar("select count(*) from live_viewers where task_id = $1::uuid")
+                    .bind(&unwatched)
+                    .fetch_one(&pool_db)
+                    .await
+                    .unwrap();
             if viewers == 0 {
                 break;
             }
@@ -279,7 +281,10 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     // The worker stops at the viewer change: one step later the frame is still the same one.
     next_step(&mut unwatched_events).await;
     let seq_after_leaving = frame_seq(&pool_db, &unwatched).await;
-    assert!(seq_after_leaving.is_some(), "the watched task's frame is kept");
+    assert!(
+        seq_after_leaving.is_some(),
+        "the watched task's frame is kept"
+    );
     next_step(&mut unwatched_events).await;
     next_step(&mut unwatched_events).await;
     assert_eq!(
@@ -287,7 +292,9 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         seq_after_leaving,
         "frames kept coming after the last viewer left"
     );
-    client.post(&format!("/v1/tasks/{unwatched}/stop"), json!({})).await;
+    client
+        .post(&format!("/v1/tasks/{unwatched}/stop"), json!({}))
+        .await;
 
     // Start a task from the form.
     page.eval(&format!(
@@ -307,7 +314,11 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
             20,
         )
         .await;
-    let task_id = hash.as_str().unwrap().trim_start_matches("#/tasks/").to_owned();
+    let task_id = hash
+        .as_str()
+        .unwrap()
+        .trim_start_matches("#/tasks/")
+        .to_owned();
     let task = client.task(&task_id).await;
     assert_eq!(task["model"], "mock");
     assert_eq!(task["start_url"], json!(ticker));
@@ -363,16 +374,20 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
 
     // Controls follow the status machine.
     assert_eq!(
-        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
-            .await,
+        page.eval(
+            "[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)"
+        )
+        .await,
         json!([false, true, false])
     );
     page.click("#pause").await;
     page.status_shown("paused").await;
     assert_eq!(client.task(&task_id).await["status"], "paused");
     assert_eq!(
-        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
-            .await,
+        page.eval(
+            "[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)"
+        )
+        .await,
         json!([true, false, false])
     );
     page.click("#resume").await;
@@ -396,8 +411,10 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     )
     .await;
     assert_eq!(
-        page.eval("[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)")
-            .await,
+        page.eval(
+            "[...['#pause','#resume','#stop']].map((s) => document.querySelector(s).disabled)"
+        )
+        .await,
         json!([true, true, true])
     );
 
@@ -433,9 +450,15 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     .await;
 
     let errors = page.errors().await;
-    assert!(errors.is_empty(), "JavaScript errors on the dashboard: {errors:?}");
+    assert!(
+        errors.is_empty(),
+        "JavaScript errors on the dashboard: {errors:?}"
+    );
     let logs = server.logs();
-    assert!(!logs.contains(&key), "the key appeared in the server's logs");
+    assert!(
+        !logs.contains(&key),
+        "the key appeared in the server's logs"
+    );
     page.session.release().await;
     pool.shutdown().await;
 }

@@ -12,15 +12,20 @@
 //! `done` is not re-run (its recorded text is the replay's result); `extract` needs a model and
 //! the file actions the run's workspace, so they are reported as skipped.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::browser::AgentBrowser;
+use crate::control::AgentControl;
+use crate::events::{AgentEvent, EventSink, NoopSink};
 use crate::secrets::Secrets;
-use crate::views::{AgentHistoryList, InteractedElement};
-use browserd_views::AGENT_OWNED_ACTIONS;
+use crate::views::{
+    ActionCall, AgentHistory, AgentHistoryList, BrowserStateHistory, InteractedElement,
+    StepMetadata,
+};
+use browserd_views::{AGENT_OWNED_ACTIONS, ActionResult, TabInfo};
 
 /// How a replay treats failures.
 #[derive(Debug, Clone)]
@@ -104,8 +109,13 @@ pub struct ReplayReport {
     /// The recorded run's final result (the text of its `done`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub final_result: Option<String>,
-    /// Every action that ran worked (skipped ones do not count against it).
+    /// Every action that ran worked (skipped ones do not count against it) and the replay
+    /// was not stopped.
     pub success: bool,
+    /// Why it did not succeed: the first failed action (`replaying step N `click`: element
+    /// not found on …`), or `stopped`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Finds `recorded` among the elements of the current capture.
@@ -178,6 +188,23 @@ fn describe(element: &InteractedElement) -> String {
     text
 }
 
+/// Where a replay's steps go and what controls it: the service's worker persists each
+/// replayed step through `sink` like an agent step and observes stop / pause / resume through
+/// `control`; [`replay`] (the CLI) reports nowhere.
+pub struct ReplayRun<'a> {
+    /// Receives `step_started`, `action_result`, `step_finished` (with the step's
+    /// [`AgentHistory`] record), `paused` / `resumed` and `finished`, as the agent's events.
+    pub sink: &'a dyn EventSink,
+    /// Pause (between steps), resume, stop (between actions; it also cuts a retry's wait).
+    pub control: &'a AgentControl,
+    /// Take a screenshot at the start of each step for its record.
+    pub screenshots: bool,
+    /// Recorded steps (with actions) an earlier attempt already replayed and persisted.
+    pub skip_steps: usize,
+    /// Number of the first step this run records.
+    pub first_step: u32,
+}
+
 /// Replays `history` in `browser`; `secrets` fill the `<secret>` placeholders the history
 /// recorded instead of values. `on_action` sees each action's report as soon as it is known.
 pub async fn replay(
@@ -185,58 +212,243 @@ pub async fn replay(
     history: &AgentHistoryList,
     secrets: &Secrets,
     options: &ReplayOptions,
-    mut on_action: impl FnMut(&ActionReplay),
+    on_action: impl FnMut(&ActionReplay),
 ) -> ReplayReport {
+    let control = AgentControl::new();
+    let run = ReplayRun {
+        sink: &NoopSink,
+        control: &control,
+        screenshots: false,
+        skip_steps: 0,
+        first_step: 0,
+    };
+    replay_steps(browser, history, secrets, options, &run, on_action)
+        .await
+        .0
+}
+
+/// [`replay`] step by step: each recorded step with actions becomes a step of the replay —
+/// its model output is the recorded one with the indices used now, its results are what the
+/// actions did now (each with the action's report in `metadata.replay`), its page state and
+/// screenshot are the page's now. Returns the report and the replay's own history.
+pub async fn replay_steps(
+    browser: &dyn AgentBrowser,
+    history: &AgentHistoryList,
+    secrets: &Secrets,
+    options: &ReplayOptions,
+    run: &ReplayRun<'_>,
+    mut on_action: impl FnMut(&ActionReplay),
+) -> (ReplayReport, AgentHistoryList) {
     let mut actions = Vec::new();
+    let mut replayed = AgentHistoryList::default();
+    let mut failure: Option<String> = None;
     let mut stopped = false;
-    'steps: for item in &history.history {
-        let Some(output) = &item.model_output else {
+    let mut number = run.first_step;
+    let steps = history
+        .history
+        .iter()
+        .filter(|item| item.model_output.is_some())
+        .skip(run.skip_steps);
+    for item in steps {
+        let Some(recorded_output) = &item.model_output else {
             continue;
         };
-        let step = item.metadata.step_number;
-        for (position, call) in output.action.iter().enumerate() {
+        if run.control.is_paused() {
+            run.sink.emit(AgentEvent::Paused).await;
+            if !run.control.wait_while_paused().await {
+                stopped = true;
+                break;
+            }
+            run.sink.emit(AgentEvent::Resumed).await;
+        }
+        if run.control.is_stopped() {
+            stopped = true;
+            break;
+        }
+        let started = epoch_secs();
+        let t_capture = Instant::now();
+        let page = browser.capture(run.screenshots).await.ok();
+        let capture_ms = millis(t_capture.elapsed());
+        let url = secrets.redact(page.as_ref().map_or("", |p| p.url.as_str()));
+        run.sink
+            .emit(AgentEvent::StepStarted {
+                step: number,
+                url: url.clone(),
+            })
+            .await;
+        let screenshot_ref = match page.as_ref().and_then(|p| p.screenshot.as_ref()) {
+            Some(shot) => run.sink.store_screenshot(number, shot).await,
+            None => None,
+        };
+        let mut output = recorded_output.clone();
+        let mut results = Vec::new();
+        let mut interacted = Vec::new();
+        let t_actions = Instant::now();
+        let recorded_step = item.metadata.step_number;
+        for (position, call) in output.action.iter_mut().enumerate() {
+            if run.control.is_stopped() {
+                stopped = true;
+                break;
+            }
             let recorded = item
                 .state
                 .interacted_element
                 .get(position)
                 .cloned()
                 .flatten();
-            let report = replay_action(
+            let (report, mut result, element) = replay_action(
                 browser,
-                step,
-                &call.name,
-                &call.params,
+                recorded_step,
+                call,
+                item.result.get(position),
                 recorded.as_ref(),
                 secrets,
                 options,
+                run.control,
             )
             .await;
             on_action(&report);
+            if let Some(index) = report.index {
+                call.params["index"] = Value::from(index);
+            }
+            redact_result(secrets, &mut result);
+            if let Ok(entry) = serde_json::to_value(&report) {
+                result
+                    .metadata
+                    .get_or_insert_with(Default::default)
+                    .insert("replay".to_owned(), entry);
+            }
+            run.sink
+                .emit(AgentEvent::ActionResult {
+                    step: number,
+                    index: position,
+                    action: call.clone(),
+                    result: result.clone(),
+                })
+                .await;
+            results.push(result);
+            interacted.push(element);
             let failed = report.outcome == ReplayOutcome::Failed;
+            if failed && failure.is_none() {
+                failure = Some(format!(
+                    "replaying step {recorded_step} `{}`: {}",
+                    report.action,
+                    report.detail.as_deref().unwrap_or("failed")
+                ));
+            }
             actions.push(report);
-            if failed && !options.skip_failures {
-                stopped = true;
-                break 'steps;
+            if failed && (!options.skip_failures || run.control.is_stopped()) {
+                break;
             }
         }
+        interacted.resize(output.action.len(), None);
+        let record = AgentHistory {
+            model_output: Some(output),
+            state: BrowserStateHistory {
+                url,
+                title: secrets.redact(page.as_ref().map_or("", |p| p.title.as_str())),
+                tabs: page
+                    .as_ref()
+                    .map(|p| {
+                        p.tabs
+                            .iter()
+                            .map(|t| TabInfo {
+                                tab_id: t.tab_id.clone(),
+                                url: secrets.redact(&t.url),
+                                title: secrets.redact(&t.title),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                interacted_element: interacted,
+                screenshot_ref,
+            },
+            metadata: StepMetadata {
+                step_number: number,
+                step_start_time: started,
+                step_end_time: epoch_secs(),
+                capture_ms,
+                actions_ms: millis(t_actions.elapsed()),
+                settle_ms: results
+                    .iter()
+                    .filter_map(|r| r.metadata.as_ref()?.get("settle")?.get("ms")?.as_u64())
+                    .sum(),
+                ..StepMetadata::default()
+            },
+            result: results,
+            state_message: None,
+        };
+        replayed.history.push(record.clone());
+        run.sink
+            .emit(AgentEvent::StepFinished {
+                record: Box::new(record),
+            })
+            .await;
+        number += 1;
+        if stopped || (failure.is_some() && !options.skip_failures) {
+            break;
+        }
     }
-    let success = !stopped && actions.iter().all(|a| a.outcome != ReplayOutcome::Failed);
-    ReplayReport {
+    let success = !stopped && failure.is_none();
+    let error = if stopped {
+        Some("stopped".to_owned())
+    } else {
+        failure
+    };
+    let report = ReplayReport {
         actions,
         final_result: history.final_result().map(str::to_owned),
         success,
+        error: error.clone(),
+    };
+    run.sink
+        .emit(AgentEvent::Finished {
+            is_done: replayed.is_done(),
+            success: Some(success),
+            final_result: success.then(|| report.final_result.clone()).flatten(),
+            error,
+        })
+        .await;
+    (report, replayed)
+}
+
+fn redact_result(secrets: &Secrets, result: &mut ActionResult) {
+    if secrets.is_empty() {
+        return;
+    }
+    secrets.redact_opt(&mut result.error);
+    secrets.redact_opt(&mut result.long_term_memory);
+    secrets.redact_opt(&mut result.extracted_content);
+    if let Some(meta) = &mut result.metadata {
+        meta.values_mut()
+            .for_each(|value| secrets.redact_value(value));
     }
 }
 
+fn epoch_secs() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One recorded action: its report, its result now, and the element it used now.
+#[allow(clippy::too_many_arguments)]
 async fn replay_action(
     browser: &dyn AgentBrowser,
     step: u32,
-    name: &str,
-    params: &Value,
+    call: &ActionCall,
+    recorded_result: Option<&ActionResult>,
     recorded: Option<&InteractedElement>,
     secrets: &Secrets,
     options: &ReplayOptions,
-) -> ActionReplay {
+    control: &AgentControl,
+) -> (ActionReplay, ActionResult, Option<InteractedElement>) {
+    let name = call.name.as_str();
+    let params = &call.params;
     let recorded_index = params.get("index").and_then(Value::as_u64);
     let mut report = ActionReplay {
         step,
@@ -250,36 +462,64 @@ async fn replay_action(
     };
     if name == "done" {
         report.detail = Some("the recorded result is the replay's result".into());
-        return report;
+        // The recorded `done` result stands, so the replay's history ends as the recording's.
+        let result = recorded_result
+            .filter(|r| r.is_done)
+            .cloned()
+            .unwrap_or_else(|| ActionResult {
+                is_done: true,
+                success: params.get("success").and_then(Value::as_bool),
+                extracted_content: params
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                ..ActionResult::default()
+            });
+        return (report, result, None);
     }
     if AGENT_OWNED_ACTIONS.contains(&name) {
-        report.detail = Some(format!(
-            "`{name}` needs the agent's model or workspace; not replayed"
-        ));
-        return report;
+        let detail = format!("`{name}` needs the agent's model or workspace; not replayed");
+        report.detail = Some(detail.clone());
+        return (
+            report,
+            ActionResult::memory(format!("Skipped: {detail}")),
+            None,
+        );
     }
     let mut delay = options.retry_delay;
     loop {
         report.attempts += 1;
         match attempt(browser, name, params, recorded_index, recorded, secrets).await {
-            Ok((index, matched_by)) => {
-                report.index = index;
-                report.matched_by = matched_by;
+            Ok(done) => {
+                report.index = done.index;
+                report.matched_by = done.matched_by;
                 report.outcome = ReplayOutcome::Ok;
                 report.detail = None;
-                return report;
+                return (report, done.result, done.element);
             }
             Err(error) => {
                 report.detail = Some(error);
-                if report.attempts > options.max_retries {
+                if report.attempts > options.max_retries || control.is_stopped() {
                     report.outcome = ReplayOutcome::Failed;
-                    return report;
+                    let result = ActionResult::error(report.detail.clone().unwrap_or_default());
+                    return (report, result, None);
                 }
             }
         }
-        tokio::time::sleep(delay).await;
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = control.stopped() => {}
+        }
         delay = delay.saturating_mul(2);
     }
+}
+
+/// What one successful attempt did.
+struct Attempted {
+    index: Option<u64>,
+    matched_by: Option<MatchedBy>,
+    element: Option<InteractedElement>,
+    result: ActionResult,
 }
 
 /// One try: capture, find the element, fill secrets, run the action.
@@ -290,13 +530,18 @@ async fn attempt(
     recorded_index: Option<u64>,
     recorded: Option<&InteractedElement>,
     secrets: &Secrets,
-) -> Result<(Option<u64>, Option<MatchedBy>), String> {
+) -> Result<Attempted, String> {
     let mut params = params.clone();
     let state = browser
         .capture(false)
         .await
         .map_err(|e| format!("capturing the page: {}", e.message))?;
-    let mut found = (None, None);
+    let mut found = Attempted {
+        index: None,
+        matched_by: None,
+        element: None,
+        result: ActionResult::default(),
+    };
     if recorded_index.is_some() {
         let Some(recorded) = recorded else {
             return Err("the history does not describe the element this action used".into());
@@ -310,7 +555,9 @@ async fn attempt(
             ));
         };
         params["index"] = Value::from(index);
-        found = (Some(index), Some(matched_by));
+        found.index = Some(index);
+        found.matched_by = Some(matched_by);
+        found.element = current.into_iter().find(|e| e.index == index);
     }
     secrets
         .fill_placeholders(&mut params, &state.url)
@@ -319,9 +566,12 @@ async fn attempt(
         .execute(name, &params)
         .await
         .map_err(|e| e.message)?;
-    match result.error {
-        Some(error) => Err(error),
-        None => Ok(found),
+    match &result.error {
+        Some(error) => Err(error.clone()),
+        None => {
+            found.result = result;
+            Ok(found)
+        }
     }
 }
 

@@ -27,7 +27,10 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
 /// The dashboard's routes: `/` and its assets under `/ui/`.
 pub(crate) fn router() -> Router<AppState> {
     Router::new()
-        .route("/", get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }))
+        .route(
+            "/",
+            get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }),
+        )
         .route(
             "/ui/app.js",
             get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),
@@ -42,12 +45,18 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CSP),
+            ),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             ),
-            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
             (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
             // The assets change with the binary; revalidating is cheap next to a stale UI.
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),

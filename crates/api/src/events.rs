@@ -65,7 +65,11 @@ pub(crate) struct WebSocketSlot {
 
 impl WebSocketCounter {
     /// A place for one more WebSocket of `key`, unless it has `max` open already.
-    pub(crate) fn acquire(&self, key: ApiKeyId, max: Option<usize>) -> Result<WebSocketSlot, ApiError> {
+    pub(crate) fn acquire(
+        &self,
+        key: ApiKeyId,
+        max: Option<usize>,
+    ) -> Result<WebSocketSlot, ApiError> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(key).or_default();
         if let Some(max) = max

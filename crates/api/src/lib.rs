@@ -190,6 +190,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::list_steps))
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))
+        .routes(routes!(tasks::replay_report))
         .routes(routes!(events::task_events))
         .routes(routes!(events::create_ticket))
         .routes(routes!(live::task_live))

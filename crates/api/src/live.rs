@@ -23,9 +23,7 @@ use browserd_types::{ApiKeyId, TaskId};
 use crate::AppState;
 use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
-use crate::events::{
-    MESSAGE_TOO_BIG, PING_INTERVAL, SEND_TIMEOUT, StreamError, recheck, too_big,
-};
+use crate::events::{MESSAGE_TOO_BIG, PING_INTERVAL, SEND_TIMEOUT, StreamError, recheck, too_big};
 use crate::extract::{Caller, QueryParams, TaskPath};
 use crate::task_ops::owned_task;
 
@@ -159,7 +157,11 @@ impl LiveStream {
         })
     }
 
-    async fn run(&mut self, state: &AppState, key_id: ApiKeyId) -> Result<&'static str, StoreError> {
+    async fn run(
+        &mut self,
+        state: &AppState,
+        key_id: ApiKeyId,
+    ) -> Result<&'static str, StoreError> {
         let result = self.serve(state, key_id).await;
         match result {
             Ok((code, reason)) => {

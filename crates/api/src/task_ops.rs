@@ -3,7 +3,10 @@
 //! the store, so both front ends answer alike.
 
 use browserd_store::{ArtifactContent, StoreError, TaskCursor, TransitionDetails};
-use browserd_types::dto::{CreateTaskRequest, StepView, TaskList, TaskView, screenshot_path};
+use browserd_types::dto::{
+    CreateTaskRequest, ReplayActionView, ReplayReportView, StepView, TaskList, TaskView,
+    screenshot_path,
+};
 use browserd_types::{TaskId, TaskStatus, Transition};
 
 use crate::AppState;
@@ -16,9 +19,12 @@ use crate::validation::validate_create_task;
 pub(crate) async fn create(
     state: &AppState,
     caller: &Caller,
-    request: CreateTaskRequest,
+    mut request: CreateTaskRequest,
     trace_context: Option<String>,
 ) -> Result<TaskView, ApiError> {
+    if let Some(source) = request.replay_of {
+        replay_defaults(state, caller, source, &mut request).await?;
+    }
     let mut new_task = validate_create_task(request, &state.models)?;
     if let Some(name) = &new_task.proxy
         && !state.proxies.contains(name)
@@ -59,6 +65,101 @@ pub(crate) async fn create(
     let mut view = TaskView::from(task);
     view.queue_position = position;
     Ok(view)
+}
+
+/// Checks the source of a replay (the caller's, ended, with recorded actions) and fills the
+/// request's defaults from it: the task text, the domain lists, the viewport, the settle
+/// timeout and the proxy.
+async fn replay_defaults(
+    state: &AppState,
+    caller: &Caller,
+    source_id: TaskId,
+    request: &mut CreateTaskRequest,
+) -> Result<(), ApiError> {
+    let source = owned_task(state, caller, source_id).await?;
+    if !source.status.is_terminal() {
+        return Err(ApiError::Conflict {
+            code: "replay_source_not_ended",
+            message: format!(
+                "task {source_id} is {}: only a task that has ended (finished, failed or \
+                 stopped) can be replayed",
+                source.status
+            ),
+            current_status: Some(source.status),
+        });
+    }
+    if state.store.replayable_steps(source_id).await? == 0 {
+        return Err(ApiError::validation(
+            "replay_of",
+            format!(
+                "task {source_id} recorded no steps with actions to replay (it ended before \
+                 its first action)"
+            ),
+        ));
+    }
+    request.task.get_or_insert(source.task);
+    request
+        .allowed_domains
+        .get_or_insert(source.allowed_domains);
+    request
+        .prohibited_domains
+        .get_or_insert(source.prohibited_domains);
+    if request.viewport.is_none() {
+        request.viewport = source.viewport;
+    }
+    if request.settle_timeout_ms.is_none() {
+        request.settle_timeout_ms = source.settle_timeout_ms.map(i64::from);
+    }
+    if request.proxy.is_none() {
+        request.proxy = source.proxy;
+    }
+    Ok(())
+}
+
+/// What replay task `id` did with each recorded action so far, from its steps' results.
+pub(crate) async fn replay_report(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<ReplayReportView, ApiError> {
+    let task = owned_task(state, caller, id).await?;
+    let replay = state
+        .store
+        .task_replay(id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound {
+            code: "not_a_replay",
+            message: format!("task {id} is not a replay (it was not created with replay_of)"),
+        })?;
+    let steps = state.store.list_steps(id).await?;
+    let mut actions = Vec::new();
+    for step in &steps {
+        let Some(results) = step.results.as_array() else {
+            continue;
+        };
+        for result in results {
+            let Some(entry) = result.pointer("/metadata/replay") else {
+                continue;
+            };
+            let mut action: ReplayActionView =
+                serde_json::from_value(entry.clone()).map_err(|err| {
+                    ApiError::Internal(format!("replay entry of step {}: {err}", step.number))
+                })?;
+            action.replay_step = step.number;
+            actions.push(action);
+        }
+    }
+    let ended = task.status.is_terminal();
+    Ok(ReplayReportView {
+        replay_of: replay.source,
+        options: replay.options,
+        status: task.status,
+        success: ended
+            .then(|| task.status == TaskStatus::Finished && task.is_success == Some(true)),
+        error: task.error,
+        final_result: task.output,
+        actions,
+    })
 }
 
 /// The task if it exists and belongs to the caller; 404 otherwise (another key's task is

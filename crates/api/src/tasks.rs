@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::TaskCursor;
-use browserd_types::dto::{CreateTaskRequest, ErrorBody, StepList, TaskList, TaskView, limits};
+use browserd_types::dto::{
+    CreateTaskRequest, ErrorBody, ReplayReportView, StepList, TaskList, TaskView, limits,
+};
 use browserd_types::{TaskId, TaskStatus, Transition};
 
 use crate::AppState;
@@ -14,7 +16,9 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller, QueryParams, StepPath, TaskPath};
 use crate::task_ops::{self, owned_task};
 
-/// Create a task. It starts in status `queued`.
+/// Create a task. It starts in status `queued`. With `replay_of` it is a replay: a worker
+/// re-runs the source task's recorded actions without a model (see
+/// `GET /v1/tasks/{id}/replay-report`).
 #[utoipa::path(
     post,
     path = "/v1/tasks",
@@ -27,7 +31,9 @@ use crate::task_ops::{self, owned_task};
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
-        (status = 422, description = "Invalid field", body = ErrorBody),
+        (status = 404, description = "`replay_of` names no task of this key (`task_not_found`)", body = ErrorBody),
+        (status = 409, description = "`replay_of` names a task that has not ended (`replay_source_not_ended`, see `current_status`)", body = ErrorBody),
+        (status = 422, description = "Invalid field (also: a replay source without recorded actions)", body = ErrorBody),
         (status = 429, description = "Rate limited (`rate_limited`) or the queue is full (`queue_full`); see `Retry-After`", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
     ),
@@ -363,6 +369,32 @@ pub async fn task_history(
     Ok(Json(
         serde_json::json!({"history": history, "usage": usage}),
     ))
+}
+
+/// A replay task's report: per recorded action, the index it had and has now, how its
+/// element was found again, the attempts and the outcome (also each replayed action result's
+/// `metadata.replay`). Grows while the replay runs; `success` is set once it has ended.
+#[utoipa::path(
+    get,
+    path = "/v1/tasks/{id}/replay-report",
+    tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    responses(
+        (status = 200, description = "The report so far", body = ReplayReportView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such task for this key (`task_not_found`), or the task is not a replay (`not_a_replay`)", body = ErrorBody),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn replay_report(
+    State(state): State<AppState>,
+    caller: Caller,
+    TaskPath(id): TaskPath,
+) -> Result<Json<ReplayReportView>, ApiError> {
+    Ok(Json(task_ops::replay_report(&state, &caller, id).await?))
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use browserd_domains::{DomainList, DomainRules, Forbidden, UrlTarget};
-use browserd_store::NewTask;
-use browserd_types::dto::{CreateTaskRequest, limits};
+use browserd_store::{NewReplay, NewTask};
+use browserd_types::TaskId;
+use browserd_types::dto::{CreateTaskRequest, ReplaySettings, limits};
 use secrecy::ExposeSecret;
 
 use crate::error::ApiError;
@@ -15,8 +16,26 @@ pub fn validate_create_task(
     request: CreateTaskRequest,
     models: &ModelCatalog,
 ) -> Result<NewTask, ApiError> {
-    let task_chars = request.task.chars().count();
-    if request.task.trim().is_empty() {
+    let replay = match request.replay_of {
+        Some(source) => Some(validate_replay(&request, source)?),
+        None => {
+            if request.replay.is_some() {
+                return Err(ApiError::validation(
+                    "replay",
+                    "replay options need replay_of (the id of the task to replay)",
+                ));
+            }
+            None
+        }
+    };
+    let Some(task) = request.task else {
+        return Err(ApiError::validation(
+            "task",
+            "task is required (it may only be omitted with replay_of)",
+        ));
+    };
+    let task_chars = task.chars().count();
+    if task.trim().is_empty() {
         return Err(ApiError::validation("task", "task must not be empty"));
     }
     if task_chars > limits::TASK_MAX_CHARS {
@@ -58,6 +77,8 @@ pub fn validate_create_task(
         .transpose()?;
 
     let model = match request.model {
+        // A replay makes no model call (`validate_replay` refused a model).
+        None if replay.is_some() => None,
         Some(name) => {
             if !models.contains(&name) {
                 let known: Vec<&str> = models.names().collect();
@@ -182,7 +203,7 @@ pub fn validate_create_task(
         .transpose()?;
 
     Ok(NewTask {
-        task: request.task,
+        task,
         start_url,
         max_steps,
         model,
@@ -190,7 +211,7 @@ pub fn validate_create_task(
         prohibited_domains,
         secrets,
         output_schema: request.output_schema,
-        use_vision: request.use_vision.unwrap_or(limits::USE_VISION_DEFAULT),
+        use_vision: replay.is_none() && request.use_vision.unwrap_or(limits::USE_VISION_DEFAULT),
         max_actions_per_step,
         max_failures,
         timeout_s,
@@ -201,6 +222,83 @@ pub fn validate_create_task(
         settle_timeout_ms,
         proxy: request.proxy,
         trace_context: None,
+        replay,
+    })
+}
+
+/// The fields a replay does not use are refused (they would be silently ignored), and its
+/// options are checked against the CLI's ranges.
+fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewReplay, ApiError> {
+    let agent_only = [
+        ("model", request.model.is_some(), "no model is called"),
+        (
+            "start_url",
+            request.start_url.is_some(),
+            "the recorded navigation is replayed",
+        ),
+        (
+            "output_schema",
+            request.output_schema.is_some(),
+            "the output is the recorded result",
+        ),
+        (
+            "use_vision",
+            request.use_vision.is_some(),
+            "no model is called",
+        ),
+        (
+            "max_steps",
+            request.max_steps.is_some(),
+            "the recorded steps are replayed",
+        ),
+        (
+            "max_actions_per_step",
+            request.max_actions_per_step.is_some(),
+            "the recorded actions are replayed",
+        ),
+        (
+            "max_failures",
+            request.max_failures.is_some(),
+            "see replay.skip_failures",
+        ),
+        (
+            "max_tokens",
+            request.max_tokens.is_some(),
+            "no model is called",
+        ),
+        (
+            "max_cost_usd",
+            request.max_cost_usd.is_some(),
+            "no model is called",
+        ),
+    ];
+    if let Some((field, _, why)) = agent_only.iter().find(|(_, given, _)| *given) {
+        return Err(ApiError::validation(
+            *field,
+            format!("{field} does not apply to a replay (replay_of is given): {why}"),
+        ));
+    }
+    let options = request.replay.unwrap_or_default();
+    let max_retries = int_field(
+        "replay.max_retries",
+        options.max_retries,
+        limits::REPLAY_MAX_RETRIES_DEFAULT,
+        limits::REPLAY_MAX_RETRIES_RANGE,
+    )?;
+    let retry_delay_ms = int_field(
+        "replay.retry_delay_ms",
+        options.retry_delay_ms,
+        limits::REPLAY_RETRY_DELAY_MS_DEFAULT,
+        limits::REPLAY_RETRY_DELAY_MS_RANGE,
+    )?;
+    Ok(NewReplay {
+        source,
+        options: ReplaySettings {
+            skip_failures: options.skip_failures.unwrap_or(false),
+            // Both ranges start at 0.
+            max_retries: u32::try_from(max_retries).unwrap_or(0),
+            retry_delay_ms: u64::try_from(retry_delay_ms).unwrap_or(0),
+        },
     })
 }
 
@@ -441,6 +539,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_replay_takes_no_model_fields_and_gets_its_options_checked() {
+        let source = uuid::Uuid::now_v7();
+        let task = validate(json!({"task": "t", "replay_of": source})).unwrap();
+        let replay = task.replay.expect("a replay");
+        assert_eq!(replay.source.0, source);
+        assert_eq!(replay.options, ReplaySettings::default());
+        assert_eq!(task.model, None);
+        assert!(!task.use_vision);
+        let task = validate(json!({"task": "t", "replay_of": source,
+            "replay": {"skip_failures": true, "max_retries": 0, "retry_delay_ms": 60000}}))
+        .unwrap();
+        assert_eq!(
+            task.replay.unwrap().options,
+            ReplaySettings {
+                skip_failures: true,
+                max_retries: 0,
+                retry_delay_ms: 60_000
+            }
+        );
+        for (body, field, words) in [
+            (json!({"model": "m"}), "model", "does not apply to a replay"),
+            (
+                json!({"max_steps": 5}),
+                "max_steps",
+                "does not apply to a replay",
+            ),
+            (json!({"max_tokens": 5}), "max_tokens", "no model is called"),
+            (
+                json!({"replay": {"max_retries": -1}}),
+                "replay.max_retries",
+                "between 0 and 10",
+            ),
+            (
+                json!({"replay": {"retry_delay_ms": 60001}}),
+                "replay.retry_delay_ms",
+                "between 0 and 60000",
+            ),
+        ] {
+            let mut body = body;
+            body["task"] = json!("t");
+            body["replay_of"] = json!(source);
+            let (got, message) = validate(body).unwrap_err();
+            assert_eq!(got, field);
+            assert!(message.contains(words), "{message}");
+        }
+        let (field, message) = validate(json!({"task": "t", "replay": {}})).unwrap_err();
+        assert_eq!(field, "replay");
+        assert!(message.contains("replay_of"), "{message}");
+        let (field, _) = validate(json!({"use_vision": true})).unwrap_err();
+        assert_eq!(field, "task");
     }
 
     #[test]

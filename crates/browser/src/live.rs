@@ -135,7 +135,9 @@ impl BrowserSession {
                     }
                 }
             }
-            let publish_at = pending.as_ref().map(|_| last_published + settings.min_interval());
+            let publish_at = pending
+                .as_ref()
+                .map(|_| last_published + settings.min_interval());
             tokio::select! {
                 changed = watched.changed() => {
                     if changed.is_err() {
@@ -292,7 +294,13 @@ fn decode_frame(params: &FrameParams) -> Result<ScreencastFrame> {
             method: "Page.screencastFrame".into(),
             reason: e.to_string(),
         })?;
-    let side = |v: f64| if v.is_finite() && v > 0.0 { v.round() as u32 } else { 0 };
+    let side = |v: f64| {
+        if v.is_finite() && v > 0.0 {
+            v.round() as u32
+        } else {
+            0
+        }
+    };
     Ok(ScreencastFrame {
         jpeg,
         width: side(params.metadata.device_width),

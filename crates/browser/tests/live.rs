@@ -30,7 +30,10 @@ async fn js(session: &BrowserSession, expr: &str) -> Value {
 /// Lets the page paint `count` more animation frames.
 async fn paint(session: &BrowserSession, count: u32) {
     let painted = js(session, &format!("window.frames_later({count})")).await;
-    assert!(painted.as_u64().is_some(), "the ticker page did not animate: {painted}");
+    assert!(
+        painted.as_u64().is_some(),
+        "the ticker page did not animate: {painted}"
+    );
 }
 
 fn is_jpeg(bytes: &[u8]) -> bool {
@@ -56,7 +59,10 @@ fn live_view_streams_only_while_watched_and_follows_the_focus() {
         let script = async {
             // Unwatched: the page animates, and no frame is made.
             paint(&session, 30).await;
-            assert!(rx.borrow().is_none(), "a frame was made while nobody watched");
+            assert!(
+                rx.borrow().is_none(),
+                "a frame was made while nobody watched"
+            );
 
             // Watched: a frame at once, then the screencast, throttled to 5 per second.
             watched_tx.send_replace(true);

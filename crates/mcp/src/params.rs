@@ -55,7 +55,9 @@ impl RunTaskParams {
     /// The REST API's request for this task (every other field at its default).
     pub fn to_request(&self) -> CreateTaskRequest {
         CreateTaskRequest {
-            task: self.task.clone(),
+            task: Some(self.task.clone()),
+            replay_of: None,
+            replay: None,
             start_url: self.start_url.clone(),
             max_steps: self.max_steps,
             model: self.model.clone(),

@@ -346,7 +346,12 @@ impl EventHub {
 async fn listen(store: &Store) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(store.pool()).await?;
     listener
-        .listen_all([NOTIFY_CHANNEL, QUEUE_CHANNEL, API_KEYS_CHANNEL, LIVE_CHANNEL])
+        .listen_all([
+            NOTIFY_CHANNEL,
+            QUEUE_CHANNEL,
+            API_KEYS_CHANNEL,
+            LIVE_CHANNEL,
+        ])
         .await?;
     Ok(listener)
 }

@@ -11,6 +11,7 @@ mod events;
 mod hub;
 mod live;
 mod queue;
+mod replays;
 mod sealed;
 mod sessions;
 mod steps;
@@ -30,9 +31,12 @@ pub use api_keys::{
 };
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
-pub use hub::{EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription};
+pub use hub::{
+    EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription,
+};
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};
 pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,

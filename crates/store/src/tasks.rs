@@ -41,6 +41,9 @@ pub struct NewTask {
     pub proxy: Option<String>,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
+    /// Set for a replay task: the worker replays the source's recorded actions instead of
+    /// running the agent.
+    pub replay: Option<crate::replays::NewReplay>,
 }
 
 impl fmt::Debug for NewTask {
@@ -51,6 +54,7 @@ impl fmt::Debug for NewTask {
             .field("max_steps", &self.max_steps)
             .field("model", &self.model)
             .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
+            .field("replay", &self.replay)
             .finish_non_exhaustive()
     }
 }
@@ -364,6 +368,9 @@ impl Store {
             )
             .execute(&mut *tx)
             .await?;
+        }
+        if let Some(replay) = &new.replay {
+            crate::replays::attach_in(&mut tx, id, replay).await?;
         }
         let session_id = match session {
             Some((choice, options)) => {

@@ -38,6 +38,7 @@ fn new_task(text: &str) -> NewTask {
         settle_timeout_ms: None,
         proxy: None,
         trace_context: None,
+        replay: None,
     }
 }
 

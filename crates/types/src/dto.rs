@@ -47,6 +47,13 @@ pub mod limits {
     /// How long actions wait for the page to settle, in ms (0 = do not wait); the worker's
     /// default is 2 000 (browser-use's network-wait cap).
     pub const SETTLE_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=30_000;
+    /// Further attempts of a replayed action whose element is not found yet or that fails
+    /// (`replay.max_retries`, as `browserd replay --max-retries`).
+    pub const REPLAY_MAX_RETRIES_DEFAULT: i64 = 2;
+    pub const REPLAY_MAX_RETRIES_RANGE: std::ops::RangeInclusive<i64> = 0..=10;
+    /// Pause before a replayed action's first retry in ms, doubled for each further one.
+    pub const REPLAY_RETRY_DELAY_MS_DEFAULT: i64 = 500;
+    pub const REPLAY_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=60_000;
     pub const LIST_LIMIT_DEFAULT: i64 = 20;
     pub const LIST_LIMIT_MAX: i64 = 100;
 }
@@ -129,8 +136,24 @@ pub fn screenshot_path(task: TaskId, number: i32) -> String {
 #[serde(deny_unknown_fields)]
 pub struct CreateTaskRequest {
     /// What the agent should do, in plain words (1–20 000 characters, not only whitespace).
+    /// Required unless `replay_of` is given (a replay's default is its source's text).
+    #[serde(default)]
     #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
-    pub task: String,
+    pub task: Option<String>,
+    /// Replay this task instead of running the agent: its recorded actions run again in a
+    /// fresh browser without any model call, each element found again by its recorded
+    /// identity (browser-use's `rerun_history`, `browserd replay`). The source must be one of
+    /// the caller's tasks that has ended with recorded steps. A replay takes no `model`,
+    /// `start_url`, `output_schema`, `use_vision`, `max_steps`, `max_actions_per_step`,
+    /// `max_failures`, `max_tokens` or `max_cost_usd`; its domain lists, viewport, settle
+    /// timeout and proxy default to the source's; its `secrets` fill the recorded
+    /// `<secret>name</secret>` placeholders (the source's were wiped when it ended).
+    #[serde(default)]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub replay_of: Option<TaskId>,
+    /// How a replay treats failures (only with `replay_of`).
+    #[serde(default)]
+    pub replay: Option<ReplayOptionsRequest>,
     /// An http(s) URL the browser opens before the first step.
     #[serde(default)]
     pub start_url: Option<String>,
@@ -207,6 +230,8 @@ impl fmt::Debug for CreateTaskRequest {
         let secret_names: Option<Vec<&String>> = self.secrets.as_ref().map(|s| s.keys().collect());
         f.debug_struct("CreateTaskRequest")
             .field("task", &self.task)
+            .field("replay_of", &self.replay_of)
+            .field("replay", &self.replay)
             .field("start_url", &self.start_url)
             .field("max_steps", &self.max_steps)
             .field("model", &self.model)
@@ -226,6 +251,95 @@ impl fmt::Debug for CreateTaskRequest {
             .field("proxy", &self.proxy)
             .finish()
     }
+}
+
+/// `replay` of `POST /v1/tasks`: the options of `browserd replay`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayOptionsRequest {
+    /// Go on after an action that failed for good (default false: the replay stops there).
+    /// The task still ends `failed` when any action failed.
+    #[serde(default)]
+    pub skip_failures: Option<bool>,
+    /// Further attempts of an action whose element is not found yet or that fails, 0–10
+    /// (default 2); each attempt reads the page again.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 10, default = 2)]
+    pub max_retries: Option<i64>,
+    /// Pause before the first retry in ms, doubled for each further one; 0–60 000
+    /// (default 500).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 60000, default = 500)]
+    pub retry_delay_ms: Option<i64>,
+}
+
+/// A replay's options as validated and stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReplaySettings {
+    pub skip_failures: bool,
+    pub max_retries: u32,
+    pub retry_delay_ms: u64,
+}
+
+impl Default for ReplaySettings {
+    fn default() -> Self {
+        Self {
+            skip_failures: false,
+            max_retries: limits::REPLAY_MAX_RETRIES_DEFAULT as u32,
+            retry_delay_ms: limits::REPLAY_RETRY_DELAY_MS_DEFAULT as u64,
+        }
+    }
+}
+
+/// One recorded action as a replay ran it (`GET /v1/tasks/{id}/replay-report`; the same
+/// object is each replayed action result's `metadata.replay`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReplayActionView {
+    /// Number of the replay task's step that ran it.
+    #[serde(default)]
+    pub replay_step: i32,
+    /// Number of the source task's step that recorded it.
+    pub step: u32,
+    /// Action name.
+    pub action: String,
+    /// The element index the recorded action used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_index: Option<u64>,
+    /// The index it used now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// How the element was found again: `index` (unchanged), `hash` (its identity hash),
+    /// `x_path` (its place with the same tag and name), `ax_name` (its tag and accessible
+    /// name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched_by: Option<String>,
+    /// Attempts made (0 for a skipped action).
+    pub attempts: u32,
+    /// `ok`, `failed` or `skipped` (`done` is not re-run; `extract` and the file actions
+    /// need the agent's model or workspace).
+    pub outcome: String,
+    /// The error, or why it was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// `GET /v1/tasks/{id}/replay-report`: what a replay task did with each recorded action.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReplayReportView {
+    /// The replayed (source) task.
+    #[schema(value_type = uuid::Uuid)]
+    pub replay_of: TaskId,
+    pub options: ReplaySettings,
+    /// The replay task's status.
+    pub status: TaskStatus,
+    /// Every action that ran worked; `null` until the replay ended.
+    pub success: Option<bool>,
+    /// Why the replay failed (e.g. `element not found …`).
+    pub error: Option<String>,
+    /// The recorded run's final result (the replay's `output`).
+    pub final_result: Option<String>,
+    /// Every action replayed so far, in order.
+    pub actions: Vec<ReplayActionView>,
 }
 
 /// A task as returned by the API. Secrets are never part of it.

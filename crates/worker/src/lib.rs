@@ -28,8 +28,8 @@ mod workspace;
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use runner::{
-    LiveViewLink, RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
-    browser_viewport, parse_viewport, secret_values,
+    LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
+    RunnerSettings, TaskRunner, TaskSpec, browser_viewport, parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use browserd_browser::LiveViewSettings;
 use browserd_agent::{
     AgentControl, AgentHistory, AgentHistoryList, SecretEntry, SensitiveData, UsageSummary,
     VisionMode,
 };
+use browserd_browser::LiveViewSettings;
 use browserd_store::{
     ClaimedTask, EventHub, SessionState, Signal, Store, StoreError, TaskRecord, TaskSession,
     TransitionDetails,
@@ -31,11 +31,12 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::BrowserState;
-
 use crate::runner::{
-    AbortOnDrop, RunEnd, RunError, RunRequest, TaskRunner, TaskSpec, browser_viewport,
+    AbortOnDrop, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest, TaskRunner, TaskSpec,
+    browser_viewport,
 };
 use crate::sink::StoreSink;
+use browserd_agent::replay::ReplayOptions;
 
 /// Operator settings of a worker process.
 #[derive(Clone, Debug)]
@@ -318,16 +319,49 @@ impl TaskJob {
                 .await;
             return;
         }
-        match self.runner.model(record.model.as_deref()) {
-            Ok(model) => {
-                tracing::Span::current().record("model", model.name());
-            }
+        let replay = match self.store.task_replay(id).await {
+            Ok(replay) => replay,
             Err(err) => {
-                self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                tracing::warn!(%err, "could not read the task's replay settings; handing it back");
+                let _ = self
+                    .store
+                    .release_task(id, &self.config.id, "replay settings unreadable")
                     .await;
                 return;
             }
+        };
+        // A replay makes no model call: it needs no model.
+        if replay.is_none() {
+            match self.runner.model(record.model.as_deref()) {
+                Ok(model) => {
+                    tracing::Span::current().record("model", model.name());
+                }
+                Err(err) => {
+                    self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                        .await;
+                    return;
+                }
+            }
         }
+        let source = match &replay {
+            Some(replay) => match self.replay_source(replay.source).await {
+                Ok(Ok(source)) => Some(source),
+                Ok(Err(error)) => {
+                    self.end(id, Transition::Fail, None, None, Some(error))
+                        .await;
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(%err, "could not read the replayed task's history; handing it back");
+                    let _ = self
+                        .store
+                        .release_task(id, &self.config.id, "replay source unreadable")
+                        .await;
+                    return;
+                }
+            },
+            None => None,
+        };
         let mut spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
         drop(secrets);
         let session = match self.store.task_session(id).await {
@@ -412,15 +446,62 @@ impl TaskJob {
             }
             None => (None, None),
         };
-        let mut run = Box::pin(self.runner.run(RunRequest {
-            spec,
-            workspace_dir: Some(workspace_dir.clone()),
-            sink: sink.clone(),
-            control: control.clone(),
-            prior,
-            resume_url,
-            live_view,
-        }));
+        let mut run: std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<RunOutcome, RunError>> + Send + '_>,
+        > = match (replay, source) {
+            (Some(replay), Some(source)) => {
+                let earlier_failure = prior.as_ref().and_then(earlier_replay_failure);
+                let skip_steps = prior.as_ref().map_or(0, |p| p.history.len());
+                let first_step = prior
+                    .as_ref()
+                    .and_then(|p| p.history.last())
+                    .map(|h| h.metadata.step_number + 1)
+                    .or_else(|| {
+                        source
+                            .history
+                            .iter()
+                            .find(|h| h.model_output.is_some())
+                            .map(|h| h.metadata.step_number)
+                    })
+                    .unwrap_or(0);
+                tracing::info!(source = %replay.source, steps = source.history.len(), skip_steps,
+                    "replaying the task");
+                let request = ReplayRequest {
+                    spec,
+                    source,
+                    options: ReplayOptions {
+                        skip_failures: replay.options.skip_failures,
+                        max_retries: replay.options.max_retries,
+                        retry_delay: Duration::from_millis(replay.options.retry_delay_ms),
+                    },
+                    workspace_dir: Some(workspace_dir.clone()),
+                    sink: sink.clone(),
+                    control: control.clone(),
+                    skip_steps,
+                    first_step,
+                    resume_url,
+                    live_view,
+                };
+                let runner = self.runner.clone();
+                Box::pin(async move {
+                    let mut outcome = runner.run_replay(request).await?.run;
+                    // A failure an earlier attempt persisted (with skip_failures) still counts.
+                    if let (Some(error), RunEnd::Done { .. }) = (earlier_failure, &outcome.end) {
+                        outcome.end = RunEnd::NotDone(error);
+                    }
+                    Ok(outcome)
+                })
+            }
+            _ => Box::pin(self.runner.run(RunRequest {
+                spec,
+                workspace_dir: Some(workspace_dir.clone()),
+                sink: sink.clone(),
+                control: control.clone(),
+                prior,
+                resume_url,
+                live_view,
+            })),
+        };
         let mut result = tokio::select! {
             result = &mut run => Some(result),
             () = shutdown.cancelled() => None,
@@ -550,6 +631,35 @@ impl TaskJob {
         Ok(Some(AgentHistoryList { history, usage }))
     }
 
+    /// The recorded history a replay re-runs (the source's persisted steps), or why there is
+    /// none to replay.
+    async fn replay_source(
+        &self,
+        source: TaskId,
+    ) -> Result<Result<AgentHistoryList, String>, StoreError> {
+        let Some(task) = self.store.get_task(None, source).await? else {
+            return Ok(Err(format!(
+                "replay_of: task {source} was deleted before the replay ran"
+            )));
+        };
+        let records = self.store.step_records(source).await?;
+        let history = records
+            .into_iter()
+            .map(serde_json::from_value::<AgentHistory>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| StoreError::Corrupt(format!("step record: {err}")))?;
+        if !history.iter().any(|h| h.model_output.is_some()) {
+            return Ok(Err(format!(
+                "replay_of: task {source} recorded no steps with actions to replay"
+            )));
+        }
+        let usage = task
+            .usage
+            .and_then(|u| serde_json::from_value::<UsageSummary>(u).ok())
+            .unwrap_or_default();
+        Ok(Ok(AgentHistoryList { history, usage }))
+    }
+
     /// Moves the task to its final status (only while this worker holds the lease).
     async fn end(
         &self,
@@ -579,6 +689,33 @@ impl TaskJob {
             Err(err) => tracing::warn!(%err, "could not record the end of the task"),
         }
     }
+}
+
+/// The first action an earlier attempt of a replay persisted as failed (it went on with
+/// `skip_failures`), as the task's error.
+fn earlier_replay_failure(prior: &AgentHistoryList) -> Option<String> {
+    prior.history.iter().find_map(|item| {
+        item.result.iter().find_map(|result| {
+            let entry = result.metadata.as_ref()?.get("replay")?;
+            (entry.get("outcome")?.as_str()? == "failed").then(|| {
+                format!(
+                    "replaying step {} `{}`: {}",
+                    entry
+                        .get("step")
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0),
+                    entry
+                        .get("action")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("?"),
+                    entry
+                        .get("detail")
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("failed"),
+                )
+            })
+        })
+    })
 }
 
 /// Keeps the lease alive and applies control signals: a status change (seen through the

@@ -145,7 +145,9 @@ pub(crate) async fn create_task(
         "systemPromptExtension": request.system_prompt_extension,
     });
     let v1 = dto::CreateTaskRequest {
-        task: request.task,
+        task: Some(request.task),
+        replay_of: None,
+        replay: None,
         start_url: request.start_url,
         max_steps: request.max_steps,
         model: request.llm,
