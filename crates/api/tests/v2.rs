@@ -359,6 +359,10 @@ async fn v1_and_v2_are_two_views_of_the_same_tasks(pool: PgPool) {
         .await;
     assert_eq!(status, 200, "{stopped}");
     assert_eq!(stopped["status"], "stopped");
+    assert!(
+        stopped["liveUrl"].is_null(),
+        "no live view once the task ended"
+    );
     assert!(stopped["finishedAt"].as_str().unwrap().ends_with('Z'));
     let (status, again) = app
         .patch(&format!("/tasks/{v2_id}"), json!({"action": "stop"}))
@@ -425,6 +429,11 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
     let (_, view) = app.get(&format!("/sessions/{sid}")).await;
     assert_eq!(view["tasks"].as_array().unwrap().len(), 1);
     assert_eq!(view["tasks"][0]["id"], first["id"]);
+    assert_eq!(
+        view["liveUrl"],
+        json!(app.url(&format!("/#/tasks/{}", first["id"].as_str().unwrap()))),
+        "while a task runs, liveUrl is its dashboard page"
+    );
     let (_, listed) = app.get(&format!("/tasks?sessionId={sid}")).await;
     assert_eq!(listed["totalItems"], 1);
     assert_eq!(listed["items"][0]["id"], first["id"]);

@@ -1,20 +1,22 @@
 //! `/api/v2/sessions`: browser state (cookies, open tabs) that later tasks reuse through
-//! `sessionId`. No browser stays up between tasks, so `liveUrl` is always `null`.
+//! `sessionId`. No browser stays up between tasks: a session's `liveUrl` is the dashboard page
+//! of its task while one is queued or running (its steps and the page live, after signing in
+//! with the key), otherwise `null`.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use browserd_store::{NewSession, SessionRecord, StoreError, TransitionDetails};
 use browserd_types::Transition;
 use browserd_types::v2::{
     CreateSessionRequest, ListResponse, SessionItemView, SessionView, UpdateRequest,
-    V2SessionStatus,
+    V2SessionStatus, V2TaskStatus,
 };
 use uuid::Uuid;
 
 use super::tasks::{item_view, paging, query_params};
-use super::{V2Body, V2Error, V2Path, parse_body, path_uuid};
+use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
 use crate::AppState;
 use crate::extract::Caller;
 
@@ -40,12 +42,24 @@ fn item(session: SessionRecord) -> SessionItemView {
 async fn view(
     state: &AppState,
     caller: &Caller,
+    headers: &HeaderMap,
     session: SessionRecord,
 ) -> Result<SessionView, V2Error> {
-    let tasks = state.store.session_tasks(caller.key_id, session.id).await?;
+    let tasks: Vec<_> = state
+        .store
+        .session_tasks(caller.key_id, session.id)
+        .await?
+        .into_iter()
+        .map(item_view)
+        .collect();
+    let mut item = item(session);
+    item.live_url = tasks
+        .iter()
+        .find(|t| matches!(t.status, V2TaskStatus::Created | V2TaskStatus::Started))
+        .map(|t| absolute_url(headers, &format!("/#/tasks/{}", t.id)));
     Ok(SessionView {
-        item: item(session),
-        tasks: tasks.into_iter().map(item_view).collect(),
+        item,
+        tasks,
         public_share_url: None,
     })
 }
@@ -135,6 +149,7 @@ pub(crate) async fn list_sessions(
 pub(crate) async fn get_session(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     V2Path(session_id): V2Path<String>,
 ) -> Result<Json<SessionView>, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
@@ -143,7 +158,7 @@ pub(crate) async fn get_session(
         .get_session(caller.key_id, id)
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
-    Ok(Json(view(&state, &caller, session).await?))
+    Ok(Json(view(&state, &caller, &headers, session).await?))
 }
 
 /// Stops the session and every unfinished task in it.
@@ -180,6 +195,7 @@ pub(crate) async fn stop_session_and_tasks(
 pub(crate) async fn update_session(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     V2Path(session_id): V2Path<String>,
     V2Body(body): V2Body,
 ) -> Result<Json<SessionView>, V2Error> {
@@ -193,7 +209,7 @@ pub(crate) async fn update_session(
         ));
     }
     let session = stop_session_and_tasks(&state, &caller, id).await?;
-    Ok(Json(view(&state, &caller, session).await?))
+    Ok(Json(view(&state, &caller, &headers, session).await?))
 }
 
 /// `DELETE /sessions/{id}`: 204; stops its unfinished tasks and forgets its browser state.
