@@ -294,7 +294,7 @@ pub async fn start(
         shutdown_grace: Duration::from_secs(args.task_grace_s),
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
         workspace_root,
-        live_view: (args.live_view_fps > 0.0).then(|| LiveViewSettings {
+        live_view: (args.live_view_fps > 0.0).then_some(LiveViewSettings {
             max_width: args.live_view_size.width,
             max_height: args.live_view_size.height,
             quality: args.live_view_quality,
