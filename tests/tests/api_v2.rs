@@ -36,6 +36,19 @@ async fn site() -> String {
             "/v2/wait",
             get(|| async { page("Wait", "<p>Keep waiting.</p>") }),
         )
+        .route(
+            "/v2/report",
+            get(|| async {
+                page(
+                    "Report",
+                    "<p>Write the report.</p><p><a href=\"/v2/report-done\">Continue</a></p>",
+                )
+            }),
+        )
+        .route(
+            "/v2/report-done",
+            get(|| async { page("Report done", "<p>Report written.</p>") }),
+        )
         .route("/v2/stairs/{n}", get(stairs))
         .route("/v2/cookie", get(cookie));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -110,7 +123,30 @@ fn brain() -> browserd_tests::Brain {
             );
         }
         if page.contains("Keep waiting.") {
-            return reply("wait", json!([{"wait": {"seconds": 1}}]));
+            return reply(
+                "wait",
+                json!([{"write_file": {"file_name": "progress.txt", "content": "still waiting"}},
+                       {"wait": {"seconds": 1}}]),
+            );
+        }
+        if page.contains("Write the report.")
+            && let Some(index) = index_of(page, "a", r"/>\s*Continue")
+        {
+            // The secret's placeholder is filled when the action runs: the file on disk holds
+            // the value, the stored output file must not.
+            return reply(
+                "write the report",
+                json!([
+                    {"write_file": {"file_name": "report.md",
+                                    "content": "# Report\nThe token is <secret>token</secret>.",
+                                    "trailing_newline": false}},
+                    {"write_file": {"file_name": "data.csv", "content": "name,price\nWidget,42"}},
+                    {"click": {"index": index}}
+                ]),
+            );
+        }
+        if page.contains("Report written.") {
+            return done_reply("report written", true);
         }
         if let Some(c) = top.captures(page) {
             return done_reply(&format!("The code at the top is {}", &c[1]), true);
@@ -167,6 +203,7 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
         "ok session reuse",
         "ok tasks.stop",
         "ok 401, 404, 422, 501 as BrowserUseError",
+        "ok output files",
     ] {
         assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
     }

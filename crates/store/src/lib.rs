@@ -9,6 +9,7 @@ mod api_keys;
 mod error;
 mod events;
 mod hub;
+mod output_files;
 mod queue;
 mod sealed;
 mod sessions;
@@ -30,6 +31,10 @@ pub use api_keys::{
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
 pub use hub::{EventHub, KeySignal, KeySignals, Signal, Subscription};
+pub use output_files::{
+    NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
+    OutputFile, OutputFileRecord,
+};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use sealed::{SealError, SecretsKeyring};
 pub use sessions::{

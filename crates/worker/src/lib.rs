@@ -16,6 +16,7 @@
 
 mod adapter;
 mod browser_state;
+mod output_files;
 mod runner;
 mod service;
 mod sink;
@@ -26,6 +27,7 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
+pub use output_files::{collect_output_files, content_type_of};
 pub use runner::{
     RunEnd, RunError, RunOutcome, RunRequest, RunnerSettings, TaskRunner, TaskSpec,
     browser_viewport, parse_viewport, secret_values,

@@ -397,6 +397,8 @@ impl TaskJob {
             .in_current_span(),
         ));
         let workspace_dir = self.config.workspace_root.join(id.to_string());
+        // Output files are redacted with the task's secrets when the task ends.
+        let output_secrets = browserd_agent::secrets::Secrets::new(&spec.secrets);
         let mut run = Box::pin(self.runner.run(RunRequest {
             spec,
             workspace_dir: Some(workspace_dir.clone()),
@@ -452,11 +454,16 @@ impl TaskJob {
                 return;
             }
             Err(err) => {
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
                 self.end(id, Transition::Fail, None, None, Some(err.to_string()))
                     .await;
             }
             Ok(outcome) => {
                 crate::telemetry::run_finished(&outcome.history);
+                // Before the end, so a client that sees the task ended finds its files.
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
                 // Saved before the task ends, so a task created in the session as soon as
                 // this one reads as ended finds its cookies and tabs.
                 if let Some(session) = &session
@@ -502,6 +509,40 @@ impl TaskJob {
             tracing::warn!(%err, "could not stop the task's one-off session");
         }
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
+    }
+
+    /// Stores what the agent left in the workspace as the task's output files
+    /// (`crate::output_files`); failures are logged, never the task's.
+    async fn save_output_files(
+        &self,
+        id: TaskId,
+        workspace_dir: &std::path::Path,
+        secrets: browserd_agent::secrets::Secrets,
+    ) {
+        let dir = workspace_dir.to_path_buf();
+        let files = match tokio::task::spawn_blocking(move || {
+            crate::output_files::collect_output_files(&dir, &secrets)
+        })
+        .await
+        {
+            Ok(files) => files,
+            Err(err) => {
+                tracing::warn!(%err, "could not read the task's output files");
+                return;
+            }
+        };
+        if files.is_empty() {
+            return;
+        }
+        let skipped = files.iter().filter(|f| f.content.is_err()).count();
+        match self
+            .store
+            .save_output_files(id, &self.config.id, &files)
+            .await
+        {
+            Ok(()) => tracing::info!(files = files.len(), skipped, "output files stored"),
+            Err(err) => tracing::warn!(%err, "could not store the task's output files"),
+        }
     }
 
     /// The persisted steps of an earlier attempt, when there are any.
