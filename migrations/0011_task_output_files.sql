@@ -20,3 +20,7 @@ create table task_output_files (
     check ((bytes is null) = (skipped_reason is not null)),
     check (bytes is null or length(bytes) = size)
 );
+
+-- browser-use's highlight_elements (v1 `highlight_elements`, v2 `highlightElements`): the
+-- step screenshots show the indexed elements' boxes and indices.
+alter table tasks add column highlight_elements boolean not null default false;

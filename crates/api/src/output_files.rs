@@ -70,7 +70,7 @@ pub(crate) fn file_response(file: OutputFile) -> Result<Response, String> {
         .file_name
         .chars()
         .map(|c| {
-            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+            if (c.is_ascii_graphic() && c != '"' && c != '\\') || c == ' ' {
                 c
             } else {
                 '_'

@@ -73,6 +73,7 @@ impl RunTaskParams {
             viewport: None,
             settle_timeout_ms: None,
             proxy: None,
+            highlight_elements: None,
         }
     }
 }

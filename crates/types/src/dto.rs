@@ -200,6 +200,11 @@ pub struct CreateTaskRequest {
     /// Clients name a proxy, never send its URL or credentials.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// Draw the interactive elements' boxes and index numbers onto each step's screenshot
+    /// (the one the model gets and the stored one), as browser-use's `highlight_elements`.
+    /// Default false.
+    #[serde(default)]
+    pub highlight_elements: Option<bool>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -256,6 +261,8 @@ pub struct TaskView {
     pub settle_timeout_ms: Option<i64>,
     /// The upstream proxy the task routes through, by name; `null` = none.
     pub proxy: Option<String>,
+    /// Step screenshots carry the elements' boxes and indices.
+    pub highlight_elements: bool,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]

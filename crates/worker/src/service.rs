@@ -259,6 +259,7 @@ pub fn task_spec(
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
     spec.proxy = record.proxy.clone();
+    spec.highlight_elements = record.highlight_elements;
     spec
 }
 
@@ -440,6 +441,17 @@ impl TaskJob {
         };
         if let Some(reason) = sink.abandoned() {
             tracing::info!(%reason, "task given up by this worker");
+            // Stopped from outside (the stop ended the lease, so the agent's next write was
+            // refused): its files are what the workspace holds now.
+            if let Ok(Some(task)) = self.store.get_task(None, id).await
+                && task.status == TaskStatus::Stopped
+                && task.lease_owner.is_none()
+            {
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir))
+                    .await;
+            }
             return;
         }
         match result {
@@ -721,6 +733,7 @@ mod tests {
             }),
             settle_timeout_ms: Some(750),
             proxy: Some("corp".to_owned()),
+            highlight_elements: true,
             usage: None,
             last_url: None,
         };
@@ -730,6 +743,7 @@ mod tests {
         assert_eq!(spec.start_url.as_deref(), Some("https://shop.example.com/"));
         assert_eq!(spec.model.as_deref(), Some("gpt"));
         assert_eq!(spec.proxy.as_deref(), Some("corp"));
+        assert!(spec.highlight_elements);
         assert_eq!(spec.allowed_domains, ["*.example.com"]);
         assert_eq!(spec.prohibited_domains, ["ads.example.com"]);
         assert_eq!(spec.output_schema, Some(json!({"type": "object"})));

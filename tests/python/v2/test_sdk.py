@@ -117,6 +117,10 @@ def stop_running():
     while client.tasks.status(str(created.id)).status.value != "started":
         assert time.monotonic() < deadline, "task never started"
         time.sleep(0.2)
+    # One step done: the agent has written progress.txt (and keeps waiting).
+    while not client.tasks.get(str(created.id)).steps:
+        assert time.monotonic() < deadline, "no step finished"
+        time.sleep(0.2)
     stopped = client.tasks.stop(str(created.id))
     assert stopped.status.value == "stopped", stopped.status
     again = client.tasks.stop(str(created.id))

@@ -164,6 +164,7 @@ pub(crate) async fn create_task(
         viewport,
         settle_timeout_ms: None,
         proxy: None,
+        highlight_elements: request.highlight_elements,
     };
     let new_task = validate_create_task(v1, &state.models)?;
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
