@@ -36,6 +36,19 @@ async fn site() -> String {
             "/v2/wait",
             get(|| async { page("Wait", "<p>Keep waiting.</p>") }),
         )
+        .route(
+            "/v2/report",
+            get(|| async {
+                page(
+                    "Report",
+                    "<p>Write the report.</p><p><a href=\"/v2/report-done\">Continue</a></p>",
+                )
+            }),
+        )
+        .route(
+            "/v2/report-done",
+            get(|| async { page("Report done", "<p>Report written.</p>") }),
+        )
         .route("/v2/stairs/{n}", get(stairs))
         .route("/v2/cookie", get(cookie));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -110,7 +123,30 @@ fn brain() -> browserd_tests::Brain {
             );
         }
         if page.contains("Keep waiting.") {
-            return reply("wait", json!([{"wait": {"seconds": 1}}]));
+            return reply(
+                "wait",
+                json!([{"write_file": {"file_name": "progress.txt", "content": "still waiting"}},
+                       {"wait": {"seconds": 1}}]),
+            );
+        }
+        if page.contains("Write the report.")
+            && let Some(index) = index_of(page, "a", r"/>\s*Continue")
+        {
+            // The secret's placeholder is filled when the action runs: the file on disk holds
+            // the value, the stored output file must not.
+            return reply(
+                "write the report",
+                json!([
+                    {"write_file": {"file_name": "report.md",
+                                    "content": "# Report\nThe token is <secret>token</secret>.",
+                                    "trailing_newline": false}},
+                    {"write_file": {"file_name": "data.csv", "content": "name,price\nWidget,42"}},
+                    {"click": {"index": index}}
+                ]),
+            );
+        }
+        if page.contains("Report written.") {
+            return done_reply("report written", true);
         }
         if let Some(c) = top.captures(page) {
             return done_reply(&format!("The code at the top is {}", &c[1]), true);
@@ -167,6 +203,7 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
         "ok session reuse",
         "ok tasks.stop",
         "ok 401, 404, 422, 501 as BrowserUseError",
+        "ok output files",
     ] {
         assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
     }
@@ -198,4 +235,88 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
         .expect("pg_dump runs");
     assert!(dump.status.success());
     assert!(!String::from_utf8_lossy(&dump.stdout).contains("v2sid"));
+
+    // The secret the agent wrote into report.md is stored as its placeholder.
+    let files: Vec<(String, Vec<u8>)> = sqlx::query_as(
+        "select file_name, bytes from task_output_files where bytes is not null order by file_name",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let report = files
+        .iter()
+        .find(|(name, _)| name == "report.md")
+        .expect("report.md is stored");
+    let report = String::from_utf8_lossy(&report.1);
+    assert!(report.contains("<secret>token</secret>"), "{report}");
+    for (name, bytes) in &files {
+        assert!(
+            !String::from_utf8_lossy(bytes).contains("s3cr3t-value-42"),
+            "{name} holds the secret value"
+        );
+    }
+}
+
+/// Pixels of `jpeg` within a JPEG's noise of `color`.
+fn pixels_near(jpeg: &[u8], color: [u8; 3]) -> usize {
+    let image = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg)
+        .expect("a JPEG screenshot")
+        .into_rgb8();
+    image
+        .pixels()
+        .filter(|p| {
+            p.0.iter()
+                .zip(color)
+                .all(|(a, b)| (i16::from(*a) - i16::from(b)).abs() <= 24)
+        })
+        .count()
+}
+
+/// `highlightElements: true` (v2; `highlight_elements` on /v1) makes the stored step
+/// screenshots carry the elements' boxes and index labels: the same page's first step, with
+/// and without, differs by the link's highlight colour (browser-use's green for `<a>`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn highlight_elements_marks_the_stored_screenshots() {
+    let site = site().await;
+    let model = MockModel::start(brain(), Duration::from_millis(10)).await;
+    let db = TestDb::create().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let key = create_key(&db).await;
+    let client = browserd_tests::Client::new(server.address(), &key);
+    let mut shots = Vec::new();
+    for highlight in [false, true] {
+        let response = client
+            .http
+            .post(format!("{}/api/v2/tasks", client.base))
+            .header("X-Browser-Use-API-Key", &key)
+            .json(
+                &json!({"task": "Climb", "startUrl": format!("{site}/v2/stairs/1?top=2"),
+                          "highlightElements": highlight}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 202);
+        let created: serde_json::Value = response.json().await.unwrap();
+        let id = created["id"].as_str().unwrap().to_owned();
+        let task = client
+            .wait_status(&id, &["finished", "failed"], Duration::from_secs(120))
+            .await;
+        assert_eq!(task["status"], "finished", "{task}");
+        assert_eq!(task["highlight_elements"], highlight, "{task}");
+        let (status, content_type, jpeg) = client
+            .get_bytes(&format!("/v1/tasks/{id}/steps/1/screenshot"))
+            .await;
+        assert_eq!((status, content_type.as_str()), (200, "image/jpeg"));
+        shots.push(jpeg);
+    }
+    let link_green = [0x96, 0xCE, 0xB4];
+    let (plain, highlighted) = (
+        pixels_near(&shots[0], link_green),
+        pixels_near(&shots[1], link_green),
+    );
+    assert!(
+        highlighted >= plain + 100,
+        "the highlighted screenshot shows the link's box and label: {plain} → {highlighted} green pixels"
+    );
 }

@@ -1,8 +1,8 @@
 //! Signed webhooks end to end: a real `browserd serve` (Postgres, Chromium, mock model) and a
 //! local receiver that verifies every signature. The receiver is down while the tasks run and
 //! browserd restarts before it comes up: every event still arrives, in order per task, and the
-//! deliveries list their last response code. A webhook to the cloud metadata address is never
-//! called.
+//! deliveries list their last response code. A webhook to the cloud metadata address is refused
+//! at registration, and one whose target turns into it later (DNS changes) is never called.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -132,13 +132,36 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let webhook_id = created["id"].as_str().unwrap().to_owned();
     let secret = created["secret"].as_str().unwrap().to_owned();
     assert!(secret.starts_with("whsec_"));
-    let (status, metadata_hook) = client
+    let (status, refused) = client
         .post(
             "/v1/webhooks",
             json!({"url": "http://169.254.169.254/latest/meta-data"}),
         )
         .await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is a cloud metadata endpoint"),
+        "{refused}"
+    );
+    // A target that passed at registration and points at the metadata address later (as a
+    // DNS answer can change): the delivery path checks again and never calls it.
+    let (status, metadata_hook) = client
+        .post(
+            "/v1/webhooks",
+            json!({"url": format!("http://127.0.0.1:{port}/rebound")}),
+        )
+        .await;
     assert_eq!(status, 201, "{metadata_hook}");
+    sqlx::query(
+        "update webhooks set url = 'http://169.254.169.254/latest/meta-data' where id = $1::uuid",
+    )
+    .bind(metadata_hook["id"].as_str().unwrap())
+    .execute(&db.pool().await)
+    .await
+    .unwrap();
     let (status, listed) = client.get("/v1/webhooks").await;
     assert_eq!(status, 200);
     assert_eq!(listed["items"].as_array().unwrap().len(), 2);

@@ -276,6 +276,28 @@ impl Workspace {
     }
 }
 
+/// The agent's files in workspace directory `dir`, by name: what `write_file` / `replace_file`
+/// created and saved extractions (flat names with the text extensions the file actions accept;
+/// symlinks and directories are not files here), without browser-use's internal `todo.md`.
+/// The worker stores them as the task's output files when the task ends.
+pub fn agent_file_names(dir: &Path) -> Vec<String> {
+    let probe = Workspace {
+        dir: dir.to_path_buf(),
+        _temp: None,
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|name| name != TODO && probe.path_of(name).is_ok())
+        .collect();
+    names.sort();
+    names
+}
+
 /// Specs of the agent-owned file actions.
 pub fn file_action_specs() -> Vec<ActionSpec> {
     vec![

@@ -23,6 +23,7 @@ mod live;
 mod mcp;
 mod models;
 mod ops;
+mod output_files;
 mod task_ops;
 mod tasks;
 mod v2;
@@ -105,6 +106,10 @@ pub struct ApiConfig {
     pub max_websockets_per_key: Option<usize>,
     /// Largest message (and frame) a client may send on a WebSocket.
     pub ws_max_message_bytes: usize,
+    /// Webhooks may target loopback (the operator's `--allow-loopback`, the switch the
+    /// worker's delivery obeys); every other private, link-local and metadata address is
+    /// refused at registration whatever this says.
+    pub webhook_allow_loopback: bool,
 }
 
 impl Default for ApiConfig {
@@ -121,6 +126,7 @@ impl Default for ApiConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_websockets_per_key: None,
             ws_max_message_bytes: DEFAULT_WS_MAX_MESSAGE_BYTES,
+            webhook_allow_loopback: false,
         }
     }
 }
@@ -143,6 +149,7 @@ pub struct AppState {
     models: Arc<ModelCatalog>,
     proxies: Arc<Vec<String>>,
     max_queued_tasks: Option<i64>,
+    webhook_allow_loopback: bool,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
     metrics: PrometheusHandle,
@@ -191,6 +198,8 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))
         .routes(routes!(tasks::replay_report))
+        .routes(routes!(output_files::list_files))
+        .routes(routes!(output_files::download_file))
         .routes(routes!(events::task_events))
         .routes(routes!(events::create_ticket))
         .routes(routes!(live::task_live))
@@ -262,6 +271,7 @@ pub fn router(
         models: Arc::new(config.models),
         proxies: Arc::new(config.proxies),
         max_queued_tasks: config.max_queued_tasks,
+        webhook_allow_loopback: config.webhook_allow_loopback,
         rate_limiter,
         shutdown,
         metrics,

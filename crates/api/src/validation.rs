@@ -221,6 +221,7 @@ pub fn validate_create_task(
         viewport: request.viewport,
         settle_timeout_ms,
         proxy: request.proxy,
+        highlight_elements: request.highlight_elements.unwrap_or(false),
         trace_context: None,
         replay,
     })

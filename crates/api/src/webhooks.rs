@@ -1,10 +1,14 @@
 //! `/v1/webhooks`: register, list and delete the endpoints that receive signed task status
 //! events, and list their deliveries. Deliveries are made by workers from the outbox.
 
+use std::net::IpAddr;
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use browserd_domains::addr::{AddressRange, first_refused};
 use browserd_store::{WEBHOOK_EVENTS, WebhookRecord};
 use browserd_types::dto::ErrorBody;
 use browserd_types::webhooks::{
@@ -42,7 +46,7 @@ fn view(webhook: WebhookRecord) -> WebhookView {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
-        (status = 422, description = "Invalid URL or event", body = ErrorBody),
+        (status = 422, description = "Invalid URL or event; a target host that does not resolve, or resolves to a private, loopback, link-local, metadata or other non-public address", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
@@ -73,6 +77,7 @@ pub async fn create_webhook(
             "url must not carry credentials; verify deliveries with the signature instead",
         ));
     }
+    check_target(&url, state.webhook_allow_loopback).await?;
     let events: Vec<String> = match request.events {
         None => DEFAULT_EVENTS.iter().map(|e| (*e).to_owned()).collect(),
         Some(events) => {
@@ -117,6 +122,84 @@ pub async fn create_webhook(
         }),
     )
         .into_response())
+}
+
+/// How long the registration waits for the target's DNS answer.
+const DNS_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The address rules of webhook targets at registration, the same as at delivery
+/// (`browserd_domains::addr::first_refused`: every address the host resolves to must be a
+/// public one; loopback only when the operator allows it). Delivery checks again, since DNS
+/// answers can change.
+async fn check_target(url: &url::Url, allow_loopback: bool) -> Result<(), ApiError> {
+    let port = url.port_or_known_default().unwrap_or(80);
+    let (host, addresses): (String, Vec<IpAddr>) = match url.host() {
+        Some(url::Host::Ipv4(ip)) => (ip.to_string(), vec![IpAddr::V4(ip)]),
+        Some(url::Host::Ipv6(ip)) => (format!("[{ip}]"), vec![IpAddr::V6(ip)]),
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            let shown: String = name.chars().take(100).collect();
+            let lookup =
+                tokio::time::timeout(DNS_TIMEOUT, tokio::net::lookup_host((name.as_str(), port)))
+                    .await;
+            let addresses: Vec<IpAddr> = match lookup {
+                Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
+                Ok(Err(err)) => {
+                    return Err(ApiError::validation(
+                        "url",
+                        format!("url host `{shown}` could not be resolved: {err}"),
+                    ));
+                }
+                Err(_) => {
+                    return Err(ApiError::validation(
+                        "url",
+                        format!(
+                            "url host `{shown}` could not be resolved within {} s",
+                            DNS_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+            };
+            if addresses.is_empty() {
+                return Err(ApiError::validation(
+                    "url",
+                    format!("url host `{shown}` has no address"),
+                ));
+            }
+            (shown, addresses)
+        }
+        None => {
+            return Err(ApiError::validation(
+                "url",
+                "url must be an http or https URL with a host",
+            ));
+        }
+    };
+    let Some(range) = first_refused(&addresses, allow_loopback) else {
+        return Ok(());
+    };
+    let address = addresses
+        .iter()
+        .find(|ip| first_refused(&[**ip], allow_loopback).is_some())
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let resolved = if host == address {
+        String::new()
+    } else {
+        format!(" resolves to {address}, which")
+    };
+    let hint = if range == AddressRange::Loopback {
+        " unless the operator allows loopback (--allow-loopback / BROWSERD_ALLOW_LOOPBACK)"
+    } else {
+        ""
+    };
+    Err(ApiError::validation(
+        "url",
+        format!(
+            "url host `{host}`{resolved} is {}; webhooks may not target it{hint}",
+            range.describe()
+        ),
+    ))
 }
 
 fn dto_url_max() -> usize {

@@ -362,7 +362,7 @@ async fn create_task_applies_defaults(pool: PgPool) {
         .create(json!({
             "task": "t",
             "start_url": "https://example.com/a?b=c",
-            "max_steps": 500,
+            "max_steps": 10_000,
             "model": "claude",
             "allowed_domains": ["example.com", "*.Example.org", "https://docs.rs", "https://Example.com/path"],
             "prohibited_domains": ["evil.test"],
@@ -415,7 +415,7 @@ async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
         (json!({"task": 5}), "task"),
         (json!({"task": "t", "surprise": true}), "surprise"),
         (json!({"task": "t", "max_steps": 0}), "max_steps"),
-        (json!({"task": "t", "max_steps": 501}), "max_steps"),
+        (json!({"task": "t", "max_steps": 10_001}), "max_steps"),
         (json!({"task": "t", "max_steps": 1.5}), "max_steps"),
         (json!({"task": "t", "max_steps": "10"}), "max_steps"),
         (
@@ -533,6 +533,22 @@ async fn create_task_rejects_every_invalid_field_with_422(pool: PgPool) {
             "the message states the rule: {error}"
         );
     }
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "t", "max_steps": 10_001}))
+        .send()
+        .await
+        .unwrap();
+    let body = error(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    )
+    .await;
+    assert_eq!(
+        body["error"]["message"],
+        "max_steps must be between 1 and 10000, got 10001"
+    );
     let list: Value = app
         .get("/v1/tasks")
         .send()

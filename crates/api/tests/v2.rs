@@ -43,6 +43,10 @@ impl Drop for App {
 
 impl App {
     async fn start(pool: PgPool) -> Self {
+        Self::start_with(pool, |_| {}).await
+    }
+
+    async fn start_with(pool: PgPool, configure: impl FnOnce(&mut ApiConfig)) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::TRACE)
             .with_ansi(false)
@@ -57,10 +61,11 @@ impl App {
         );
         let shutdown = CancellationToken::new();
         let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
-        let config = ApiConfig {
+        let mut config = ApiConfig {
             models: ModelCatalog::new(["mock".to_owned()], Some("mock".to_owned())).unwrap(),
             ..ApiConfig::default()
         };
+        configure(&mut config);
         let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -165,6 +170,10 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
             json!(["body", "maxSteps"]),
         ),
         (
+            json!({"task": "t", "maxSteps": 10_001}),
+            json!(["body", "maxSteps"]),
+        ),
+        (
             json!({"task": "t", "maxSteps": "many"}),
             json!(["body", "maxSteps"]),
         ),
@@ -202,6 +211,17 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
                 .is_some_and(|m| !m.is_empty())
         );
     }
+    let (_, body) = app
+        .post("/tasks", json!({"task": "t", "maxSteps": 10_001}))
+        .await;
+    assert_eq!(
+        body["detail"][0]["msg"],
+        "Input should be between 1 and 10000"
+    );
+    let (status, body) = app
+        .post("/tasks", json!({"task": "t", "maxSteps": 10_000}))
+        .await;
+    assert_eq!(status, 202, "cloud's maximum is accepted: {body}");
     let response = app
         .http
         .post(app.url("/api/v2/tasks"))
@@ -484,7 +504,7 @@ async fn webhook_events_are_queued_with_the_status_change_and_its_session(pool: 
         .http
         .post(app.url("/v1/webhooks"))
         .bearer_auth(&app.key)
-        .json(&json!({"url": "https://hooks.example.com/in", "events": ["created", "stopped"]}))
+        .json(&json!({"url": "https://93.184.215.14/in", "events": ["created", "stopped"]}))
         .send()
         .await
         .unwrap();
@@ -518,4 +538,343 @@ async fn webhook_events_are_queued_with_the_status_change_and_its_session(pool: 
         assert_eq!(body["payload"]["metadata"], json!({"k": "v"}));
         assert!(body["timestamp"].as_str().unwrap().ends_with('Z'));
     }
+}
+
+impl App {
+    async fn register_webhook(&self, url: &str) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(self.url("/v1/webhooks"))
+            .bearer_auth(&self.key)
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// Registration applies the delivery path's address rules (`browserd_domains::addr`): a target
+/// that is, or resolves to, a non-public address is refused with a message naming its class;
+/// loopback only passes when the operator allows it.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn webhook_targets_are_checked_at_registration(pool: PgPool) {
+    let app = App::start(pool.clone()).await;
+    for (url, says) in [
+        (
+            "http://169.254.169.254/latest/meta-data",
+            "url host `169.254.169.254` is a cloud metadata endpoint; webhooks may not target it",
+        ),
+        ("http://10.1.2.3/hook", "is a private network address"),
+        (
+            "https://192.168.0.10:8443/hook",
+            "is a private network address",
+        ),
+        ("http://169.254.10.1/hook", "is a link-local address"),
+        ("http://[fe80::1]/hook", "is a link-local address"),
+        ("http://[::ffff:169.254.169.254]/hook", "cloud metadata"),
+        ("http://[fd00::1]/hook", "is a unique local IPv6 address"),
+        ("http://0.0.0.0:9/hook", "is the unspecified address"),
+        (
+            "http://127.0.0.1:9/hook",
+            "is a loopback address; webhooks may not target it unless the operator allows loopback",
+        ),
+        ("http://[::1]:9/hook", "is a loopback address"),
+        (
+            "http://localhost:9/hook",
+            "url host `localhost` resolves to ",
+        ),
+        (
+            "http://no-such-host.invalid/hook",
+            "url host `no-such-host.invalid` could not be resolved",
+        ),
+    ] {
+        let (status, body) = app.register_webhook(url).await;
+        assert_eq!(status, 422, "{url}: {body}");
+        assert_eq!(body["error"]["code"], "validation_failed", "{body}");
+        assert_eq!(body["error"]["field"], "url", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{url}: {message}");
+    }
+    let (status, body) = app.register_webhook("http://localhost:9/hook").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("which is a loopback address"),
+        "{status} {body}"
+    );
+    let (status, body) = app.register_webhook("https://93.184.215.14/hook").await;
+    assert_eq!(status, 201, "a public address passes: {body}");
+    drop(app);
+
+    // The operator's switch (`--allow-loopback`, the one the delivery path obeys) opens
+    // loopback, and only loopback.
+    let app = App::start_with(pool, |config| config.webhook_allow_loopback = true).await;
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "http://[::1]:9/hook",
+        "http://localhost:9/hook",
+    ] {
+        let (status, body) = app.register_webhook(url).await;
+        assert_eq!(status, 201, "{url}: {body}");
+    }
+    for url in [
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.1/",
+    ] {
+        let (status, body) = app.register_webhook(url).await;
+        assert_eq!(status, 422, "{url}: {body}");
+    }
+}
+
+/// Output files: `outputFiles` on the v2 task, the v2 file view with its signed `downloadUrl`
+/// (no key; tampered or expired links refused), and the `/v1` listing and download, scoped to
+/// the key that owns the task.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn output_files_on_v2_and_v1(pool: PgPool) {
+    use browserd_store::NewOutputFile;
+    use hmac::Mac;
+
+    let app = App::start(pool.clone()).await;
+    let (status, created) = app.post("/tasks", json!({"task": "write files"})).await;
+    assert_eq!(status, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (_, task) = app.get(&format!("/tasks/{id}")).await;
+    assert_eq!(task["outputFiles"], json!([]));
+    // The worker's side: the task was stopped (its lease ended) and its files are stored.
+    let (status, _) = app
+        .patch(&format!("/tasks/{id}"), json!({"action": "stop"}))
+        .await;
+    assert_eq!(status, 200);
+    let store = Store::from_pool(pool.clone());
+    let task_id: browserd_types::TaskId = id.parse().unwrap();
+    store
+        .save_output_files(
+            task_id,
+            "worker-1",
+            &[
+                NewOutputFile {
+                    file_name: "report.md".into(),
+                    content_type: "text/markdown; charset=utf-8".into(),
+                    size: 8,
+                    content: Ok(b"# Report".to_vec()),
+                },
+                NewOutputFile {
+                    file_name: "page.html".into(),
+                    content_type: "text/html; charset=utf-8".into(),
+                    size: 28,
+                    content: Ok(b"<script>alert(1)</script>ok".to_vec()),
+                },
+                NewOutputFile {
+                    file_name: "huge.txt".into(),
+                    content_type: "text/plain; charset=utf-8".into(),
+                    size: 20_000_000,
+                    content: Err("20000000 bytes: over the 10 MiB per-file cap".into()),
+                },
+            ],
+        )
+        .await
+        .unwrap();
+
+    let (_, task) = app.get(&format!("/tasks/{id}")).await;
+    let files = task["outputFiles"].as_array().unwrap().clone();
+    let names: Vec<&str> = files
+        .iter()
+        .map(|f| f["fileName"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["page.html", "report.md"],
+        "skipped files are not v2 files"
+    );
+    let report_id = files[1]["id"].as_str().unwrap().to_owned();
+    let (status, view) = app
+        .get(&format!("/files/tasks/{id}/output-files/{report_id}"))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["id"], json!(report_id));
+    assert_eq!(view["fileName"], "report.md");
+    let url = view["downloadUrl"].as_str().unwrap().to_owned();
+    assert!(
+        url.starts_with(&format!("http://{}/api/v2/files/output-files/", app.addr)),
+        "absolute, from the request's Host: {url}"
+    );
+
+    // The signed link needs no key.
+    let response = app.http.get(&url).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers["content-type"], "text/markdown; charset=utf-8");
+    assert_eq!(
+        headers["content-disposition"],
+        "attachment; filename=\"report.md\""
+    );
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    assert_eq!(response.bytes().await.unwrap().as_ref(), b"# Report");
+    // An agent-written HTML file is a download in a sandbox, never a page of this origin.
+    let html_id = files[0]["id"].as_str().unwrap();
+    let (_, html) = app
+        .get(&format!("/files/tasks/{id}/output-files/{html_id}"))
+        .await;
+    let response = app
+        .http
+        .get(html["downloadUrl"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["content-security-policy"],
+        "sandbox; default-src 'none'"
+    );
+    assert!(
+        response.headers()["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment;")
+    );
+
+    // Tampered, other-file, expired and incomplete links are refused.
+    let forbidden = |url: String| {
+        let http = app.http.clone();
+        async move {
+            let response = http.get(&url).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = forbidden(url.replace("signature=", "signature=00")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["detail"], "Download link signature is invalid");
+    let (status, _) = forbidden(url.replace(&report_id, html_id)).await;
+    assert_eq!(status, 403, "a signature is bound to its file");
+    let expires: i64 = url.split("expires=").nth(1).unwrap()[..10].parse().unwrap();
+    let (status, _) = forbidden(url.replace(
+        &format!("expires={expires}"),
+        &format!("expires={}", expires + 3600),
+    ))
+    .await;
+    assert_eq!(status, 403, "the expiry is signed");
+    let key: Vec<u8> =
+        sqlx::query_scalar("select download_key from task_output_files where id = $1::uuid")
+            .bind(&report_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let past = time::OffsetDateTime::now_utc().unix_timestamp() - 1;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{report_id}.{past}").as_bytes());
+    let signature = hex::encode(mac.finalize().into_bytes());
+    let (status, body) = forbidden(app.url(&format!(
+        "/api/v2/files/output-files/{report_id}/content?expires={past}&signature={signature}"
+    )))
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("Download link expired"),
+        "{body}"
+    );
+    let (status, _) =
+        forbidden(app.url(&format!("/api/v2/files/output-files/{report_id}/content"))).await;
+    assert_eq!(status, 403);
+
+    // 404s in the cloud's words.
+    let (status, body) = app
+        .get(&format!(
+            "/files/tasks/{id}/output-files/{}",
+            uuid::Uuid::new_v4()
+        ))
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"detail": "Output file not found"})
+        )
+    );
+    let (_, other) = app.post("/tasks", json!({"task": "other"})).await;
+    let other_id = other["id"].as_str().unwrap();
+    let (status, _) = app
+        .get(&format!("/files/tasks/{other_id}/output-files/{report_id}"))
+        .await;
+    assert_eq!(status, 404, "a file belongs to its task");
+
+    // /v1: the listing (skipped files with the reason) and the download, with the key.
+    let list: Value = app
+        .http
+        .get(app.url(&format!("/v1/tasks/{id}/files")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3, "{list}");
+    assert_eq!(items[0]["file_name"], "huge.txt");
+    assert_eq!(items[0]["size"], 20_000_000);
+    assert!(
+        items[0]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("per-file cap")
+    );
+    assert!(items[0]["download_url"].is_null());
+    assert_eq!(items[2]["file_name"], "report.md");
+    assert_eq!(items[2]["size"], 8);
+    let path = items[2]["download_url"].as_str().unwrap();
+    assert_eq!(path, format!("/v1/tasks/{id}/files/{report_id}"));
+    let response = app
+        .http
+        .get(app.url(path))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.bytes().await.unwrap().as_ref(), b"# Report");
+    let response = app.http.get(app.url(path)).send().await.unwrap();
+    assert_eq!(response.status(), 401, "the /v1 download needs the key");
+    let skipped = items[0]["id"].as_str().unwrap();
+    let response = app
+        .http
+        .get(app.url(&format!("/v1/tasks/{id}/files/{skipped}")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        404,
+        "a skipped file has nothing to download"
+    );
+    let other_key = store.create_api_key("other").await.unwrap();
+    let response = app
+        .http
+        .get(app.url(path))
+        .bearer_auth(secrecy::ExposeSecret::expose_secret(&other_key.key))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404, "another key's task is not found");
+
+    // Only the worker that holds the lease (or one whose task was stopped) may store files.
+    let (_, running) = app.post("/tasks", json!({"task": "queued"})).await;
+    let err = store
+        .save_output_files(
+            running["id"].as_str().unwrap().parse().unwrap(),
+            "worker-1",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, browserd_store::StoreError::LeaseLost(_)),
+        "{err}"
+    );
 }

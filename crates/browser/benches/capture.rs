@@ -5,6 +5,10 @@
 //! display/visibility/opacity, DOM rects, paint order; answer received, not decoded), and the
 //! ratio capture / bare snapshot. Captures and bare snapshots alternate so drift hits both.
 //!
+//! Then, per page, `highlight_elements`: the median time of drawing the boxes and indices onto
+//! the model's screenshot (JPEG 80 scaled to fit 1280×800: decode, draw, encode), the
+//! `highlight` line.
+//!
 //! `cargo bench -p browserd-browser` (env `BENCH_ROUNDS`, default 7; `BENCH_VIEWPORT=WxH`,
 //! default browser-use's 1920x1080, to compare viewports in one sitting).
 
@@ -15,7 +19,9 @@ mod http;
 
 use std::time::{Duration, Instant};
 
-use browserd_browser::{BrowserPool, CaptureOptions, PoolConfig, Viewport, bare_snapshot_params};
+use browserd_browser::{
+    BrowserPool, CaptureOptions, PoolConfig, ScreenshotFormat, Viewport, bare_snapshot_params,
+};
 
 use corpus::{PAGES, median, ms};
 
@@ -62,6 +68,7 @@ fn main() {
             "page", "first ms", "capture", "elements", "text len", "bare ms", "ratio"
         );
         let mut worst: f64 = 0.0;
+        let mut highlights = Vec::new();
         for page in PAGES {
             let session = pool.lease().await.expect("lease");
             session
@@ -123,9 +130,24 @@ fn main() {
                 median(ser),
                 median(probe),
             );
+            let lit = CaptureOptions {
+                screenshot: Some(ScreenshotFormat::Jpeg { quality: 80 }),
+                screenshot_max_size: Some((1280, 800)),
+                highlight_elements: true,
+                ..CaptureOptions::default()
+            };
+            let mut draws = Vec::new();
+            for _ in 0..rounds {
+                let state = session.capture(&lit).await.expect("capture");
+                draws.push(ms(state.timings.highlight));
+            }
+            highlights.push((page, median(draws)));
             session.release().await;
         }
         println!("worst ratio: {worst:.2} (target ≤ 1.5)");
+        for (page, draw) in &highlights {
+            println!("highlight {page:<38} {draw:>6.1} ms (JPEG 80, 1280 px wide: decode + draw + encode)");
+        }
         pool.shutdown().await;
     });
 }

@@ -797,7 +797,7 @@ pub(crate) async fn capture<S: SessionSource>(
     let (serialized, selector_map, metrics, tabs, mut timings, frame_sessions) = dom?;
     timings.total = started.elapsed();
 
-    let screenshot = match shot {
+    let mut screenshot = match shot {
         Some(Ok(s)) => Some(s),
         Some(Err(err)) => {
             tracing::warn!(error = %err, "screenshot failed");
@@ -805,6 +805,21 @@ pub(crate) async fn capture<S: SessionSource>(
         }
         None => None,
     };
+    if options.highlight_elements
+        && let Some(shot) = screenshot.take()
+    {
+        let drawing = Instant::now();
+        screenshot = Some(
+            crate::highlight::highlighted(
+                shot,
+                selector_map.clone(),
+                (viewport.width, viewport.height),
+            )
+            .await,
+        );
+        timings.highlight = drawing.elapsed();
+        timings.total = started.elapsed();
+    }
     Ok(CaptureOutput {
         dom_text: serialized.text,
         has_root: serialized.has_root,

@@ -18,6 +18,7 @@ pub mod cdp;
 mod dom;
 pub mod egress;
 pub mod error;
+pub mod highlight;
 mod interactive;
 pub mod live;
 mod paint_order;

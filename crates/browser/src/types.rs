@@ -79,6 +79,9 @@ pub struct CaptureOptions {
     pub max_iframe_depth: usize,
     /// Hide elements fully covered by opaque elements painted above them.
     pub paint_order_filtering: bool,
+    /// Draw the indexed elements' boxes and index labels onto the screenshot (browser-use's
+    /// `highlight_elements`; see [`crate::highlight`]).
+    pub highlight_elements: bool,
 }
 
 impl Default for CaptureOptions {
@@ -92,6 +95,7 @@ impl Default for CaptureOptions {
             max_iframes: 100,
             max_iframe_depth: 5,
             paint_order_filtering: true,
+            highlight_elements: false,
         }
     }
 }
@@ -249,6 +253,8 @@ pub struct CaptureTimings {
     /// When the click-listener probe finished, from the start of the capture (it runs
     /// concurrently with the snapshot, build and accessibility phases).
     pub listener_probe: Duration,
+    /// Drawing the highlights onto the screenshot (decode, draw, encode), when asked.
+    pub highlight: Duration,
 }
 
 /// What the agent sees of the focused tab.

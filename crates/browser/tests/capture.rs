@@ -463,3 +463,83 @@ fn assert_same_elements_as_browser_use(page: &str, golden: &str) {
         session.release().await;
     });
 }
+
+/// `highlight_elements`: the screenshot differs from the plain one exactly in the elements'
+/// outlines and index labels (lossless PNG, so pixels compare exactly), and each outline
+/// starts with a dash in the element's colour.
+#[test]
+fn highlight_elements_draws_boxes_and_indices() {
+    use browserd_browser::highlight::{self, COLOR_BUTTON, COLOR_INPUT, COLOR_LINK, COLOR_SELECT};
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "highlight.html").await;
+        let png = |highlight_elements| CaptureOptions {
+            screenshot: Some(ScreenshotFormat::Png),
+            highlight_elements,
+            ..Default::default()
+        };
+        let plain = session.capture(&png(false)).await.unwrap();
+        let lit = session.capture(&png(true)).await.unwrap();
+        assert!(lit.timings.highlight > std::time::Duration::ZERO);
+        let decode = |state: &PageState| {
+            image::load_from_memory_with_format(
+                &state.screenshot.as_ref().expect("a screenshot").data,
+                image::ImageFormat::Png,
+            )
+            .unwrap()
+            .into_rgb8()
+        };
+        let (a, b) = (decode(&plain), decode(&lit));
+        assert_eq!(a.dimensions(), (1920, 1080));
+        assert_eq!(b.dimensions(), a.dimensions());
+        let drawn = highlight::layout(&lit.selector_map, b.dimensions(), (1920, 1080));
+        let color_of = |id: &str| {
+            let index = element_by_id(&lit, id).expect(id).index;
+            drawn.iter().find(|d| d.index == index).expect(id).color
+        };
+        assert_eq!(color_of("big"), COLOR_BUTTON);
+        assert_eq!(color_of("link"), COLOR_LINK);
+        assert_eq!(color_of("field"), COLOR_INPUT);
+        assert_eq!(color_of("choice"), COLOR_SELECT);
+        for d in &drawn {
+            let (x, y) = (d.outline.x1 as u32, d.outline.y1 as u32);
+            assert_eq!(b.get_pixel(x, y).0, d.color, "box edge of [{}]", d.index);
+            assert_eq!(
+                b.get_pixel(x + 1, y + 1).0,
+                d.color,
+                "box edge of [{}]",
+                d.index
+            );
+        }
+        let mut changed = 0;
+        for (x, y, pixel) in b.enumerate_pixels() {
+            if a.get_pixel(x, y) != pixel {
+                changed += 1;
+                let (x, y) = (i64::from(x), i64::from(y));
+                assert!(
+                    drawn
+                        .iter()
+                        .any(|d| d.outline.contains(x, y) || d.label.contains(x, y)),
+                    "({x}, {y}) changed outside every box and label"
+                );
+            }
+        }
+        assert!(changed > 500, "{changed} pixels changed");
+        // The big button's index label sits inside its box, top centre, white digits on red.
+        let big = drawn
+            .iter()
+            .find(|d| d.color == COLOR_BUTTON)
+            .expect("the button");
+        assert!(big.label.y1 >= big.outline.y1 && big.label.y2 <= big.outline.y2);
+        assert_eq!(
+            b.get_pixel(big.label.x1 as u32, big.label.y1 as u32).0,
+            [255, 255, 255]
+        );
+        assert_eq!(
+            b.get_pixel(big.label.x1 as u32 + 3, big.label.y1 as u32 + 3)
+                .0,
+            COLOR_BUTTON
+        );
+        session.release().await;
+    });
+}

@@ -70,7 +70,20 @@ enum Command {
         worker: worker::WorkerArgs,
     },
     /// Run the HTTP/WebSocket api only (no browser).
-    Api(ServeArgs),
+    Api {
+        #[command(flatten)]
+        api: ServeArgs,
+        /// Accept webhooks that target loopback (127.0.0.0/8, ::1, localhost); the workers'
+        /// flag of the same name decides delivery. Every other private, link-local and
+        /// metadata address is refused. The variable takes `1`/`0`, `true`/`false`, …
+        #[arg(
+            long,
+            env = "BROWSERD_ALLOW_LOOPBACK",
+            action = clap::ArgAction::SetTrue,
+            value_parser = clap::builder::BoolishValueParser::new()
+        )]
+        allow_loopback: bool,
+    },
     /// Run a worker only: claim queued tasks and run them.
     Worker {
         #[command(flatten)]
@@ -203,7 +216,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let telemetry = telemetry::init(cli.log_format, cli.command.role())?;
     if matches!(
         cli.command,
-        Command::Serve { .. } | Command::Api(_) | Command::Worker { .. }
+        Command::Serve { .. } | Command::Api { .. } | Command::Worker { .. }
     ) {
         telemetry::init_metrics();
     }
@@ -240,7 +253,7 @@ impl Command {
     fn role(&self) -> &'static str {
         match self {
             Command::Serve { .. } => "serve",
-            Command::Api(_) => "api",
+            Command::Api { .. } => "api",
             Command::Worker { .. } => "worker",
             Command::Migrate => "migrate",
             Command::Run(_) => "run",
@@ -255,8 +268,14 @@ impl Command {
 async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
     match command {
         Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) | Command::Mcp(_) => Ok(()),
-        Command::Serve { api, worker } => serve(cli, api, Some(worker), tracing).await,
-        Command::Api(args) => serve(cli, args, None, tracing).await,
+        Command::Serve { api, worker } => {
+            let allow_loopback = worker.allow_loopback();
+            serve(cli, api, Some(worker), allow_loopback, tracing).await
+        }
+        Command::Api {
+            api,
+            allow_loopback,
+        } => serve(cli, api, None, *allow_loopback, tracing).await,
         Command::Worker {
             worker,
             db_max_connections,
@@ -363,6 +382,7 @@ async fn serve(
     cli: &Cli,
     args: &ServeArgs,
     worker_args: Option<&worker::WorkerArgs>,
+    allow_loopback: bool,
     tracing: bool,
 ) -> anyhow::Result<()> {
     let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
@@ -420,6 +440,7 @@ async fn serve(
             max_websockets_per_key: (args.max_websockets_per_key > 0)
                 .then_some(args.max_websockets_per_key),
             ws_max_message_bytes: args.ws_max_message_bytes,
+            webhook_allow_loopback: allow_loopback,
         },
         shutdown.clone(),
     );

@@ -296,6 +296,7 @@ fn task_spec(new: &NewTask) -> TaskSpec {
     spec.metadata = new.metadata.clone();
     spec.viewport = new.viewport.and_then(browserd_worker::browser_viewport);
     spec.proxy = new.proxy.clone();
+    spec.highlight_elements = new.highlight_elements;
     spec.settle_timeout = new
         .settle_timeout_ms
         .and_then(|ms| u64::try_from(ms).ok())
@@ -325,6 +326,7 @@ fn new_view(id: TaskId, new: &NewTask) -> TaskView {
         viewport: new.viewport,
         settle_timeout_ms: new.settle_timeout_ms.map(i64::from),
         proxy: new.proxy.clone(),
+        highlight_elements: new.highlight_elements,
         usage: None,
         queue_position: None,
         attempts: 1,

@@ -113,6 +113,9 @@ fn create_body(args: &TaskArgs) -> anyhow::Result<Value> {
     if !args.prohibited_domains.is_empty() {
         body["prohibited_domains"] = json!(args.prohibited_domains);
     }
+    if args.highlight_elements {
+        body["highlight_elements"] = json!(true);
+    }
     if let Some(schema) = args.output_schema()? {
         body["output_schema"] = schema;
     }

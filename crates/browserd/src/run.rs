@@ -55,6 +55,11 @@ pub struct TaskArgs {
     /// These domains may never be requested (repeatable; ignored when --allowed-domain is set).
     #[arg(long = "prohibited-domain")]
     pub prohibited_domains: Vec<String>,
+
+    /// Draw the interactive elements' boxes and indices onto each step's screenshot
+    /// (browser-use's `highlight_elements`).
+    #[arg(long)]
+    pub highlight_elements: bool,
 }
 
 impl TaskArgs {
@@ -275,6 +280,7 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
     spec.viewport = args.viewport;
     spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
     spec.output_schema = args.task.output_schema()?;
+    spec.highlight_elements = args.task.highlight_elements;
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
 }

@@ -130,8 +130,8 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
     chrome_args: String,
 
-    /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost): local sites and tests. Every
-    /// other private, link-local and metadata address stays blocked. The variable takes
+    /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost) and webhooks target it: local
+    /// sites and tests. Every other private, link-local and metadata address stays blocked. The variable takes
     /// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
     #[arg(
         long,
@@ -200,6 +200,11 @@ fn parse_metrics_addr(value: &str) -> Result<MetricsAddr, String> {
 }
 
 impl WorkerArgs {
+    /// `--allow-loopback`: tasks may browse loopback and webhooks may target it.
+    pub fn allow_loopback(&self) -> bool {
+        self.allow_loopback
+    }
+
     /// Postgres connections of the worker's pool: what the operator set, and at least one per
     /// running task plus two (heartbeats, claims, the reaper).
     pub fn db_connections(&self, configured: u32) -> u32 {

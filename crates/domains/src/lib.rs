@@ -33,7 +33,11 @@
 //! (browser-use's precedence: a non-empty allow list alone decides, otherwise the prohibit list
 //! blocks). [`conformance::CASES`] is the table every user of this crate runs through its own
 //! entry point.
+//!
+//! [`addr`] classifies IP addresses (private, loopback, link-local, metadata, …) for the
+//! browser's egress policy and for webhook targets.
 
+pub mod addr;
 pub mod conformance;
 mod glob;
 mod pattern;

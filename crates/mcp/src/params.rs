@@ -21,9 +21,9 @@ pub struct RunTaskParams {
     /// Name of a configured model; the server's default model when omitted.
     #[serde(default)]
     pub model: Option<String>,
-    /// Step budget, 1–500 (default 100).
+    /// Step budget, 1–10 000 (default 100).
     #[serde(default)]
-    #[schemars(range(min = 1, max = 500))]
+    #[schemars(range(min = 1, max = 10000))]
     pub max_steps: Option<i64>,
     /// Only these domains may be visited (patterns like `example.com`, `*.example.com`).
     #[serde(default)]
@@ -75,6 +75,7 @@ impl RunTaskParams {
             viewport: None,
             settle_timeout_ms: None,
             proxy: None,
+            highlight_elements: None,
         }
     }
 }

@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod hub;
 mod live;
+mod output_files;
 mod queue;
 mod replays;
 mod sealed;
@@ -35,6 +36,10 @@ pub use hub::{
     EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription,
 };
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
+pub use output_files::{
+    NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
+    OutputFile, OutputFileRecord,
+};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};

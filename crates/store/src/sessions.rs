@@ -472,7 +472,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy
+                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
              from tasks
              where api_key_id = $1
                and ($2::uuid is null or session_id = $2)

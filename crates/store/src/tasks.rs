@@ -39,6 +39,8 @@ pub struct NewTask {
     pub settle_timeout_ms: Option<i32>,
     /// Name of the operator's upstream proxy; `None` = none.
     pub proxy: Option<String>,
+    /// Highlighted step screenshots (browser-use's `highlight_elements`).
+    pub highlight_elements: bool,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
     /// Set for a replay task: the worker replays the source's recorded actions instead of
@@ -96,6 +98,8 @@ pub struct TaskRecord {
     pub settle_timeout_ms: Option<i32>,
     /// Name of the operator's upstream proxy; `None` = none.
     pub proxy: Option<String>,
+    /// Highlighted step screenshots (browser-use's `highlight_elements`).
+    pub highlight_elements: bool,
     /// browser-use's `UsageSummary` of the run so far.
     pub usage: Option<serde_json::Value>,
     /// URL at the start of the latest step (where a resumed run goes back to).
@@ -124,6 +128,7 @@ impl From<TaskRecord> for TaskView {
             viewport: t.viewport,
             settle_timeout_ms: t.settle_timeout_ms.map(i64::from),
             proxy: t.proxy,
+            highlight_elements: t.highlight_elements,
             usage: t.usage,
             queue_position: None,
             attempts: t.attempts,
@@ -174,6 +179,7 @@ pub(crate) struct TaskRow {
     pub(crate) viewport_height: Option<i32>,
     pub(crate) settle_timeout_ms: Option<i32>,
     pub(crate) proxy: Option<String>,
+    pub(crate) highlight_elements: bool,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
@@ -218,6 +224,7 @@ impl TryFrom<TaskRow> for TaskRecord {
             },
             settle_timeout_ms: row.settle_timeout_ms,
             proxy: row.proxy,
+            highlight_elements: row.highlight_elements,
             usage: row.usage,
             last_url: row.last_url,
         })
@@ -327,15 +334,15 @@ impl Store {
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, secrets_sealed,
                  max_tokens, max_cost_usd, viewport_width, viewport_height, settle_timeout_ms,
-                 proxy)
+                 proxy, highlight_elements)
              values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                 $18, $19, $20, $21)
+                 $18, $19, $20, $21, $22)
              returning id, api_key_id, status, task, start_url, max_steps, model,
                  allowed_domains, prohibited_domains, output_schema, use_vision,
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy",
+                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements",
             id.0,
             owner.0,
             new.task,
@@ -357,6 +364,7 @@ impl Store {
             viewport_height,
             new.settle_timeout_ms,
             new.proxy,
+            new.highlight_elements,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -405,7 +413,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy
+                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
              from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
             id.0,
             owner.map(|o| o.0),
@@ -431,7 +439,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy
+                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
              from tasks
              where api_key_id = $1
                and ($2::text is null or status = $2)
@@ -533,7 +541,7 @@ impl Store {
                  max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
                  error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
                  updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy",
+                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements",
             id.0,
             owner.map(|o| o.0),
             target_if_new.as_str(),

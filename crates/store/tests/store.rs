@@ -37,6 +37,7 @@ fn new_task(text: &str) -> NewTask {
         viewport: None,
         settle_timeout_ms: None,
         proxy: None,
+        highlight_elements: false,
         trace_context: None,
         replay: None,
     }

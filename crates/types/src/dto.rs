@@ -17,7 +17,8 @@ use crate::{TaskId, TaskStatus};
 pub mod limits {
     pub const TASK_MAX_CHARS: usize = 20_000;
     pub const MAX_STEPS_DEFAULT: i64 = 100;
-    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = 1..=500;
+    /// browser-use cloud's `maxSteps` range (1–10 000), on `/v1` and `/api/v2` alike.
+    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000;
     pub const MAX_ACTIONS_PER_STEP_DEFAULT: i64 = 5;
     pub const MAX_ACTIONS_PER_STEP_RANGE: std::ops::RangeInclusive<i64> = 1..=20;
     pub const MAX_FAILURES_DEFAULT: i64 = 5;
@@ -157,9 +158,9 @@ pub struct CreateTaskRequest {
     /// An http(s) URL the browser opens before the first step.
     #[serde(default)]
     pub start_url: Option<String>,
-    /// Step budget, 1–500 (default 100).
+    /// Step budget, 1–10 000 (default 100).
     #[serde(default)]
-    #[schema(minimum = 1, maximum = 500, default = 100)]
+    #[schema(minimum = 1, maximum = 10000, default = 100)]
     pub max_steps: Option<i64>,
     /// Name of a configured model; the server's default model when omitted.
     #[serde(default)]
@@ -222,6 +223,11 @@ pub struct CreateTaskRequest {
     /// Clients name a proxy, never send its URL or credentials.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// Draw the interactive elements' boxes and index numbers onto each step's screenshot
+    /// (the one the model gets and the stored one), as browser-use's `highlight_elements`.
+    /// Default false.
+    #[serde(default)]
+    pub highlight_elements: Option<bool>,
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -369,6 +375,8 @@ pub struct TaskView {
     pub settle_timeout_ms: Option<i64>,
     /// The upstream proxy the task routes through, by name; `null` = none.
     pub proxy: Option<String>,
+    /// Step screenshots carry the elements' boxes and indices.
+    pub highlight_elements: bool,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]
@@ -435,6 +443,30 @@ pub struct StepView {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct StepList {
     pub items: Vec<StepView>,
+}
+
+/// A file the agent left in its workspace when the task ended (`write_file` / `replace_file`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutputFileView {
+    pub id: uuid::Uuid,
+    pub file_name: String,
+    pub content_type: String,
+    /// Bytes (after secret values were replaced by their placeholders).
+    pub size: i64,
+    /// Why the content was not stored (over the 10 MiB per-file or 50 MiB per-task cap);
+    /// `null` when it can be downloaded.
+    pub skipped: Option<String>,
+    /// Path of the download (`null` when skipped).
+    pub download_url: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: OffsetDateTime,
+}
+
+/// A task's output files, by name.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct OutputFileList {
+    pub items: Vec<OutputFileView>,
 }
 
 /// Every error response: `{"error":{"code":...,"message":...}}`.

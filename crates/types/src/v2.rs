@@ -14,8 +14,8 @@ use crate::TaskStatus;
 
 /// Limits of the v2 create request (the cloud's, where browserd can honour them).
 pub mod limits {
-    /// `maxSteps` range of the v2 spec; browserd's own cap still applies (`dto::limits`).
-    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = 1..=10_000;
+    /// `maxSteps` range of the v2 spec: the same as `/v1`'s `max_steps`.
+    pub const MAX_STEPS_RANGE: std::ops::RangeInclusive<i64> = crate::dto::limits::MAX_STEPS_RANGE;
     pub const SYSTEM_PROMPT_EXTENSION_MAX_CHARS: usize = 10_000;
     pub const METADATA_MAX_PAIRS: usize = 10;
     pub const PAGE_SIZE_DEFAULT: i64 = 10;
@@ -290,6 +290,16 @@ pub struct SessionView {
 }
 
 /// `GET /api/v2/tasks/{id}/logs`.
+/// `GET /files/tasks/{task_id}/output-files/{file_id}`: where to download one output file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskOutputFileResponse {
+    pub id: Uuid,
+    pub file_name: String,
+    /// A signed link valid for a short time; it needs no key (as the cloud's presigned URL).
+    pub download_url: String,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LogsResponse {

@@ -179,7 +179,25 @@ impl AgentBrowser for SessionBrowser {
                 .viewport_screenshot(self.screenshot_format, self.screenshot_max_size),
         )
         .await?;
-        Ok(Some(shot))
+        if !self.capture.highlight_elements {
+            return Ok(Some(shot));
+        }
+        // The history's screenshot of a step whose model got no image: highlighted with the
+        // step's capture, taken just before.
+        let elements = self
+            .last_elements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let viewport = self.session.emulated_viewport();
+        Ok(Some(
+            browserd_browser::highlight::highlighted(
+                shot,
+                elements,
+                (viewport.width, viewport.height),
+            )
+            .await,
+        ))
     }
 
     fn action_specs(&self) -> Vec<ActionSpec> {

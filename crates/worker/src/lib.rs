@@ -17,6 +17,7 @@
 mod adapter;
 mod browser_state;
 mod live;
+mod output_files;
 mod runner;
 mod service;
 mod sink;
@@ -27,6 +28,7 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
+pub use output_files::{collect_output_files, content_type_of};
 pub use runner::{
     LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
     RunnerSettings, TaskRunner, TaskSpec, browser_viewport, parse_viewport, secret_values,

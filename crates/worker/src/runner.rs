@@ -76,6 +76,9 @@ pub struct TaskSpec {
     /// Name of the operator's upstream proxy that carries the task's traffic after the
     /// egress checks (`None`: direct from the egress proxy).
     pub proxy: Option<String>,
+    /// browser-use's `highlight_elements`: the step screenshots (the model's and the stored
+    /// ones) show the indexed elements' boxes and indices.
+    pub highlight_elements: bool,
 }
 
 impl TaskSpec {
@@ -106,6 +109,7 @@ impl TaskSpec {
             browser_state: None,
             save_browser_state: false,
             proxy: None,
+            highlight_elements: false,
         }
     }
 
@@ -411,6 +415,10 @@ impl TaskRunner {
             session,
             SessionBrowserOptions {
                 sensitive_values: secret_values(&spec.secrets),
+                capture: browserd_browser::CaptureOptions {
+                    highlight_elements: spec.highlight_elements,
+                    ..browserd_browser::CaptureOptions::default()
+                },
                 ..SessionBrowserOptions::default()
             },
         ));

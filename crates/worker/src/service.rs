@@ -264,6 +264,7 @@ pub fn task_spec(
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
     spec.proxy = record.proxy.clone();
+    spec.highlight_elements = record.highlight_elements;
     spec
 }
 
@@ -435,6 +436,8 @@ impl TaskJob {
             .in_current_span(),
         ));
         let workspace_dir = self.config.workspace_root.join(id.to_string());
+        // Output files are redacted with the task's secrets when the task ends.
+        let output_secrets = browserd_agent::secrets::Secrets::new(&spec.secrets);
         let (live_view, live_follower) = match self.config.live_view {
             Some(settings) => {
                 let (link, follow) =
@@ -540,6 +543,17 @@ impl TaskJob {
         };
         if let Some(reason) = sink.abandoned() {
             tracing::info!(%reason, "task given up by this worker");
+            // Stopped from outside (the stop ended the lease, so the agent's next write was
+            // refused): its files are what the workspace holds now.
+            if let Ok(Some(task)) = self.store.get_task(None, id).await
+                && task.status == TaskStatus::Stopped
+                && task.lease_owner.is_none()
+            {
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
+                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir))
+                    .await;
+            }
             return;
         }
         match result {
@@ -554,11 +568,16 @@ impl TaskJob {
                 return;
             }
             Err(err) => {
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
                 self.end(id, Transition::Fail, None, None, Some(err.to_string()))
                     .await;
             }
             Ok(outcome) => {
                 crate::telemetry::run_finished(&outcome.history);
+                // Before the end, so a client that sees the task ended finds its files.
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
                 // Saved before the task ends, so a task created in the session as soon as
                 // this one reads as ended finds its cookies and tabs.
                 if let Some(session) = &session
@@ -604,6 +623,40 @@ impl TaskJob {
             tracing::warn!(%err, "could not stop the task's one-off session");
         }
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
+    }
+
+    /// Stores what the agent left in the workspace as the task's output files
+    /// (`crate::output_files`); failures are logged, never the task's.
+    async fn save_output_files(
+        &self,
+        id: TaskId,
+        workspace_dir: &std::path::Path,
+        secrets: browserd_agent::secrets::Secrets,
+    ) {
+        let dir = workspace_dir.to_path_buf();
+        let files = match tokio::task::spawn_blocking(move || {
+            crate::output_files::collect_output_files(&dir, &secrets)
+        })
+        .await
+        {
+            Ok(files) => files,
+            Err(err) => {
+                tracing::warn!(%err, "could not read the task's output files");
+                return;
+            }
+        };
+        if files.is_empty() {
+            return;
+        }
+        let skipped = files.iter().filter(|f| f.content.is_err()).count();
+        match self
+            .store
+            .save_output_files(id, &self.config.id, &files)
+            .await
+        {
+            Ok(()) => tracing::info!(files = files.len(), skipped, "output files stored"),
+            Err(err) => tracing::warn!(%err, "could not store the task's output files"),
+        }
     }
 
     /// The persisted steps of an earlier attempt, when there are any.
@@ -838,6 +891,7 @@ mod tests {
             }),
             settle_timeout_ms: Some(750),
             proxy: Some("corp".to_owned()),
+            highlight_elements: true,
             usage: None,
             last_url: None,
         };
@@ -847,6 +901,7 @@ mod tests {
         assert_eq!(spec.start_url.as_deref(), Some("https://shop.example.com/"));
         assert_eq!(spec.model.as_deref(), Some("gpt"));
         assert_eq!(spec.proxy.as_deref(), Some("corp"));
+        assert!(spec.highlight_elements);
         assert_eq!(spec.allowed_domains, ["*.example.com"]);
         assert_eq!(spec.prohibited_domains, ["ads.example.com"]);
         assert_eq!(spec.output_schema, Some(json!({"type": "object"})));

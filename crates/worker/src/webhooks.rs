@@ -6,15 +6,16 @@
 //! `X-Browser-Use-Signature` = hex HMAC-SHA256(secret, "{timestamp}.{body}") where the body is
 //! the event as Python's `json.dumps(event, separators=(",", ":"), sort_keys=True)` writes it
 //! (the exact bytes sent). Targets go through the browser's address rules
-//! (`browserd_browser::egress::classify`): private, link-local, metadata and reserved
+//! (`browserd_domains::addr::first_refused`, as the api at registration): private,
+//! link-local, metadata and reserved
 //! addresses are refused, loopback only when the operator allows it; the checked address is
 //! the one connected to (no second DNS lookup), and redirects are not followed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use browserd_browser::egress::addr::first_refused;
 use browserd_browser::egress::resolve::HostResolver;
-use browserd_browser::egress::{AddressRange, classify};
 use browserd_store::{ClaimedDelivery, DeliveryOutcome, Store};
 use hmac::{Hmac, Mac};
 use serde_json::Value;
@@ -254,13 +255,8 @@ async fn target_address(
         }
         None => return Err(Target::Refused("the URL has no host".into())),
     };
-    let allowed = |ip: &IpAddr| match classify(*ip) {
-        None => Ok(()),
-        Some(AddressRange::Loopback) if allow_loopback => Ok(()),
-        Some(range) => Err(range),
-    };
     // Every address must pass: a name resolving to one private address is refused.
-    if let Some(range) = addresses.iter().find_map(|ip| allowed(ip).err()) {
+    if let Some(range) = first_refused(&addresses, allow_loopback) {
         return Err(Target::Refused(format!(
             "webhook target is {}, which is not allowed",
             range.describe()

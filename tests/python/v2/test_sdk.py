@@ -117,12 +117,23 @@ def stop_running():
     while client.tasks.status(str(created.id)).status.value != "started":
         assert time.monotonic() < deadline, "task never started"
         time.sleep(0.2)
+    # One step done: the agent has written progress.txt (and keeps waiting).
+    while not client.tasks.get(str(created.id)).steps:
+        assert time.monotonic() < deadline, "no step finished"
+        time.sleep(0.2)
     stopped = client.tasks.stop(str(created.id))
     assert stopped.status.value == "stopped", stopped.status
     again = client.tasks.stop(str(created.id))
     assert again.status.value == "stopped"
     final = client.tasks.wait(str(created.id), timeout=60, interval=0.5)
     assert final.status.value == "stopped"
+    # What the workspace held when the agent stopped is kept (stored right after the stop).
+    deadline = time.monotonic() + 60
+    while not final.output_files:
+        assert time.monotonic() < deadline, "the stopped task's files never appeared"
+        time.sleep(0.2)
+        final = client.tasks.get(str(created.id))
+    assert [f.file_name for f in final.output_files] == ["progress.txt"], final.output_files
     ok("tasks.stop")
 
 
@@ -184,6 +195,48 @@ def errors():
     ok("401, 404, 422, 501 as BrowserUseError")
 
 
+def output_files():
+    import httpx
+
+    created = client.tasks.create(
+        "Write the report",
+        start_url=f"{SITE}/v2/report",
+        max_steps=5,
+        secrets={"token": "s3cr3t-value-42"},
+    )
+    task = client.tasks.wait(str(created.id), timeout=120, interval=0.5)
+    assert task.status.value == "finished", task
+    assert task.output == "report written", task.output
+    files = {f.file_name: f for f in task.output_files}
+    assert sorted(files) == ["data.csv", "report.md"], task.output_files
+    got = client.files.task_output(str(created.id), str(files["report.md"].id))
+    assert got.id == files["report.md"].id and got.file_name == "report.md", got
+    # The link is signed: a plain GET without the key downloads it (as the cloud's presigned URL).
+    report = httpx.get(got.download_url)
+    assert report.status_code == 200, report.text
+    assert report.headers["content-type"] == "text/markdown; charset=utf-8", report.headers
+    assert report.headers["content-disposition"] == 'attachment; filename="report.md"'
+    assert report.text == "# Report\nThe token is <secret>token</secret>.", report.text
+    data = httpx.get(client.files.task_output(str(created.id), str(files["data.csv"].id)).download_url)
+    assert data.status_code == 200 and data.text == "name,price\nWidget,42\n", data.text
+    assert data.headers["content-type"] == "text/csv; charset=utf-8"
+    tampered = httpx.get(got.download_url.replace("signature=", "signature=00"))
+    assert tampered.status_code == 403, tampered.text
+    err = expect_error(404, lambda: client.files.task_output(str(created.id), str(uuid.uuid4())))
+    assert err.message == "Output file not found", err.message
+    other = client.run("Read the page and report", start_url=f"{SITE}/v2/plain", max_steps=5)
+    assert other.task.output_files == [], other.task.output_files
+    expect_error(
+        404, lambda: client.files.task_output(str(other.task.id), str(files["report.md"].id))
+    )
+    v1 = httpx.get(
+        BASE.replace("/api/v2", f"/v1/tasks/{created.id}/files"),
+        headers={"Authorization": f"Bearer {KEY}"},
+    ).json()
+    assert [f["file_name"] for f in v1["items"]] == ["data.csv", "report.md"], v1
+    ok("output files")
+
+
 def v1_and_v2_share_tasks(first):
     import httpx
 
@@ -203,6 +256,7 @@ def main():
     v1_and_v2_share_tasks(first)
     structured_output()
     session_reuse()
+    output_files()
     stop_running()
     print("all ok", flush=True)
 

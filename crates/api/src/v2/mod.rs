@@ -30,7 +30,13 @@ pub(crate) const API_KEY_HEADER: &str = "x-browser-use-api-key";
 
 /// The `/api/v2` routes (to be nested under `/api/v2`).
 pub(crate) fn router(state: AppState) -> Router<AppState> {
-    Router::new()
+    // Signed download links of output files: no key (the link is the credential, like the
+    // cloud's presigned URLs).
+    let public = Router::new().route(
+        "/files/output-files/{file_id}/content",
+        get(crate::output_files::signed_download),
+    );
+    let keyed = Router::new()
         .route("/tasks", post(tasks::create_task).get(tasks::list_tasks))
         .route(
             "/tasks/{task_id}",
@@ -57,8 +63,8 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
                 .patch(sessions::update_session)
                 .delete(sessions::delete_session),
         )
-        .route_layer(middleware::from_fn_with_state(state, require_key))
-        .fallback(not_implemented)
+        .route_layer(middleware::from_fn_with_state(state, require_key));
+    public.merge(keyed).fallback(not_implemented)
 }
 
 /// Everything of the cloud API browserd does not serve (profiles, browsers, skills,

@@ -12,8 +12,9 @@ use browserd_store::{
 };
 use browserd_types::dto::{self, ViewportSize};
 use browserd_types::v2::{
-    CreateTaskRequest, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
-    TaskStatusView, TaskStepView, TaskView, UpdateRequest, V2TaskStatus, cost_string, limits,
+    CreateTaskRequest, FileView, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
+    TaskOutputFileResponse, TaskStatusView, TaskStepView, TaskView, UpdateRequest, V2TaskStatus,
+    cost_string, limits,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 use serde_json::{Value, json};
@@ -165,6 +166,7 @@ pub(crate) async fn create_task(
         viewport,
         settle_timeout_ms: None,
         proxy: None,
+        highlight_elements: request.highlight_elements,
     };
     let new_task = validate_create_task(v1, &state.models)?;
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
@@ -471,16 +473,28 @@ pub(crate) async fn step_screenshot(
         .map_err(|err| V2Error::Internal(err.to_string()))
 }
 
-/// `GET /files/tasks/{id}/output-files/{file}`: browserd keeps no output files yet (the
-/// task's `outputFiles` is always empty), so any file is not found.
+/// `GET /files/tasks/{id}/output-files/{file}`: `{id, fileName, downloadUrl}`, where
+/// `downloadUrl` is a signed link valid for an hour that needs no key
+/// (`crate::output_files`); 404 `Output file not found` (also for a file whose content was
+/// skipped).
 pub(crate) async fn output_file(
     State(state): State<AppState>,
     caller: Caller,
+    headers: HeaderMap,
     V2Path((task_id, file_id)): V2Path<(String, String)>,
-) -> Result<Response, V2Error> {
-    owned(&state, &caller, &task_id).await?;
-    path_uuid("file_id", &file_id)?;
-    Err(V2Error::not_found("Output file"))
+) -> Result<Json<TaskOutputFileResponse>, V2Error> {
+    let task = owned(&state, &caller, &task_id).await?;
+    let file_id = path_uuid("file_id", &file_id)?;
+    let file = state
+        .store
+        .output_file(Some(task.record.id), file_id)
+        .await?
+        .ok_or_else(|| V2Error::not_found("Output file"))?;
+    Ok(Json(TaskOutputFileResponse {
+        id: file.record.id,
+        download_url: crate::output_files::download_url(&headers, &file),
+        file_name: file.record.file_name,
+    }))
 }
 
 /// The listing shape of a task.
@@ -579,9 +593,22 @@ async fn task_view(
             duration: Some((step.finished_at - start).as_seconds_f64().max(0.0)),
         });
     }
+    // Files whose content was skipped (over the caps) are listed on /v1 only: v2 clients
+    // download every file they see.
+    let output_files = state
+        .store
+        .list_output_files(id)
+        .await?
+        .into_iter()
+        .filter(|file| file.skipped.is_none())
+        .map(|file| FileView {
+            id: file.id,
+            file_name: file.file_name,
+        })
+        .collect();
     Ok(TaskView {
         item: item_view(task),
         steps,
-        output_files: Vec::new(),
+        output_files,
     })
 }

@@ -26,7 +26,7 @@
 //! error without a round trip), and turn both `drain_blocked()`s into action errors after each
 //! action.
 
-pub mod addr;
+pub use browserd_domains::addr;
 pub mod guard;
 mod link;
 pub mod policy;

@@ -1,4 +1,5 @@
-//! Classification of IP addresses the browser must not reach by default.
+//! Classification of IP addresses the browser must not reach by default — also the rule for
+//! webhook targets, at registration (api) and at delivery (worker): one table for every path.
 //!
 //! Every address is sorted into at most one [`AddressRange`]. IPv6 forms that carry an IPv4
 //! address (IPv4-mapped, SIIT-translated, NAT64 well-known prefix, 6to4) are classified by the
@@ -11,9 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AddressRange {
-    /// 127.0.0.0/8, ::1. The only range that [`EgressSettings::allow_loopback`] opens.
-    ///
-    /// [`EgressSettings::allow_loopback`]: super::EgressSettings::allow_loopback
+    /// 127.0.0.0/8, ::1. The only range that the operator's `--allow-loopback` opens (the
+    /// browser's `EgressSettings::allow_loopback`, and webhook targets).
     Loopback,
     /// Cloud instance metadata endpoints (169.254.169.254, fd00:ec2::254, 100.100.100.200,
     /// 192.0.0.192, 168.63.129.16 and the like).
@@ -238,12 +238,43 @@ pub fn classify(ip: IpAddr) -> Option<AddressRange> {
     }
 }
 
+/// The range of the first of `addresses` (the answers of one host's lookup) that may not be
+/// reached, loopback counting only when `allow_loopback` is off. Every address must pass: a
+/// name that resolves to one private address is refused. Webhook targets use this at
+/// registration and at every delivery.
+pub fn first_refused(addresses: &[IpAddr], allow_loopback: bool) -> Option<AddressRange> {
+    addresses.iter().find_map(|ip| match classify(*ip) {
+        Some(AddressRange::Loopback) if allow_loopback => None,
+        range => range,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn c(s: &str) -> Option<AddressRange> {
         classify(s.parse().expect("test address parses"))
+    }
+
+    #[test]
+    fn first_refused_checks_every_address() {
+        let ips =
+            |list: &[&str]| -> Vec<IpAddr> { list.iter().map(|s| s.parse().unwrap()).collect() };
+        assert_eq!(first_refused(&ips(&["1.1.1.1", "8.8.8.8"]), false), None);
+        assert_eq!(
+            first_refused(&ips(&["1.1.1.1", "169.254.169.254"]), true),
+            Some(AddressRange::CloudMetadata)
+        );
+        assert_eq!(
+            first_refused(&ips(&["127.0.0.1"]), false),
+            Some(AddressRange::Loopback)
+        );
+        assert_eq!(first_refused(&ips(&["127.0.0.1", "::1"]), true), None);
+        assert_eq!(
+            first_refused(&ips(&["::1", "10.0.0.1"]), true),
+            Some(AddressRange::Private)
+        );
     }
 
     #[test]
