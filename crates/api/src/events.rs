@@ -45,11 +45,11 @@ use crate::{AppState, WS_TICKET_TTL};
 /// Events read from the database per query while catching up.
 const BATCH: i64 = 200;
 /// A client that does not accept a frame within this time is disconnected.
-pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keep-alive ping interval.
 pub(crate) const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// Close code 1009: a client message was larger than allowed.
-pub(crate) const MESSAGE_TOO_BIG: u16 = 1009;
+const MESSAGE_TOO_BIG: u16 = 1009;
 
 /// Open event WebSockets per key in this process.
 #[derive(Clone, Default)]
@@ -199,26 +199,11 @@ pub async fn task_events(
     query.only(&["after_seq", "ticket"])?;
     let after_seq = query.int_in("after_seq", 0..=i64::MAX)?.unwrap_or(0);
     owned_task(&state, &caller, id).await?;
-    let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
-        code: "websocket_upgrade_required",
-        message: format!(
-            "this endpoint needs a WebSocket upgrade: {}",
-            rejection.body_text()
-        ),
-    })?;
-    let slot = state
-        .edge
-        .websockets
-        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
-    let max_message = state.edge.ws_max_message_bytes;
-    let upgrade = upgrade
-        .protocols([BEARER_SUBPROTOCOL])
-        .max_message_size(max_message)
-        .max_frame_size(max_message);
+    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_websocket_subscribers").increment(1.0);
-        let outcome = stream_events(socket, &state, id, key_id, after_seq).await;
+        let outcome = stream_events(ClientSocket(socket), &state, id, key_id, after_seq).await;
         drop(slot);
         metrics::gauge!("browserd_websocket_subscribers").decrement(1.0);
         match outcome {
@@ -238,6 +223,81 @@ pub(crate) enum StreamError {
     MessageTooBig,
 }
 
+/// A task WebSocket's upgrade under the edge's rules: a precise 400 for a plain request, the
+/// per-key cap of open sockets (the slot frees its place on drop), the `bearer` subprotocol
+/// answered, client messages capped.
+pub(crate) fn websocket_upgrade(
+    state: &AppState,
+    caller: &Caller,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<(WebSocketUpgrade, WebSocketSlot), ApiError> {
+    let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
+        code: "websocket_upgrade_required",
+        message: format!(
+            "this endpoint needs a WebSocket upgrade: {}",
+            rejection.body_text()
+        ),
+    })?;
+    let slot = state
+        .edge
+        .websockets
+        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
+    let max_message = state.edge.ws_max_message_bytes;
+    let upgrade = upgrade
+        .protocols([BEARER_SUBPROTOCOL])
+        .max_message_size(max_message)
+        .max_frame_size(max_message);
+    Ok((upgrade, slot))
+}
+
+/// A client's task WebSocket: sends time out (a client that does not read is gone), and
+/// what the client sends is only checked for size and for leaving.
+pub(crate) struct ClientSocket(pub(crate) WebSocket);
+
+impl ClientSocket {
+    pub(crate) async fn send(&mut self, message: Message) -> Result<(), StreamError> {
+        match tokio::time::timeout(SEND_TIMEOUT, self.0.send(message)).await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(StreamError::ClientGone),
+        }
+    }
+
+    /// Resolves with `Ok` when the client sent a message, with an error when it left or sent
+    /// more than allowed.
+    pub(crate) async fn receive(&mut self) -> Result<(), StreamError> {
+        match self.0.recv().await {
+            Some(Err(err)) if too_big(&err) => Err(StreamError::MessageTooBig),
+            None | Some(Err(_)) | Some(Ok(Message::Close(_))) => Err(StreamError::ClientGone),
+            Some(Ok(_)) => Ok(()),
+        }
+    }
+
+    /// Closes the socket as `outcome` says: with its code and reason, 1009 for a message too
+    /// big, 1011 for a server error; returns why the stream ended.
+    pub(crate) async fn finish(
+        &mut self,
+        outcome: Result<(u16, &'static str), StreamError>,
+    ) -> Result<&'static str, StoreError> {
+        let (code, reason, result) = match outcome {
+            Ok((code, reason)) => (code, reason, Ok(reason)),
+            Err(StreamError::ClientGone) => return Ok("client closed"),
+            Err(StreamError::MessageTooBig) => (
+                MESSAGE_TOO_BIG,
+                "message too big",
+                Ok("client message too big"),
+            ),
+            Err(StreamError::Store(err)) => (close_code::ERROR, "internal error", Err(err)),
+        };
+        let _ = self
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+        result
+    }
+}
+
 /// Whether the final event has been sent.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Progress {
@@ -246,29 +306,13 @@ enum Progress {
 }
 
 struct EventStream {
-    socket: WebSocket,
+    socket: ClientSocket,
     store: Store,
     task_id: TaskId,
     last_sent: i64,
 }
 
 impl EventStream {
-    async fn send(&mut self, message: Message) -> Result<(), StreamError> {
-        match tokio::time::timeout(SEND_TIMEOUT, self.socket.send(message)).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(StreamError::ClientGone),
-        }
-    }
-
-    async fn close(&mut self, code: u16, reason: &'static str) {
-        let _ = self
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })))
-            .await;
-    }
-
     /// Sends every stored event after `last_sent`, stopping after the final one.
     async fn catch_up(&mut self) -> Result<Progress, StreamError> {
         loop {
@@ -280,7 +324,7 @@ impl EventStream {
             for event in batch {
                 let json = serde_json::to_string(&event)
                     .map_err(|err| StoreError::Corrupt(err.to_string()))?;
-                self.send(Message::Text(json.into())).await?;
+                self.socket.send(Message::Text(json.into())).await?;
                 self.last_sent = event.seq;
                 if event.is_final() {
                     return Ok(Progress::Final);
@@ -294,7 +338,7 @@ impl EventStream {
 }
 
 /// Whether a receive error is a client message over the size limit.
-pub(crate) fn too_big(err: &axum::Error) -> bool {
+fn too_big(err: &axum::Error) -> bool {
     std::error::Error::source(err)
         .and_then(|inner| inner.downcast_ref::<tungstenite::Error>())
         .is_some_and(|inner| matches!(inner, tungstenite::Error::Capacity(_)))
@@ -316,12 +360,12 @@ pub(crate) async fn recheck(
 }
 
 async fn stream_events(
-    socket: WebSocket,
+    socket: ClientSocket,
     state: &AppState,
     task_id: TaskId,
     key_id: ApiKeyId,
     after_seq: i64,
-) -> Result<&'static str, StreamError> {
+) -> Result<&'static str, StoreError> {
     // Subscribe before reading so nothing committed meanwhile goes unsignalled (and before
     // checking the key, so a revocation in between is not missed).
     let mut subscription = state.hub.subscribe(task_id);
@@ -386,34 +430,14 @@ async fn stream_events(
                     }
                     None => return Ok((close_code::AWAY, "event stream unavailable")),
                 },
-                message = stream.socket.recv() => match message {
-                    Some(Err(err)) if too_big(&err) => return Err(StreamError::MessageTooBig),
-                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
-                        return Err(StreamError::ClientGone);
-                    }
-                    Some(Ok(_)) => {}
-                },
+                received = stream.socket.receive() => received?,
                 _ = ping.tick() => {
-                    stream.send(Message::Ping(Default::default())).await?;
+                    stream.socket.send(Message::Ping(Default::default())).await?;
                 }
             }
         }
     }
     .await;
 
-    match result {
-        Ok((code, reason)) => {
-            stream.close(code, reason).await;
-            Ok(reason)
-        }
-        Err(StreamError::ClientGone) => Ok("client closed"),
-        Err(StreamError::MessageTooBig) => {
-            stream.close(MESSAGE_TOO_BIG, "message too big").await;
-            Ok("client message too big")
-        }
-        Err(err) => {
-            stream.close(close_code::ERROR, "internal error").await;
-            Err(err)
-        }
-    }
+    stream.socket.finish(result).await
 }

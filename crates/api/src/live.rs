@@ -14,16 +14,15 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::ws::{Message, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use browserd_store::{KeySignal, LiveSignal, LiveViewerId, Signal, Store, StoreError};
 use browserd_types::dto::ErrorBody;
 use browserd_types::{ApiKeyId, TaskId};
 
 use crate::AppState;
-use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
-use crate::events::{MESSAGE_TOO_BIG, PING_INTERVAL, SEND_TIMEOUT, StreamError, recheck, too_big};
+use crate::events::{ClientSocket, PING_INTERVAL, StreamError, recheck, websocket_upgrade};
 use crate::extract::{Caller, QueryParams, TaskPath};
 use crate::task_ops::owned_task;
 
@@ -69,27 +68,12 @@ pub async fn task_live(
 ) -> Result<Response, ApiError> {
     query.only(&["ticket"])?;
     owned_task(&state, &caller, id).await?;
-    let upgrade = upgrade.map_err(|rejection| ApiError::BadRequest {
-        code: "websocket_upgrade_required",
-        message: format!(
-            "this endpoint needs a WebSocket upgrade: {}",
-            rejection.body_text()
-        ),
-    })?;
-    let slot = state
-        .edge
-        .websockets
-        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
-    let max_message = state.edge.ws_max_message_bytes;
-    let upgrade = upgrade
-        .protocols([BEARER_SUBPROTOCOL])
-        .max_message_size(max_message)
-        .max_frame_size(max_message);
+    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_live_viewers").increment(1.0);
         let mut viewer = LiveStream {
-            socket,
+            socket: ClientSocket(socket),
             store: state.store.clone(),
             task_id: id,
             viewer: None,
@@ -112,7 +96,7 @@ pub async fn task_live(
 }
 
 struct LiveStream {
-    socket: WebSocket,
+    socket: ClientSocket,
     store: Store,
     task_id: TaskId,
     viewer: Option<LiveViewerId>,
@@ -121,29 +105,13 @@ struct LiveStream {
 }
 
 impl LiveStream {
-    async fn send(&mut self, message: Message) -> Result<(), StreamError> {
-        match tokio::time::timeout(SEND_TIMEOUT, self.socket.send(message)).await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(StreamError::ClientGone),
-        }
-    }
-
-    async fn close(&mut self, code: u16, reason: &'static str) {
-        let _ = self
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })))
-            .await;
-    }
-
     /// Sends the newest stored frame unless it was sent already.
     async fn send_newest(&mut self) -> Result<(), StreamError> {
         if let Some(frame) = self.store.live_frame(self.task_id).await?
             && self.last_seq != Some(frame.seq)
         {
             self.last_seq = Some(frame.seq);
-            self.send(Message::Binary(frame.jpeg.into())).await?;
+            self.socket.send(Message::Binary(frame.jpeg.into())).await?;
         }
         Ok(())
     }
@@ -162,22 +130,8 @@ impl LiveStream {
         state: &AppState,
         key_id: ApiKeyId,
     ) -> Result<&'static str, StoreError> {
-        let result = self.serve(state, key_id).await;
-        match result {
-            Ok((code, reason)) => {
-                self.close(code, reason).await;
-                Ok(reason)
-            }
-            Err(StreamError::ClientGone) => Ok("client closed"),
-            Err(StreamError::MessageTooBig) => {
-                self.close(MESSAGE_TOO_BIG, "message too big").await;
-                Ok("client message too big")
-            }
-            Err(StreamError::Store(err)) => {
-                self.close(close_code::ERROR, "internal error").await;
-                Err(err)
-            }
-        }
+        let outcome = self.serve(state, key_id).await;
+        self.socket.finish(outcome).await
     }
 
     async fn serve(
@@ -234,13 +188,7 @@ impl LiveStream {
                     }
                     None => return Ok((close_code::AWAY, "live view unavailable")),
                 },
-                message = self.socket.recv() => match message {
-                    Some(Err(err)) if too_big(&err) => return Err(StreamError::MessageTooBig),
-                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => {
-                        return Err(StreamError::ClientGone);
-                    }
-                    Some(Ok(_)) => {}
-                },
+                received = self.socket.receive() => received?,
                 _ = refresh.tick() => {
                     let alive = match self.viewer {
                         Some(viewer) => self.store.refresh_live_viewer(viewer, VIEWER_TTL).await?,
@@ -252,7 +200,7 @@ impl LiveStream {
                     }
                 }
                 _ = ping.tick() => {
-                    self.send(Message::Ping(Default::default())).await?;
+                    self.socket.send(Message::Ping(Default::default())).await?;
                 }
             }
         }

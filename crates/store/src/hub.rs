@@ -104,60 +104,62 @@ impl KeySignals {
     }
 }
 
-/// A live subscription to one task's signals; unsubscribes on drop.
-#[derive(Debug)]
-pub struct Subscription {
-    task_id: TaskId,
-    channels: Channels,
-    receiver: broadcast::Receiver<Signal>,
+/// A signal kind with a "re-read everything" value, sent to a subscriber that lagged.
+pub trait TaskSignal: Clone + Send + 'static {
+    /// Notifications may have been missed.
+    const RESYNC: Self;
 }
 
-impl Subscription {
-    /// The next signal. A lagging receiver gets `Resync`; `None` means the hub shut down.
-    pub async fn recv(&mut self) -> Option<Signal> {
+impl TaskSignal for Signal {
+    const RESYNC: Self = Signal::Resync;
+}
+
+impl TaskSignal for LiveSignal {
+    const RESYNC: Self = LiveSignal::Resync;
+}
+
+/// A live subscription to one task's signals (its events, or with [`LiveSignal`] its live
+/// view); unsubscribes on drop.
+#[derive(Debug)]
+pub struct Subscription<S: TaskSignal = Signal> {
+    task_id: TaskId,
+    channels: Channels<S>,
+    receiver: broadcast::Receiver<S>,
+}
+
+/// A task's live view signals ([`EventHub::subscribe_live`]).
+pub type LiveSubscription = Subscription<LiveSignal>;
+
+impl<S: TaskSignal> Subscription<S> {
+    fn new(channels: &Channels<S>, task_id: TaskId) -> Self {
+        let receiver = channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(task_id)
+            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe();
+        Self {
+            task_id,
+            channels: channels.clone(),
+            receiver,
+        }
+    }
+
+    /// The next signal. A lagging receiver gets the resync signal; `None` means the hub shut
+    /// down.
+    pub async fn recv(&mut self) -> Option<S> {
         match self.receiver.recv().await {
             Ok(signal) => Some(signal),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some(Signal::Resync),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(S::RESYNC),
             Err(broadcast::error::RecvError::Closed) => None,
         }
     }
 }
 
-impl Drop for Subscription {
+impl<S: TaskSignal> Drop for Subscription<S> {
     fn drop(&mut self) {
         let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         // Our own receiver is still alive here, so 1 means "only us".
-        if channels
-            .get(&self.task_id)
-            .is_some_and(|sender| sender.receiver_count() <= 1)
-        {
-            channels.remove(&self.task_id);
-        }
-    }
-}
-
-/// A live subscription to one task's live view signals; unsubscribes on drop.
-#[derive(Debug)]
-pub struct LiveSubscription {
-    task_id: TaskId,
-    channels: Channels<LiveSignal>,
-    receiver: broadcast::Receiver<LiveSignal>,
-}
-
-impl LiveSubscription {
-    /// The next signal. A lagging receiver gets `Resync`; `None` means the hub shut down.
-    pub async fn recv(&mut self) -> Option<LiveSignal> {
-        match self.receiver.recv().await {
-            Ok(signal) => Some(signal),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some(LiveSignal::Resync),
-            Err(broadcast::error::RecvError::Closed) => None,
-        }
-    }
-}
-
-impl Drop for LiveSubscription {
-    fn drop(&mut self) {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if channels
             .get(&self.task_id)
             .is_some_and(|sender| sender.receiver_count() <= 1)
@@ -185,31 +187,13 @@ impl EventHub {
     /// Subscribes to task `task_id`. Subscribe before reading the task's stored events so
     /// nothing committed in between is missed.
     pub fn subscribe(&self, task_id: TaskId) -> Subscription {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        let receiver = channels
-            .entry(task_id)
-            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
-            .subscribe();
-        Subscription {
-            task_id,
-            channels: self.channels.clone(),
-            receiver,
-        }
+        Subscription::new(&self.channels, task_id)
     }
 
     /// Subscribes to task `task_id`'s live view signals. Subscribe before reading viewers or
     /// frames so nothing changed in between is missed.
     pub fn subscribe_live(&self, task_id: TaskId) -> LiveSubscription {
-        let mut channels = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        let receiver = channels
-            .entry(task_id)
-            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
-            .subscribe();
-        LiveSubscription {
-            task_id,
-            channels: self.live.clone(),
-            receiver,
-        }
+        Subscription::new(&self.live, task_id)
     }
 
     fn dispatch_live(&self, payload: &str) {

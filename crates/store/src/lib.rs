@@ -33,7 +33,7 @@ pub use api_keys::{
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
 pub use hub::{
-    EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription,
+    EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription, TaskSignal,
 };
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
 pub use output_files::{
