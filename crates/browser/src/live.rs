@@ -23,6 +23,10 @@ use crate::error::{BrowserError, Result};
 use crate::session::BrowserSession;
 use crate::types::ScreenshotFormat;
 
+/// Stopping a screencast and acknowledging a frame are best effort (the tab may be closing):
+/// they must not hold the live view up for a whole CDP timeout.
+const BEST_EFFORT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How the screencast is encoded and how often frames may come.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LiveViewSettings {
@@ -262,7 +266,7 @@ impl BrowserSession {
                 Some(&running.session),
                 "Page.stopScreencast",
                 json!({}),
-                self.timeout,
+                BEST_EFFORT_TIMEOUT.min(self.timeout),
             )
             .await
         {
@@ -278,7 +282,7 @@ impl BrowserSession {
                 Some(&running.session),
                 "Page.screencastFrameAck",
                 json!({"sessionId": ack_id}),
-                self.timeout,
+                BEST_EFFORT_TIMEOUT.min(self.timeout),
             )
             .await
         {
