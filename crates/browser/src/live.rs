@@ -3,7 +3,8 @@
 //!
 //! [`BrowserSession::live_view`] follows a `watched` flag: it starts the screencast when the
 //! flag turns true, stops it when it turns false, and moves it to the new tab when the focus
-//! changes. Frames are throttled at the source: a frame is published, and acknowledged
+//! changes, and starts over when the tab's main frame navigates (a new document may live in a
+//! new renderer). Frames are throttled at the source: a frame is published, and acknowledged
 //! (`Page.screencastFrameAck`), only once `1 / max_fps` has passed since the previous one; a
 //! newer frame arriving meanwhile replaces it. Chrome keeps at most a couple of frames
 //! unacknowledged, so a busy page costs it no encoding beyond the cap. The consumer's
@@ -26,6 +27,10 @@ use crate::types::ScreenshotFormat;
 /// Stopping a screencast and acknowledging a frame are best effort (the tab may be closing):
 /// they must not hold the live view up for a whole CDP timeout.
 const BEST_EFFORT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The first frame's screenshot is a courtesy: on a tab that is between documents it may not
+/// come at all, and the screencast must not wait for it long.
+const FIRST_FRAME_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the screencast is encoded and how often frames may come.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,6 +91,17 @@ struct FrameMetadata {
     device_width: f64,
     #[serde(rename = "deviceHeight", default)]
     device_height: f64,
+}
+
+#[derive(Deserialize)]
+struct Navigated {
+    frame: NavigatedFrame,
+}
+
+#[derive(Deserialize)]
+struct NavigatedFrame {
+    #[serde(rename = "parentId", default)]
+    parent_id: Option<String>,
 }
 
 /// The newest frame waiting for its turn, and the acks of every frame it replaced.
@@ -168,9 +184,24 @@ impl BrowserSession {
                 event = events.recv() => match event {
                     Ok(event) => {
                         let Some(run) = &running else { continue };
-                        if event.method != "Page.screencastFrame"
-                            || event.session_id.as_deref() != Some(run.session.as_str())
+                        if event.session_id.as_deref() != Some(run.session.as_str()) {
+                            continue;
+                        }
+                        if event.method == "Page.frameNavigated"
+                            && event
+                                .params::<Navigated>()
+                                .is_ok_and(|n| n.frame.parent_id.is_none())
                         {
+                            // A new document, maybe in a new renderer, where the screencast
+                            // may not carry over: start it over (with a frame of the new page
+                            // at once).
+                            if let Some(old) = running.take() {
+                                self.stop_screencast(&old).await;
+                            }
+                            pending = None;
+                            continue;
+                        }
+                        if event.method != "Page.screencastFrame" {
                             continue;
                         }
                         let Ok(params) = event.params::<FrameParams>() else { continue };
@@ -223,7 +254,7 @@ impl BrowserSession {
             },
             self.emulated_viewport(),
             Some((settings.max_width, settings.max_height)),
-            self.timeout,
+            FIRST_FRAME_TIMEOUT.min(self.timeout),
         )
         .await
         {
