@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # browserd: one image for every role (serve, api, worker, migrate, keys create, run).
-# Checked by scripts/check-deploy (hadolint and the image check list); see README, "Self-hosting".
+# Checked by scripts/check-deploy (hadolint and the image check list); see docs/src/self-hosting.md.
 
 FROM rust:1.95-bookworm AS build
 WORKDIR /src

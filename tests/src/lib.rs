@@ -178,7 +178,10 @@ impl Process {
             .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
             .env("BROWSERD_LLM_MOCK_PRICE_INPUT", "1")
             .env("BROWSERD_LLM_MOCK_PRICE_OUTPUT", "2")
+            // Whether a test's requests meet a limit would depend on how fast they come; the
+            // limiters have tests of their own (crates/api/tests/{api,edge}.rs).
             .env("BROWSERD_RATE_LIMIT_PER_SECOND", "0")
+            .env("BROWSERD_UNAUTH_RATE_LIMIT_PER_SECOND", "0")
             .env("RUST_LOG", "info,browserd_worker=debug")
             .env_remove("BROWSERD_CONFIG")
             .envs(env.iter().copied())

@@ -144,6 +144,28 @@ async fn next_step(events: &mut browserd_tests::EventStream) -> i64 {
     }
 }
 
+/// Waits for a step numbered above `number` (the stream may hold older ones).
+async fn step_after(events: &mut browserd_tests::EventStream, number: i64) -> i64 {
+    loop {
+        let step = next_step(events).await;
+        if step > number {
+            return step;
+        }
+    }
+}
+
+/// Number of the newest step the API has stored for `task_id` (-1: none yet).
+async fn newest_step(db: &sqlx::PgPool, task_id: &str) -> i64 {
+    sqlx::query_scalar::<_, Option<i32>>(
+        "select max(number) from task_steps where task_id = $1::uuid",
+    )
+    .bind(task_id)
+    .fetch_one(db)
+    .await
+    .unwrap()
+    .map_or(-1, i64::from)
+}
+
 async fn frame_seq(db: &sqlx::PgPool, task_id: &str) -> Option<i64> {
     sqlx::query_scalar("select seq from live_frames where task_id = $1::uuid")
         .bind(task_id)
@@ -278,15 +300,16 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
             }
         }
     }
-    // The worker stops at the viewer change: one step later the frame is still the same one.
-    next_step(&mut unwatched_events).await;
+    // The worker stops at the viewer change: once it has taken a step since (the stream
+    // may still hold older ones), the frame stays the same one for the steps after.
+    let newest = newest_step(&pool_db, &unwatched).await;
+    let step = step_after(&mut unwatched_events, newest).await;
     let seq_after_leaving = frame_seq(&pool_db, &unwatched).await;
     assert!(
         seq_after_leaving.is_some(),
         "the watched task's frame is kept"
     );
-    next_step(&mut unwatched_events).await;
-    next_step(&mut unwatched_events).await;
+    step_after(&mut unwatched_events, step + 1).await;
     assert_eq!(
         frame_seq(&pool_db, &unwatched).await,
         seq_after_leaving,
@@ -420,12 +443,23 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
 
     page.click("#download-history").await;
 
-    // The viewer is gone once the task ended, and the frame with it.
-    let viewers: i64 = sqlx::query_scalar("select count(*) from live_viewers")
-        .fetch_one(&pool_db)
-        .await
-        .unwrap();
-    assert_eq!(viewers, 0, "the live viewer was not removed");
+    // The viewer is gone once the task ended (the server removes it when it sees the page
+    // close the socket), and the frame with it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let viewers: i64 = sqlx::query_scalar("select count(*) from live_viewers")
+            .fetch_one(&pool_db)
+            .await
+            .unwrap();
+        if viewers == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the live viewer was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The list shows the task with its final status; the history downloads.
     page.eval("location.hash = '#/'; true").await;

@@ -182,6 +182,23 @@ fn assert_families(exposition: &str, families: &[&str], what: &str) {
     );
 }
 
+/// Scrapes `url` until the exposition has every family (the task gauges are refreshed per
+/// scrape with a timeout of their own, which a loaded machine can miss), at most 30 s.
+async fn scrape(http: &reqwest::Client, url: &str, families: &[&str], what: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let exposition = http.get(url).send().await.unwrap().text().await.unwrap();
+        let complete = families
+            .iter()
+            .all(|family| exposition.contains(&format!("# TYPE {family} ")));
+        if complete || tokio::time::Instant::now() >= deadline {
+            assert_families(&exposition, families, what);
+            return exposition;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The value of the sample `series` (name with labels, as rendered).
 fn sample(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|line| {
@@ -355,16 +372,13 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     );
 
     // Metrics: every family on the api's /metrics (serve records the worker's there too).
-    let exposition = client
-        .http
-        .get(format!("{}/metrics", client.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_families(&exposition, FAMILIES, "serve's /metrics");
+    let exposition = scrape(
+        &client.http,
+        &format!("{}/metrics", client.base),
+        FAMILIES,
+        "serve's /metrics",
+    )
+    .await;
     assert_eq!(
         sample(
             &exposition,
@@ -412,17 +426,9 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
         .captures(&logs)
         .unwrap_or_else(|| panic!("{logs}"))[1]
         .to_owned();
-    let exposition = client
-        .http
-        .get(format!("http://{address}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_families(
-        &exposition,
+    scrape(
+        &client.http,
+        &format!("http://{address}/metrics"),
         &[
             "browserd_tasks",
             "browserd_queue_depth",
@@ -432,7 +438,8 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
             "browserd_chrome_crashes_total",
         ],
         "the worker's /metrics",
-    );
+    )
+    .await;
     worker.signal("TERM").await;
     server.signal("TERM").await;
 }

@@ -289,10 +289,12 @@ async fn a_killed_worker_is_replaced_and_clients_of_any_api_follow_the_task() {
     let db = TestDb::create().await;
     let api_a = Process::start(&db, model.addr, "api", &[]).await;
     let api_b = Process::start(&db, model.addr, "api", &[]).await;
+    // A lease long enough that a loaded machine's stalls do not expire it before the kill
+    // (heartbeats come every third of it); short enough that the survivor takes over soon.
     let worker_args = [
         "--allow-loopback",
         "--lease-s",
-        "2",
+        "8",
         "--poll-interval-ms",
         "500",
     ];
@@ -382,7 +384,8 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     let model = MockModel::start(stairs_brain(), Duration::from_millis(200)).await;
     let db = TestDb::create().await;
     let api = Process::start(&db, model.addr, "api", &[]).await;
-    let worker_args = ["--allow-loopback", "--lease-s", "3", "--task-grace-s", "20"];
+    // The default lease: nothing here waits for one to expire (SIGTERM hands the task back).
+    let worker_args = ["--allow-loopback", "--task-grace-s", "20"];
     let mut worker = Process::start(&db, model.addr, "worker", &worker_args).await;
     let client = Client::new(api.address(), &create_key(&db).await);
     let long_task = |top: u32| {
@@ -402,6 +405,7 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
         .post(&format!("/v1/tasks/{id}/pause"), json!({}))
         .await;
     assert_eq!(status, 200);
+    let steps_at_pause = step_count(&client, &id).await;
     // The worker finishes at most the step in flight, then nothing moves.
     let mut last_seen = 0;
     let quiet = tokio::time::timeout(Duration::from_secs(3), async {
@@ -414,7 +418,10 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
     .await;
     assert!(quiet.is_err(), "the stream stays open while paused");
     let steps_when_paused = step_count(&client, &id).await;
-    assert!(steps_when_paused <= last_seen.max(2) as usize + 2);
+    assert!(
+        steps_when_paused <= steps_at_pause + 2,
+        "{steps_when_paused} steps after pausing at {steps_at_pause} (last seen {last_seen})"
+    );
     let (status, task) = client
         .post(&format!("/v1/tasks/{id}/resume"), json!({}))
         .await;
@@ -560,8 +567,9 @@ async fn budgets_admission_and_bad_input() {
         .await;
     let third = client
         .create_task(
-            json!({"task": "Climb", "start_url": site.url("/stairs/1?top=400"),
-                            "use_vision": false, "max_steps": 500, "timeout_s": 2}),
+            // Stairs no machine climbs in 10 s; 10 s leaves a slow one time for steps.
+            json!({"task": "Climb", "start_url": site.url("/stairs/1?top=5000"),
+                            "use_vision": false, "max_steps": 6000, "timeout_s": 10}),
         )
         .await;
     assert_eq!(client.task(&third).await["queue_position"], 3);
@@ -599,7 +607,7 @@ async fn budgets_admission_and_bad_input() {
         "{task}"
     );
     assert!(
-        step_count(&client, &third).await >= 2,
+        step_count(&client, &third).await >= 1,
         "it ran until the budget ended it"
     );
     let last = client.create_task(stairs(2)).await;

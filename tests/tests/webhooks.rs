@@ -116,11 +116,11 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let key = create_key(&db).await;
     let client = Client::new(server.address(), &key);
 
-    // The receiver's port, with nothing listening on it yet (connections are refused).
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
+    // The receiver's port, bound but not listening yet: connections are refused, and no
+    // other test's connection can take the port meanwhile.
+    let reserved = tokio::net::TcpSocket::new_v4().unwrap();
+    reserved.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = reserved.local_addr().unwrap().port();
     let (status, created) = client
         .post(
             "/v1/webhooks",
@@ -249,9 +249,7 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let app = Router::new()
         .route("/hook", post(hook))
         .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
+    let listener = reserved.listen(1024).unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let received = receiver.received.clone();
@@ -319,14 +317,13 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
         "non-ASCII is escaped as Python does: {raw}"
     );
 
-    let (_, list) = client.get(&deliveries_path).await;
-    let items = list["items"].as_array().unwrap();
-    assert!(
+    // The receiver has the bodies; the dispatcher records each delivery after its answer.
+    poll(&client, &deliveries_path, |items| {
         items
             .iter()
-            .all(|d| d["status"] == "delivered" && d["last_status_code"] == 204),
-        "{list}"
-    );
+            .all(|d| d["status"] == "delivered" && d["last_status_code"] == 204)
+    })
+    .await;
 
     // Deleting a webhook stops its deliveries.
     let (status, _) = client.delete(&format!("/v1/webhooks/{webhook_id}")).await;

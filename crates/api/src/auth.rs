@@ -55,11 +55,22 @@ const KEY_QUERY_PARAMS: &[&str] = &[
     "authorization",
 ];
 
-/// Requests per second with a burst allowance (per key, or per client address).
+/// A token bucket's shape (per key, or per client address): `burst` requests at once, then one
+/// more every `replenish_every`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimit {
-    pub per_second: NonZeroU32,
+    pub replenish_every: Duration,
     pub burst: NonZeroU32,
+}
+
+impl RateLimit {
+    /// `per_second` requests per second with a burst of `burst`.
+    pub fn per_second(per_second: NonZeroU32, burst: NonZeroU32) -> Self {
+        Self {
+            replenish_every: Duration::from_secs(1) / per_second.get(),
+            burst,
+        }
+    }
 }
 
 /// One token bucket per `K` (an API key, or a client address).
@@ -70,7 +81,9 @@ pub(crate) struct KeyedRateLimiter<K: Hash + Eq + Clone> {
 
 impl<K: Hash + Eq + Clone> KeyedRateLimiter<K> {
     pub(crate) fn new(limit: RateLimit) -> Arc<Self> {
-        let quota = Quota::per_second(limit.per_second).allow_burst(limit.burst);
+        let quota = Quota::with_period(limit.replenish_every)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
+            .allow_burst(limit.burst);
         Arc::new(Self {
             limiter: DefaultKeyedRateLimiter::keyed(quota),
             clock: DefaultClock::default(),
@@ -95,24 +108,31 @@ pub(crate) type KeyRateLimiter = KeyedRateLimiter<ApiKeyId>;
 pub(crate) type IpRateLimiter = KeyedRateLimiter<IpAddr>;
 
 /// Successful key lookups of this process, by key hash.
-#[derive(Default)]
 pub(crate) struct KeyCache {
     entries: Mutex<HashMap<[u8; 32], (ApiKeyId, Instant)>>,
+    ttl: Duration,
 }
 
 impl KeyCache {
+    pub(crate) fn new(ttl: Duration) -> Self {
+        Self {
+            entries: Mutex::default(),
+            ttl,
+        }
+    }
+
     fn get(&self, hash: &[u8; 32]) -> Option<ApiKeyId> {
         let entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries
             .get(hash)
-            .filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL)
+            .filter(|(_, at)| at.elapsed() < self.ttl)
             .map(|(id, _)| *id)
     }
 
     fn insert(&self, hash: [u8; 32], id: ApiKeyId) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         if entries.len() >= KEY_CACHE_CAPACITY {
-            entries.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+            entries.retain(|_, (_, at)| at.elapsed() < self.ttl);
             if entries.len() >= KEY_CACHE_CAPACITY {
                 entries.clear();
             }

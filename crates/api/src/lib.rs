@@ -110,6 +110,9 @@ pub struct ApiConfig {
     /// worker's delivery obeys); every other private, link-local and metadata address is
     /// refused at registration whatever this says.
     pub webhook_allow_loopback: bool,
+    /// How long a successful key lookup is reused ([`KEY_CACHE_TTL`]; revocations evict at
+    /// once).
+    pub key_cache_ttl: Duration,
 }
 
 impl Default for ApiConfig {
@@ -127,6 +130,7 @@ impl Default for ApiConfig {
             max_websockets_per_key: None,
             ws_max_message_bytes: DEFAULT_WS_MAX_MESSAGE_BYTES,
             webhook_allow_loopback: false,
+            key_cache_ttl: KEY_CACHE_TTL,
         }
     }
 }
@@ -253,7 +257,7 @@ pub fn router(
         ip_limiter.clone(),
         shutdown.clone(),
     );
-    let key_cache = Arc::new(auth::KeyCache::default());
+    let key_cache = Arc::new(auth::KeyCache::new(config.key_cache_ttl));
     key_cache.follow_revocations(&hub, shutdown.clone());
     let edge = Arc::new(Edge {
         trusted_proxies: config.trusted_proxies,

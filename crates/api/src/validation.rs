@@ -625,7 +625,7 @@ mod tests {
             }))
             .is_ok()
         );
-        // README's example patterns, the URL prefix with a path included.
+        // The example patterns of docs/src/agent.md ("Egress policy"), the URL prefix with a path included.
         let task = validate(json!({
             "task": "t",
             "start_url": "https://example.com/path/page?x=1",

@@ -191,7 +191,9 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..100 {
+    // What is awaited may be a page load on a shared, loaded Chrome: a generous cap.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if check().await {
             return;
         }

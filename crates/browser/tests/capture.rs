@@ -58,9 +58,10 @@ fn same_and_cross_origin_iframes() {
     let guard = support::shared_pool();
     rt().block_on(async {
         let session = open(&guard, "frames.html").await;
-        // Let the cross-origin frame load.
+        // Let the cross-origin frame load (a page load: capped at 30 s for a loaded machine).
         let mut state = capture(&session).await;
-        for _ in 0..20 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
             if state.llm_text.contains("Button in cross frame") {
                 break;
             }

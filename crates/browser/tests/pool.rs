@@ -78,7 +78,8 @@ fn recycles_after_n_tasks_and_replaces_dead_chrome() {
         let third = pool.lease().await.unwrap();
         let pid2 = pool.chrome_pids().await[0];
         assert_ne!(pid1, pid2, "a new chrome after two tasks");
-        for _ in 0..100 {
+        // Closing may take Browser.close's and the exit wait's caps on a loaded machine.
+        for _ in 0..600 {
             if all_alive(&tree1).is_empty() {
                 break;
             }

@@ -204,9 +204,8 @@ fn parse_trusted_proxies(raw: &str) -> Result<TrustedProxies, String> {
 }
 
 fn budget(per_second: u32, burst: u32) -> Option<RateLimit> {
-    NonZeroU32::new(per_second).map(|per_second| RateLimit {
-        per_second,
-        burst: NonZeroU32::new(burst).unwrap_or(per_second),
+    NonZeroU32::new(per_second).map(|per_second| {
+        RateLimit::per_second(per_second, NonZeroU32::new(burst).unwrap_or(per_second))
     })
 }
 
@@ -441,6 +440,7 @@ async fn serve(
                 .then_some(args.max_websockets_per_key),
             ws_max_message_bytes: args.ws_max_message_bytes,
             webhook_allow_loopback: allow_loopback,
+            key_cache_ttl: browserd_api::KEY_CACHE_TTL,
         },
         shutdown.clone(),
     );

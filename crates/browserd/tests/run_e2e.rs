@@ -650,7 +650,7 @@ async fn ctrl_c_stops_the_run_and_closes_chrome() {
         .status()
         .unwrap();
     assert!(status.success());
-    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait())
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait())
         .await
         .expect("browserd did not stop within 30 s of Ctrl-C")
         .unwrap();

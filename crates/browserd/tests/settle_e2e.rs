@@ -104,6 +104,9 @@ async fn the_next_step_sees_the_cart_after_the_api_answered() {
                 "--allow-loopback",
             ])
             .args(["--no-vision", "--max-steps", "6"])
+            // A cap well above the slowest answer (1.5 s): on a loaded machine the page's own
+            // work after the response takes time too; ending on the cap is not what is tested.
+            .args(["--settle-timeout-ms", "6000"])
             .arg("--start-url")
             .arg(format!("http://{shop_addr}/shop?key={key}&delay={delay}"))
             .arg("--history-out")

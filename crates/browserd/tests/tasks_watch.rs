@@ -64,7 +64,7 @@ async fn follow_prints_each_step_once_across_a_dropped_connection_and_watch_repl
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
     let site = Site::start().await;
     // Slow enough that the cut lands while the task runs.
-    let model = MockModel::start(browserd_tests::stairs_brain(), Duration::from_millis(400)).await;
+    let model = MockModel::start(browserd_tests::stairs_brain(), Duration::from_millis(1000)).await;
     let db = TestDb::create().await;
     let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
     let key = create_key(&db).await;

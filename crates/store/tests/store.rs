@@ -574,10 +574,21 @@ async fn secrets_are_sealed_at_rest_and_refused_without_a_key(pool: PgPool) {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn leases_expire_into_the_queue_then_fail_after_the_last_attempt(pool: PgPool) {
-    let store = sealing_store(pool);
+    let store = sealing_store(pool.clone());
     let owner = key(&store).await;
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
-    let lease = Duration::from_millis(200);
+    // A lease no machine outlives during the test; it is ended by moving its expiry into the
+    // past, so what the reaper sees does not depend on how fast the steps between run.
+    let lease = Duration::from_secs(60);
+    let expire = || async {
+        sqlx::query(
+            "update tasks set lease_expires_at = now() - interval '1 second' where id = $1",
+        )
+        .bind(id.0)
+        .execute(&pool)
+        .await
+        .unwrap();
+    };
     store.claim_task("w1", lease).await.unwrap().unwrap();
     assert_eq!(
         store.renew_lease(id, "w1", lease).await.unwrap(),
@@ -590,7 +601,7 @@ async fn leases_expire_into_the_queue_then_fail_after_the_last_attempt(pool: PgP
     store.write_step(id, "w1", step_write(0)).await.unwrap();
     // Not expired yet: nothing to reap.
     assert!(store.reap_expired_leases(2).await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    expire().await;
     let reaped = store.reap_expired_leases(2).await.unwrap();
     assert_eq!(reaped.len(), 1);
     assert_eq!(reaped[0].status, TaskStatus::Queued);
@@ -609,7 +620,7 @@ async fn leases_expire_into_the_queue_then_fail_after_the_last_attempt(pool: PgP
         Err(StoreError::StepExists { number: 0, .. })
     ));
     store.write_step(id, "w2", step_write(1)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    expire().await;
     let reaped = store.reap_expired_leases(2).await.unwrap();
     assert_eq!(reaped[0].status, TaskStatus::Failed);
     let task = store.get_task(None, id).await.unwrap().unwrap();

@@ -333,7 +333,7 @@ impl GuardedContext {
 
 pub async fn new_context(env: &Env) -> BrowserContextId {
     tokio::time::timeout(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         env.browser
             .create_browser_context(CreateBrowserContextParams::default()),
     )
@@ -381,7 +381,7 @@ pub async fn eval(page: &Page, expression: &str) -> serde_json::Value {
 
 /// Polls `condition` every 50 ms for up to 10 s.
 pub async fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         if condition() {
             return true;

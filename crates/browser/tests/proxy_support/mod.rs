@@ -402,7 +402,7 @@ pub async fn websocket(session: &BrowserSession, url: &str) -> String {
 
 /// Polls `condition` every 25 ms for up to 10 s.
 pub async fn wait_until(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         if condition() {
             return true;
