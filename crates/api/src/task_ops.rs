@@ -26,7 +26,7 @@ pub(crate) async fn create(
         replay_defaults(state, caller, source, &mut request).await?;
     }
     let mut new_task = validate_create_task(request, &state.models)?;
-    if let Some(name) = &new_task.proxy
+    if let Some(name) = &new_task.options.proxy
         && !state.proxies.contains(name)
     {
         let shown: String = name.chars().take(64).collect();
@@ -100,18 +100,18 @@ async fn replay_defaults(
     request.task.get_or_insert(source.task);
     request
         .allowed_domains
-        .get_or_insert(source.allowed_domains);
+        .get_or_insert(source.options.allowed_domains);
     request
         .prohibited_domains
-        .get_or_insert(source.prohibited_domains);
+        .get_or_insert(source.options.prohibited_domains);
     if request.viewport.is_none() {
-        request.viewport = source.viewport;
+        request.viewport = source.options.viewport;
     }
     if request.settle_timeout_ms.is_none() {
-        request.settle_timeout_ms = source.settle_timeout_ms.map(i64::from);
+        request.settle_timeout_ms = source.options.settle_timeout_ms.map(i64::from);
     }
     if request.proxy.is_none() {
-        request.proxy = source.proxy;
+        request.proxy = source.options.proxy;
     }
     Ok(())
 }

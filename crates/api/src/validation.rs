@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use browserd_domains::{DomainList, DomainRules, Forbidden, UrlTarget};
 use browserd_store::{NewReplay, NewTask};
-use browserd_types::TaskId;
 use browserd_types::dto::{CreateTaskRequest, ReplaySettings, limits};
+use browserd_types::{TaskId, TaskOptions};
 use secrecy::ExposeSecret;
 
 use crate::error::ApiError;
@@ -202,14 +202,12 @@ pub fn validate_create_task(
         })
         .transpose()?;
 
-    Ok(NewTask {
-        task,
+    let options = TaskOptions {
         start_url,
         max_steps,
         model,
         allowed_domains,
         prohibited_domains,
-        secrets,
         output_schema: request.output_schema,
         use_vision: replay.is_none() && request.use_vision.unwrap_or(limits::USE_VISION_DEFAULT),
         max_actions_per_step,
@@ -222,6 +220,11 @@ pub fn validate_create_task(
         settle_timeout_ms,
         proxy: request.proxy,
         highlight_elements: request.highlight_elements.unwrap_or(false),
+    };
+    Ok(NewTask {
+        task,
+        options,
+        secrets,
         trace_context: None,
         replay,
     })
@@ -515,7 +518,10 @@ mod tests {
                 continue;
             }
             let task = validate(json!({"task": "t", "allowed_domains": [pattern]})).unwrap();
-            assert_eq!(task.allowed_domains, [pattern.trim().to_ascii_lowercase()]);
+            assert_eq!(
+                task.options.allowed_domains,
+                [pattern.trim().to_ascii_lowercase()]
+            );
             let urls = case
                 .matches
                 .iter()
@@ -549,8 +555,8 @@ mod tests {
         let replay = task.replay.expect("a replay");
         assert_eq!(replay.source.0, source);
         assert_eq!(replay.options, ReplaySettings::default());
-        assert_eq!(task.model, None);
-        assert!(!task.use_vision);
+        assert_eq!(task.options.model, None);
+        assert!(!task.options.use_vision);
         let task = validate(json!({"task": "t", "replay_of": source,
             "replay": {"skip_failures": true, "max_retries": 0, "retry_delay_ms": 60000}}))
         .unwrap();
@@ -632,6 +638,6 @@ mod tests {
             "allowed_domains": ["https://example.com/path", "http*://example.com", "https://example.com/*"],
         }))
         .unwrap();
-        assert_eq!(task.allowed_domains.len(), 3);
+        assert_eq!(task.options.allowed_domains.len(), 3);
     }
 }

@@ -16,7 +16,7 @@ mod http;
 use std::time::{Duration, Instant};
 
 use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, BrowserSession, PoolConfig, TaskOptions};
+use browserd_browser::{BrowserPool, BrowserSession, ContextOptions, PoolConfig};
 
 use corpus::{PAGES, median, ms};
 
@@ -34,12 +34,12 @@ fn pool(proxy: bool) -> BrowserPool {
 
 async fn session(pool: &BrowserPool) -> BrowserSession {
     let session = pool
-        .lease_with(TaskOptions {
+        .lease_with(ContextOptions {
             egress: Some(EgressSettings {
                 allow_loopback: true,
                 ..EgressSettings::default()
             }),
-            ..TaskOptions::default()
+            ..ContextOptions::default()
         })
         .await
         .expect("lease");

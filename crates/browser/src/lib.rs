@@ -34,7 +34,7 @@ pub use error::{BrowserError, Result};
 pub use live::{FrameSender, LiveViewSettings, ScreencastFrame};
 pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig, describe_metrics};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
-pub use session::{BrowserSession, TaskOptions};
+pub use session::{BrowserSession, ContextOptions};
 pub use settle::{SettleEnd, SettleReport, SettleSettings};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;

@@ -20,7 +20,7 @@ use crate::{
     cdp::CdpConnection,
     egress::{DEFAULT_DNS_TIMEOUT, EgressProxy, HostResolver, ProxyOptions, UpstreamProxy},
     error::{BrowserError, Result},
-    session::{BrowserSession, TaskOptions},
+    session::{BrowserSession, ContextOptions},
     types::Viewport,
 };
 
@@ -86,7 +86,7 @@ pub struct PoolConfig {
     pub egress_proxy: bool,
     /// DNS servers the egress checks and the proxy query; empty: the system resolver.
     pub egress_dns: Vec<SocketAddr>,
-    /// Upstream proxies a task may pick by name ([`TaskOptions::proxy`]).
+    /// Upstream proxies a task may pick by name ([`ContextOptions::proxy`]).
     pub upstream_proxies: HashMap<String, UpstreamProxy>,
 }
 
@@ -590,7 +590,7 @@ impl BrowserPool {
         &self.inner.config
     }
 
-    /// Names of the upstream proxies a task may pick ([`TaskOptions::proxy`]).
+    /// Names of the upstream proxies a task may pick ([`ContextOptions::proxy`]).
     pub fn upstream_proxy_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.inner.config.upstream_proxies.keys().cloned().collect();
         names.sort();
@@ -600,12 +600,12 @@ impl BrowserPool {
     /// Waits for a free context slot and returns a fresh, isolated session without an
     /// egress guard and with a temporary workspace (see [`BrowserPool::lease_with`]).
     pub async fn lease(&self) -> Result<BrowserSession> {
-        self.lease_with(TaskOptions::default()).await
+        self.lease_with(ContextOptions::default()).await
     }
 
     /// Waits for a free context slot and returns a fresh, isolated session for a task: its
     /// egress guard is installed on the context before the first tab opens.
-    pub async fn lease_with(&self, options: TaskOptions) -> Result<BrowserSession> {
+    pub async fn lease_with(&self, options: ContextOptions) -> Result<BrowserSession> {
         if self.inner.shut_down.load(Ordering::SeqCst) {
             return Err(BrowserError::PoolShutDown);
         }

@@ -31,9 +31,9 @@ use crate::{
     },
 };
 
-/// Per-task settings of a lease.
+/// Settings of one task's browser context (a lease): egress, workspace, settle, viewport, proxy.
 #[derive(Clone, Debug, Default)]
-pub struct TaskOptions {
+pub struct ContextOptions {
     /// Egress policy enforced on every request of the task's context (Fetch interception on
     /// every target, installed before the first navigation). `None` = no guard (local tools
     /// and tests only; a service must always pass settings).
@@ -191,7 +191,7 @@ impl BrowserSession {
     pub(crate) async fn open(
         chrome: Arc<Chrome>,
         timeout: Duration,
-        options: TaskOptions,
+        options: ContextOptions,
         default_viewport: Viewport,
         net: Arc<EgressNet>,
     ) -> Result<Self> {

@@ -17,8 +17,8 @@ use axum::{
     routing::get,
 };
 use browserd_browser::{
-    Action, ActionContext, ActionResult, BrowserSession, CaptureOptions, DownloadState, PageState,
-    TaskOptions, Viewport,
+    Action, ActionContext, ActionResult, BrowserSession, CaptureOptions, ContextOptions,
+    DownloadState, PageState, Viewport,
     actions::{
         ClickParams, DoneParams, EvaluateParams, ExtractParams, FindElementsParams, FindTextParams,
         IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, SaveAsPdfParams,
@@ -522,9 +522,9 @@ fn viewport_on_every_tab_with_scrollbars() {
         let srv = server().await;
         let session = guard
             .pool()
-            .lease_with(TaskOptions {
+            .lease_with(ContextOptions {
                 viewport: Some(Viewport::new(1000, 700)),
-                ..TaskOptions::default()
+                ..ContextOptions::default()
             })
             .await
             .expect("lease");
@@ -1186,9 +1186,9 @@ fn done_attaches_workspace_files() {
 async fn lease_guarded(guard: &support::PoolGuard, settings: EgressSettings) -> BrowserSession {
     guard
         .pool()
-        .lease_with(TaskOptions {
+        .lease_with(ContextOptions {
             egress: Some(settings),
-            ..TaskOptions::default()
+            ..ContextOptions::default()
         })
         .await
         .expect("lease with egress")

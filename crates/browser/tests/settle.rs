@@ -223,17 +223,17 @@ async fn frames_page(Query(q): Query<HashMap<String, String>>) -> Html<String> {
 }
 
 async fn open(guard: &support::PoolGuard, path: &str) -> BrowserSession {
-    open_with(guard, path, browserd_browser::TaskOptions::default()).await
+    open_with(guard, path, browserd_browser::ContextOptions::default()).await
 }
 
 /// [`open`] with a settle cap of `cap`.
 async fn open_with_cap(guard: &support::PoolGuard, path: &str, cap: Duration) -> BrowserSession {
-    let options = browserd_browser::TaskOptions {
+    let options = browserd_browser::ContextOptions {
         settle: browserd_browser::SettleSettings {
             cap,
             ..browserd_browser::SettleSettings::default()
         },
-        ..browserd_browser::TaskOptions::default()
+        ..browserd_browser::ContextOptions::default()
     };
     open_with(guard, path, options).await
 }
@@ -241,7 +241,7 @@ async fn open_with_cap(guard: &support::PoolGuard, path: &str, cap: Duration) ->
 async fn open_with(
     guard: &support::PoolGuard,
     path: &str,
-    options: browserd_browser::TaskOptions,
+    options: browserd_browser::ContextOptions,
 ) -> BrowserSession {
     let (addr, _) = server().await;
     let session = guard.pool().lease_with(options).await.expect("lease");
@@ -511,12 +511,12 @@ fn with_settling_off_a_submit_still_waits_for_its_navigation() {
         let (addr, _) = server().await;
         let session = guard
             .pool()
-            .lease_with(browserd_browser::TaskOptions {
+            .lease_with(browserd_browser::ContextOptions {
                 settle: browserd_browser::SettleSettings {
                     cap: Duration::ZERO,
                     ..browserd_browser::SettleSettings::default()
                 },
-                ..browserd_browser::TaskOptions::default()
+                ..browserd_browser::ContextOptions::default()
             })
             .await
             .expect("lease");

@@ -7,13 +7,11 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
 use browserd_agent::{
     AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot as AgentScreenshot, UsageSummary,
-    VisionMode,
 };
 use browserd_api::ModelCatalog;
 use browserd_browser::{BrowserPool, PoolConfig};
@@ -273,35 +271,7 @@ fn epoch_to_time(secs: f64) -> OffsetDateTime {
 
 /// The runner's spec of a validated task (as the worker builds it from a stored row).
 fn task_spec(new: &NewTask) -> TaskSpec {
-    let mut spec = TaskSpec::new(new.task.clone());
-    spec.start_url = new.start_url.clone();
-    spec.model = new.model.clone();
-    spec.allowed_domains = new.allowed_domains.clone();
-    spec.prohibited_domains = new.prohibited_domains.clone();
-    spec.output_schema = new.output_schema.clone();
-    spec.use_vision = if new.use_vision {
-        VisionMode::Always
-    } else {
-        VisionMode::Never
-    };
-    spec.max_steps = u32::try_from(new.max_steps).unwrap_or(1);
-    spec.max_actions_per_step = usize::try_from(new.max_actions_per_step).unwrap_or(1);
-    spec.max_failures = u32::try_from(new.max_failures).unwrap_or(0);
-    spec.timeout = new
-        .timeout_s
-        .and_then(|s| u64::try_from(s).ok())
-        .map(Duration::from_secs);
-    spec.max_tokens = new.max_tokens.and_then(|t| u64::try_from(t).ok());
-    spec.max_cost_usd = new.max_cost_usd;
-    spec.metadata = new.metadata.clone();
-    spec.viewport = new.viewport.and_then(browserd_worker::browser_viewport);
-    spec.proxy = new.proxy.clone();
-    spec.highlight_elements = new.highlight_elements;
-    spec.settle_timeout = new
-        .settle_timeout_ms
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map(Duration::from_millis);
-    spec
+    TaskSpec::with_options(new.task.clone(), new.options.clone())
 }
 
 fn new_view(id: TaskId, new: &NewTask) -> TaskView {
@@ -310,23 +280,7 @@ fn new_view(id: TaskId, new: &NewTask) -> TaskView {
         id,
         status: TaskStatus::Running,
         task: new.task.clone(),
-        start_url: new.start_url.clone(),
-        max_steps: new.max_steps,
-        model: new.model.clone(),
-        allowed_domains: new.allowed_domains.clone(),
-        prohibited_domains: new.prohibited_domains.clone(),
-        output_schema: new.output_schema.clone(),
-        use_vision: new.use_vision,
-        max_actions_per_step: new.max_actions_per_step,
-        max_failures: new.max_failures,
-        timeout_s: new.timeout_s,
-        metadata: new.metadata.clone(),
-        max_tokens: new.max_tokens,
-        max_cost_usd: new.max_cost_usd,
-        viewport: new.viewport,
-        settle_timeout_ms: new.settle_timeout_ms.map(i64::from),
-        proxy: new.proxy.clone(),
-        highlight_elements: new.highlight_elements,
+        options: new.options.clone(),
         usage: None,
         queue_position: None,
         attempts: 1,
@@ -390,7 +344,7 @@ impl Backend for LocalBackend {
         let spec = task_spec(&new);
         // A model that is configured but cannot be built (its key missing) fails now.
         self.runner
-            .model(spec.model.as_deref())
+            .model(spec.options.model.as_deref())
             .map_err(|err| ToolError::validation("model", err.to_string()))?;
         let id = TaskId::new();
         let view = new_view(id, &new);

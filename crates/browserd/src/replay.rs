@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use browserd_agent::AgentHistoryList;
 use browserd_agent::replay::{ActionReplay, ReplayOptions, ReplayOutcome, ReplayReport};
-use browserd_browser::Viewport;
 use browserd_llm::{ModelRegistry, ModelsConfig};
+use browserd_types::TaskOptions;
+use browserd_types::dto::ViewportSize;
 use browserd_worker::{RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
 
@@ -49,8 +50,8 @@ pub struct ReplayArgs {
     pub allow_loopback: bool,
 
     /// Browser viewport, `WIDTHxHEIGHT` (default 1920x1080; use the recording's).
-    #[arg(long, value_parser = browserd_worker::parse_viewport)]
-    pub viewport: Option<Viewport>,
+    #[arg(long)]
+    pub viewport: Option<ViewportSize>,
 
     /// Cap of the wait after each action for the page to settle, in ms.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
@@ -98,14 +99,17 @@ pub async fn run(
         args.history.display()
     );
 
-    let mut spec = TaskSpec::new("replay");
-    spec.allowed_domains = args.allowed_domains.clone();
-    spec.prohibited_domains = args.prohibited_domains.clone();
-    spec.viewport = args.viewport;
-    spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
+    let options = TaskOptions {
+        allowed_domains: args.allowed_domains.clone(),
+        prohibited_domains: args.prohibited_domains.clone(),
+        viewport: args.viewport,
+        settle_timeout_ms: Some(i32::try_from(args.settle_timeout_ms).unwrap_or(i32::MAX)),
+        ..TaskOptions::default()
+    };
+    let mut spec = TaskSpec::with_options("replay", options);
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
 
-    let pool = single_browser_pool(&args.chrome, spec.viewport, &args.egress, proxies)?;
+    let pool = single_browser_pool(&args.chrome, spec.viewport(), &args.egress, proxies)?;
     // No model is called: an empty catalog.
     let registry = ModelRegistry::new(ModelsConfig::default()).context("model registry")?;
     let runner = TaskRunner::new(

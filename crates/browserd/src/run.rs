@@ -4,15 +4,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use async_trait::async_trait;
 use browserd_agent::{
-    AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData, VisionMode,
+    AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData,
 };
 use browserd_browser::{BrowserPool, PoolConfig, Viewport};
 use browserd_llm::ModelRegistry;
+use browserd_types::TaskOptions;
+use browserd_types::dto::{ViewportSize, limits};
 use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
 use clap::Args;
 use tracing::Instrument;
@@ -40,9 +42,9 @@ pub struct TaskArgs {
     #[arg(long)]
     pub model: Option<String>,
 
-    /// Step budget (default 100).
-    #[arg(long)]
-    pub max_steps: Option<u32>,
+    /// Step budget, 1–10 000 (default 100).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(limits::MAX_STEPS_RANGE))]
+    pub max_steps: Option<i64>,
 
     /// JSON Schema file; the `done` data must match it.
     #[arg(long)]
@@ -81,25 +83,25 @@ pub struct RunArgs {
     #[command(flatten)]
     pub task: TaskArgs,
 
-    /// Wall-clock budget of the run in seconds.
-    #[arg(long)]
-    pub timeout_s: Option<u64>,
+    /// Wall-clock budget of the run in seconds (1–86 400).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(limits::TIMEOUT_S_RANGE))]
+    pub timeout_s: Option<i64>,
 
     /// Token budget (input + output of every model call).
-    #[arg(long)]
-    pub max_tokens: Option<u64>,
+    #[arg(long, value_parser = clap::value_parser!(i64).range(limits::MAX_TOKENS_RANGE))]
+    pub max_tokens: Option<i64>,
 
     /// Cost budget in USD (needs a price table in the model's configuration).
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
 
     /// Browser viewport, `WIDTHxHEIGHT` in CSS pixels (default browser-use's 1920x1080).
-    #[arg(long, value_parser = browserd_worker::parse_viewport)]
-    pub viewport: Option<Viewport>,
+    #[arg(long)]
+    pub viewport: Option<ViewportSize>,
 
     /// Cap of the wait after each action for the page to settle, in ms (0 = do not wait).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
-    pub settle_timeout_ms: u64,
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i64).range(limits::SETTLE_TIMEOUT_MS_RANGE))]
+    pub settle_timeout_ms: i64,
 
     /// Write the AgentHistory JSON here.
     #[arg(long)]
@@ -129,13 +131,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub use_vision: bool,
 
-    /// Actions run per step at most (default 5).
-    #[arg(long)]
-    pub max_actions_per_step: Option<usize>,
+    /// Actions run per step at most, 1–20 (default 5).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(limits::MAX_ACTIONS_PER_STEP_RANGE))]
+    pub max_actions_per_step: Option<i64>,
 
-    /// Consecutive failures before the final done-only attempt (default 5).
-    #[arg(long)]
-    pub max_failures: Option<u32>,
+    /// Consecutive failures before the final done-only attempt, 0–50 (default 5).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(limits::MAX_FAILURES_RANGE))]
+    pub max_failures: Option<i64>,
 
     /// A task secret by name (repeatable): its value is read from the environment variable
     /// `BROWSERD_SECRET_<NAME>` (upper-cased, other characters as `_`), never from the command
@@ -238,11 +240,6 @@ impl EventSink for TerminalSink {
 }
 
 fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Result<TaskSpec> {
-    let mut spec = TaskSpec::new(args.task.task.clone());
-    spec.start_url = args.task.start_url.clone();
-    spec.model = args.task.model.clone();
-    spec.allowed_domains = args.task.allowed_domains.clone();
-    spec.prohibited_domains = args.task.prohibited_domains.clone();
     if let Some(name) = &args.proxy {
         let names = proxies.upstream_proxies()?;
         anyhow::ensure!(
@@ -258,29 +255,32 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
                     .join(", ")
             }
         );
-        spec.proxy = Some(name.clone());
     }
-    if let Some(max_steps) = args.task.max_steps {
-        spec.max_steps = max_steps;
-    }
-    if let Some(max_actions) = args.max_actions_per_step {
-        spec.max_actions_per_step = max_actions;
-    }
-    if let Some(max_failures) = args.max_failures {
-        spec.max_failures = max_failures;
-    }
-    if args.no_vision {
-        spec.use_vision = VisionMode::Never;
-    } else if args.use_vision {
-        spec.use_vision = VisionMode::Always;
-    }
-    spec.timeout = args.timeout_s.map(Duration::from_secs);
-    spec.max_tokens = args.max_tokens;
-    spec.max_cost_usd = args.max_cost_usd;
-    spec.viewport = args.viewport;
-    spec.settle_timeout = Some(Duration::from_millis(args.settle_timeout_ms));
-    spec.output_schema = args.task.output_schema()?;
-    spec.highlight_elements = args.task.highlight_elements;
+    // The flags' ranges are the api's (`dto::limits`), so every value fits.
+    let narrow = |value: i64| i32::try_from(value).unwrap_or(i32::MAX);
+    let defaults = TaskOptions::default();
+    let options = TaskOptions {
+        start_url: args.task.start_url.clone(),
+        max_steps: args.task.max_steps.map_or(defaults.max_steps, narrow),
+        model: args.task.model.clone(),
+        allowed_domains: args.task.allowed_domains.clone(),
+        prohibited_domains: args.task.prohibited_domains.clone(),
+        output_schema: args.task.output_schema()?,
+        use_vision: !args.no_vision,
+        max_actions_per_step: args
+            .max_actions_per_step
+            .map_or(defaults.max_actions_per_step, narrow),
+        max_failures: args.max_failures.map_or(defaults.max_failures, narrow),
+        timeout_s: args.timeout_s.map(narrow),
+        metadata: defaults.metadata,
+        max_tokens: args.max_tokens,
+        max_cost_usd: args.max_cost_usd,
+        viewport: args.viewport,
+        settle_timeout_ms: Some(narrow(args.settle_timeout_ms)),
+        proxy: args.proxy.clone(),
+        highlight_elements: args.task.highlight_elements,
+    };
+    let mut spec = TaskSpec::with_options(args.task.task.clone(), options);
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
 }
@@ -317,7 +317,7 @@ pub async fn run(
     let models = config::load_models(config_file)?;
     let registry = ModelRegistry::new(models).context("building the model registry")?;
     let spec = task_spec(args, proxies)?;
-    let pool = single_browser_pool(&args.chrome, spec.viewport, &args.egress, proxies)?;
+    let pool = single_browser_pool(&args.chrome, spec.viewport(), &args.egress, proxies)?;
     let runner = TaskRunner::new(
         pool.clone(),
         Arc::new(registry),
@@ -328,7 +328,7 @@ pub async fn run(
     );
     // An unknown model is an error before any browser starts.
     runner
-        .model(spec.model.as_deref())
+        .model(spec.options.model.as_deref())
         .context("choosing the model (--model, default_model or BROWSERD_LLM_* variables)")?;
     let control = AgentControl::new();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -196,7 +196,7 @@ impl BrowserdMcp {
         let progress_token = ctx.meta.get_progress_token();
         if !created.status.is_terminal() && !wait.is_zero() {
             let mut updates = self.backend.watch(cx, id).await?;
-            let total = f64::from(created.max_steps);
+            let total = f64::from(created.options.max_steps);
             loop {
                 tokio::select! {
                     () = ctx.ct.cancelled() => break,
@@ -269,7 +269,7 @@ fn steps_taken(steps: &[StepView]) -> usize {
 /// The task's outcome (or its progress), as `run_task`, `get_task` and the controls report it.
 fn task_summary(view: &TaskView, steps: &[StepView]) -> Value {
     let output = view.output.as_deref().map(|text| {
-        if view.output_schema.is_some() {
+        if view.options.output_schema.is_some() {
             serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_owned()))
         } else {
             Value::String(text.to_owned())

@@ -7,7 +7,7 @@ use std::fmt;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use browserd_types::dto::{TaskView, ViewportSize};
-use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
+use browserd_types::{ApiKeyId, TaskId, TaskOptions, TaskStatus, Transition, event_kind};
 use secrecy::SecretString;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -19,28 +19,8 @@ use crate::{Store, StoreError};
 /// A validated task to insert.
 pub struct NewTask {
     pub task: String,
-    pub start_url: Option<String>,
-    pub max_steps: i32,
-    pub model: Option<String>,
-    pub allowed_domains: Vec<String>,
-    pub prohibited_domains: Vec<String>,
+    pub options: TaskOptions,
     pub secrets: BTreeMap<String, SecretString>,
-    pub output_schema: Option<serde_json::Value>,
-    pub use_vision: bool,
-    pub max_actions_per_step: i32,
-    pub max_failures: i32,
-    pub timeout_s: Option<i32>,
-    pub metadata: BTreeMap<String, String>,
-    pub max_tokens: Option<i64>,
-    pub max_cost_usd: Option<f64>,
-    /// `None` = the worker's default.
-    pub viewport: Option<ViewportSize>,
-    /// Settle cap in ms; `None` = the worker's default.
-    pub settle_timeout_ms: Option<i32>,
-    /// Name of the operator's upstream proxy; `None` = none.
-    pub proxy: Option<String>,
-    /// Highlighted step screenshots (browser-use's `highlight_elements`).
-    pub highlight_elements: bool,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
     /// Set for a replay task: the worker replays the source's recorded actions instead of
@@ -52,9 +32,7 @@ impl fmt::Debug for NewTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NewTask")
             .field("task", &self.task)
-            .field("start_url", &self.start_url)
-            .field("max_steps", &self.max_steps)
-            .field("model", &self.model)
+            .field("options", &self.options)
             .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
             .field("replay", &self.replay)
             .finish_non_exhaustive()
@@ -68,17 +46,7 @@ pub struct TaskRecord {
     pub api_key_id: ApiKeyId,
     pub status: TaskStatus,
     pub task: String,
-    pub start_url: Option<String>,
-    pub max_steps: i32,
-    pub model: Option<String>,
-    pub allowed_domains: Vec<String>,
-    pub prohibited_domains: Vec<String>,
-    pub output_schema: Option<serde_json::Value>,
-    pub use_vision: bool,
-    pub max_actions_per_step: i32,
-    pub max_failures: i32,
-    pub timeout_s: Option<i32>,
-    pub metadata: BTreeMap<String, String>,
+    pub options: TaskOptions,
     pub output: Option<String>,
     pub is_success: Option<bool>,
     pub error: Option<String>,
@@ -90,16 +58,6 @@ pub struct TaskRecord {
     pub updated_at: OffsetDateTime,
     pub started_at: Option<OffsetDateTime>,
     pub finished_at: Option<OffsetDateTime>,
-    pub max_tokens: Option<i64>,
-    pub max_cost_usd: Option<f64>,
-    /// `None` = the worker's default.
-    pub viewport: Option<ViewportSize>,
-    /// Settle cap in ms; `None` = the worker's default.
-    pub settle_timeout_ms: Option<i32>,
-    /// Name of the operator's upstream proxy; `None` = none.
-    pub proxy: Option<String>,
-    /// Highlighted step screenshots (browser-use's `highlight_elements`).
-    pub highlight_elements: bool,
     /// browser-use's `UsageSummary` of the run so far.
     pub usage: Option<serde_json::Value>,
     /// URL at the start of the latest step (where a resumed run goes back to).
@@ -112,23 +70,7 @@ impl From<TaskRecord> for TaskView {
             id: t.id,
             status: t.status,
             task: t.task,
-            start_url: t.start_url,
-            max_steps: t.max_steps,
-            model: t.model,
-            allowed_domains: t.allowed_domains,
-            prohibited_domains: t.prohibited_domains,
-            output_schema: t.output_schema,
-            use_vision: t.use_vision,
-            max_actions_per_step: t.max_actions_per_step,
-            max_failures: t.max_failures,
-            timeout_s: t.timeout_s,
-            metadata: t.metadata,
-            max_tokens: t.max_tokens,
-            max_cost_usd: t.max_cost_usd,
-            viewport: t.viewport,
-            settle_timeout_ms: t.settle_timeout_ms.map(i64::from),
-            proxy: t.proxy,
-            highlight_elements: t.highlight_elements,
+            options: t.options,
             usage: t.usage,
             queue_position: None,
             attempts: t.attempts,
@@ -185,11 +127,7 @@ pub(crate) struct TaskRow {
 impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        Ok(TaskRecord {
-            id: TaskId(row.id),
-            api_key_id: ApiKeyId(row.api_key_id),
-            status: parse_status(&row.status)?,
-            task: row.task,
+        let options = TaskOptions {
             start_url: row.start_url,
             max_steps: row.max_steps,
             model: row.model,
@@ -202,17 +140,6 @@ impl TryFrom<TaskRow> for TaskRecord {
             timeout_s: row.timeout_s,
             metadata: serde_json::from_value(row.metadata)
                 .map_err(|err| StoreError::Corrupt(format!("task metadata: {err}")))?,
-            output: row.output,
-            is_success: row.is_success,
-            error: row.error,
-            lease_owner: row.lease_owner,
-            lease_expires_at: row.lease_expires_at,
-            attempts: row.attempts,
-            last_event_seq: row.last_event_seq,
-            created_at: row.created_at,
-            updated_at: row.updated_at,
-            started_at: row.started_at,
-            finished_at: row.finished_at,
             max_tokens: row.max_tokens,
             max_cost_usd: row.max_cost_usd,
             viewport: match (row.viewport_width, row.viewport_height) {
@@ -225,6 +152,24 @@ impl TryFrom<TaskRow> for TaskRecord {
             settle_timeout_ms: row.settle_timeout_ms,
             proxy: row.proxy,
             highlight_elements: row.highlight_elements,
+        };
+        Ok(TaskRecord {
+            id: TaskId(row.id),
+            api_key_id: ApiKeyId(row.api_key_id),
+            status: parse_status(&row.status)?,
+            task: row.task,
+            options,
+            output: row.output,
+            is_success: row.is_success,
+            error: row.error,
+            lease_owner: row.lease_owner,
+            lease_expires_at: row.lease_expires_at,
+            attempts: row.attempts,
+            last_event_seq: row.last_event_seq,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            started_at: row.started_at,
+            finished_at: row.finished_at,
             usage: row.usage,
             last_url: row.last_url,
         })
@@ -314,9 +259,10 @@ impl Store {
             let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
             Some(keyring.seal(id, &new.secrets))
         };
-        let metadata = serde_json::to_value(&new.metadata)
+        let options = &new.options;
+        let metadata = serde_json::to_value(&options.metadata)
             .map_err(|err| StoreError::Corrupt(format!("metadata: {err}")))?;
-        let (viewport_width, viewport_height) = match new.viewport {
+        let (viewport_width, viewport_height) = match options.viewport {
             Some(v) => (
                 Some(i32::try_from(v.width).map_err(|_| {
                     StoreError::Corrupt(format!("viewport width {} out of range", v.width))
@@ -346,25 +292,25 @@ impl Store {
             id.0,
             owner.0,
             new.task,
-            new.start_url,
-            new.max_steps,
-            new.model,
-            &new.allowed_domains,
-            &new.prohibited_domains,
-            new.output_schema,
-            new.use_vision,
-            new.max_actions_per_step,
-            new.max_failures,
-            new.timeout_s,
+            options.start_url,
+            options.max_steps,
+            options.model,
+            &options.allowed_domains,
+            &options.prohibited_domains,
+            options.output_schema,
+            options.use_vision,
+            options.max_actions_per_step,
+            options.max_failures,
+            options.timeout_s,
             metadata,
             secrets,
-            new.max_tokens,
-            new.max_cost_usd,
+            options.max_tokens,
+            options.max_cost_usd,
             viewport_width,
             viewport_height,
-            new.settle_timeout_ms,
-            new.proxy,
-            new.highlight_elements,
+            options.settle_timeout_ms,
+            options.proxy,
+            options.highlight_elements,
         )
         .fetch_one(&mut *tx)
         .await?;

@@ -9,7 +9,7 @@ use browserd_store::{
     Store, StoreError, TransitionDetails,
 };
 use browserd_types::dto::ViewportSize;
-use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition, event_kind};
+use browserd_types::{ApiKeyId, TaskId, TaskOptions, TaskStatus, Transition, event_kind};
 use secrecy::ExposeSecret;
 use secrecy::SecretString;
 use serde_json::json;
@@ -20,24 +20,8 @@ use tokio_util::sync::CancellationToken;
 fn new_task(text: &str) -> NewTask {
     NewTask {
         task: text.to_owned(),
-        start_url: None,
-        max_steps: 100,
-        model: None,
-        allowed_domains: vec![],
-        prohibited_domains: vec![],
+        options: TaskOptions::default(),
         secrets: BTreeMap::from([("pw".to_owned(), SecretString::from("s3cr3t-value"))]),
-        output_schema: None,
-        use_vision: true,
-        max_actions_per_step: 5,
-        max_failures: 5,
-        timeout_s: None,
-        metadata: BTreeMap::new(),
-        max_tokens: None,
-        max_cost_usd: None,
-        viewport: None,
-        settle_timeout_ms: None,
-        proxy: None,
-        highlight_elements: false,
         trace_context: None,
         replay: None,
     }
@@ -63,35 +47,56 @@ async fn secrets_present(store: &Store, id: TaskId) -> bool {
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
-async fn viewport_is_stored_and_read_back(pool: PgPool) {
+async fn every_option_is_stored_and_read_back(pool: PgPool) {
     let store = sealing_store(pool);
     let owner = key(&store).await;
-    let size = ViewportSize {
-        width: 1280,
-        height: 720,
+    // Every field differs from its default, so a column the store forgets shows.
+    let options = TaskOptions {
+        start_url: Some("https://example.com/".to_owned()),
+        max_steps: 42,
+        model: Some("m".to_owned()),
+        allowed_domains: vec!["*.example.com".to_owned()],
+        prohibited_domains: vec!["ads.example.com".to_owned()],
+        output_schema: Some(json!({"type": "object"})),
+        use_vision: false,
+        max_actions_per_step: 7,
+        max_failures: 2,
+        timeout_s: Some(600),
+        metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+        max_tokens: Some(5000),
+        max_cost_usd: Some(1.5),
+        viewport: Some(ViewportSize {
+            width: 1280,
+            height: 720,
+        }),
+        settle_timeout_ms: Some(500),
+        proxy: Some("corp".to_owned()),
+        highlight_elements: true,
     };
     let with = store
         .create_task(
             owner,
             NewTask {
-                viewport: Some(size),
-                settle_timeout_ms: Some(500),
-                ..new_task("sized")
+                options: options.clone(),
+                ..new_task("every option")
             },
         )
         .await
         .unwrap();
-    assert_eq!(with.viewport, Some(size));
+    assert_eq!(with.options, options);
     let read = store.get_task(Some(owner), with.id).await.unwrap().unwrap();
-    assert_eq!(read.viewport, Some(size));
-    assert_eq!(read.settle_timeout_ms, Some(500));
+    assert_eq!(read.options, options);
     let without = store.create_task(owner, new_task("default")).await.unwrap();
     let read = store
         .get_task(Some(owner), without.id)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(read.viewport, None, "no viewport = the worker's default");
+    assert_eq!(read.options, TaskOptions::default());
+    assert_eq!(
+        read.options.viewport, None,
+        "no viewport = the worker's default"
+    );
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
@@ -314,17 +319,27 @@ async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
     let id = store.create_task(owner, new_task("t")).await.unwrap().id;
     let other = store.create_task(owner, new_task("u")).await.unwrap().id;
     let mut subscription = hub.subscribe(id);
-    store
-        .append_event(other, event_kind::LOG, json!({}))
-        .await
-        .unwrap();
+    // The other task's events go up to seq 3; this task's next one is seq 2.
+    for _ in 0..2 {
+        store
+            .append_event(other, event_kind::LOG, json!({}))
+            .await
+            .unwrap();
+    }
     store
         .append_event(id, event_kind::LOG, json!({}))
         .await
         .unwrap();
-    let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
-        .await
-        .unwrap();
+    // The notification of the task's creation (seq 1) may come after the subscription, as
+    // late as the listener delivers it; then the appended event, and nothing of the other.
+    let signal = loop {
+        let signal = tokio::time::timeout(Duration::from_secs(30), subscription.recv())
+            .await
+            .unwrap();
+        if signal != Some(Signal::Appended { seq: 1 }) {
+            break signal;
+        }
+    };
     assert_eq!(
         signal,
         Some(Signal::Appended { seq: 2 }),

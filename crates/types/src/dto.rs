@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::{TaskId, TaskStatus};
+use crate::{TaskId, TaskOptions, TaskStatus};
 
 /// Limits and defaults of `POST /v1/tasks`. The defaults are the one definition used by the
 /// api, the agent's `TaskConfig` and `browserd run`.
@@ -355,28 +355,9 @@ pub struct TaskView {
     pub id: TaskId,
     pub status: TaskStatus,
     pub task: String,
-    pub start_url: Option<String>,
-    pub max_steps: i32,
-    pub model: Option<String>,
-    pub allowed_domains: Vec<String>,
-    pub prohibited_domains: Vec<String>,
-    #[schema(value_type = Option<Object>)]
-    pub output_schema: Option<serde_json::Value>,
-    pub use_vision: bool,
-    pub max_actions_per_step: i32,
-    pub max_failures: i32,
-    pub timeout_s: Option<i32>,
-    pub metadata: BTreeMap<String, String>,
-    pub max_tokens: Option<i64>,
-    pub max_cost_usd: Option<f64>,
-    /// The viewport the task asked for; `null` = the worker's default.
-    pub viewport: Option<ViewportSize>,
-    /// The settle cap the task asked for (ms); `null` = the worker's default.
-    pub settle_timeout_ms: Option<i64>,
-    /// The upstream proxy the task routes through, by name; `null` = none.
-    pub proxy: Option<String>,
-    /// Step screenshots carry the elements' boxes and indices.
-    pub highlight_elements: bool,
+    /// The options the task runs with, defaults filled in.
+    #[serde(flatten)]
+    pub options: TaskOptions,
     /// Token usage and cost so far (browser-use's `UsageSummary`: `total`, `total_cost_usd`,
     /// `invocations`).
     #[schema(value_type = Option<Object>)]

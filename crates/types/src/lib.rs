@@ -4,10 +4,12 @@
 pub mod dto;
 pub mod event;
 pub mod ids;
+pub mod options;
 pub mod status;
 pub mod v2;
 pub mod webhooks;
 
 pub use event::{TaskEvent, event_kind};
 pub use ids::{ApiKeyId, ArtifactId, TaskId};
+pub use options::TaskOptions;
 pub use status::{TaskStatus, Transition};

@@ -30,8 +30,8 @@ use axum::routing::get;
 use browserd_agent::{Agent, NoopSink, SecretEntry, SensitiveData, TaskConfig, VisionMode};
 use browserd_browser::egress::EgressSettings;
 use browserd_browser::{
-    Action, ActionContext, BrowserPool, CaptureOptions, PoolConfig, ScreenshotFormat,
-    SettleSettings, TaskOptions,
+    Action, ActionContext, BrowserPool, CaptureOptions, ContextOptions, PoolConfig,
+    ScreenshotFormat, SettleSettings,
 };
 use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, TokenUsage};
 use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
@@ -290,19 +290,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn egress() -> TaskOptions {
-    TaskOptions {
+fn egress() -> ContextOptions {
+    ContextOptions {
         egress: Some(EgressSettings {
             allow_loopback: true,
             ..EgressSettings::default()
         }),
-        ..TaskOptions::default()
+        ..ContextOptions::default()
     }
 }
 
 /// The same options with settling after actions switched off (the code before it existed).
-fn egress_without_settle() -> TaskOptions {
-    TaskOptions {
+fn egress_without_settle() -> ContextOptions {
+    ContextOptions {
         settle: SettleSettings {
             cap: Duration::ZERO,
             ..SettleSettings::default()

@@ -4,7 +4,6 @@
 //! the caller's event sink. The caller decides what the outcome means for it (exit code,
 //! terminal status).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -19,11 +18,12 @@ use browserd_agent::{
 use browserd_browser::egress::EgressSettings;
 use browserd_browser::settle::DEFAULT_SETTLE_CAP;
 use browserd_browser::{
-    BrowserPool, FrameSender, LiveViewSettings, SettleSettings, TaskOptions, Viewport,
+    BrowserPool, ContextOptions, FrameSender, LiveViewSettings, SettleSettings, Viewport,
 };
 use browserd_llm::{ChatModel, ModelRegistry};
+use browserd_types::TaskOptions;
 use browserd_types::dto::ViewportSize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 
@@ -32,36 +32,20 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long going back to the last URL of a resumed run may take.
 const RESUME_NAVIGATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Everything one task asks for. [`TaskSpec::new`] holds the defaults (from
-/// `browserd_types::dto::limits`, through the agent's `TaskConfig::default`).
+/// Everything one task asks for: its text and [`TaskOptions`] (the one definition of a task's
+/// options, as the api validated and the store keeps them), its secrets, and what only a run
+/// has (the time left of its budget, an `/api/v2` session's browser state and agent options).
 #[derive(Clone, Debug)]
 pub struct TaskSpec {
     pub task: String,
-    pub start_url: Option<String>,
-    /// A configured model's name; the registry's default when `None`.
-    pub model: Option<String>,
-    pub allowed_domains: Vec<String>,
-    pub prohibited_domains: Vec<String>,
-    pub output_schema: Option<Value>,
-    pub use_vision: VisionMode,
-    pub max_steps: u32,
-    pub max_actions_per_step: usize,
-    pub max_failures: u32,
-    /// Wall-clock budget of the whole run (what is left of it for a resumed run).
+    pub options: TaskOptions,
+    /// Wall-clock budget of this run: `options.timeout_s`, or what is left of it for a
+    /// resumed run.
     pub timeout: Option<Duration>,
-    /// Input + output tokens of every model call.
-    pub max_tokens: Option<u64>,
-    /// USD, from the model's price table.
-    pub max_cost_usd: Option<f64>,
     pub secrets: SensitiveData,
-    /// Free-form pairs of the client (not shown to the model).
-    pub metadata: BTreeMap<String, String>,
-    /// The browser's viewport; `None` = the pool's (the service's or `browserd run`'s
-    /// default, browser-use's 1920×1080 unless configured).
-    pub viewport: Option<Viewport>,
-    /// Cap of the wait after each action for the page to settle; `None` = the runner's
-    /// default, zero = do not wait.
-    pub settle_timeout: Option<Duration>,
+    /// browser-use's `use_vision="auto"` (an `/api/v2` option): screenshots only when the
+    /// model asks; overrides `options.use_vision`.
+    pub vision_auto: bool,
     /// browser-use's `flash_mode` (short prompt, memory + action only).
     pub flash_mode: bool,
     /// browser-use's `use_thinking`; `None` = the agent's default.
@@ -73,55 +57,55 @@ pub struct TaskSpec {
     /// Read the context's cookies and tabs at the end of the run
     /// ([`RunOutcome::browser_state`]).
     pub save_browser_state: bool,
-    /// Name of the operator's upstream proxy that carries the task's traffic after the
-    /// egress checks (`None`: direct from the egress proxy).
-    pub proxy: Option<String>,
-    /// browser-use's `highlight_elements`: the step screenshots (the model's and the stored
-    /// ones) show the indexed elements' boxes and indices.
-    pub highlight_elements: bool,
 }
 
 impl TaskSpec {
     /// A task with every default.
     pub fn new(task: impl Into<String>) -> Self {
-        let defaults = TaskConfig::default();
+        Self::with_options(task, TaskOptions::default())
+    }
+
+    /// A task with these options (its budget: all of `options.timeout_s`).
+    pub fn with_options(task: impl Into<String>, options: TaskOptions) -> Self {
         Self {
             task: task.into(),
-            start_url: None,
-            model: None,
-            allowed_domains: Vec::new(),
-            prohibited_domains: Vec::new(),
-            output_schema: None,
-            use_vision: defaults.use_vision,
-            max_steps: defaults.max_steps,
-            max_actions_per_step: defaults.max_actions_per_step,
-            max_failures: defaults.max_failures,
-            timeout: None,
-            max_tokens: None,
-            max_cost_usd: None,
+            timeout: options.timeout(),
+            options,
             secrets: SensitiveData::default(),
-            metadata: BTreeMap::new(),
-            viewport: None,
-            settle_timeout: None,
+            vision_auto: false,
             flash_mode: false,
             use_thinking: None,
             extend_system_message: None,
             browser_state: None,
             save_browser_state: false,
-            proxy: None,
-            highlight_elements: false,
         }
+    }
+
+    /// When the model gets screenshots.
+    pub fn vision(&self) -> VisionMode {
+        match (self.vision_auto, self.options.use_vision) {
+            (true, _) => VisionMode::Auto,
+            (false, true) => VisionMode::Always,
+            (false, false) => VisionMode::Never,
+        }
+    }
+
+    /// The browser's viewport; `None` = the pool's (the service's or `browserd run`'s
+    /// default, browser-use's 1920×1080 unless configured).
+    pub fn viewport(&self) -> Option<Viewport> {
+        self.options.viewport.and_then(browser_viewport)
     }
 
     /// The agent's configuration for this task, with its workspace.
     pub fn agent_config(&self, workspace: &TaskWorkspace) -> TaskConfig {
+        let options = &self.options;
         let mut config = TaskConfig::new(self.task.clone());
-        config.start_url = self.start_url.clone();
-        config.output_schema = self.output_schema.clone();
-        config.use_vision = self.use_vision;
-        config.max_steps = self.max_steps;
-        config.max_actions_per_step = self.max_actions_per_step;
-        config.max_failures = self.max_failures;
+        config.start_url = options.start_url.clone();
+        config.output_schema = options.output_schema.clone();
+        config.use_vision = self.vision();
+        config.max_steps = options.step_budget();
+        config.max_actions_per_step = options.actions_per_step();
+        config.max_failures = options.failure_budget();
         config.sensitive_data = self.secrets.clone();
         config.workspace_dir = Some(workspace.dir().to_path_buf());
         config.flash_mode = self.flash_mode;
@@ -135,8 +119,8 @@ impl TaskSpec {
     /// The browser context's egress settings.
     pub fn egress(&self, allow_loopback: bool) -> EgressSettings {
         EgressSettings {
-            allowed_domains: self.allowed_domains.clone(),
-            prohibited_domains: self.prohibited_domains.clone(),
+            allowed_domains: self.options.allowed_domains.clone(),
+            prohibited_domains: self.options.prohibited_domains.clone(),
             allow_loopback,
             ..EgressSettings::default()
         }
@@ -290,7 +274,7 @@ impl TaskRunner {
             resume_url,
             live_view,
         } = request;
-        let model = self.model(spec.model.as_deref())?;
+        let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
             .map_err(|err| RunError::Workspace(err.to_string()))?;
         let config = spec.agent_config(&workspace);
@@ -396,18 +380,19 @@ impl TaskRunner {
     ) -> Result<Arc<SessionBrowser>, RunError> {
         let session = self
             .pool
-            .lease_with(TaskOptions {
+            .lease_with(ContextOptions {
                 egress: Some(spec.egress(self.settings.allow_loopback)),
                 workspace_dir: Some(workspace.dir().to_path_buf()),
-                viewport: spec.viewport,
+                viewport: spec.viewport(),
                 settle: SettleSettings {
                     cap: spec
-                        .settle_timeout
+                        .options
+                        .settle_timeout()
                         .or(self.settings.settle_timeout)
                         .unwrap_or(DEFAULT_SETTLE_CAP),
                     ..SettleSettings::default()
                 },
-                proxy: spec.proxy.clone(),
+                proxy: spec.options.proxy.clone(),
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;
@@ -416,7 +401,7 @@ impl TaskRunner {
             SessionBrowserOptions {
                 sensitive_values: secret_values(&spec.secrets),
                 capture: browserd_browser::CaptureOptions {
-                    highlight_elements: spec.highlight_elements,
+                    highlight_elements: spec.options.highlight_elements,
                     ..browserd_browser::CaptureOptions::default()
                 },
                 ..SessionBrowserOptions::default()
@@ -675,8 +660,8 @@ impl BudgetSink {
         Self {
             inner,
             control,
-            max_tokens: spec.max_tokens,
-            max_cost_usd: spec.max_cost_usd,
+            max_tokens: spec.options.token_budget(),
+            max_cost_usd: spec.options.max_cost_usd,
             state: Mutex::new(state),
         }
     }

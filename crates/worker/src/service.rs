@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use browserd_agent::{
     AgentControl, AgentHistory, AgentHistoryList, SecretEntry, SensitiveData, UsageSummary,
-    VisionMode,
 };
 use browserd_browser::LiveViewSettings;
 use browserd_store::{
@@ -33,7 +32,6 @@ use tracing::Instrument;
 use crate::BrowserState;
 use crate::runner::{
     AbortOnDrop, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest, TaskRunner, TaskSpec,
-    browser_viewport,
 };
 use crate::sink::StoreSink;
 use browserd_agent::replay::ReplayOptions;
@@ -141,8 +139,11 @@ impl Worker {
                         config: config.clone(),
                     };
                     let shutdown = shutdown.clone();
-                    let span =
-                        crate::telemetry::task_span(id, attempt, claimed.record.model.as_deref());
+                    let span = crate::telemetry::task_span(
+                        id,
+                        attempt,
+                        claimed.record.options.model.as_deref(),
+                    );
                     let store = self.store.clone();
                     let trace_parent = self.trace_parent.clone();
                     metrics::counter!("browserd_tasks_claimed_total").increment(1);
@@ -218,34 +219,19 @@ async fn maintain(store: Store, config: Arc<WorkerConfig>, shutdown: Cancellatio
     }
 }
 
-/// The runner's view of a task row: every field of the create request.
+/// The runner's view of a task row: its options as stored, its secrets, and what is left of
+/// its wall-clock budget (counted from the first start, paused time included).
 pub fn task_spec(
     record: &TaskRecord,
     secrets: &BTreeMap<String, SecretString>,
     now: OffsetDateTime,
 ) -> TaskSpec {
-    let mut spec = TaskSpec::new(record.task.clone());
-    spec.start_url = record.start_url.clone();
-    spec.model = record.model.clone();
-    spec.allowed_domains = record.allowed_domains.clone();
-    spec.prohibited_domains = record.prohibited_domains.clone();
-    spec.output_schema = record.output_schema.clone();
-    spec.use_vision = if record.use_vision {
-        VisionMode::Always
-    } else {
-        VisionMode::Never
-    };
-    spec.max_steps = u32::try_from(record.max_steps).unwrap_or(1);
-    spec.max_actions_per_step = usize::try_from(record.max_actions_per_step).unwrap_or(1);
-    spec.max_failures = u32::try_from(record.max_failures).unwrap_or(0);
-    spec.timeout = record.timeout_s.map(|secs| {
-        // The budget counts from the first start, paused time included.
+    let mut spec = TaskSpec::with_options(record.task.clone(), record.options.clone());
+    spec.timeout = record.options.timeout_s.map(|secs| {
         let started = record.started_at.unwrap_or(now);
         let left = started + time::Duration::seconds(i64::from(secs)) - now;
         Duration::try_from(left).unwrap_or(Duration::ZERO)
     });
-    spec.max_tokens = record.max_tokens.and_then(|t| u64::try_from(t).ok());
-    spec.max_cost_usd = record.max_cost_usd;
     spec.secrets = SensitiveData(
         secrets
             .iter()
@@ -257,14 +243,6 @@ pub fn task_spec(
             })
             .collect(),
     );
-    spec.metadata = record.metadata.clone();
-    spec.viewport = record.viewport.and_then(browser_viewport);
-    spec.settle_timeout = record
-        .settle_timeout_ms
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map(Duration::from_millis);
-    spec.proxy = record.proxy.clone();
-    spec.highlight_elements = record.highlight_elements;
     spec
 }
 
@@ -279,8 +257,8 @@ fn apply_session(spec: &mut TaskSpec, session: &TaskSession) {
         focused: usize::try_from(state.focused_tab).unwrap_or(0),
     });
     spec.save_browser_state = true;
-    if spec.start_url.is_none() && session.first_task {
-        spec.start_url = session.start_url.clone();
+    if spec.options.start_url.is_none() && session.first_task {
+        spec.options.start_url = session.start_url.clone();
     }
     let Some(options) = &session.options else {
         return;
@@ -288,9 +266,7 @@ fn apply_session(spec: &mut TaskSpec, session: &TaskSession) {
     let flag = |key: &str| options.get(key).and_then(serde_json::Value::as_bool);
     spec.flash_mode = flag("flashMode").unwrap_or(false);
     spec.use_thinking = flag("thinking");
-    if flag("visionAuto") == Some(true) {
-        spec.use_vision = VisionMode::Auto;
-    }
+    spec.vision_auto = flag("visionAuto") == Some(true);
     spec.extend_system_message = options
         .get("systemPromptExtension")
         .and_then(serde_json::Value::as_str)
@@ -333,7 +309,7 @@ impl TaskJob {
         };
         // A replay makes no model call: it needs no model.
         if replay.is_none() {
-            match self.runner.model(record.model.as_deref()) {
+            match self.runner.model(record.options.model.as_deref()) {
                 Ok(model) => {
                     tracing::Span::current().record("model", model.name());
                 }
@@ -382,7 +358,7 @@ impl TaskJob {
         if spec.timeout.is_some_and(|t| t.is_zero()) {
             let error = format!(
                 "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
-                record.timeout_s.unwrap_or_default()
+                record.options.timeout_s.unwrap_or_default()
             );
             self.end(id, Transition::Fail, None, None, Some(error))
                 .await;
@@ -848,19 +824,15 @@ fn apply_status(status: TaskStatus, control: &AgentControl) {
 mod tests {
     use browserd_browser::Viewport;
     use browserd_types::dto::ViewportSize;
-    use browserd_types::{ApiKeyId, TaskId};
+    use browserd_types::{ApiKeyId, TaskId, TaskOptions};
     use serde_json::json;
 
     use super::*;
 
     #[test]
-    fn every_field_of_the_task_row_reaches_the_runner() {
+    fn the_task_row_reaches_the_runner_with_its_budget_left() {
         let now = OffsetDateTime::now_utc();
-        let record = TaskRecord {
-            id: TaskId::new(),
-            api_key_id: ApiKeyId(uuid::Uuid::now_v7()),
-            status: TaskStatus::Running,
-            task: "buy a monitor".into(),
+        let options = TaskOptions {
             start_url: Some("https://shop.example.com/".into()),
             max_steps: 42,
             model: Some("gpt".into()),
@@ -872,6 +844,22 @@ mod tests {
             max_failures: 2,
             timeout_s: Some(600),
             metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+            max_tokens: Some(5000),
+            max_cost_usd: Some(1.5),
+            viewport: Some(ViewportSize {
+                width: 1280,
+                height: 720,
+            }),
+            settle_timeout_ms: Some(750),
+            proxy: Some("corp".to_owned()),
+            highlight_elements: true,
+        };
+        let record = TaskRecord {
+            id: TaskId::new(),
+            api_key_id: ApiKeyId(uuid::Uuid::now_v7()),
+            status: TaskStatus::Running,
+            task: "buy a monitor".into(),
+            options: options.clone(),
             output: None,
             is_success: None,
             error: None,
@@ -883,47 +871,40 @@ mod tests {
             updated_at: now,
             started_at: Some(now - time::Duration::seconds(100)),
             finished_at: None,
-            max_tokens: Some(5000),
-            max_cost_usd: Some(1.5),
-            viewport: Some(ViewportSize {
-                width: 1280,
-                height: 720,
-            }),
-            settle_timeout_ms: Some(750),
-            proxy: Some("corp".to_owned()),
-            highlight_elements: true,
             usage: None,
             last_url: None,
         };
         let secrets = BTreeMap::from([("pw".to_owned(), SecretString::from("hunter2"))]);
         let spec = task_spec(&record, &secrets, now);
         assert_eq!(spec.task, "buy a monitor");
-        assert_eq!(spec.start_url.as_deref(), Some("https://shop.example.com/"));
-        assert_eq!(spec.model.as_deref(), Some("gpt"));
-        assert_eq!(spec.proxy.as_deref(), Some("corp"));
-        assert!(spec.highlight_elements);
-        assert_eq!(spec.allowed_domains, ["*.example.com"]);
-        assert_eq!(spec.prohibited_domains, ["ads.example.com"]);
-        assert_eq!(spec.output_schema, Some(json!({"type": "object"})));
-        assert_eq!(spec.use_vision, VisionMode::Never);
-        assert_eq!(spec.max_steps, 42);
-        assert_eq!(spec.max_actions_per_step, 7);
-        assert_eq!(spec.max_failures, 2);
+        assert_eq!(spec.options, options);
         // The wall-clock budget counts from the first start.
         assert_eq!(spec.timeout, Some(Duration::from_secs(500)));
-        assert_eq!(spec.max_tokens, Some(5000));
-        assert_eq!(spec.max_cost_usd, Some(1.5));
         assert_eq!(
             spec.secrets.0.get("pw"),
             Some(&SecretEntry::Value("hunter2".into()))
         );
-        assert_eq!(spec.metadata["k"], "v");
-        assert_eq!(spec.viewport, Some(Viewport::new(1280, 720)));
-        assert_eq!(spec.settle_timeout, Some(Duration::from_millis(750)));
+        // The runner's conversions of the stored options.
+        assert_eq!(spec.vision(), browserd_agent::VisionMode::Never);
+        assert_eq!(spec.viewport(), Some(Viewport::new(1280, 720)));
+        assert_eq!(
+            spec.options.settle_timeout(),
+            Some(Duration::from_millis(750))
+        );
         let egress = spec.egress(true);
         assert_eq!(egress.allowed_domains, ["*.example.com"]);
         assert_eq!(egress.prohibited_domains, ["ads.example.com"]);
         assert!(egress.allow_loopback);
+        let workspace = crate::TaskWorkspace::open(None).unwrap();
+        let config = spec.agent_config(&workspace);
+        assert_eq!(
+            config.start_url.as_deref(),
+            Some("https://shop.example.com/")
+        );
+        assert_eq!(config.max_steps, 42);
+        assert_eq!(config.max_actions_per_step, 7);
+        assert_eq!(config.max_failures, 2);
+        assert_eq!(config.output_schema, Some(json!({"type": "object"})));
         // Past its budget: nothing left.
         let late = task_spec(&record, &secrets, now + time::Duration::seconds(600));
         assert_eq!(late.timeout, Some(Duration::ZERO));

@@ -34,7 +34,7 @@ impl TaskWorkspace {
     }
 
     /// The directory; give it to both `TaskConfig::workspace_dir` and
-    /// `TaskOptions::workspace_dir`.
+    /// `ContextOptions::workspace_dir`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

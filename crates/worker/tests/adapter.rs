@@ -8,7 +8,7 @@ use axum::response::Html;
 use axum::routing::get;
 use browserd_agent::{AgentBrowser, MarkdownOptions};
 use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, PoolConfig, TaskOptions};
+use browserd_browser::{BrowserPool, ContextOptions, PoolConfig};
 use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use regex::Regex;
 use serde_json::json;
@@ -43,13 +43,13 @@ async fn pool_and_url() -> &'static (BrowserPool, String) {
 async fn browser(workspace: &TaskWorkspace) -> SessionBrowser {
     let (pool, _) = pool_and_url().await;
     let session = pool
-        .lease_with(TaskOptions {
+        .lease_with(ContextOptions {
             egress: Some(EgressSettings {
                 allow_loopback: true,
                 ..EgressSettings::default()
             }),
             workspace_dir: Some(workspace.dir().to_path_buf()),
-            ..TaskOptions::default()
+            ..ContextOptions::default()
         })
         .await
         .unwrap();

@@ -509,7 +509,7 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
         .and_then(|o| o.get("llm"))
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .or(record.model.clone())
+        .or(record.options.model.clone())
         .unwrap_or_else(|| "default".to_owned());
     let cost = record
         .usage
@@ -537,7 +537,7 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
         created_at: record.created_at,
         started_at: record.started_at,
         finished_at: record.finished_at,
-        metadata: Some(record.metadata),
+        metadata: Some(record.options.metadata),
         output,
         browser_use_version: None,
         is_success: record.is_success,

@@ -22,7 +22,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Response, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use browserd_browser::egress::EgressSettings;
-use browserd_browser::{BrowserPool, BrowserSession, PoolConfig, TaskOptions};
+use browserd_browser::{BrowserPool, BrowserSession, ContextOptions, PoolConfig};
 use serde_json::Value;
 use tokio::net::{TcpListener, UdpSocket};
 
@@ -354,9 +354,9 @@ impl Env {
         settings.allow_loopback = true;
         settings.blocked_networks.push(format!("{FORBIDDEN}/32"));
         self.pool
-            .lease_with(TaskOptions {
+            .lease_with(ContextOptions {
                 egress: Some(settings),
-                ..TaskOptions::default()
+                ..ContextOptions::default()
             })
             .await
             .expect("lease with egress")
