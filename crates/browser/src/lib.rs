@@ -32,7 +32,10 @@ pub mod types;
 pub use actions::{Action, ActionContext, ActionResult};
 pub use error::{BrowserError, Result};
 pub use live::{FrameSender, LiveViewSettings, ScreencastFrame};
-pub use pool::{BrowserPool, CHROME_FLAGS, PoolConfig, describe_metrics};
+pub use pool::{
+    BrowserPool, CHROME_FLAGS, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH, PoolConfig,
+    describe_metrics,
+};
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
 pub use session::{BrowserSession, ContextOptions};
 pub use settle::{SettleEnd, SettleReport, SettleSettings};

@@ -90,10 +90,15 @@ pub struct PoolConfig {
     pub upstream_proxies: HashMap<String, UpstreamProxy>,
 }
 
+/// The Chrome a pool launches unless told otherwise: Debian's `chromium` package.
+pub const DEFAULT_CHROME_PATH: &str = "/usr/bin/chromium";
+/// Niceness of launched Chrome processes unless told otherwise ([`PoolConfig::nice`]).
+pub const DEFAULT_CHROME_NICE: i32 = 10;
+
 impl Default for PoolConfig {
     fn default() -> Self {
         Self {
-            chrome_path: PathBuf::from("/usr/bin/chromium"),
+            chrome_path: PathBuf::from(DEFAULT_CHROME_PATH),
             processes: 1,
             contexts_per_process: 4,
             recycle_after_tasks: 50,
@@ -102,7 +107,7 @@ impl Default for PoolConfig {
             remote_endpoints: Vec::new(),
             extra_args: Vec::new(),
             viewport: Viewport::BROWSER_USE,
-            nice: Some(10),
+            nice: Some(DEFAULT_CHROME_NICE),
             egress_proxy: true,
             egress_dns: Vec::new(),
             upstream_proxies: HashMap::new(),

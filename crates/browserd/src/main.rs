@@ -8,6 +8,7 @@ mod mcp;
 mod remote;
 mod replay;
 mod run;
+mod runtime;
 mod step_lines;
 mod telemetry;
 mod worker;

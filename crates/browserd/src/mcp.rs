@@ -5,7 +5,6 @@
 //! `--server URL --key-env VAR` the tools call that server's REST API instead.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
@@ -14,8 +13,6 @@ use browserd_agent::{
     AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot as AgentScreenshot, UsageSummary,
 };
 use browserd_api::ModelCatalog;
-use browserd_browser::{BrowserPool, PoolConfig};
-use browserd_llm::ModelRegistry;
 use browserd_mcp::rmcp::ServiceExt;
 use browserd_mcp::{
     Backend, BrowserdMcp, CallContext, RemoteBackend, Screenshot, TaskUpdate, ToolError,
@@ -24,7 +21,7 @@ use browserd_mcp::{
 use browserd_store::NewTask;
 use browserd_types::dto::{CreateTaskRequest, StepView, TaskView, screenshot_path};
 use browserd_types::{TaskId, TaskStatus, Transition};
-use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
+use browserd_worker::{RunEnd, RunRequest, TaskRunner, TaskSpec};
 use clap::Args;
 use secrecy::SecretString;
 use serde_json::{Value, json};
@@ -33,6 +30,7 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::Instrument;
 
 use crate::config;
+use crate::runtime::{PoolShape, Runtime};
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -50,20 +48,13 @@ pub struct McpArgs {
     )]
     pub key_env: String,
 
-    /// Chrome / Chromium executable (in-process mode).
-    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
-    pub chrome: PathBuf,
-
     /// Tasks that may run at once (in-process mode): browser contexts of the one Chrome.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub max_running_tasks: u32,
 
-    /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
-    #[arg(long)]
-    pub allow_loopback: bool,
-
+    /// The browser of the in-process mode.
     #[command(flatten)]
-    pub egress: crate::egress::EgressArgs,
+    pub browser: crate::runtime::BrowserArgs,
 }
 
 /// Serves the tools on stdin/stdout until the client closes them.
@@ -93,26 +84,12 @@ pub async fn serve(
         None => {
             let models = config::load_models(config_file)?;
             let catalog = config::model_catalog(&models)?;
-            let registry = ModelRegistry::new(models).context("building the model registry")?;
-            let config = args.egress.apply(
+            let Runtime { pool, runner } = Runtime::build(
+                &args.browser,
                 proxies,
-                PoolConfig {
-                    chrome_path: args.chrome.clone(),
-                    processes: 1,
-                    contexts_per_process: args.max_running_tasks as usize,
-                    recycle_after_tasks: 0,
-                    ..PoolConfig::default()
-                },
+                models,
+                PoolShape::single(args.max_running_tasks as usize),
             )?;
-            let pool = Arc::new(BrowserPool::new(config).context("configuring the browser pool")?);
-            let runner = Arc::new(TaskRunner::new(
-                pool.clone(),
-                Arc::new(registry),
-                RunnerSettings {
-                    allow_loopback: args.allow_loopback,
-                    settle_timeout: None,
-                },
-            ));
             let backend = Arc::new(LocalBackend {
                 runner,
                 models: catalog,

@@ -4,19 +4,18 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use browserd_agent::AgentHistoryList;
 use browserd_agent::replay::{ActionReplay, ReplayOptions, ReplayOutcome, ReplayReport};
-use browserd_llm::{ModelRegistry, ModelsConfig};
+use browserd_llm::ModelsConfig;
 use browserd_types::TaskOptions;
-use browserd_types::dto::ViewportSize;
-use browserd_worker::{RunnerSettings, TaskRunner, TaskSpec};
+use browserd_worker::TaskSpec;
 use clap::Args;
 
-use crate::run::{EXIT_UNSUCCESSFUL, load_secrets, parse_secret_name, single_browser_pool};
+use crate::run::{EXIT_UNSUCCESSFUL, load_secrets, parse_secret_name};
+use crate::runtime::{BrowserArgs, PoolShape, Runtime};
 use crate::step_lines::one_line;
 
 #[derive(Debug, Args)]
@@ -45,18 +44,6 @@ pub struct ReplayArgs {
     #[arg(long = "prohibited-domain")]
     pub prohibited_domains: Vec<String>,
 
-    /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
-    #[arg(long)]
-    pub allow_loopback: bool,
-
-    /// Browser viewport, `WIDTHxHEIGHT` (default 1920x1080; use the recording's).
-    #[arg(long)]
-    pub viewport: Option<ViewportSize>,
-
-    /// Cap of the wait after each action for the page to settle, in ms.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
-    pub settle_timeout_ms: u64,
-
     /// A secret the history types as `<secret>NAME</secret>` (repeatable; value from
     /// `BROWSERD_SECRET_<NAME>`, as for `browserd run`).
     #[arg(long = "secret", value_name = "NAME", value_parser = parse_secret_name)]
@@ -70,12 +57,9 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub report_out: Option<PathBuf>,
 
-    /// Chrome / Chromium executable.
-    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
-    pub chrome: PathBuf,
-
+    /// Chrome, its viewport (use the recording's) and settle cap, loopback and egress.
     #[command(flatten)]
-    pub egress: crate::egress::EgressArgs,
+    pub browser: BrowserArgs,
 }
 
 /// Reads the history, replays it, prints each action; exit 0 when every action that ran
@@ -102,24 +86,18 @@ pub async fn run(
     let options = TaskOptions {
         allowed_domains: args.allowed_domains.clone(),
         prohibited_domains: args.prohibited_domains.clone(),
-        viewport: args.viewport,
-        settle_timeout_ms: Some(i32::try_from(args.settle_timeout_ms).unwrap_or(i32::MAX)),
         ..TaskOptions::default()
     };
     let mut spec = TaskSpec::with_options("replay", options);
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
 
-    let pool = single_browser_pool(&args.chrome, spec.viewport(), &args.egress, proxies)?;
     // No model is called: an empty catalog.
-    let registry = ModelRegistry::new(ModelsConfig::default()).context("model registry")?;
-    let runner = TaskRunner::new(
-        pool.clone(),
-        Arc::new(registry),
-        RunnerSettings {
-            allow_loopback: args.allow_loopback,
-            settle_timeout: None,
-        },
-    );
+    let Runtime { pool, runner } = Runtime::build(
+        &args.browser,
+        proxies,
+        ModelsConfig::default(),
+        PoolShape::single(1),
+    )?;
     let options = ReplayOptions {
         skip_failures: args.skip_failures,
         max_retries: args.max_retries,

@@ -11,14 +11,13 @@ use async_trait::async_trait;
 use browserd_agent::{
     AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData,
 };
-use browserd_browser::{BrowserPool, PoolConfig, Viewport};
-use browserd_llm::ModelRegistry;
 use browserd_types::TaskOptions;
-use browserd_types::dto::{ViewportSize, limits};
-use browserd_worker::{RunEnd, RunRequest, RunnerSettings, TaskRunner, TaskSpec};
+use browserd_types::dto::limits;
+use browserd_worker::{RunEnd, RunRequest, TaskSpec};
 use clap::Args;
 use tracing::Instrument;
 
+use crate::runtime::{BrowserArgs, PoolShape, Runtime};
 use crate::{config, step_lines};
 
 /// Exit code when the agent called `done` with `success: false`.
@@ -95,33 +94,18 @@ pub struct RunArgs {
     #[arg(long)]
     pub max_cost_usd: Option<f64>,
 
-    /// Browser viewport, `WIDTHxHEIGHT` in CSS pixels (default browser-use's 1920x1080).
-    #[arg(long)]
-    pub viewport: Option<ViewportSize>,
-
-    /// Cap of the wait after each action for the page to settle, in ms (0 = do not wait).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i64).range(limits::SETTLE_TIMEOUT_MS_RANGE))]
-    pub settle_timeout_ms: i64,
-
     /// Write the AgentHistory JSON here.
     #[arg(long)]
     pub history_out: Option<PathBuf>,
-
-    /// Allow loopback destinations (127.0.0.0/8, ::1, localhost), e.g. for local pages.
-    #[arg(long)]
-    pub allow_loopback: bool,
 
     /// Route the task's traffic (after the egress checks) through this upstream proxy of
     /// `--proxies` (a global flag: `browserd --proxies NAME=URL run --proxy NAME …`).
     #[arg(long, value_name = "NAME")]
     pub proxy: Option<String>,
 
+    /// Chrome, its viewport and settle cap (the task's), loopback and egress.
     #[command(flatten)]
-    pub egress: crate::egress::EgressArgs,
-
-    /// Chrome / Chromium executable.
-    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
-    pub chrome: PathBuf,
+    pub browser: BrowserArgs,
 
     /// Never send screenshots to the model.
     #[arg(long, conflicts_with = "use_vision")]
@@ -275,37 +259,15 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
         metadata: defaults.metadata,
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
-        viewport: args.viewport,
-        settle_timeout_ms: Some(narrow(args.settle_timeout_ms)),
+        // The runtime's (`--viewport`, `--settle-timeout-ms`): one task, one browser.
+        viewport: None,
+        settle_timeout_ms: None,
         proxy: args.proxy.clone(),
         highlight_elements: args.task.highlight_elements,
     };
     let mut spec = TaskSpec::with_options(args.task.task.clone(), options);
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
-}
-
-/// One Chrome with one context, for a single task run from the terminal.
-pub fn single_browser_pool(
-    chrome: &std::path::Path,
-    viewport: Option<Viewport>,
-    egress: &crate::egress::EgressArgs,
-    proxies: &crate::egress::ProxiesArgs,
-) -> anyhow::Result<Arc<BrowserPool>> {
-    let config = egress.apply(
-        proxies,
-        PoolConfig {
-            chrome_path: chrome.to_path_buf(),
-            processes: 1,
-            contexts_per_process: 1,
-            recycle_after_tasks: 0,
-            // The window matches the task's viewport.
-            viewport: viewport.unwrap_or_default(),
-            ..PoolConfig::default()
-        },
-    )?;
-    let pool = BrowserPool::new(config).context("configuring the browser pool")?;
-    Ok(Arc::new(pool))
 }
 
 /// Runs the task; the exit code tells how it ended.
@@ -315,17 +277,9 @@ pub async fn run(
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
-    let registry = ModelRegistry::new(models).context("building the model registry")?;
     let spec = task_spec(args, proxies)?;
-    let pool = single_browser_pool(&args.chrome, spec.viewport(), &args.egress, proxies)?;
-    let runner = TaskRunner::new(
-        pool.clone(),
-        Arc::new(registry),
-        RunnerSettings {
-            allow_loopback: args.allow_loopback,
-            settle_timeout: None,
-        },
-    );
+    let Runtime { pool, runner } =
+        Runtime::build(&args.browser, proxies, models, PoolShape::single(1))?;
     // An unknown model is an error before any browser starts.
     runner
         .model(spec.options.model.as_deref())

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use browserd_browser::{BrowserPool, LiveViewSettings, PoolConfig, Viewport};
-use browserd_llm::ModelRegistry;
+use browserd_browser::{BrowserPool, LiveViewSettings, Viewport};
 use browserd_store::{EventHub, SecretsKeyring, Store};
-use browserd_worker::{RunnerSettings, TaskRunner, Worker, WorkerConfig};
+use browserd_worker::{Worker, WorkerConfig};
 use clap::Args;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::{BrowserArgs, PoolShape, Runtime};
 use crate::{Cli, config};
 
 /// Where task secrets are sealed and opened.
@@ -103,43 +103,9 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_SECRETS_RETENTION_S", default_value_t = 86_400)]
     secrets_retention_s: u64,
 
-    /// Chrome / Chromium executable.
-    #[arg(long, env = "BROWSERD_CHROME", default_value = "/usr/bin/chromium")]
-    chrome: PathBuf,
-
     /// Chrome processes of this worker (each hosts several tasks' contexts).
     #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
     chrome_processes: usize,
-
-    /// Niceness of the worker's Chrome processes (0 leaves them as they start): browsers that
-    /// saturate the CPU then leave the api, event delivery and Postgres responsive.
-    #[arg(long, env = "BROWSERD_CHROME_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
-    chrome_nice: i32,
-
-    /// Browser viewport of tasks that set none, `WIDTHxHEIGHT` in CSS pixels (browser-use's
-    /// default); Chrome's window is this size too.
-    #[arg(long, env = "BROWSERD_VIEWPORT", default_value = "1920x1080", value_parser = browserd_worker::parse_viewport)]
-    viewport: Viewport,
-
-    /// Cap of the wait after each action for the page to settle, in ms, for tasks that set
-    /// no `settle_timeout_ms` (0 = do not wait).
-    #[arg(long, env = "BROWSERD_SETTLE_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(0..=30_000))]
-    settle_timeout_ms: u64,
-
-    /// Extra Chrome command-line flags (space-separated).
-    #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
-    chrome_args: String,
-
-    /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost) and webhooks target it: local
-    /// sites and tests. Every other private, link-local and metadata address stays blocked. The variable takes
-    /// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
-    #[arg(
-        long,
-        env = "BROWSERD_ALLOW_LOOPBACK",
-        action = clap::ArgAction::SetTrue,
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    allow_loopback: bool,
 
     /// Longest wait between two attempts of a webhook delivery (the backoff doubles from 1 s up
     /// to this); deliveries are given up 24 h after their event.
@@ -148,11 +114,11 @@ pub struct WorkerArgs {
 
     /// Live view (the dashboard): at most this many screencast frames per second of a watched
     /// task (0 switches the live view off). An unwatched task never screencasts.
-    #[arg(long, env = "BROWSERD_LIVE_VIEW_FPS", default_value_t = 2.0, value_parser = parse_live_view_fps)]
+    #[arg(long, env = "BROWSERD_LIVE_VIEW_FPS", default_value_t = LiveViewSettings::default().max_fps, value_parser = parse_live_view_fps)]
     live_view_fps: f64,
 
     /// JPEG quality (1–100) of the live view's frames.
-    #[arg(long, env = "BROWSERD_LIVE_VIEW_QUALITY", default_value_t = 60, value_parser = clap::value_parser!(u8).range(1..=100))]
+    #[arg(long, env = "BROWSERD_LIVE_VIEW_QUALITY", default_value_t = LiveViewSettings::default().quality, value_parser = clap::value_parser!(u8).range(1..=100))]
     live_view_quality: u8,
 
     /// Live view frames are scaled down to fit `WIDTHxHEIGHT`.
@@ -170,7 +136,7 @@ pub struct WorkerArgs {
     metrics_addr: Option<MetricsAddr>,
 
     #[command(flatten)]
-    egress: crate::egress::EgressArgs,
+    browser: BrowserArgs,
 }
 
 fn parse_live_view_fps(value: &str) -> Result<f64, String> {
@@ -202,7 +168,7 @@ fn parse_metrics_addr(value: &str) -> Result<MetricsAddr, String> {
 impl WorkerArgs {
     /// `--allow-loopback`: tasks may browse loopback and webhooks may target it.
     pub fn allow_loopback(&self) -> bool {
-        self.allow_loopback
+        self.browser.allow_loopback
     }
 
     /// Postgres connections of the worker's pool: what the operator set, and at least one per
@@ -250,37 +216,8 @@ pub async fn start(
         "--chrome-processes must be at least 1"
     );
     let models = config::load_models(cli.config.as_deref())?;
-    let registry = ModelRegistry::new(models).context("building the model registry")?;
-    let contexts_per_process = args.concurrency.div_ceil(args.chrome_processes);
-    let pool = Arc::new(
-        BrowserPool::new(
-            args.egress.apply(
-                &cli.proxies,
-                PoolConfig {
-                    chrome_path: args.chrome.clone(),
-                    processes: args.chrome_processes,
-                    contexts_per_process,
-                    extra_args: args
-                        .chrome_args
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect(),
-                    nice: (args.chrome_nice > 0).then_some(args.chrome_nice),
-                    viewport: args.viewport,
-                    ..PoolConfig::default()
-                },
-            )?,
-        )
-        .context("configuring the browser pool")?,
-    );
-    let runner = Arc::new(TaskRunner::new(
-        pool.clone(),
-        Arc::new(registry),
-        RunnerSettings {
-            allow_loopback: args.allow_loopback,
-            settle_timeout: Some(Duration::from_millis(args.settle_timeout_ms)),
-        },
-    ));
+    let shape = PoolShape::service(args.concurrency, args.chrome_processes);
+    let Runtime { pool, runner } = Runtime::build(&args.browser, &cli.proxies, models, shape)?;
     let workspace_root = args
         .workspace_root
         .clone()
@@ -290,9 +227,7 @@ pub async fn start(
     let config = WorkerConfig {
         id: WorkerConfig::unique_id(),
         // The pool holds `processes × contexts_per_process` contexts: never more tasks.
-        concurrency: args
-            .concurrency
-            .min(args.chrome_processes * contexts_per_process),
+        concurrency: args.concurrency.min(shape.capacity()),
         lease: Duration::from_secs(args.lease_s),
         poll_interval: Duration::from_millis(args.poll_interval_ms.max(10)),
         max_attempts: args.max_attempts,
@@ -329,7 +264,7 @@ pub async fn start(
     tokio::spawn(browserd_worker::run_webhook_dispatcher(
         store.clone(),
         browserd_worker::WebhookSettings {
-            allow_loopback: args.allow_loopback,
+            allow_loopback: args.browser.allow_loopback,
             max_backoff: Duration::from_secs(args.webhook_max_backoff_s),
             ..browserd_worker::WebhookSettings::default()
         },

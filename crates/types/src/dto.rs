@@ -73,6 +73,12 @@ pub struct ViewportSize {
 }
 
 impl ViewportSize {
+    /// browser-use's default viewport, 1920×1080: the worker's default for tasks that set none.
+    pub const BROWSER_USE: ViewportSize = ViewportSize {
+        width: 1920,
+        height: 1080,
+    };
+
     /// Why this size is refused, naming the field (`viewport.width` / `viewport.height`).
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         for (field, value, range) in [

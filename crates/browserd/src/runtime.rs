@@ -1,0 +1,192 @@
+//! One runtime for every role that runs tasks (`serve`, `worker`, `run`, `replay`, `mcp`): the
+//! browser flags with their defaults in one place ([`BrowserArgs`]), and one builder of the
+//! browser pool, the model registry and the task runner ([`Runtime::build`]). A new browser
+//! setting is a field here and the line of [`Runtime::build`] that passes it on.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use browserd_browser::settle::DEFAULT_SETTLE_CAP;
+use browserd_browser::{BrowserPool, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH, PoolConfig};
+use browserd_llm::{ModelRegistry, ModelsConfig};
+use browserd_types::dto::{ViewportSize, limits};
+use browserd_worker::{RunnerSettings, TaskRunner, browser_viewport};
+use clap::Args;
+
+use crate::egress::{EgressArgs, ProxiesArgs};
+
+/// Chrome, egress and task-default flags of every role that runs tasks.
+#[derive(Debug, Args)]
+pub struct BrowserArgs {
+    /// Chrome / Chromium executable.
+    #[arg(long, env = "BROWSERD_CHROME", default_value = DEFAULT_CHROME_PATH)]
+    pub chrome: PathBuf,
+
+    /// Niceness of the Chrome processes (0 leaves them as they start): browsers that saturate
+    /// the CPU then leave the api, event delivery and Postgres responsive.
+    #[arg(long, env = "BROWSERD_CHROME_NICE", default_value_t = DEFAULT_CHROME_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub chrome_nice: i32,
+
+    /// Extra Chrome command-line flags (space-separated).
+    #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
+    pub chrome_args: String,
+
+    /// Browser viewport of tasks that set none, `WIDTHxHEIGHT` in CSS pixels (browser-use's
+    /// default); Chrome's window is this size too.
+    #[arg(long, env = "BROWSERD_VIEWPORT", default_value_t = ViewportSize::BROWSER_USE)]
+    pub viewport: ViewportSize,
+
+    /// Cap of the wait after each action for the page to settle, in ms, for tasks that set
+    /// no `settle_timeout_ms` (0 = do not wait).
+    #[arg(
+        long,
+        env = "BROWSERD_SETTLE_TIMEOUT_MS",
+        default_value_t = DEFAULT_SETTLE_CAP.as_millis() as i64,
+        value_parser = clap::value_parser!(i64).range(limits::SETTLE_TIMEOUT_MS_RANGE)
+    )]
+    pub settle_timeout_ms: i64,
+
+    /// Let tasks browse loopback (127.0.0.0/8, ::1, localhost) and webhooks target it: local
+    /// sites and tests. Every other private, link-local and metadata address stays blocked.
+    /// The variable takes `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
+    #[arg(
+        long,
+        env = "BROWSERD_ALLOW_LOOPBACK",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub allow_loopback: bool,
+
+    #[command(flatten)]
+    pub egress: EgressArgs,
+}
+
+impl BrowserArgs {
+    /// The settle cap of tasks that set none.
+    pub fn settle_timeout(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.settle_timeout_ms).unwrap_or(0))
+    }
+}
+
+/// How many tasks a role runs at once, in how many Chrome processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolShape {
+    pub processes: usize,
+    pub contexts_per_process: usize,
+    /// Replace a Chrome after it has hosted this many tasks (0 = never).
+    pub recycle_after_tasks: usize,
+}
+
+impl PoolShape {
+    /// One Chrome, never recycled, hosting `contexts` tasks at once: the terminal roles.
+    pub fn single(contexts: usize) -> Self {
+        Self {
+            processes: 1,
+            contexts_per_process: contexts.max(1),
+            recycle_after_tasks: 0,
+        }
+    }
+
+    /// `concurrency` tasks spread over `processes` Chromes, recycled as the pool's default:
+    /// the worker role.
+    pub fn service(concurrency: usize, processes: usize) -> Self {
+        let processes = processes.max(1);
+        Self {
+            processes,
+            contexts_per_process: concurrency.max(1).div_ceil(processes),
+            recycle_after_tasks: PoolConfig::default().recycle_after_tasks,
+        }
+    }
+
+    /// Tasks the pool can host at once.
+    pub fn capacity(&self) -> usize {
+        self.processes * self.contexts_per_process
+    }
+}
+
+/// A role's browser pool and the task runner over it.
+pub struct Runtime {
+    pub pool: Arc<BrowserPool>,
+    pub runner: Arc<TaskRunner>,
+}
+
+impl Runtime {
+    /// The pool (`browser` flags, `proxies`, `shape`), the registry of `models` and the
+    /// runner with the operator's task defaults. Starts no Chrome yet.
+    pub fn build(
+        browser: &BrowserArgs,
+        proxies: &ProxiesArgs,
+        models: ModelsConfig,
+        shape: PoolShape,
+    ) -> anyhow::Result<Self> {
+        let viewport = browser_viewport(browser.viewport)
+            .with_context(|| format!("--viewport {} is out of range", browser.viewport))?;
+        let config = browser.egress.apply(
+            proxies,
+            PoolConfig {
+                chrome_path: browser.chrome.clone(),
+                processes: shape.processes,
+                contexts_per_process: shape.contexts_per_process,
+                recycle_after_tasks: shape.recycle_after_tasks,
+                extra_args: browser
+                    .chrome_args
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect(),
+                nice: (browser.chrome_nice > 0).then_some(browser.chrome_nice),
+                viewport,
+                ..PoolConfig::default()
+            },
+        )?;
+        let pool = Arc::new(BrowserPool::new(config).context("configuring the browser pool")?);
+        let registry = ModelRegistry::new(models).context("building the model registry")?;
+        let runner = Arc::new(TaskRunner::new(
+            pool.clone(),
+            Arc::new(registry),
+            RunnerSettings {
+                allow_loopback: browser.allow_loopback,
+                settle_timeout: Some(browser.settle_timeout()),
+            },
+        ));
+        Ok(Self { pool, runner })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        browser: BrowserArgs,
+    }
+
+    #[test]
+    fn defaults_are_browser_uses_and_the_pools() {
+        let flags = Flags::try_parse_from(["browserd"]).unwrap();
+        let browser = flags.browser;
+        assert_eq!(browser.chrome, PathBuf::from(DEFAULT_CHROME_PATH));
+        assert_eq!(browser.chrome_nice, DEFAULT_CHROME_NICE);
+        assert_eq!(browser.viewport, ViewportSize::BROWSER_USE);
+        assert_eq!(browser.settle_timeout(), DEFAULT_SETTLE_CAP);
+        assert!(!browser.allow_loopback);
+        let flags = Flags::try_parse_from(["browserd", "--viewport", "1280x720"]).unwrap();
+        assert_eq!(flags.browser.viewport.to_string(), "1280x720");
+        assert!(Flags::try_parse_from(["browserd", "--viewport", "10x10"]).is_err());
+        assert!(Flags::try_parse_from(["browserd", "--settle-timeout-ms", "30001"]).is_err());
+    }
+
+    #[test]
+    fn pool_shapes_hold_their_tasks() {
+        assert_eq!(PoolShape::single(0).capacity(), 1);
+        let service = PoolShape::service(5, 2);
+        assert_eq!(service.contexts_per_process, 3);
+        assert_eq!(service.capacity(), 6);
+        assert_eq!(service.recycle_after_tasks, 50);
+    }
+}
