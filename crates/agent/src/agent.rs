@@ -246,13 +246,6 @@ impl Agent {
         self
     }
 
-    /// Uses another model for `extract` and history compaction.
-    #[must_use]
-    pub fn with_extraction_model(mut self, model: Arc<dyn ChatModel>) -> Self {
-        self.extraction_model = model;
-        self
-    }
-
     /// Uses an existing control handle (e.g. one the worker created before the agent).
     #[must_use]
     pub fn with_control(mut self, control: AgentControl) -> Self {

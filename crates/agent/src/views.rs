@@ -225,11 +225,6 @@ impl AgentHistoryList {
             .collect()
     }
 
-    /// Any step had an error.
-    pub fn has_errors(&self) -> bool {
-        self.errors().iter().any(Option::is_some)
-    }
-
     /// Page URL of each step.
     pub fn urls(&self) -> Vec<&str> {
         self.history.iter().map(|h| h.state.url.as_str()).collect()

@@ -595,13 +595,6 @@ impl BrowserPool {
         &self.inner.config
     }
 
-    /// Names of the upstream proxies a task may pick ([`ContextOptions::proxy`]).
-    pub fn upstream_proxy_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.inner.config.upstream_proxies.keys().cloned().collect();
-        names.sort();
-        names
-    }
-
     /// Waits for a free context slot and returns a fresh, isolated session without an
     /// egress guard and with a temporary workspace (see [`BrowserPool::lease_with`]).
     pub async fn lease(&self) -> Result<BrowserSession> {

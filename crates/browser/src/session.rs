@@ -351,11 +351,6 @@ impl BrowserSession {
         &self.context_id
     }
 
-    /// The DevTools websocket URL of the Chrome hosting this session.
-    pub fn websocket_url(&self) -> &str {
-        &self.chrome.ws_url
-    }
-
     /// The viewport of every tab of this session.
     pub fn emulated_viewport(&self) -> Viewport {
         self.viewport
@@ -409,11 +404,6 @@ impl BrowserSession {
     /// Downloads of this session so far.
     pub fn downloads(&self) -> Vec<DownloadInfo> {
         lock(&self.events.downloads).clone()
-    }
-
-    /// The egress guard of the session, when the task has egress settings.
-    pub fn egress_guard(&self) -> Option<&EgressGuard> {
-        self.egress.as_ref()
     }
 
     /// The context's egress proxy listener, when the task has egress settings and the pool's

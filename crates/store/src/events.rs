@@ -3,7 +3,7 @@
 //! writers from any process, so seqs are gap-free and unique. The same transaction sends
 //! `pg_notify('task_events', '<task_id>:<seq>')`, which Postgres delivers only on commit.
 
-use browserd_types::{TaskEvent, TaskId, event_kind};
+use browserd_types::{TaskEvent, TaskId};
 use sqlx::PgConnection;
 
 use crate::tasks::parse_status;
@@ -18,6 +18,7 @@ pub(crate) enum EventGuard<'a> {
     /// Status transitions: the guarded UPDATE already decided.
     Any,
     /// Everything else: nothing may follow the final event.
+    #[cfg(feature = "test-util")]
     Live,
     /// A worker's progress: as `Live`, and only while `owner` holds the task's lease.
     Owner(&'a str),
@@ -32,7 +33,7 @@ pub(crate) async fn append_event_in(
 ) -> Result<TaskEvent, StoreError> {
     let owner = match guard {
         EventGuard::Owner(owner) => Some(owner),
-        EventGuard::Any | EventGuard::Live => None,
+        _ => None,
     };
     let seq = sqlx::query_scalar!(
         "update tasks set last_event_seq = last_event_seq + 1
@@ -95,24 +96,6 @@ pub(crate) async fn notify_deleted(conn: &mut PgConnection, id: TaskId) -> Resul
 }
 
 impl Store {
-    /// Appends an event of `kind` to task `id` and notifies listeners on commit. This is how
-    /// workers publish progress. Status events are reserved for [`Store::transition_task`];
-    /// after the task's final event every append fails with [`StoreError::TaskEnded`].
-    pub async fn append_event(
-        &self,
-        task_id: TaskId,
-        kind: &str,
-        payload: serde_json::Value,
-    ) -> Result<TaskEvent, StoreError> {
-        if kind == event_kind::STATUS {
-            return Err(StoreError::ReservedEventKind(kind.to_owned()));
-        }
-        let mut tx = self.pool.begin().await?;
-        let event = append_event_in(&mut tx, task_id, kind, payload, EventGuard::Live).await?;
-        tx.commit().await?;
-        Ok(event)
-    }
-
     /// Events of task `id` with `seq > after_seq`, in order, at most `limit`.
     pub async fn events_after(
         &self,

@@ -18,6 +18,8 @@ mod sessions;
 mod steps;
 mod tasks;
 mod telemetry;
+#[cfg(feature = "test-util")]
+mod testing;
 mod webhooks;
 
 use std::time::Duration;

@@ -1,10 +1,8 @@
 //! Agent steps and the artifacts (screenshots, files) they reference.
 
-use browserd_types::{ArtifactId, TaskId, event_kind};
-use serde_json::json;
+use browserd_types::{ArtifactId, TaskId};
 use time::OffsetDateTime;
 
-use crate::events::{EventGuard, append_event_in};
 use crate::{Store, StoreError};
 
 /// Where an artifact's bytes live.
@@ -75,103 +73,6 @@ pub struct StepRecord {
 }
 
 impl Store {
-    /// Stores an artifact of task `task_id`.
-    pub async fn insert_artifact(
-        &self,
-        task_id: TaskId,
-        artifact: NewArtifact,
-    ) -> Result<ArtifactId, StoreError> {
-        let id = ArtifactId::new();
-        let (content, path) = match artifact.content {
-            ArtifactContent::Inline(bytes) => (Some(bytes), None),
-            ArtifactContent::Path(path) => (None, Some(path)),
-        };
-        let result = sqlx::query!(
-            "insert into artifacts (id, task_id, kind, name, content_type, content, path, size_bytes)
-             values ($1, $2, $3, $4, $5, $6, $7, $8)",
-            id.0,
-            task_id.0,
-            artifact.kind,
-            artifact.name,
-            artifact.content_type,
-            content,
-            path,
-            artifact.size_bytes,
-        )
-        .execute(&self.pool)
-        .await;
-        match result {
-            Ok(_) => Ok(id),
-            Err(sqlx::Error::Database(err)) if err.is_foreign_key_violation() => {
-                Err(StoreError::TaskNotFound(task_id))
-            }
-            Err(err) => Err(err.into()),
-        }
-    }
-
-    /// Persists a step and announces it with a `step` event (`{"number", "url", "title",
-    /// "has_screenshot"}`) in the same transaction, so a client that sees the event can read
-    /// the step. Fails once the task has ended.
-    pub async fn insert_step(
-        &self,
-        task_id: TaskId,
-        step: NewStep,
-    ) -> Result<StepRecord, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let payload = json!({
-            "number": step.number,
-            "url": step.url,
-            "title": step.title,
-            "has_screenshot": step.screenshot.is_some(),
-        });
-        // The event first: it locks the task row and refuses ended tasks.
-        append_event_in(
-            &mut tx,
-            task_id,
-            event_kind::STEP,
-            payload,
-            EventGuard::Live,
-        )
-        .await?;
-        let inserted = sqlx::query!(
-            "insert into task_steps (task_id, number, url, title, model_output, results, usage,
-                 screenshot_artifact_id, started_at, finished_at)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-             on conflict (task_id, number) do nothing",
-            task_id.0,
-            step.number,
-            step.url,
-            step.title,
-            step.model_output,
-            step.results,
-            step.usage,
-            step.screenshot.map(|a| a.0),
-            step.started_at,
-            step.finished_at,
-        )
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::StepExists {
-                id: task_id,
-                number: step.number,
-            });
-        }
-        tx.commit().await?;
-        Ok(StepRecord {
-            task_id,
-            number: step.number,
-            url: step.url,
-            title: step.title,
-            model_output: step.model_output,
-            results: step.results,
-            usage: step.usage,
-            screenshot: step.screenshot,
-            started_at: step.started_at,
-            finished_at: step.finished_at,
-        })
-    }
-
     /// All steps of task `task_id`, in order. A screenshot that is not the task's own
     /// artifact is not reported.
     pub async fn list_steps(&self, task_id: TaskId) -> Result<Vec<StepRecord>, StoreError> {

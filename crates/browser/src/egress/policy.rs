@@ -354,11 +354,6 @@ impl EgressPolicy {
         self
     }
 
-    /// The shared handle of the resolver.
-    pub fn resolver_handle(&self) -> &Arc<HostResolver> {
-        &self.resolver
-    }
-
     /// Replaces the resolver (to add host overrides that mirror `--host-resolver-rules`).
     pub fn with_resolver(mut self, resolver: HostResolver) -> Self {
         self.resolver = Arc::new(resolver);

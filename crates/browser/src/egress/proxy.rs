@@ -292,11 +292,6 @@ impl EgressProxy {
         }
     }
 
-    /// Whether an upstream proxy of this name is configured.
-    pub fn has_upstream(&self, name: &str) -> bool {
-        self.upstreams.contains_key(name)
-    }
-
     /// Names of the configured upstream proxies.
     pub fn upstream_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.upstreams.keys().cloned().collect();
