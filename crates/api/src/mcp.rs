@@ -16,7 +16,7 @@ use browserd_mcp::{
 };
 use browserd_store::Signal;
 use browserd_types::dto::{CreateTaskRequest, StepView, TaskView};
-use browserd_types::{TaskId, TaskStatus, Transition, event_kind};
+use browserd_types::{EventBody, TaskId, TaskStatus, Transition};
 use tokio::sync::mpsc;
 
 use crate::AppState;
@@ -177,14 +177,12 @@ impl Backend for StoreBackend {
                             let _ = sender.send(TaskUpdate::Ended).await;
                             return;
                         }
-                        if event.kind != event_kind::MODEL_OUTPUT {
+                        let Some(EventBody::ModelOutput(model)) = event.body() else {
                             continue;
-                        }
-                        let goal = event.payload["output"]["next_goal"].as_str();
-                        let step = event.payload["number"].as_i64().unwrap_or_default();
-                        if let Some(goal) = goal {
+                        };
+                        if let Some(goal) = model.next_goal() {
                             let update = TaskUpdate::NextGoal {
-                                step,
+                                step: i64::from(model.number),
                                 goal: goal.to_owned(),
                             };
                             if sender.send(update).await.is_err() {

@@ -9,8 +9,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use browserd_domains::addr::{AddressRange, first_refused};
-use browserd_store::{WEBHOOK_EVENTS, WebhookRecord};
+use browserd_store::WebhookRecord;
 use browserd_types::dto::ErrorBody;
+use browserd_types::v2::V2TaskStatus;
 use browserd_types::webhooks::{
     CreateWebhookRequest, CreatedWebhook, DeliveryList, DeliveryView, WebhookList, WebhookView,
 };
@@ -20,8 +21,6 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller, QueryParams};
 
-/// Events a webhook gets when it names none.
-const DEFAULT_EVENTS: [&str; 4] = ["started", "finished", "failed", "stopped"];
 /// Webhooks per API key.
 const MAX_WEBHOOKS: usize = 20;
 
@@ -79,21 +78,21 @@ pub async fn create_webhook(
     }
     check_target(&url, state.webhook_allow_loopback).await?;
     let events: Vec<String> = match request.events {
-        None => DEFAULT_EVENTS.iter().map(|e| (*e).to_owned()).collect(),
+        None => V2TaskStatus::WEBHOOK_DEFAULT
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect(),
         Some(events) => {
             if events.is_empty() {
                 return Err(ApiError::validation("events", "events must not be empty"));
             }
-            if let Some(bad) = events
-                .iter()
-                .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
-            {
+            if let Some(bad) = events.iter().find(|e| V2TaskStatus::parse(e).is_none()) {
                 return Err(ApiError::validation(
                     "events",
                     format!(
                         "unknown event `{}` (expected some of: {})",
                         bad.chars().take(50).collect::<String>(),
-                        WEBHOOK_EVENTS.join(", ")
+                        V2TaskStatus::ALL.map(V2TaskStatus::as_str).join(", ")
                     ),
                 ));
             }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use browserd_agent::{ActionCall, ActionResult, AgentOutput, StepMetadata};
 use browserd_types::dto::TaskView;
-use browserd_types::{TaskEvent, TaskId, TaskStatus, event_kind};
+use browserd_types::{EventBody, StatusEvent, TaskEvent, TaskId, TaskStatus};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde::Deserialize as _;
@@ -291,73 +291,74 @@ impl Watch {
         }
         self.last_seq = event.seq;
         let elapsed = self.elapsed(event);
-        let payload = &event.payload;
-        match event.kind.as_str() {
-            event_kind::STATUS => self.status(elapsed, payload, event.is_final()),
-            event_kind::STEP_STARTED => {
-                let number = payload["number"].as_u64().unwrap_or(0);
-                let url = payload["url"].as_str().unwrap_or_default();
-                step_lines::step_started(elapsed, u32::try_from(number).unwrap_or(u32::MAX), url);
-            }
-            event_kind::MODEL_OUTPUT => {
-                if let Ok(output) = AgentOutput::deserialize(&payload["output"]) {
+        // Kinds added later are not for this client.
+        let Some(body) = event.body() else { return };
+        match body {
+            EventBody::Status(status) => self.status(elapsed, &status),
+            EventBody::StepStarted(started) => step_lines::step_started(
+                elapsed,
+                u32::try_from(started.number).unwrap_or(0),
+                &started.url,
+            ),
+            EventBody::ModelOutput(model) => {
+                if let Ok(output) = AgentOutput::deserialize(&model.output) {
                     step_lines::model_output(&output);
                 }
             }
-            event_kind::ACTION_RESULT => {
-                if let (Ok(action), Ok(result)) = (
-                    ActionCall::deserialize(&payload["action"]),
-                    ActionResult::deserialize(&payload["result"]),
+            EventBody::ActionResult(action) => {
+                if let (Ok(call), Ok(result)) = (
+                    ActionCall::deserialize(&action.action),
+                    ActionResult::deserialize(&action.result),
                 ) {
-                    step_lines::action_result(&action, &result);
+                    step_lines::action_result(&call, &result);
                 }
             }
-            event_kind::STEP => {
-                if let Ok(metadata) = StepMetadata::deserialize(&payload["record"]["metadata"]) {
+            EventBody::Step(step) => {
+                if let Some(Ok(metadata)) =
+                    step.record.get("metadata").map(StepMetadata::deserialize)
+                {
                     step_lines::step_finished(&metadata);
                 }
             }
-            event_kind::RESULT => {
-                self.error = payload["error"].as_str().map(str::to_owned);
+            EventBody::Result(result) => self.error = result.error,
+            EventBody::Log(log) => {
+                eprintln!(
+                    "  [{}] {}",
+                    log.level,
+                    step_lines::one_line(&log.message, 300)
+                );
             }
-            event_kind::LOG => {
-                let level = payload["level"].as_str().unwrap_or("info");
-                let message = payload["message"].as_str().unwrap_or_default();
-                eprintln!("  [{level}] {}", step_lines::one_line(message, 300));
-            }
-            // Kinds added later are not for this client.
-            _ => {}
         }
     }
 
-    fn status(&mut self, elapsed: f64, payload: &Value, is_final: bool) {
-        let transition = payload["transition"].as_str().unwrap_or_default();
-        if is_final {
+    fn status(&mut self, elapsed: f64, event: &StatusEvent) {
+        if event.status.is_terminal() {
             self.ended = true;
-            let error = self
-                .error
-                .clone()
-                .or_else(|| payload["error"].as_str().map(str::to_owned));
-            let status = payload["status"].as_str().unwrap_or_default();
-            match (status, error) {
-                ("stopped", _) => eprintln!("\n[{elapsed:7.1}s] stopped"),
+            let error = self.error.clone().or_else(|| {
+                event
+                    .outcome
+                    .as_ref()
+                    .and_then(|outcome| outcome.error.clone())
+            });
+            match (event.status, error) {
+                (TaskStatus::Stopped, _) => eprintln!("\n[{elapsed:7.1}s] stopped"),
                 (_, error) => step_lines::ended(elapsed, error.as_deref()),
             }
             return;
         }
-        match transition {
-            "start" => {
-                let attempt = payload["attempt"].as_i64().unwrap_or(1);
+        match event.transition.as_deref() {
+            Some("start") => {
+                let attempt = event.attempt.unwrap_or(1);
                 if attempt > 1 {
                     eprintln!("[{elapsed:7.1}s] started on a worker (attempt {attempt})");
                 } else {
                     eprintln!("[{elapsed:7.1}s] started on a worker");
                 }
             }
-            "pause" => step_lines::paused(elapsed),
-            "resume" => step_lines::resumed(elapsed),
-            "requeue" => {
-                let reason = payload["reason"].as_str().unwrap_or("its worker went away");
+            Some("pause") => step_lines::paused(elapsed),
+            Some("resume") => step_lines::resumed(elapsed),
+            Some("requeue") => {
+                let reason = event.reason.as_deref().unwrap_or("its worker went away");
                 eprintln!(
                     "[{elapsed:7.1}s] back in the queue: {}",
                     step_lines::one_line(reason, 200)

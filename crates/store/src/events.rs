@@ -3,7 +3,7 @@
 //! writers from any process, so seqs are gap-free and unique. The same transaction sends
 //! `pg_notify('task_events', '<task_id>:<seq>')`, which Postgres delivers only on commit.
 
-use browserd_types::{TaskEvent, TaskId};
+use browserd_types::{EventBody, TaskEvent, TaskId};
 use sqlx::PgConnection;
 
 use crate::tasks::parse_status;
@@ -22,6 +22,17 @@ pub(crate) enum EventGuard<'a> {
     Live,
     /// A worker's progress: as `Live`, and only while `owner` holds the task's lease.
     Owner(&'a str),
+}
+
+/// [`append_event_in`] of a typed event: how every production writer appends.
+pub(crate) async fn append_body_in(
+    conn: &mut PgConnection,
+    task_id: TaskId,
+    body: &EventBody,
+    guard: EventGuard<'_>,
+) -> Result<TaskEvent, StoreError> {
+    let (kind, payload) = body.to_parts();
+    append_event_in(conn, task_id, kind, payload, guard).await
 }
 
 pub(crate) async fn append_event_in(

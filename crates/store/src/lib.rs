@@ -15,6 +15,7 @@ mod queue;
 mod replays;
 mod sealed;
 mod sessions;
+mod status_sql;
 mod steps;
 mod tasks;
 mod telemetry;
@@ -51,9 +52,7 @@ pub use sessions::{
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;
-pub use webhooks::{
-    ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WEBHOOK_EVENTS, WebhookRecord,
-};
+pub use webhooks::{ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WebhookRecord};
 
 /// The embedded migrations (`migrations/` at the repository root).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

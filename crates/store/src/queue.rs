@@ -10,12 +10,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use browserd_types::{ArtifactId, TaskEvent, TaskId, TaskStatus, event_kind};
+use browserd_types::{
+    ArtifactId, EventBody, StatusEvent, StatusOutcome, StepEvent, StepStartedEvent, TaskEvent,
+    TaskId, TaskStatus,
+};
 use secrecy::SecretString;
-use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::events::{EventGuard, append_event_in};
+use crate::events::{EventGuard, append_body_in};
 use crate::tasks::{TaskRecord, parse_status};
 use crate::{Store, StoreError};
 
@@ -70,7 +72,7 @@ pub struct StepWrite {
     /// The run's usage summary after this step.
     pub task_usage: serde_json::Value,
     /// Payload of the `step` event.
-    pub event: serde_json::Value,
+    pub event: StepEvent,
 }
 
 fn secs(d: Duration) -> f64 {
@@ -110,18 +112,11 @@ impl Store {
             return Ok(None);
         };
         let id = TaskId(claimed.id);
-        append_event_in(
-            &mut tx,
-            id,
-            event_kind::STATUS,
-            json!({
-                "status": TaskStatus::Running,
-                "transition": "start",
-                "attempt": claimed.attempts,
-            }),
-            EventGuard::Any,
-        )
-        .await?;
+        let started = StatusEvent {
+            attempt: Some(claimed.attempts),
+            ..StatusEvent::new(TaskStatus::Running, "start")
+        };
+        append_body_in(&mut tx, id, &EventBody::Status(started), EventGuard::Any).await?;
         tx.commit().await?;
         let record = self
             .get_task(None, id)
@@ -191,14 +186,11 @@ impl Store {
         };
         let status = parse_status(&status)?;
         if status == TaskStatus::Queued {
-            append_event_in(
-                &mut tx,
-                id,
-                event_kind::STATUS,
-                json!({"status": status, "transition": "requeue", "reason": reason}),
-                EventGuard::Any,
-            )
-            .await?;
+            let requeued = StatusEvent {
+                reason: Some(reason.to_owned()),
+                ..StatusEvent::new(status, "requeue")
+            };
+            append_body_in(&mut tx, id, &EventBody::Status(requeued), EventGuard::Any).await?;
         }
         tx.commit().await?;
         Ok(Some(status))
@@ -242,8 +234,14 @@ impl Store {
                 .await?;
                 (
                     TaskStatus::Failed,
-                    Some(json!({"status": TaskStatus::Failed, "transition": "fail",
-                                "output": null, "is_success": null, "error": error})),
+                    Some(StatusEvent::ended(
+                        TaskStatus::Failed,
+                        "fail",
+                        StatusOutcome {
+                            error: Some(error),
+                            ..StatusOutcome::default()
+                        },
+                    )),
                 )
             } else if current == TaskStatus::Running {
                 sqlx::query!(
@@ -256,10 +254,10 @@ impl Store {
                 .await?;
                 (
                     TaskStatus::Queued,
-                    Some(
-                        json!({"status": TaskStatus::Queued, "transition": "requeue",
-                                "reason": "lease expired"}),
-                    ),
+                    Some(StatusEvent {
+                        reason: Some("lease expired".to_owned()),
+                        ..StatusEvent::new(TaskStatus::Queued, "requeue")
+                    }),
                 )
             } else {
                 sqlx::query!(
@@ -270,8 +268,8 @@ impl Store {
                 .await?;
                 (current, None)
             };
-            if let Some(payload) = payload {
-                append_event_in(&mut tx, id, event_kind::STATUS, payload, EventGuard::Any).await?;
+            if let Some(event) = payload {
+                append_body_in(&mut tx, id, &EventBody::Status(event), EventGuard::Any).await?;
             }
             reaped.push(ReapedTask {
                 id,
@@ -311,12 +309,18 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         for id in &ids {
-            append_event_in(
+            let failed = StatusEvent::ended(
+                TaskStatus::Failed,
+                "fail",
+                StatusOutcome {
+                    error: Some(error.to_owned()),
+                    ..StatusOutcome::default()
+                },
+            );
+            append_body_in(
                 &mut tx,
                 TaskId(*id),
-                event_kind::STATUS,
-                json!({"status": TaskStatus::Failed, "transition": "fail",
-                       "output": null, "is_success": null, "error": error}),
+                &EventBody::Status(failed),
                 EventGuard::Any,
             )
             .await?;
@@ -325,19 +329,19 @@ impl Store {
         Ok(ids.into_iter().map(TaskId).collect())
     }
 
-    /// Appends a progress event of task `id` while `owner` holds its lease.
+    /// Appends a progress event of task `id` while `owner` holds its lease. Status events are
+    /// reserved for the transitions.
     pub async fn append_worker_event(
         &self,
         id: TaskId,
         owner: &str,
-        kind: &str,
-        payload: serde_json::Value,
+        body: &EventBody,
     ) -> Result<TaskEvent, StoreError> {
-        if kind == event_kind::STATUS {
-            return Err(StoreError::ReservedEventKind(kind.to_owned()));
+        if let EventBody::Status(_) = body {
+            return Err(StoreError::ReservedEventKind(body.kind().to_owned()));
         }
         let mut tx = self.pool.begin().await?;
-        let event = append_event_in(&mut tx, id, kind, payload, EventGuard::Owner(owner)).await?;
+        let event = append_body_in(&mut tx, id, body, EventGuard::Owner(owner)).await?;
         tx.commit().await?;
         Ok(event)
     }
@@ -352,14 +356,11 @@ impl Store {
         url: &str,
     ) -> Result<TaskEvent, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let event = append_event_in(
-            &mut tx,
-            id,
-            event_kind::STEP_STARTED,
-            json!({"number": number, "url": url}),
-            EventGuard::Owner(owner),
-        )
-        .await?;
+        let started = EventBody::StepStarted(StepStartedEvent {
+            number,
+            url: url.to_owned(),
+        });
+        let event = append_body_in(&mut tx, id, &started, EventGuard::Owner(owner)).await?;
         if !url.is_empty() {
             sqlx::query!("update tasks set last_url = $2 where id = $1", id.0, url)
                 .execute(&mut *tx)
@@ -380,11 +381,10 @@ impl Store {
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let event = append_event_in(
+        let event = append_body_in(
             &mut tx,
             id,
-            event_kind::STEP,
-            step.event,
+            &EventBody::Step(step.event),
             EventGuard::Owner(owner),
         )
         .await?;

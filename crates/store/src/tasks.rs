@@ -7,13 +7,14 @@ use std::fmt;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use browserd_types::dto::{TaskView, ViewportSize};
-use browserd_types::{ApiKeyId, TaskId, TaskOptions, TaskStatus, Transition, event_kind};
+use browserd_types::{
+    ApiKeyId, EventBody, StatusEvent, StatusOutcome, TaskId, TaskOptions, TaskStatus, Transition,
+};
 use secrecy::SecretString;
-use serde_json::json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::events::{EventGuard, append_event_in, notify_deleted};
+use crate::events::{EventGuard, append_body_in, notify_deleted};
 use crate::{Store, StoreError};
 
 /// A validated task to insert.
@@ -332,14 +333,8 @@ impl Store {
             }
             None => None,
         };
-        let event = append_event_in(
-            &mut tx,
-            id,
-            event_kind::STATUS,
-            json!({ "status": TaskStatus::Queued }),
-            EventGuard::Any,
-        )
-        .await?;
+        let created = EventBody::Status(StatusEvent::created());
+        let event = append_body_in(&mut tx, id, &created, EventGuard::Any).await?;
         tx.commit().await?;
         let mut record = TaskRecord::try_from(row)?;
         record.last_event_seq = event.seq;
@@ -527,17 +522,18 @@ impl Store {
         };
         let mut record = TaskRecord::try_from(row)?;
 
-        let mut payload = json!({
-            "status": record.status,
-            "transition": transition.name(),
-        });
-        if terminal {
-            payload["output"] = json!(record.output);
-            payload["is_success"] = json!(record.is_success);
-            payload["error"] = json!(record.error);
-        }
+        let status = if terminal {
+            let outcome = StatusOutcome {
+                output: record.output.clone(),
+                is_success: record.is_success,
+                error: record.error.clone(),
+            };
+            StatusEvent::ended(record.status, transition.name(), outcome)
+        } else {
+            StatusEvent::new(record.status, transition.name())
+        };
         let event =
-            append_event_in(&mut tx, id, event_kind::STATUS, payload, EventGuard::Any).await?;
+            append_body_in(&mut tx, id, &EventBody::Status(status), EventGuard::Any).await?;
         tx.commit().await?;
         record.last_event_seq = event.seq;
         Ok(record)

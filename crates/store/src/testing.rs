@@ -2,10 +2,9 @@
 //! lease. The worker writes through its lease-guarded calls (`append_worker_event`,
 //! `write_step`), so none of these is part of the store's API otherwise.
 
-use browserd_types::{ArtifactId, TaskEvent, TaskId, event_kind};
-use serde_json::json;
+use browserd_types::{ArtifactId, EventBody, StepEvent, TaskEvent, TaskId, event_kind};
 
-use crate::events::{EventGuard, append_event_in};
+use crate::events::{EventGuard, append_body_in, append_event_in};
 use crate::steps::{ArtifactContent, NewArtifact, NewStep, StepRecord};
 use crate::{Store, StoreError};
 
@@ -74,21 +73,16 @@ impl Store {
         step: NewStep,
     ) -> Result<StepRecord, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let payload = json!({
-            "number": step.number,
-            "url": step.url,
-            "title": step.title,
-            "has_screenshot": step.screenshot.is_some(),
+        let event = EventBody::Step(StepEvent {
+            number: step.number,
+            url: step.url.clone(),
+            title: step.title.clone(),
+            has_screenshot: step.screenshot.is_some(),
+            screenshot_url: None,
+            record: serde_json::Value::Null,
         });
         // The event first: it locks the task row and refuses ended tasks.
-        append_event_in(
-            &mut tx,
-            task_id,
-            event_kind::STEP,
-            payload,
-            EventGuard::Live,
-        )
-        .await?;
+        append_body_in(&mut tx, task_id, &event, EventGuard::Live).await?;
         let inserted = sqlx::query!(
             "insert into task_steps (task_id, number, url, title, model_output, results, usage,
                  screenshot_artifact_id, started_at, finished_at)

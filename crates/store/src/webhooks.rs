@@ -11,9 +11,6 @@ use uuid::Uuid;
 
 use crate::{Store, StoreError};
 
-/// The v2 status events a webhook may ask for.
-pub const WEBHOOK_EVENTS: [&str; 5] = ["created", "started", "finished", "failed", "stopped"];
-
 /// A registered webhook (its secret is only returned by [`Store::create_webhook`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WebhookRecord {

@@ -9,7 +9,9 @@ use browserd_store::{
     Store, StoreError, TransitionDetails,
 };
 use browserd_types::dto::ViewportSize;
-use browserd_types::{ApiKeyId, TaskId, TaskOptions, TaskStatus, Transition, event_kind};
+use browserd_types::{
+    ApiKeyId, StepEvent, TaskId, TaskOptions, TaskStatus, Transition, event_kind,
+};
 use secrecy::ExposeSecret;
 use secrecy::SecretString;
 use serde_json::json;
@@ -500,7 +502,14 @@ fn step_write(number: i32) -> StepWrite {
         started_at: now,
         finished_at: now,
         task_usage: json!({"invocations": number}),
-        event: json!({"number": number}),
+        event: StepEvent {
+            number,
+            url: Some("http://127.0.0.1/".into()),
+            title: Some("t".into()),
+            has_screenshot: false,
+            screenshot_url: None,
+            record: json!({"metadata": {"step_number": number}}),
+        },
     }
 }
 
@@ -779,4 +788,36 @@ async fn keda_worker_query_counts_the_tasks_that_need_a_worker(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(count().await, 2);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn the_schema_knows_exactly_the_task_statuses_and_their_webhook_names(pool: PgPool) {
+    use browserd_types::v2::V2TaskStatus;
+    // Every status of the enum is accepted by the tasks table's check, and nothing else.
+    let definition: String = sqlx::query_scalar(
+        "select pg_get_constraintdef(c.oid) from pg_constraint c
+         join pg_class t on t.oid = c.conrelid
+         where t.relname = 'tasks' and c.contype = 'c'
+           and pg_get_constraintdef(c.oid) like '%status = ANY%'
+           and pg_get_constraintdef(c.oid) not like '%secrets%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let mut in_schema: Vec<&str> = definition.split('\'').skip(1).step_by(2).collect();
+    in_schema.sort_unstable();
+    let mut in_enum: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+    in_enum.sort_unstable();
+    assert_eq!(in_schema, in_enum, "{definition}");
+    // The webhook outbox names a status change as the v2 API does (paused is no event).
+    for status in TaskStatus::ALL {
+        let event: Option<String> = sqlx::query_scalar("select browserd_webhook_event($1)")
+            .bind(status.as_str())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let expected =
+            (status != TaskStatus::Paused).then(|| V2TaskStatus::from(status).as_str().to_owned());
+        assert_eq!(event, expected, "{status}");
+    }
 }

@@ -4,29 +4,200 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::TaskId;
+use crate::{TaskId, TaskStatus};
 
-/// Well-known event kinds. Other kinds may be added by the worker; clients should ignore kinds
-/// they do not know.
+/// The event kinds' names, as `kind` on the wire (the names of [`EventBody`]'s variants).
+/// Clients should ignore kinds they do not know.
 pub mod event_kind {
-    /// A status transition; payload `{"status": ..., "previous_status": ..., ...}`. A status event
-    /// with a terminal status is the task's final event.
     pub const STATUS: &str = "status";
-    /// A persisted agent step (written in the transaction that stores it); payload
-    /// `{"number", "url", "title", "has_screenshot", "screenshot_url", "record"}` where `record` is
-    /// the step's AgentHistory item.
     pub const STEP: &str = "step";
-    /// A step began; payload `{"number", "url"}` (step 0 is the initial navigation).
     pub const STEP_STARTED: &str = "step_started";
-    /// The model answered; payload `{"number", "output", "usage"}`.
     pub const MODEL_OUTPUT: &str = "model_output";
-    /// An action finished; payload `{"number", "index", "action", "result"}`.
     pub const ACTION_RESULT: &str = "action_result";
-    /// The run's outcome, just before the terminal status; payload `{"is_done", "success",
-    /// "final_result", "error", "usage"}`.
     pub const RESULT: &str = "result";
-    /// A free-form log line from the worker; payload `{"level": ..., "message": ...}`.
     pub const LOG: &str = "log";
+}
+
+/// What a task event says: its kind and typed payload, the one contract between the writers
+/// (the store's transitions, the worker's sink) and the readers (the api, the CLI, MCP). On
+/// the wire and in `task_events` it is `kind` + `payload` ([`EventBody::to_parts`],
+/// [`TaskEvent::body`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
+pub enum EventBody {
+    /// A status transition. A status event with a terminal status is the task's final event.
+    Status(StatusEvent),
+    /// A persisted agent step (written in the transaction that stores it).
+    Step(StepEvent),
+    /// A step began (step 0 is the initial navigation).
+    StepStarted(StepStartedEvent),
+    /// The model answered.
+    ModelOutput(ModelOutputEvent),
+    /// An action finished.
+    ActionResult(ActionResultEvent),
+    /// The run's outcome, just before the terminal status.
+    Result(ResultEvent),
+    /// A free-form log line from the worker.
+    Log(LogEvent),
+}
+
+/// `status`: `{"status", "transition", …}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusEvent {
+    pub status: TaskStatus,
+    /// What moved it: a [`Transition`](crate::Transition)'s name, `start` (a worker claimed
+    /// it) or `requeue` (its worker went away); absent on the first event (`queued`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transition: Option<String>,
+    /// `start`: the claim's number (1 for the first worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i32>,
+    /// `requeue`: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A terminal status: the task's outcome.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<StatusOutcome>,
+}
+
+impl StatusEvent {
+    /// The first event of every task: `{"status": "queued"}`.
+    pub fn created() -> Self {
+        Self {
+            status: TaskStatus::Queued,
+            transition: None,
+            attempt: None,
+            reason: None,
+            outcome: None,
+        }
+    }
+
+    /// A terminal transition with the task's outcome.
+    pub fn ended(
+        status: TaskStatus,
+        transition: impl Into<String>,
+        outcome: StatusOutcome,
+    ) -> Self {
+        Self {
+            outcome: Some(outcome),
+            ..Self::new(status, transition)
+        }
+    }
+
+    /// A transition without more to say.
+    pub fn new(status: TaskStatus, transition: impl Into<String>) -> Self {
+        Self {
+            status,
+            transition: Some(transition.into()),
+            attempt: None,
+            reason: None,
+            outcome: None,
+        }
+    }
+}
+
+/// The outcome a terminal `status` event carries (each `null` when unknown).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusOutcome {
+    pub output: Option<String>,
+    pub is_success: Option<bool>,
+    pub error: Option<String>,
+}
+
+/// `step`: `{"number", "url", "title", "has_screenshot", "screenshot_url", "record"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepEvent {
+    pub number: i32,
+    pub url: Option<String>,
+    pub title: Option<String>,
+    pub has_screenshot: bool,
+    #[serde(default)]
+    pub screenshot_url: Option<String>,
+    /// The step's AgentHistory item (without its rendered state message).
+    #[serde(default)]
+    pub record: serde_json::Value,
+}
+
+/// `step_started`: `{"number", "url"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepStartedEvent {
+    pub number: i32,
+    pub url: String,
+}
+
+/// `model_output`: `{"number", "output", "usage"}` (`output`: browser-use's `AgentOutput`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelOutputEvent {
+    pub number: u32,
+    pub output: serde_json::Value,
+    #[serde(default)]
+    pub usage: serde_json::Value,
+}
+
+impl ModelOutputEvent {
+    /// The model's `next_goal`, if it gave one.
+    pub fn next_goal(&self) -> Option<&str> {
+        self.output.get("next_goal").and_then(|g| g.as_str())
+    }
+}
+
+/// `action_result`: `{"number", "index", "action", "result"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActionResultEvent {
+    pub number: u32,
+    pub index: usize,
+    pub action: serde_json::Value,
+    pub result: serde_json::Value,
+}
+
+/// `result`: `{"is_done", "success", "final_result", "error", "usage"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultEvent {
+    pub is_done: bool,
+    pub success: Option<bool>,
+    pub final_result: Option<String>,
+    pub error: Option<String>,
+    #[serde(default)]
+    pub usage: serde_json::Value,
+}
+
+/// `log`: `{"level", "message"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogEvent {
+    pub level: String,
+    pub message: String,
+}
+
+impl EventBody {
+    /// The `kind` on the wire.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::Status(_) => event_kind::STATUS,
+            EventBody::Step(_) => event_kind::STEP,
+            EventBody::StepStarted(_) => event_kind::STEP_STARTED,
+            EventBody::ModelOutput(_) => event_kind::MODEL_OUTPUT,
+            EventBody::ActionResult(_) => event_kind::ACTION_RESULT,
+            EventBody::Result(_) => event_kind::RESULT,
+            EventBody::Log(_) => event_kind::LOG,
+        }
+    }
+
+    /// `(kind, payload)` as stored and sent.
+    pub fn to_parts(&self) -> (&'static str, serde_json::Value) {
+        let payload = match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(mut tagged)) => {
+                tagged.remove("payload").unwrap_or(serde_json::Value::Null)
+            }
+            _ => serde_json::Value::Null,
+        };
+        (self.kind(), payload)
+    }
+
+    /// The body of a stored `(kind, payload)`; `None` for a kind this version does not know
+    /// or a payload that does not fit its kind.
+    pub fn from_parts(kind: &str, payload: &serde_json::Value) -> Option<Self> {
+        serde_json::from_value(serde_json::json!({ "kind": kind, "payload": payload })).ok()
+    }
 }
 
 /// One row of `task_events`, exactly as sent on the WebSocket:
@@ -45,14 +216,70 @@ pub struct TaskEvent {
 }
 
 impl TaskEvent {
+    /// What the event says; `None` for a kind this version does not know.
+    pub fn body(&self) -> Option<EventBody> {
+        EventBody::from_parts(&self.kind, &self.payload)
+    }
+
     /// True when this event ends the task's stream (a status event with a terminal status).
     pub fn is_final(&self) -> bool {
-        self.kind == event_kind::STATUS
-            && self
-                .payload
-                .get("status")
-                .and_then(|s| s.as_str())
-                .and_then(|s| s.parse::<crate::TaskStatus>().ok())
-                .is_some_and(|s| s.is_terminal())
+        matches!(self.body(), Some(EventBody::Status(status)) if status.status.is_terminal())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn bodies_keep_the_wire_shape_of_each_kind() {
+        let terminal = EventBody::Status(StatusEvent {
+            outcome: Some(StatusOutcome {
+                output: Some("42".to_owned()),
+                is_success: Some(true),
+                error: None,
+            }),
+            ..StatusEvent::new(TaskStatus::Finished, "finish")
+        });
+        assert_eq!(
+            terminal.to_parts(),
+            (
+                "status",
+                json!({"status": "finished", "transition": "finish", "output": "42",
+                       "is_success": true, "error": null})
+            )
+        );
+        let start = EventBody::Status(StatusEvent {
+            attempt: Some(2),
+            ..StatusEvent::new(TaskStatus::Running, "start")
+        });
+        assert_eq!(
+            start.to_parts().1,
+            json!({"status": "running", "transition": "start", "attempt": 2})
+        );
+        let started = EventBody::StepStarted(StepStartedEvent {
+            number: 3,
+            url: "https://example.com/".to_owned(),
+        });
+        let (kind, payload) = started.to_parts();
+        assert_eq!(kind, "step_started");
+        assert_eq!(EventBody::from_parts(kind, &payload), Some(started));
+        assert_eq!(EventBody::from_parts("later_kind", &json!({})), None);
+    }
+
+    #[test]
+    fn only_a_terminal_status_is_final() {
+        let event = |kind: &str, payload: serde_json::Value| TaskEvent {
+            task_id: TaskId::new(),
+            seq: 1,
+            kind: kind.to_owned(),
+            payload,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+        };
+        assert!(event("status", json!({"status": "stopped", "transition": "stop"})).is_final());
+        assert!(!event("status", json!({"status": "paused", "transition": "pause"})).is_final());
+        assert!(!event("log", json!({"status": "failed"})).is_final());
     }
 }

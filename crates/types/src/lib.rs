@@ -9,7 +9,10 @@ pub mod status;
 pub mod v2;
 pub mod webhooks;
 
-pub use event::{TaskEvent, event_kind};
+pub use event::{
+    ActionResultEvent, EventBody, LogEvent, ModelOutputEvent, ResultEvent, StatusEvent,
+    StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
+};
 pub use ids::{ApiKeyId, ArtifactId, TaskId};
 pub use options::TaskOptions;
 pub use status::{TaskStatus, Transition};

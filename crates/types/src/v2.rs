@@ -34,6 +34,35 @@ pub enum V2TaskStatus {
 }
 
 impl V2TaskStatus {
+    /// Every v2 status: also the events a webhook may ask for (migration 0008's
+    /// `browserd_webhook_event` names a status change with them).
+    pub const ALL: [V2TaskStatus; 5] = [
+        V2TaskStatus::Created,
+        V2TaskStatus::Started,
+        V2TaskStatus::Finished,
+        V2TaskStatus::Failed,
+        V2TaskStatus::Stopped,
+    ];
+
+    /// The events a webhook gets when it names none (a task's creation is the caller's own act).
+    pub const WEBHOOK_DEFAULT: [V2TaskStatus; 4] = [
+        V2TaskStatus::Started,
+        V2TaskStatus::Finished,
+        V2TaskStatus::Failed,
+        V2TaskStatus::Stopped,
+    ];
+
+    /// The lowercase name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            V2TaskStatus::Created => "created",
+            V2TaskStatus::Started => "started",
+            V2TaskStatus::Finished => "finished",
+            V2TaskStatus::Failed => "failed",
+            V2TaskStatus::Stopped => "stopped",
+        }
+    }
+
     /// The browserd statuses a v2 status stands for (the `filterBy` of the listing).
     pub fn statuses(self) -> &'static [TaskStatus] {
         match self {
@@ -46,14 +75,7 @@ impl V2TaskStatus {
     }
 
     pub fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "created" => V2TaskStatus::Created,
-            "started" => V2TaskStatus::Started,
-            "finished" => V2TaskStatus::Finished,
-            "failed" => V2TaskStatus::Failed,
-            "stopped" => V2TaskStatus::Stopped,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|status| status.as_str() == text)
     }
 }
 

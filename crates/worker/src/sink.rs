@@ -12,7 +12,9 @@ use async_trait::async_trait;
 use browserd_agent::{AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot, UsageSummary};
 use browserd_store::{StepWrite, Store, StoreError};
 use browserd_types::dto::screenshot_path;
-use browserd_types::{ArtifactId, TaskId, event_kind};
+use browserd_types::{
+    ActionResultEvent, ArtifactId, EventBody, ModelOutputEvent, ResultEvent, StepEvent, TaskId,
+};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
@@ -132,10 +134,10 @@ impl StoreSink {
         None
     }
 
-    async fn event(&self, kind: &'static str, payload: Value) {
-        self.persist(kind, || {
+    async fn event(&self, body: EventBody) {
+        self.persist(body.kind(), || {
             self.store
-                .append_worker_event(self.task_id, &self.owner, kind, payload.clone())
+                .append_worker_event(self.task_id, &self.owner, &body)
         })
         .await;
     }
@@ -186,14 +188,14 @@ impl StoreSink {
             started_at: epoch_to_time(record.metadata.step_start_time),
             finished_at: epoch_to_time(record.metadata.step_end_time),
             task_usage: usage,
-            event: json!({
-                "number": number,
-                "url": url,
-                "title": title,
-                "has_screenshot": screenshot_url.is_some(),
-                "screenshot_url": screenshot_url,
-                "record": event_record,
-            }),
+            event: StepEvent {
+                number,
+                url,
+                title,
+                has_screenshot: screenshot_url.is_some(),
+                screenshot_url,
+                record: event_record,
+            },
         };
         self.persist("the step", || {
             self.store
@@ -226,10 +228,11 @@ impl EventSink for StoreSink {
                 output,
                 usage,
             } => {
-                self.event(
-                    event_kind::MODEL_OUTPUT,
-                    json!({"number": step, "output": output, "usage": usage}),
-                )
+                self.event(EventBody::ModelOutput(ModelOutputEvent {
+                    number: step,
+                    output: serde_json::to_value(&output).unwrap_or(Value::Null),
+                    usage: serde_json::to_value(usage).unwrap_or(Value::Null),
+                }))
                 .await;
             }
             AgentEvent::ActionResult {
@@ -238,10 +241,12 @@ impl EventSink for StoreSink {
                 action,
                 result,
             } => {
-                self.event(
-                    event_kind::ACTION_RESULT,
-                    json!({"number": step, "index": index, "action": action, "result": result}),
-                )
+                self.event(EventBody::ActionResult(ActionResultEvent {
+                    number: step,
+                    index,
+                    action: serde_json::to_value(&action).unwrap_or(Value::Null),
+                    result: serde_json::to_value(&result).unwrap_or(Value::Null),
+                }))
                 .await;
             }
             AgentEvent::StepFinished { record } => self.step_finished(&record).await,
@@ -257,16 +262,13 @@ impl EventSink for StoreSink {
                 error,
             } => {
                 let usage = self.usage();
-                self.event(
-                    event_kind::RESULT,
-                    json!({
-                        "is_done": is_done,
-                        "success": success,
-                        "final_result": final_result,
-                        "error": error,
-                        "usage": usage,
-                    }),
-                )
+                self.event(EventBody::Result(ResultEvent {
+                    is_done,
+                    success,
+                    final_result,
+                    error,
+                    usage: serde_json::to_value(&usage).unwrap_or(Value::Null),
+                }))
                 .await;
             }
         }
