@@ -168,6 +168,24 @@ impl From<StoreError> for ApiError {
                 message: format!("task has ended ({status})"),
                 current_status: Some(status),
             },
+            // Sessions (`/api/v2`): the cloud's own words, which the v2 mapping passes on.
+            StoreError::SessionNotFound(_) => ApiError::NotFound {
+                code: "session_not_found",
+                message: "Session not found".to_owned(),
+            },
+            StoreError::SessionStopped(_) => ApiError::Conflict {
+                code: "session_stopped",
+                message: "Browser session is stopped. Please start a new session and try again."
+                    .to_owned(),
+                current_status: None,
+            },
+            StoreError::SessionBusy(_) => ApiError::Conflict {
+                code: "session_busy",
+                message: "Agent session already has a running task. Please wait for it to \
+                          finish or stop it manually."
+                    .to_owned(),
+                current_status: None,
+            },
             StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
             err @ StoreError::NoSecretsKey => ApiError::validation("secrets", err.to_string()),
             other => ApiError::Internal(other.to_string()),

@@ -93,7 +93,15 @@ impl Backend for StoreBackend {
     ) -> Result<TaskView, ToolError> {
         let caller = caller(cx)?;
         tracing::debug!(?request, "create task (mcp)");
-        Ok(task_ops::create(&self.state, &caller, request, None).await?)
+        let created = task_ops::create(
+            &self.state,
+            &caller,
+            request,
+            None,
+            task_ops::Placement::Queue,
+        )
+        .await?;
+        Ok(created.view)
     }
 
     async fn get_task(&self, cx: &CallContext, id: TaskId) -> Result<TaskView, ToolError> {

@@ -1,8 +1,9 @@
-//! The task operations behind both the `/v1` handlers and the MCP tools: one place that
-//! validates, checks ownership (another key's task is `task_not_found`) and reads or writes
-//! the store, so both front ends answer alike.
+//! The task service: the one place that creates, validates, admits, controls and reads tasks,
+//! behind every front end — the `/v1` handlers, `/api/v2`, and the MCP tools. It checks
+//! ownership (another key's task is `task_not_found`) and speaks [`ApiError`]; each front end
+//! only maps requests to it and its errors to its own wire shape.
 
-use browserd_store::{ArtifactContent, StoreError, TaskCursor, TransitionDetails};
+use browserd_store::{ArtifactContent, SessionChoice, StoreError, TaskCursor, TransitionDetails};
 use browserd_types::dto::{
     CreateTaskRequest, ReplayActionView, ReplayReportView, StepView, TaskList, TaskView,
     screenshot_path,
@@ -14,14 +15,33 @@ use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::validation::validate_create_task;
 
-/// Validates and stores a new task (status `queued`); `trace_context` is the W3C
+/// Where a new task goes besides the queue.
+pub(crate) enum Placement {
+    /// Nowhere else (`/v1`, MCP).
+    Queue,
+    /// An `/api/v2` session — a new one-off one, or the caller's active, idle one — with the
+    /// task's v2 options (`flashMode`, `thinking`, …).
+    Session {
+        choice: SessionChoice,
+        v2_options: serde_json::Value,
+    },
+}
+
+/// A task just created: its view, and its session for [`Placement::Session`].
+pub(crate) struct CreatedTask {
+    pub view: TaskView,
+    pub session_id: Option<uuid::Uuid>,
+}
+
+/// Validates, admits and stores a new task (status `queued`); `trace_context` is the W3C
 /// `traceparent` its spans join.
 pub(crate) async fn create(
     state: &AppState,
     caller: &Caller,
     mut request: CreateTaskRequest,
     trace_context: Option<String>,
-) -> Result<TaskView, ApiError> {
+    placement: Placement,
+) -> Result<CreatedTask, ApiError> {
     if let Some(source) = request.replay_of {
         replay_defaults(state, caller, source, &mut request).await?;
     }
@@ -44,11 +64,7 @@ pub(crate) async fn create(
     }
     new_task.trace_context = trace_context;
     if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
-        return Err(ApiError::validation(
-            "secrets",
-            "this server has no secrets key configured (BROWSERD_SECRETS_KEY or \
-             --secrets-key-file), so it cannot accept task secrets",
-        ));
+        return Err(StoreError::NoSecretsKey.into());
     }
     if let Some(max) = state.max_queued_tasks {
         let queued = state.store.queued_tasks().await?;
@@ -59,12 +75,24 @@ pub(crate) async fn create(
             });
         }
     }
-    let task = state.store.create_task(caller.key_id, new_task).await?;
-    tracing::info!(task_id = %task.id, "task created");
+    let (task, session_id) = match placement {
+        Placement::Queue => (
+            state.store.create_task(caller.key_id, new_task).await?,
+            None,
+        ),
+        Placement::Session { choice, v2_options } => {
+            let (task, session) = state
+                .store
+                .create_v2_task(caller.key_id, new_task, choice, v2_options)
+                .await?;
+            (task, Some(session))
+        }
+    };
+    tracing::info!(task_id = %task.id, session_id = ?session_id, "task created");
     let position = state.store.queue_position(task.id).await?;
     let mut view = TaskView::from(task);
     view.queue_position = position;
-    Ok(view)
+    Ok(CreatedTask { view, session_id })
 }
 
 /// Checks the source of a replay (the caller's, ended, with recorded actions) and fills the

@@ -47,7 +47,15 @@ pub async fn create_task(
 ) -> Result<Response, ApiError> {
     tracing::debug!(?request, "create task");
     let trace_context = creating_trace_context(&state, &headers);
-    let view = task_ops::create(&state, &caller, request, trace_context).await?;
+    let view = task_ops::create(
+        &state,
+        &caller,
+        request,
+        trace_context,
+        task_ops::Placement::Queue,
+    )
+    .await?
+    .view;
     let location = HeaderValue::try_from(format!("/v1/tasks/{}", view.id))
         .map_err(|err| ApiError::Internal(err.to_string()))?;
     let mut response = (StatusCode::CREATED, Json(view)).into_response();

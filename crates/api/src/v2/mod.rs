@@ -141,17 +141,8 @@ impl From<StoreError> for V2Error {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::TaskNotFound(_) => V2Error::not_found("Task"),
-            StoreError::SessionNotFound(_) => V2Error::not_found("Session"),
-            StoreError::SessionStopped(_) => V2Error::bad_request(
-                "Browser session is stopped. Please start a new session and try again.",
-            ),
-            StoreError::SessionBusy(_) => V2Error::bad_request(
-                "Agent session already has a running task. Please wait for it to finish or stop it manually.",
-            ),
-            err @ StoreError::NoSecretsKey => {
-                V2Error::invalid(&["body", "secrets"], err.to_string(), "value_error")
-            }
-            other => V2Error::Internal(other.to_string()),
+            // One mapping of the rest: the task service's.
+            other => ApiError::from(other).into(),
         }
     }
 }

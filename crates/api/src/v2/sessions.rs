@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use browserd_store::{NewSession, SessionRecord, StoreError, TransitionDetails};
+use browserd_store::{NewSession, SessionRecord};
 use browserd_types::Transition;
 use browserd_types::v2::{
     CreateSessionRequest, ListResponse, SessionItemView, SessionView, UpdateRequest,
@@ -18,6 +18,7 @@ use uuid::Uuid;
 use super::tasks::{item_view, paging, query_params};
 use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
 use crate::AppState;
+use crate::error::ApiError;
 use crate::extract::Caller;
 
 fn item(session: SessionRecord) -> SessionItemView {
@@ -173,17 +174,9 @@ pub(crate) async fn stop_session_and_tasks(
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
     for task in state.store.session_unfinished_tasks(id).await? {
-        match state
-            .store
-            .transition_task(
-                Some(caller.key_id),
-                task,
-                Transition::Stop,
-                TransitionDetails::default(),
-            )
-            .await
-        {
-            Ok(_) | Err(StoreError::IllegalTransition { .. }) => {}
+        match crate::task_ops::control(state, caller, task, Transition::Stop).await {
+            // Ended meanwhile.
+            Ok(_) | Err(ApiError::Conflict { .. }) => {}
             Err(err) => return Err(err.into()),
         }
     }

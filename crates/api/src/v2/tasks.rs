@@ -7,9 +7,7 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_store::{
-    ArtifactContent, SessionChoice, StoreError, TransitionDetails, V2Task, V2TaskFilter,
-};
+use browserd_store::{ArtifactContent, SessionChoice, V2Task, V2TaskFilter};
 use browserd_types::dto::{self, ViewportSize};
 use browserd_types::v2::{
     CreateTaskRequest, FileView, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
@@ -24,8 +22,9 @@ use uuid::Uuid;
 
 use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
 use crate::AppState;
+use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::validation::validate_create_task;
+use crate::task_ops::{self, Placement};
 
 /// `POST /tasks`: 202 `{id, sessionId}`; the task runs in a new one-off session, or in the
 /// caller's active, idle session `sessionId`.
@@ -168,33 +167,19 @@ pub(crate) async fn create_task(
         proxy: None,
         highlight_elements: request.highlight_elements,
     };
-    let new_task = validate_create_task(v1, &state.models)?;
-    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
-        return Err(V2Error::from(StoreError::NoSecretsKey));
-    }
-    if let Some(max) = state.max_queued_tasks {
-        let queued = state.store.queued_tasks().await?;
-        if queued >= max {
-            return Err(V2Error::TooMany(
-                format!("Too many queued tasks ({queued}); retry later"),
-                5,
-            ));
-        }
-    }
-    let choice = match request.session_id {
-        Some(id) => SessionChoice::Existing(id),
-        None => SessionChoice::New,
+    let placement = Placement::Session {
+        choice: match request.session_id {
+            Some(id) => SessionChoice::Existing(id),
+            None => SessionChoice::New,
+        },
+        v2_options: options,
     };
-    let (task, session_id) = state
-        .store
-        .create_v2_task(caller.key_id, new_task, choice, options)
-        .await?;
-    tracing::info!(task_id = %task.id, %session_id, "task created (v2)");
+    let created = task_ops::create(&state, &caller, v1, None, placement).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(TaskCreatedResponse {
-            id: task.id.0,
-            session_id,
+            id: created.view.id.0,
+            session_id: created.session_id.unwrap_or_default(),
         }),
     )
         .into_response())
@@ -375,25 +360,16 @@ pub(crate) async fn update_task(
     };
     let ended = task.record.status.is_terminal();
     if !(ended && transition == Transition::Stop) {
-        match state
-            .store
-            .transition_task(
-                Some(caller.key_id),
-                id,
-                transition,
-                TransitionDetails::default(),
-            )
-            .await
-        {
+        match task_ops::control(&state, &caller, id, transition).await {
             Ok(_) => {}
-            Err(StoreError::IllegalTransition { current, .. }) => {
+            Err(ApiError::Conflict {
+                current_status: Some(current),
+                ..
+            }) => {
                 return Err(V2Error::bad_request(format!(
                     "Cannot {} a task that is {}",
                     request.action,
-                    serde_json::to_value(V2TaskStatus::from(current))
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
+                    V2TaskStatus::from(current).as_str()
                 )));
             }
             Err(err) => return Err(err.into()),
