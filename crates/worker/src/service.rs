@@ -18,8 +18,8 @@ use browserd_agent::{
 };
 use browserd_browser::LiveViewSettings;
 use browserd_store::{
-    ClaimedTask, EventHub, SessionState, Signal, Store, StoreError, TaskRecord, TaskSession,
-    TransitionDetails,
+    ClaimedTask, EventHub, SessionState, Signal, Store, StoreError, TaskRecord, TaskReplay,
+    TaskSession, TransitionDetails,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 use secrecy::{ExposeSecret, SecretString};
@@ -282,99 +282,149 @@ struct TaskJob {
     config: Arc<WorkerConfig>,
 }
 
+/// Why a claimed task does not run here: it fails at once (its secrets cannot be opened, its
+/// model is unknown, its budget is spent, its replay source is gone), or it goes back to the
+/// queue (what it needs could not be read now; another attempt may succeed).
+enum NotRun {
+    Fail(String),
+    HandBack(&'static str),
+}
+
+/// What a claimed task runs with, all read before anything starts.
+struct Prepared {
+    spec: TaskSpec,
+    /// A replay task's settings and the recorded history it replays.
+    replay: Option<(TaskReplay, AgentHistoryList)>,
+    /// The `/api/v2` session the task runs in.
+    session: Option<TaskSession>,
+    /// The history an earlier attempt persisted (a resumed run).
+    prior: Option<AgentHistoryList>,
+    /// Where the earlier attempt was.
+    resume_url: Option<String>,
+}
+
+/// The parts of a started run that outlive it: its sink, its control, and the workspace with
+/// the secrets its files are redacted with.
+struct Started {
+    sink: Arc<StoreSink>,
+    control: AgentControl,
+    draining: Arc<AtomicBool>,
+    watcher: AbortOnDrop,
+    live_follower: Option<AbortOnDrop>,
+    workspace_dir: std::path::PathBuf,
+    output_secrets: browserd_agent::secrets::Secrets,
+}
+
+/// What [`TaskJob::finish`] needs of a run that ended.
+struct Finished {
+    sink: Arc<StoreSink>,
+    workspace_dir: std::path::PathBuf,
+    output_secrets: browserd_agent::secrets::Secrets,
+    session: Option<TaskSession>,
+    attempt: i32,
+}
+
+type RunFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunOutcome, RunError>> + Send + 'a>>;
+
 impl TaskJob {
+    /// One claimed task, in phases: prepare (read what it needs), start (sink, watcher, live
+    /// view, the run), drive (until it ends, or drain on shutdown), then hand it back or
+    /// finish it.
     async fn run(self, claimed: ClaimedTask, shutdown: CancellationToken) {
+        let id = claimed.record.id;
+        let attempt = claimed.record.attempts;
+        let prepared = match self.prepare(claimed).await {
+            Ok(prepared) => prepared,
+            Err(NotRun::Fail(error)) => {
+                self.end(id, Transition::Fail, None, None, Some(error))
+                    .await;
+                return;
+            }
+            Err(NotRun::HandBack(reason)) => {
+                tracing::warn!(reason, "handing the task back");
+                let _ = self.store.release_task(id, &self.config.id, reason).await;
+                return;
+            }
+        };
+        let session = prepared.session.clone();
+        let (started, mut run) = self.start(id, prepared);
+        let result = self.drive(&mut run, &started, &shutdown).await;
+        drop(started.watcher);
+        if let Some(mut follower) = started.live_follower {
+            // The run dropped its end of the link: the follower clears the frame and ends.
+            let _ = tokio::time::timeout(Duration::from_secs(5), &mut follower.0).await;
+        }
+        let Some(result) = result else {
+            // Dropping the run drops the agent and its browser context.
+            drop(run);
+            self.hand_back(id).await;
+            return;
+        };
+        drop(run);
+        let finished = Finished {
+            sink: started.sink,
+            workspace_dir: started.workspace_dir,
+            output_secrets: started.output_secrets,
+            session,
+            attempt,
+        };
+        self.finish(id, result, finished).await;
+    }
+
+    /// Reads everything the task needs before it starts, or says why it does not run.
+    async fn prepare(&self, claimed: ClaimedTask) -> Result<Prepared, NotRun> {
         let ClaimedTask {
             record,
             secrets,
             secrets_error,
         } = claimed;
         let id = record.id;
-        let attempt = record.attempts;
         if let Some(error) = secrets_error {
-            self.end(id, Transition::Fail, None, None, Some(error))
-                .await;
-            return;
+            return Err(NotRun::Fail(error));
         }
-        let replay = match self.store.task_replay(id).await {
-            Ok(replay) => replay,
-            Err(err) => {
-                tracing::warn!(%err, "could not read the task's replay settings; handing it back");
-                let _ = self
-                    .store
-                    .release_task(id, &self.config.id, "replay settings unreadable")
-                    .await;
-                return;
-            }
-        };
+        let replay = self.store.task_replay(id).await.map_err(|err| {
+            tracing::warn!(%err, "could not read the task's replay settings");
+            NotRun::HandBack("replay settings unreadable")
+        })?;
         // A replay makes no model call: it needs no model.
         if replay.is_none() {
-            match self.runner.model(record.options.model.as_deref()) {
-                Ok(model) => {
-                    tracing::Span::current().record("model", model.name());
-                }
-                Err(err) => {
-                    self.end(id, Transition::Fail, None, None, Some(err.to_string()))
-                        .await;
-                    return;
-                }
-            }
+            let model = self
+                .runner
+                .model(record.options.model.as_deref())
+                .map_err(|err| NotRun::Fail(err.to_string()))?;
+            tracing::Span::current().record("model", model.name());
         }
-        let source = match &replay {
+        let replay = match replay {
             Some(replay) => match self.replay_source(replay.source).await {
-                Ok(Ok(source)) => Some(source),
-                Ok(Err(error)) => {
-                    self.end(id, Transition::Fail, None, None, Some(error))
-                        .await;
-                    return;
-                }
+                Ok(Ok(source)) => Some((replay, source)),
+                Ok(Err(error)) => return Err(NotRun::Fail(error)),
                 Err(err) => {
-                    tracing::warn!(%err, "could not read the replayed task's history; handing it back");
-                    let _ = self
-                        .store
-                        .release_task(id, &self.config.id, "replay source unreadable")
-                        .await;
-                    return;
+                    tracing::warn!(%err, "could not read the replayed task's history");
+                    return Err(NotRun::HandBack("replay source unreadable"));
                 }
             },
             None => None,
         };
         let mut spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
         drop(secrets);
-        let session = match self.store.task_session(id).await {
-            Ok(session) => session,
-            Err(err) => {
-                tracing::warn!(%err, "could not read the task's session; handing it back");
-                let _ = self
-                    .store
-                    .release_task(id, &self.config.id, "session unreadable")
-                    .await;
-                return;
-            }
-        };
+        let session = self.store.task_session(id).await.map_err(|err| {
+            tracing::warn!(%err, "could not read the task's session");
+            NotRun::HandBack("session unreadable")
+        })?;
         if let Some(session) = &session {
             apply_session(&mut spec, session);
         }
         if spec.timeout.is_some_and(|t| t.is_zero()) {
-            let error = format!(
+            return Err(NotRun::Fail(format!(
                 "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
                 record.options.timeout_s.unwrap_or_default()
-            );
-            self.end(id, Transition::Fail, None, None, Some(error))
-                .await;
-            return;
+            )));
         }
-        let prior = match self.prior_history(&record).await {
-            Ok(prior) => prior,
-            Err(err) => {
-                tracing::warn!(%err, "could not read the task's history; handing it back");
-                let _ = self
-                    .store
-                    .release_task(id, &self.config.id, "history unreadable")
-                    .await;
-                return;
-            }
-        };
+        let prior = self.prior_history(&record).await.map_err(|err| {
+            tracing::warn!(%err, "could not read the task's history");
+            NotRun::HandBack("history unreadable")
+        })?;
         // Where the lost attempt was: the URL of its latest step start, else where its last
         // stored step began (a run lost right after its initial navigation).
         let resume_url = prior.as_ref().and_then(|prior| {
@@ -389,7 +439,25 @@ impl TaskJob {
         if let Some(prior) = &prior {
             tracing::info!(steps = prior.history.len(), url = ?resume_url, "resuming the task");
         }
+        Ok(Prepared {
+            spec,
+            replay,
+            session,
+            prior,
+            resume_url,
+        })
+    }
 
+    /// The sink, the control watcher and the live view of the task, and its run (the agent,
+    /// or a replay of a recorded history), not polled yet.
+    fn start(&self, id: TaskId, prepared: Prepared) -> (Started, RunFuture<'_>) {
+        let Prepared {
+            spec,
+            replay,
+            session: _,
+            prior,
+            resume_url,
+        } = prepared;
         let control = AgentControl::new();
         let draining = Arc::new(AtomicBool::new(false));
         let sink = Arc::new(StoreSink::new(
@@ -425,10 +493,8 @@ impl TaskJob {
             }
             None => (None, None),
         };
-        let mut run: std::pin::Pin<
-            Box<dyn std::future::Future<Output = Result<RunOutcome, RunError>> + Send + '_>,
-        > = match (replay, source) {
-            (Some(replay), Some(source)) => {
+        let run: RunFuture<'_> = match replay {
+            Some((replay, source)) => {
                 let earlier_failure = prior.as_ref().and_then(earlier_replay_failure);
                 let skip_steps = prior.as_ref().map_or(0, |p| p.history.len());
                 let first_step = prior
@@ -471,7 +537,7 @@ impl TaskJob {
                     Ok(outcome)
                 })
             }
-            _ => Box::pin(self.runner.run(RunRequest {
+            None => Box::pin(self.runner.run(RunRequest {
                 spec,
                 workspace_dir: Some(workspace_dir.clone()),
                 sink: sink.clone(),
@@ -481,42 +547,67 @@ impl TaskJob {
                 live_view,
             })),
         };
-        let mut result = tokio::select! {
-            result = &mut run => Some(result),
+        let started = Started {
+            sink,
+            control,
+            draining,
+            watcher,
+            live_follower,
+            workspace_dir,
+            output_secrets,
+        };
+        (started, run)
+    }
+
+    /// Runs the task to its end; on shutdown, lets the running step finish (bounded by the
+    /// grace period) and answers `None`: the task is to be handed back.
+    async fn drive(
+        &self,
+        run: &mut RunFuture<'_>,
+        started: &Started,
+        shutdown: &CancellationToken,
+    ) -> Option<Result<RunOutcome, RunError>> {
+        let result = tokio::select! {
+            result = &mut *run => Some(result),
             () = shutdown.cancelled() => None,
         };
-        if result.is_none() {
-            // Shutting down: finish the running step, then hand the task back.
-            draining.store(true, Ordering::SeqCst);
-            control.pause();
-            result = tokio::select! {
-                result = &mut run => Some(result),
-                () = sink.wait_for_pause_point() => None,
-                () = tokio::time::sleep(self.config.shutdown_grace) => None,
-            };
+        if result.is_some() {
+            return result;
         }
-        drop(watcher);
-        if let Some(follower) = live_follower {
-            // The run dropped its end of the link: the follower clears the frame and ends.
-            let mut handle = follower;
-            let _ = tokio::time::timeout(Duration::from_secs(5), &mut handle.0).await;
+        started.draining.store(true, Ordering::SeqCst);
+        started.control.pause();
+        tokio::select! {
+            result = &mut *run => Some(result),
+            () = started.sink.wait_for_pause_point() => None,
+            () = tokio::time::sleep(self.config.shutdown_grace) => None,
         }
-        let Some(result) = result else {
-            // Dropping the run drops the agent and its browser context.
-            drop(run);
-            match self
-                .store
-                .release_task(id, &self.config.id, "worker shut down")
-                .await
-            {
-                Ok(Some(status)) => tracing::info!(%status, "handed the task back"),
-                Ok(None) => tracing::info!("the task was no longer ours to hand back"),
-                Err(err) => {
-                    tracing::warn!(%err, "handing the task back failed; its lease will expire")
-                }
+    }
+
+    /// Gives the task back to the queue (this worker is shutting down).
+    async fn hand_back(&self, id: TaskId) {
+        match self
+            .store
+            .release_task(id, &self.config.id, "worker shut down")
+            .await
+        {
+            Ok(Some(status)) => tracing::info!(%status, "handed the task back"),
+            Ok(None) => tracing::info!("the task was no longer ours to hand back"),
+            Err(err) => {
+                tracing::warn!(%err, "handing the task back failed; its lease will expire")
             }
-            return;
-        };
+        }
+    }
+
+    /// What a run's end means for its task: given up (abandoned), another attempt (no
+    /// browser), or its final status with its output files and session state stored first.
+    async fn finish(&self, id: TaskId, result: Result<RunOutcome, RunError>, run: Finished) {
+        let Finished {
+            sink,
+            workspace_dir,
+            output_secrets,
+            session,
+            attempt,
+        } = run;
         if let Some(reason) = sink.abandoned() {
             tracing::info!(%reason, "task given up by this worker");
             // Stopped from outside (the stop ended the lease, so the agent's next write was
@@ -554,43 +645,12 @@ impl TaskJob {
                 // Before the end, so a client that sees the task ended finds its files.
                 self.save_output_files(id, &workspace_dir, output_secrets)
                     .await;
-                // Saved before the task ends, so a task created in the session as soon as
-                // this one reads as ended finds its cookies and tabs.
                 if let Some(session) = &session
                     && let Some(state) = &outcome.browser_state
                 {
-                    let state = SessionState {
-                        cookies: serde_json::Value::Array(state.cookies.clone()),
-                        tabs: state.tabs.clone(),
-                        focused_tab: i32::try_from(state.focused).unwrap_or(0),
-                    };
-                    if let Err(err) = self
-                        .store
-                        .save_session_state(session.session_id, &state)
-                        .await
-                    {
-                        tracing::warn!(%err, "could not save the session's browser state");
-                    }
+                    self.save_session_state(session, state).await;
                 }
-                let output = outcome.final_result().map(str::to_owned);
-                match outcome.end {
-                    RunEnd::Done { success } => {
-                        self.end(id, Transition::Finish, output, success, None)
-                            .await;
-                    }
-                    RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
-                        self.end(id, Transition::Fail, output, None, Some(reason))
-                            .await;
-                    }
-                    RunEnd::Stopped => {
-                        // Stopped from outside: the status already says how it ended.
-                        if let Ok(Some(task)) = self.store.get_task(None, id).await
-                            && !task.status.is_terminal()
-                        {
-                            self.end(id, Transition::Stop, output, None, None).await;
-                        }
-                    }
-                }
+                self.end_with(id, outcome).await;
             }
         }
         if session.is_some()
@@ -599,6 +659,46 @@ impl TaskJob {
             tracing::warn!(%err, "could not stop the task's one-off session");
         }
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
+    }
+
+    /// The session's cookies and tabs, saved before the task ends, so a task created in the
+    /// session as soon as this one reads as ended finds them.
+    async fn save_session_state(&self, session: &TaskSession, state: &BrowserState) {
+        let state = SessionState {
+            cookies: serde_json::Value::Array(state.cookies.clone()),
+            tabs: state.tabs.clone(),
+            focused_tab: i32::try_from(state.focused).unwrap_or(0),
+        };
+        if let Err(err) = self
+            .store
+            .save_session_state(session.session_id, &state)
+            .await
+        {
+            tracing::warn!(%err, "could not save the session's browser state");
+        }
+    }
+
+    /// The terminal transition of a run that ended.
+    async fn end_with(&self, id: TaskId, outcome: RunOutcome) {
+        let output = outcome.final_result().map(str::to_owned);
+        match outcome.end {
+            RunEnd::Done { success } => {
+                self.end(id, Transition::Finish, output, success, None)
+                    .await;
+            }
+            RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
+                self.end(id, Transition::Fail, output, None, Some(reason))
+                    .await;
+            }
+            RunEnd::Stopped => {
+                // Stopped from outside: the status already says how it ended.
+                if let Ok(Some(task)) = self.store.get_task(None, id).await
+                    && !task.status.is_terminal()
+                {
+                    self.end(id, Transition::Stop, output, None, None).await;
+                }
+            }
+        }
     }
 
     /// Stores what the agent left in the workspace as the task's output files
