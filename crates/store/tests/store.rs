@@ -8,7 +8,6 @@ use browserd_store::{
     ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal, StepWrite,
     Store, StoreError, TransitionDetails,
 };
-use browserd_types::dto::ViewportSize;
 use browserd_types::{
     ApiKeyId, StepEvent, TaskId, TaskOptions, TaskStatus, Transition, event_kind,
 };
@@ -53,28 +52,7 @@ async fn every_option_is_stored_and_read_back(pool: PgPool) {
     let store = sealing_store(pool);
     let owner = key(&store).await;
     // Every field differs from its default, so a column the store forgets shows.
-    let options = TaskOptions {
-        start_url: Some("https://example.com/".to_owned()),
-        max_steps: 42,
-        model: Some("m".to_owned()),
-        allowed_domains: vec!["*.example.com".to_owned()],
-        prohibited_domains: vec!["ads.example.com".to_owned()],
-        output_schema: Some(json!({"type": "object"})),
-        use_vision: false,
-        max_actions_per_step: 7,
-        max_failures: 2,
-        timeout_s: Some(600),
-        metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
-        max_tokens: Some(5000),
-        max_cost_usd: Some(1.5),
-        viewport: Some(ViewportSize {
-            width: 1280,
-            height: 720,
-        }),
-        settle_timeout_ms: Some(500),
-        proxy: Some("corp".to_owned()),
-        highlight_elements: true,
-    };
+    let options = TaskOptions::every_option_set();
     let with = store
         .create_task(
             owner,

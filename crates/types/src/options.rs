@@ -81,6 +81,34 @@ impl Default for TaskOptions {
 }
 
 impl TaskOptions {
+    /// Options where every field differs from its default, so that a test of a mapping (the
+    /// store's columns, the worker's spec) sees any field it forgets.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn every_option_set() -> Self {
+        Self {
+            start_url: Some("https://shop.example.com/".to_owned()),
+            max_steps: 42,
+            model: Some("gpt".to_owned()),
+            allowed_domains: vec!["*.example.com".to_owned()],
+            prohibited_domains: vec!["ads.example.com".to_owned()],
+            output_schema: Some(serde_json::json!({"type": "object"})),
+            use_vision: false,
+            max_actions_per_step: 7,
+            max_failures: 2,
+            timeout_s: Some(600),
+            metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
+            max_tokens: Some(5000),
+            max_cost_usd: Some(1.5),
+            viewport: Some(ViewportSize {
+                width: 1280,
+                height: 720,
+            }),
+            settle_timeout_ms: Some(750),
+            proxy: Some("corp".to_owned()),
+            highlight_elements: true,
+        }
+    }
+
     /// The step budget as a count (at least 1).
     pub fn step_budget(&self) -> u32 {
         u32::try_from(self.max_steps).unwrap_or(1).max(1)

@@ -923,7 +923,6 @@ fn apply_status(status: TaskStatus, control: &AgentControl) {
 #[cfg(test)]
 mod tests {
     use browserd_browser::Viewport;
-    use browserd_types::dto::ViewportSize;
     use browserd_types::{ApiKeyId, TaskId, TaskOptions};
     use serde_json::json;
 
@@ -932,28 +931,7 @@ mod tests {
     #[test]
     fn the_task_row_reaches_the_runner_with_its_budget_left() {
         let now = OffsetDateTime::now_utc();
-        let options = TaskOptions {
-            start_url: Some("https://shop.example.com/".into()),
-            max_steps: 42,
-            model: Some("gpt".into()),
-            allowed_domains: vec!["*.example.com".into()],
-            prohibited_domains: vec!["ads.example.com".into()],
-            output_schema: Some(json!({"type": "object"})),
-            use_vision: false,
-            max_actions_per_step: 7,
-            max_failures: 2,
-            timeout_s: Some(600),
-            metadata: BTreeMap::from([("k".to_owned(), "v".to_owned())]),
-            max_tokens: Some(5000),
-            max_cost_usd: Some(1.5),
-            viewport: Some(ViewportSize {
-                width: 1280,
-                height: 720,
-            }),
-            settle_timeout_ms: Some(750),
-            proxy: Some("corp".to_owned()),
-            highlight_elements: true,
-        };
+        let options = TaskOptions::every_option_set();
         let record = TaskRecord {
             id: TaskId::new(),
             api_key_id: ApiKeyId(uuid::Uuid::now_v7()),
