@@ -1,0 +1,234 @@
+//! What happens in a session on its own, between actions: `SessionEvents` (dialogs seen,
+//! downloads and the ones finished since the last action result, tabs already prepared) and
+//! the per-session listener on the raw connection that fills it — tabs the page opens are
+//! prepared, JavaScript dialogs are answered and recorded, downloads are tracked and renamed
+//! to a sanitized unique name when complete.
+
+use std::{collections::HashSet, path::PathBuf, sync::Arc, time::Duration};
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use super::tabs::{Sessions, TargetInfoWire, prepare_tab};
+use crate::{
+    actions::workspace::sanitize_file_name,
+    cdp::CdpEvent,
+    types::{DownloadInfo, DownloadState, Viewport},
+};
+
+/// Things that happened in the session between actions.
+#[derive(Default)]
+pub(crate) struct SessionEvents {
+    pub(super) dialogs: std::sync::Mutex<Vec<String>>,
+    pub(super) downloads: std::sync::Mutex<Vec<DownloadInfo>>,
+    /// Downloads finished since the last action result.
+    pub(super) finished_downloads: std::sync::Mutex<Vec<String>>,
+    pub(super) prepared: Mutex<HashSet<String>>,
+}
+
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SessionEvents {
+    pub(crate) fn take_dialogs(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.dialogs))
+    }
+    pub(crate) fn take_finished_downloads(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.finished_downloads))
+    }
+}
+
+pub(super) struct ListenerCtx {
+    pub(super) sessions: Arc<Sessions>,
+    pub(super) events: Arc<SessionEvents>,
+    pub(super) context_id: String,
+    pub(super) downloads_dir: PathBuf,
+    pub(super) timeout: Duration,
+    pub(super) viewport: Viewport,
+}
+
+#[derive(Deserialize)]
+struct TargetCreatedWire {
+    #[serde(rename = "targetInfo")]
+    target_info: TargetInfoWire,
+}
+
+#[derive(Deserialize)]
+struct DialogWire {
+    message: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct DownloadBeginWire {
+    #[serde(rename = "frameId")]
+    frame_id: String,
+    guid: String,
+    url: String,
+    #[serde(rename = "suggestedFilename", default)]
+    suggested_filename: String,
+}
+
+#[derive(Deserialize)]
+struct DownloadProgressWire {
+    guid: String,
+    #[serde(rename = "totalBytes", default)]
+    total_bytes: f64,
+    #[serde(rename = "receivedBytes", default)]
+    received_bytes: f64,
+    state: String,
+}
+
+/// Handles the session's events: new tabs get Page events (so their dialogs are seen),
+/// dialogs are closed (alert/confirm/beforeunload accepted, prompt dismissed) and recorded,
+/// downloads are tracked and renamed to a safe unique name when complete.
+pub(super) async fn listen(
+    mut rx: tokio::sync::broadcast::Receiver<Arc<CdpEvent>>,
+    ctx: ListenerCtx,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let ctx = Arc::new(ctx);
+    loop {
+        let ev = match rx.recv().await {
+            Ok(ev) => ev,
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(lost = n, "session event listener lagged");
+                continue;
+            }
+            Err(RecvError::Closed) => break,
+        };
+        match ev.method.as_str() {
+            "Target.targetCreated" => {
+                if let Ok(p) = ev.params::<TargetCreatedWire>() {
+                    let info = p.target_info;
+                    if info.kind == "page"
+                        && info.browser_context_id.as_deref() == Some(&ctx.context_id)
+                    {
+                        let ctx = ctx.clone();
+                        tokio::spawn(async move {
+                            if let Err(err) = prepare_tab(
+                                &ctx.sessions,
+                                &ctx.events,
+                                &info.target_id,
+                                ctx.viewport,
+                                ctx.timeout,
+                            )
+                            .await
+                            {
+                                tracing::debug!(error = %err, "could not prepare new tab");
+                            }
+                        });
+                    }
+                }
+            }
+            "Page.javascriptDialogOpening" => {
+                let Some(session) = ev.session_id.clone() else {
+                    continue;
+                };
+                if ctx.sessions.target_of(&session).await.is_none() {
+                    continue;
+                }
+                if let Ok(p) = ev.params::<DialogWire>() {
+                    let accept = p.kind != "prompt";
+                    lock(&ctx.events.dialogs).push(format!("[{}] {}", p.kind, p.message));
+                    let ctx = ctx.clone();
+                    tokio::spawn(async move {
+                        let _ = ctx
+                            .sessions
+                            .chrome
+                            .conn
+                            .call_raw(
+                                Some(&session),
+                                "Page.handleJavaScriptDialog",
+                                json!({"accept": accept}),
+                                ctx.timeout,
+                            )
+                            .await;
+                    });
+                }
+            }
+            "Browser.downloadWillBegin" => {
+                if let Ok(p) = ev.params::<DownloadBeginWire>() {
+                    let ours = ctx.events.prepared.lock().await.contains(&p.frame_id)
+                        || ctx
+                            .sessions
+                            .by_target
+                            .lock()
+                            .await
+                            .contains_key(&p.frame_id);
+                    if ours {
+                        lock(&ctx.events.downloads).push(DownloadInfo {
+                            guid: p.guid,
+                            url: p.url,
+                            suggested_filename: p.suggested_filename,
+                            path: None,
+                            state: DownloadState::InProgress,
+                            received_bytes: 0,
+                            total_bytes: 0,
+                        });
+                    }
+                }
+            }
+            "Browser.downloadProgress" => {
+                if let Ok(p) = ev.params::<DownloadProgressWire>() {
+                    let finished = {
+                        let mut downloads = lock(&ctx.events.downloads);
+                        let Some(d) = downloads.iter_mut().find(|d| d.guid == p.guid) else {
+                            continue;
+                        };
+                        d.received_bytes = p.received_bytes.max(0.0) as u64;
+                        d.total_bytes = p.total_bytes.max(0.0) as u64;
+                        match p.state.as_str() {
+                            "completed" if d.state == DownloadState::InProgress => Some(d.clone()),
+                            "canceled" => {
+                                d.state = DownloadState::Canceled;
+                                None
+                            }
+                            _ => None,
+                        }
+                    };
+                    if let Some(done) = finished {
+                        let path = finish_download(&ctx.downloads_dir, &done);
+                        // Listed for the next action result before it shows as completed.
+                        if let Some(path) = &path {
+                            lock(&ctx.events.finished_downloads)
+                                .push(path.to_string_lossy().into_owned());
+                        }
+                        let mut downloads = lock(&ctx.events.downloads);
+                        if let Some(d) = downloads.iter_mut().find(|d| d.guid == done.guid) {
+                            d.state = DownloadState::Completed;
+                            d.path = path;
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Moves `downloads/<guid>` to a sanitized unique name; returns the final path.
+fn finish_download(dir: &std::path::Path, d: &DownloadInfo) -> Option<PathBuf> {
+    let from = dir.join(&d.guid);
+    if !from.is_file() {
+        return None;
+    }
+    let name = sanitize_file_name(&d.suggested_filename, "download");
+    let (stem, ext) = match name.rsplit_once('.') {
+        Some((s, e)) if !s.is_empty() => (s.to_owned(), format!(".{e}")),
+        _ => (name.clone(), String::new()),
+    };
+    let mut to = dir.join(&name);
+    let mut n = 1;
+    while to.exists() {
+        to = dir.join(format!("{stem} ({n}){ext}"));
+        n += 1;
+    }
+    match std::fs::rename(&from, &to) {
+        Ok(()) => Some(to),
+        Err(_) => Some(from),
+    }
+}

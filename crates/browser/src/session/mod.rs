@@ -1,0 +1,425 @@
+//! A task's browser session: one isolated context, its tabs, the focused tab, captures,
+//! and what happens in it on its own: JavaScript dialogs (closed automatically and reported),
+//! downloads (into the task workspace), tabs the page opens, the egress guard and the context's
+//! egress proxy listener.
+//!
+//! This module owns `BrowserSession` itself and `ContextOptions`: opening the context (egress
+//! proxy listener, guard, download behaviour, listener, first tab), the accessors, the raw CDP
+//! escape hatch and the end of the lease (release, or disposal in the background on drop). The
+//! rest is split by concern, each part an `impl BrowserSession` of its own: `tabs` (targets,
+//! their CDP sessions, tabs and focus), `navigation` (navigating and waiting for lifecycle
+//! events), `observe` (captures and screenshots) and `listener` (dialogs, downloads and tabs
+//! the page opens).
+
+mod listener;
+mod navigation;
+mod observe;
+mod tabs;
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::Mutex;
+
+pub(crate) use self::navigation::{WaitOutcome, load_cap, wait_for_event};
+use self::{
+    listener::{ListenerCtx, SessionEvents, listen, lock},
+    tabs::Sessions,
+};
+use crate::{
+    actions::Workspace,
+    capture::SessionSource,
+    cdp::RawResponse,
+    egress::{
+        BlockedRequest, ContextProxy, EgressGuard, EgressGuardOptions, EgressPolicy, EgressScope,
+        EgressSettings,
+    },
+    error::{BrowserError, Result},
+    pool::{Chrome, EgressNet, Lease},
+    settle::SettleSettings,
+    types::{DownloadInfo, SelectorMap, Viewport},
+};
+
+/// Settings of one task's browser context (a lease): egress, workspace, settle, viewport, proxy.
+#[derive(Clone, Debug, Default)]
+pub struct ContextOptions {
+    /// Egress policy enforced on every request of the task's context (Fetch interception on
+    /// every target, installed before the first navigation). `None` = no guard (local tools
+    /// and tests only; a service must always pass settings).
+    pub egress: Option<EgressSettings>,
+    /// The task's workspace directory (created if missing); `None` = a temporary directory
+    /// removed with the session.
+    pub workspace_dir: Option<PathBuf>,
+    /// How long actions wait for the page to settle (see [`crate::settle`]).
+    pub settle: SettleSettings,
+    /// Viewport of every tab of the session (new tabs and tabs the page opens); `None` = the
+    /// pool's [`PoolConfig::viewport`](crate::PoolConfig::viewport).
+    pub viewport: Option<Viewport>,
+    /// Name of an upstream proxy of the pool's
+    /// [`PoolConfig::upstream_proxies`](crate::PoolConfig::upstream_proxies) that carries the
+    /// task's traffic after the egress checks; an unknown name fails the lease. Needs `egress`.
+    pub proxy: Option<String>,
+}
+
+pub(crate) struct SessionState {
+    pub(crate) focused: Option<String>,
+    /// Selector map of the last capture (what indices refer to).
+    pub(crate) selector_map: SelectorMap,
+    /// (target id, backend node id) of the previous capture's selector map.
+    previous: HashSet<(String, i64)>,
+    previous_focus: Option<String>,
+    /// Sessions of the cross-origin frames in the last capture of the focused tab.
+    pub(crate) frame_sessions: Vec<String>,
+}
+
+/// One task's browser: an isolated context (own cookies, storage, tabs) on a pooled Chrome.
+///
+/// Call [`BrowserSession::release`] when the task ends; dropping the session releases it in
+/// the background.
+pub struct BrowserSession {
+    pub(crate) chrome: Arc<Chrome>,
+    context_id: String,
+    pub(crate) timeout: Duration,
+    pub(crate) settle: SettleSettings,
+    pub(crate) sessions: Arc<Sessions>,
+    pub(crate) state: Mutex<SessionState>,
+    pub(crate) events: Arc<SessionEvents>,
+    pub(crate) egress: Option<EgressGuard>,
+    /// The context's egress proxy listener (dropped after the context is disposed).
+    proxy: Option<ContextProxy>,
+    pub(crate) workspace: Workspace,
+    viewport: Viewport,
+    listener: Option<tokio::task::JoinHandle<()>>,
+    lease: Option<Lease>,
+    released: bool,
+    /// The focused tab's target id, for watchers (the live view follows it).
+    pub(crate) focus: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl std::fmt::Debug for BrowserSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrowserSession")
+            .field("context_id", &self.context_id)
+            .finish()
+    }
+}
+
+impl BrowserSession {
+    /// `default_viewport` applies when `options` has none.
+    pub(crate) async fn open(
+        chrome: Arc<Chrome>,
+        timeout: Duration,
+        options: ContextOptions,
+        default_viewport: Viewport,
+        net: Arc<EgressNet>,
+    ) -> Result<Self> {
+        let workspace = match &options.workspace_dir {
+            Some(dir) => Workspace::open(dir)?,
+            None => Workspace::temporary()?,
+        };
+        let policy = match &options.egress {
+            Some(settings) => Some(Arc::new(
+                EgressPolicy::new(settings.clone())
+                    .map_err(|e| BrowserError::Egress(e.to_string()))?
+                    .with_shared_resolver(net.resolver.clone()),
+            )),
+            None => None,
+        };
+        // The context's own proxy listener: every connection of the context is checked
+        // against the task's policy at the network level.
+        let proxy = match (&policy, &net.proxy, &options.proxy) {
+            (None, _, Some(_)) => {
+                return Err(BrowserError::InvalidArgument(
+                    "an upstream proxy needs the task's egress settings".into(),
+                ));
+            }
+            (Some(_), None, Some(name)) => {
+                return Err(BrowserError::InvalidArgument(format!(
+                    "proxy {name:?}: the egress proxy is switched off in this pool"
+                )));
+            }
+            (Some(policy), Some(proxy), upstream) => Some(
+                proxy
+                    .open(policy.clone(), upstream.as_deref())
+                    .await
+                    .map_err(|e| match e {
+                        crate::egress::ProxyError::UnknownUpstream(_) => {
+                            BrowserError::InvalidArgument(e.to_string())
+                        }
+                        other => BrowserError::Egress(other.to_string()),
+                    })?,
+            ),
+            _ => None,
+        };
+        let mut context_params = json!({"disposeOnDetach": false});
+        if let Some(proxy) = &proxy {
+            context_params["proxyServer"] = json!(proxy.proxy_server());
+            context_params["proxyBypassList"] = json!(ContextProxy::BYPASS_LIST);
+        }
+        // Contexts and tabs are made on the crate's own connection: chromiumoxide's handler
+        // would attach to each tab and enable Runtime, Network, Performance and Log there, plus
+        // an isolated world per document — work Chrome then repeats on every navigation.
+        #[derive(Deserialize)]
+        struct Created {
+            #[serde(rename = "browserContextId")]
+            browser_context_id: String,
+        }
+        let context_id = chrome
+            .conn
+            .call_raw(None, "Target.createBrowserContext", context_params, timeout)
+            .await?
+            .decode::<Created>()?
+            .browser_context_id;
+        let sessions = Arc::new(Sessions {
+            chrome: chrome.clone(),
+            by_target: Mutex::new(HashMap::new()),
+        });
+        let events = Arc::new(SessionEvents::default());
+        let mut session = Self {
+            sessions,
+            chrome,
+            context_id,
+            timeout,
+            settle: options.settle,
+            state: Mutex::new(SessionState {
+                focused: None,
+                selector_map: SelectorMap::new(),
+                previous: HashSet::new(),
+                previous_focus: None,
+                frame_sessions: Vec::new(),
+            }),
+            events,
+            egress: None,
+            proxy,
+            workspace,
+            viewport: options.viewport.unwrap_or(default_viewport),
+            listener: None,
+            lease: None,
+            released: false,
+            focus: tokio::sync::watch::Sender::new(None),
+        };
+        match session.start(policy).await {
+            Ok(()) => Ok(session),
+            Err(err) => {
+                session.dispose_context().await;
+                session.released = true;
+                Err(err)
+            }
+        }
+    }
+
+    /// Installs the egress guard, the event listener and download behaviour, then opens the
+    /// first tab.
+    async fn start(&mut self, policy: Option<Arc<EgressPolicy>>) -> Result<()> {
+        if let Some(policy) = policy {
+            let guard = EgressGuard::attach(
+                &self.chrome.ws_url,
+                EgressScope::Context(self.context_id.clone()),
+                policy,
+                EgressGuardOptions::default(),
+            )
+            .await
+            .map_err(|e| BrowserError::Egress(e.to_string()))?;
+            self.egress = Some(guard);
+        }
+        let conn = &self.chrome.conn;
+        // Subscribe before anything can happen in the context.
+        let rx = conn.events();
+        conn.call_raw(
+            None,
+            "Target.setDiscoverTargets",
+            json!({"discover": true}),
+            self.timeout,
+        )
+        .await?;
+        conn.call_raw(
+            None,
+            "Browser.setDownloadBehavior",
+            json!({
+                "behavior": "allowAndName",
+                "browserContextId": self.context_id,
+                "downloadPath": self.workspace.downloads_dir().to_string_lossy(),
+                "eventsEnabled": true,
+            }),
+            self.timeout,
+        )
+        .await?;
+        self.listener = Some(tokio::spawn(listen(
+            rx,
+            ListenerCtx {
+                sessions: self.sessions.clone(),
+                events: self.events.clone(),
+                context_id: self.context_id.clone(),
+                downloads_dir: self.workspace.downloads_dir(),
+                timeout: self.timeout,
+                viewport: self.viewport,
+            },
+        )));
+        self.new_tab("about:blank").await?;
+        Ok(())
+    }
+
+    pub(crate) fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The CDP browser-context id of this session.
+    pub fn context_id(&self) -> &str {
+        &self.context_id
+    }
+
+    /// The viewport of every tab of this session.
+    pub fn emulated_viewport(&self) -> Viewport {
+        self.viewport
+    }
+
+    /// Timeout used for CDP commands of this session.
+    pub fn cdp_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The task workspace (file actions, downloads, screenshots, PDFs).
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// Downloads of this session so far.
+    pub fn downloads(&self) -> Vec<DownloadInfo> {
+        lock(&self.events.downloads).clone()
+    }
+
+    /// The context's egress proxy listener, when the task has egress settings and the pool's
+    /// proxy is on.
+    pub fn egress_proxy(&self) -> Option<&ContextProxy> {
+        self.proxy.as_ref()
+    }
+
+    /// What the guard and the proxy refused since the last call (guard entries first).
+    pub fn drain_blocked(&self) -> Vec<BlockedRequest> {
+        let mut blocked = self
+            .egress
+            .as_ref()
+            .map(EgressGuard::drain_blocked)
+            .unwrap_or_default();
+        if let Some(proxy) = &self.proxy {
+            blocked.extend(proxy.drain_blocked());
+        }
+        blocked
+    }
+
+    /// The CDP session (on the crate's raw connection) of a target, attaching on first use.
+    pub async fn session_for_target(&self, target_id: &str) -> Result<String> {
+        self.sessions.session_for(target_id).await
+    }
+
+    /// Raw CDP escape hatch: runs `method` on `target_id` (None = browser) with the session
+    /// timeout and returns the undecoded answer.
+    pub async fn cdp(
+        &self,
+        target_id: Option<&str>,
+        method: &str,
+        params: serde_json::Value,
+    ) -> Result<RawResponse> {
+        self.cdp_with_timeout(target_id, method, params, self.timeout)
+            .await
+    }
+
+    /// [`BrowserSession::cdp`] with an explicit timeout.
+    pub async fn cdp_with_timeout(
+        &self,
+        target_id: Option<&str>,
+        method: &str,
+        params: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<RawResponse> {
+        let session = match target_id {
+            Some(t) => Some(self.sessions.session_for(t).await?),
+            None => None,
+        };
+        self.chrome
+            .conn
+            .call_raw(session.as_deref(), method, params, timeout)
+            .await
+    }
+
+    async fn dispose_context(&self) {
+        let disposed = self
+            .chrome
+            .conn
+            .call_raw(
+                None,
+                "Target.disposeBrowserContext",
+                json!({"browserContextId": self.context_id}),
+                self.timeout,
+            )
+            .await;
+        if let Err(err) = disposed {
+            tracing::warn!(context = %self.context_id, error = %err, "disposing browser context failed");
+        }
+    }
+
+    /// Disposes the context (closing its tabs) and gives the slot back to the pool.
+    pub async fn release(mut self) {
+        self.release_inner().await;
+    }
+
+    async fn release_inner(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+        if self.chrome.is_alive() {
+            self.dispose_context().await;
+        }
+        if let Some(guard) = self.egress.take() {
+            guard.close().await;
+        }
+        self.proxy.take();
+        if let Some(lease) = self.lease.take() {
+            lease.finish().await;
+        }
+    }
+}
+
+impl Drop for BrowserSession {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            listener.abort();
+        }
+        if self.released {
+            return;
+        }
+        let chrome = self.chrome.clone();
+        let context_id = self.context_id.clone();
+        let lease = self.lease.take();
+        let timeout = self.timeout;
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                if chrome.is_alive() {
+                    let _ = chrome
+                        .conn
+                        .call_raw(
+                            None,
+                            "Target.disposeBrowserContext",
+                            json!({"browserContextId": context_id}),
+                            timeout,
+                        )
+                        .await;
+                }
+                if let Some(lease) = lease {
+                    lease.finish().await;
+                }
+            });
+        }
+    }
+}
