@@ -15,7 +15,7 @@ use browserd_types::{EventBody, StatusEvent, TaskEvent, TaskId, TaskStatus};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
 use serde::Deserialize as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -97,29 +97,7 @@ pub async fn run(command: &TasksCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn create_body(args: &TaskArgs) -> anyhow::Result<Value> {
-    let mut body = json!({ "task": args.task });
-    if let Some(url) = &args.start_url {
-        body["start_url"] = json!(url);
-    }
-    if let Some(model) = &args.model {
-        body["model"] = json!(model);
-    }
-    if let Some(steps) = args.max_steps {
-        body["max_steps"] = json!(steps);
-    }
-    if !args.allowed_domains.is_empty() {
-        body["allowed_domains"] = json!(args.allowed_domains);
-    }
-    if !args.prohibited_domains.is_empty() {
-        body["prohibited_domains"] = json!(args.prohibited_domains);
-    }
-    if args.highlight_elements {
-        body["highlight_elements"] = json!(true);
-    }
-    if let Some(schema) = args.output_schema()? {
-        body["output_schema"] = schema;
-    }
-    Ok(body)
+    Ok(serde_json::to_value(args.request()?)?)
 }
 
 /// The api's REST and WebSocket endpoints, with the key.

@@ -11,8 +11,7 @@ use async_trait::async_trait;
 use browserd_agent::{
     AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData,
 };
-use browserd_types::TaskOptions;
-use browserd_types::dto::limits;
+use browserd_types::dto::{CreateTaskRequest, limits};
 use browserd_worker::{RunEnd, RunRequest, TaskSpec};
 use clap::Args;
 use tracing::Instrument;
@@ -64,6 +63,23 @@ pub struct TaskArgs {
 }
 
 impl TaskArgs {
+    /// The task as the REST API takes it (`POST /v1/tasks`): the one mapping of these flags,
+    /// which `browserd run` validates with the api's rules and `browserd tasks run` sends.
+    pub fn request(&self) -> anyhow::Result<CreateTaskRequest> {
+        let list = |items: &Vec<String>| (!items.is_empty()).then(|| items.clone());
+        Ok(CreateTaskRequest {
+            task: Some(self.task.clone()),
+            start_url: self.start_url.clone(),
+            model: self.model.clone(),
+            max_steps: self.max_steps,
+            output_schema: self.output_schema()?,
+            allowed_domains: list(&self.allowed_domains),
+            prohibited_domains: list(&self.prohibited_domains),
+            highlight_elements: self.highlight_elements.then_some(true),
+            ..CreateTaskRequest::default()
+        })
+    }
+
     /// The `--output-schema` file's JSON, if one was given.
     pub fn output_schema(&self) -> anyhow::Result<Option<serde_json::Value>> {
         let Some(path) = &self.output_schema else {
@@ -223,7 +239,11 @@ impl EventSink for TerminalSink {
     }
 }
 
-fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Result<TaskSpec> {
+fn task_spec(
+    args: &RunArgs,
+    proxies: &crate::egress::ProxiesArgs,
+    models: &browserd_llm::ModelsConfig,
+) -> anyhow::Result<TaskSpec> {
     if let Some(name) = &args.proxy {
         let names = proxies.upstream_proxies()?;
         anyhow::ensure!(
@@ -240,31 +260,26 @@ fn task_spec(args: &RunArgs, proxies: &crate::egress::ProxiesArgs) -> anyhow::Re
             }
         );
     }
-    // The flags' ranges are the api's (`dto::limits`), so every value fits.
-    let narrow = |value: i64| i32::try_from(value).unwrap_or(i32::MAX);
-    let defaults = TaskOptions::default();
-    let options = TaskOptions {
-        start_url: args.task.start_url.clone(),
-        max_steps: args.task.max_steps.map_or(defaults.max_steps, narrow),
-        model: args.task.model.clone(),
-        allowed_domains: args.task.allowed_domains.clone(),
-        prohibited_domains: args.task.prohibited_domains.clone(),
-        output_schema: args.task.output_schema()?,
-        use_vision: !args.no_vision,
-        max_actions_per_step: args
-            .max_actions_per_step
-            .map_or(defaults.max_actions_per_step, narrow),
-        max_failures: args.max_failures.map_or(defaults.max_failures, narrow),
-        timeout_s: args.timeout_s.map(narrow),
-        metadata: defaults.metadata,
+    let catalog = config::model_catalog(models)?;
+    let request = CreateTaskRequest {
+        use_vision: if args.no_vision {
+            Some(false)
+        } else {
+            args.use_vision.then_some(true)
+        },
+        max_actions_per_step: args.max_actions_per_step,
+        max_failures: args.max_failures,
+        timeout_s: args.timeout_s,
         max_tokens: args.max_tokens,
         max_cost_usd: args.max_cost_usd,
-        // The runtime's (`--viewport`, `--settle-timeout-ms`): one task, one browser.
-        viewport: None,
-        settle_timeout_ms: None,
         proxy: args.proxy.clone(),
-        highlight_elements: args.task.highlight_elements,
+        ..args.task.request()?
     };
+    // The api's rules and defaults; the viewport and settle cap are the runtime's
+    // (`--viewport`, `--settle-timeout-ms`): one task, one browser.
+    let options = browserd_api::validate_create_task(request, &catalog)
+        .map_err(|err| anyhow::anyhow!("the task's flags: {err}"))?
+        .options;
     let mut spec = TaskSpec::with_options(args.task.task.clone(), options);
     spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
     Ok(spec)
@@ -277,7 +292,7 @@ pub async fn run(
     args: &RunArgs,
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
-    let spec = task_spec(args, proxies)?;
+    let spec = task_spec(args, proxies, &models)?;
     let Runtime { pool, runner } =
         Runtime::build(&args.browser, proxies, models, PoolShape::single(1))?;
     // An unknown model is an error before any browser starts.

@@ -56,26 +56,15 @@ impl RunTaskParams {
     pub fn to_request(&self) -> CreateTaskRequest {
         CreateTaskRequest {
             task: Some(self.task.clone()),
-            replay_of: None,
-            replay: None,
             start_url: self.start_url.clone(),
             max_steps: self.max_steps,
             model: self.model.clone(),
             allowed_domains: self.allowed_domains.clone(),
-            prohibited_domains: None,
-            secrets: None,
             output_schema: self.output_schema.clone().map(Value::Object),
-            use_vision: None,
-            max_actions_per_step: None,
-            max_failures: None,
             timeout_s: self.timeout_s,
-            metadata: None,
             max_tokens: self.max_tokens,
             max_cost_usd: self.max_cost_usd,
-            viewport: None,
-            settle_timeout_ms: None,
-            proxy: None,
-            highlight_elements: None,
+            ..CreateTaskRequest::default()
         }
     }
 }

@@ -138,13 +138,14 @@ pub fn screenshot_path(task: TaskId, number: i32) -> String {
     format!("/v1/tasks/{task}/steps/{number}/screenshot")
 }
 
-/// Body of `POST /v1/tasks`. Unknown fields are rejected.
-#[derive(Deserialize, ToSchema)]
+/// Body of `POST /v1/tasks`, the input form of a task's options (`TaskOptions`): every option
+/// may be left out. Unknown fields are rejected.
+#[derive(Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTaskRequest {
     /// What the agent should do, in plain words (1–20 000 characters, not only whitespace).
     /// Required unless `replay_of` is given (a replay's default is its source's text).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
     pub task: Option<String>,
     /// Replay this task instead of running the agent: its recorded actions run again in a
@@ -155,85 +156,99 @@ pub struct CreateTaskRequest {
     /// `max_failures`, `max_tokens` or `max_cost_usd`; its domain lists, viewport, settle
     /// timeout and proxy default to the source's; its `secrets` fill the recorded
     /// `<secret>name</secret>` placeholders (the source's were wiped when it ended).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<uuid::Uuid>)]
     pub replay_of: Option<TaskId>,
     /// How a replay treats failures (only with `replay_of`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<ReplayOptionsRequest>,
     /// An http(s) URL the browser opens before the first step.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_url: Option<String>,
     /// Step budget, 1–10 000 (default 100).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 10000, default = 100)]
     pub max_steps: Option<i64>,
     /// Name of a configured model; the server's default model when omitted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Only these domains may be visited (patterns like `example.com`, `*.example.com`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_domains: Option<Vec<String>>,
     /// These domains may never be visited.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prohibited_domains: Option<Vec<String>>,
     /// Write-only secrets (name → value) the agent can use as `<secret>name</secret>`. Never
     /// returned, logged or put in events.
-    #[serde(default)]
+    #[serde(
+        default,
+        skip_serializing_if = "never_serialized",
+        serialize_with = "serialize_nothing"
+    )]
     #[schema(value_type = Option<BTreeMap<String, String>>)]
     pub secrets: Option<BTreeMap<String, SecretString>>,
     /// A JSON Schema the final output must satisfy.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output_schema: Option<serde_json::Value>,
     /// Send screenshots to the model (default true).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_vision: Option<bool>,
     /// Actions per step, 1–20 (default 5).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 20, default = 5)]
     pub max_actions_per_step: Option<i64>,
     /// Consecutive failures tolerated, 0–50 (default 5).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 50, default = 5)]
     pub max_failures: Option<i64>,
     /// Wall-clock budget in seconds, 1–86 400.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 86400)]
     pub timeout_s: Option<i64>,
     /// Free-form string pairs (at most 16).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<BTreeMap<String, String>>,
     /// Token budget: the task ends (`failed`) once its model calls used more input + output
     /// tokens than this.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000000000)]
     pub max_tokens: Option<i64>,
     /// Cost budget in USD (from the model's price table): the task ends (`failed`) once its
     /// model calls cost more. Refused for a model without prices.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(exclusive_minimum = 0, maximum = 10000)]
     pub max_cost_usd: Option<f64>,
     /// Browser viewport, e.g. `{"width": 1920, "height": 1080}`; the worker's default
     /// (browser-use's 1920×1080 unless its operator changed it) when omitted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub viewport: Option<ViewportSize>,
     /// Cap, in ms, of the wait after each action until the page has settled from what the
     /// action started (requests, short timers, a navigation, DOM changes); 0–30 000, 0 = do
     /// not wait. The worker's default (2 000) when omitted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 30000)]
     pub settle_timeout_ms: Option<i64>,
     /// Name of an upstream proxy configured by the operator (`--proxies`) that carries the
     /// task's browser traffic after the egress checks; unknown names are refused (422).
     /// Clients name a proxy, never send its URL or credentials.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
     /// Draw the interactive elements' boxes and index numbers onto each step's screenshot
     /// (the one the model gets and the stored one), as browser-use's `highlight_elements`.
     /// Default false.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub highlight_elements: Option<bool>,
+}
+
+/// A `CreateTaskRequest` serializes (for Rust clients such as `browserd tasks run`) with absent
+/// fields left out and never its secrets.
+fn never_serialized<T>(_: &T) -> bool {
+    true
+}
+
+fn serialize_nothing<T, S: serde::Serializer>(_: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_none()
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -266,21 +281,21 @@ impl fmt::Debug for CreateTaskRequest {
 }
 
 /// `replay` of `POST /v1/tasks`: the options of `browserd replay`.
-#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayOptionsRequest {
     /// Go on after an action that failed for good (default false: the replay stops there).
     /// The task still ends `failed` when any action failed.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_failures: Option<bool>,
     /// Further attempts of an action whose element is not found yet or that fails, 0–10
     /// (default 2); each attempt reads the page again.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 10, default = 2)]
     pub max_retries: Option<i64>,
     /// Pause before the first retry in ms, doubled for each further one; 0–60 000
     /// (default 500).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 60000, default = 500)]
     pub retry_delay_ms: Option<i64>,
 }
@@ -474,4 +489,30 @@ pub struct ErrorDetail {
     /// The task's status, for illegal status transitions (409).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_status: Option<TaskStatus>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_create_request_serializes_what_was_given_and_never_its_secrets() {
+        let request = CreateTaskRequest {
+            task: Some("t".to_owned()),
+            max_steps: Some(3),
+            secrets: Some(BTreeMap::from([(
+                "pw".to_owned(),
+                SecretString::from("hunter2"),
+            )])),
+            ..CreateTaskRequest::default()
+        };
+        let value = serde_json::to_value(&request).unwrap();
+        assert_eq!(value, json!({"task": "t", "max_steps": 3}));
+        // What it serializes reads back as the same request (without the secrets).
+        let back: CreateTaskRequest = serde_json::from_value(value).unwrap();
+        assert_eq!(back.max_steps, Some(3));
+        assert!(back.secrets.is_none());
+    }
 }

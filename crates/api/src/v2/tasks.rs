@@ -140,32 +140,23 @@ pub(crate) async fn create_task(
         "llm": request.llm,
         "flashMode": request.flash_mode.unwrap_or(false),
         "thinking": request.thinking,
-        "highlightElements": request.highlight_elements.unwrap_or(false),
         "visionAuto": vision_auto,
         "systemPromptExtension": request.system_prompt_extension,
     });
+    // The one mapping of a v2 request onto the task service's input.
     let v1 = dto::CreateTaskRequest {
         task: Some(request.task),
-        replay_of: None,
-        replay: None,
         start_url: request.start_url,
         max_steps: request.max_steps,
         model: request.llm,
         allowed_domains: request.allowed_domains,
-        prohibited_domains: None,
         secrets: request.secrets,
         output_schema,
         use_vision,
-        max_actions_per_step: None,
-        max_failures: None,
-        timeout_s: None,
         metadata: request.metadata,
-        max_tokens: None,
-        max_cost_usd: None,
         viewport,
-        settle_timeout_ms: None,
-        proxy: None,
         highlight_elements: request.highlight_elements,
+        ..dto::CreateTaskRequest::default()
     };
     let placement = Placement::Session {
         choice: match request.session_id {
