@@ -6,6 +6,8 @@
 //!
 //! The only stand-in is the model; Postgres, Chromium and every browserd process are real.
 
+pub mod cable_shop;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -5,104 +5,14 @@
 //! key's task, a running one, one without steps, fields a replay does not use) and a replay
 //! whose target is gone (failed, with the precise error) are checked too.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Form, Query, State};
-use axum::response::Html;
-use axum::routing::{get, post};
+use browserd_tests::cable_shop::{CableShop, button_labelled};
 use browserd_tests::{Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(120);
-
-/// The shop as recorded (0), changed so that indices shift (1), without the product (2).
-#[derive(Default)]
-struct Shop {
-    version: AtomicU8,
-    searches: Mutex<Vec<String>>,
-    orders: Mutex<Vec<String>>,
-}
-
-type Shared = Arc<Shop>;
-
-fn page(title: &str, body: &str) -> Html<String> {
-    Html(format!(
-        "<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>"
-    ))
-}
-
-async fn home(State(shop): State<Shared>) -> Html<String> {
-    let extra = if shop.version.load(Ordering::SeqCst) > 0 {
-        r#"<div class="banner"><p>Winter sale!</p><button type="button">Subscribe</button>
-           <input type="email" name="newsletter" placeholder="Your e-mail"></div>"#
-    } else {
-        ""
-    };
-    page(
-        "Shop",
-        &format!(
-            r#"{extra}<h1>Cable shop</h1>
-            <form action="/search" method="get">
-              <input type="text" name="q" placeholder="Search products">
-              <button type="submit" id="search">Search</button>
-            </form>"#
-        ),
-    )
-}
-
-fn product(sku: &str, name: &str) -> String {
-    format!(
-        r#"<li><span>{name}</span>
-        <form action="/buy" method="post"><input type="hidden" name="sku" value="{sku}">
-        <button type="submit">Buy {name}</button></form></li>"#
-    )
-}
-
-async fn search(
-    State(shop): State<Shared>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Html<String> {
-    let q = query.get("q").cloned().unwrap_or_default();
-    shop.searches.lock().unwrap().push(q);
-    let version = shop.version.load(Ordering::SeqCst);
-    let mut items = String::new();
-    if version > 0 {
-        items.push_str(&product("hdmi-cable", "HDMI cable"));
-    }
-    if version < 2 {
-        items.push_str(&product("usb-cable", "USB cable"));
-    }
-    items.push_str(&product("usb-hub", "USB hub"));
-    page("Results", &format!("<h1>Results</h1><ul>{items}</ul>"))
-}
-
-async fn buy(
-    State(shop): State<Shared>,
-    Form(form): Form<HashMap<String, String>>,
-) -> Html<String> {
-    let sku = form.get("sku").cloned().unwrap_or_default();
-    shop.orders.lock().unwrap().push(sku.clone());
-    page(
-        "Thanks",
-        &format!("<h1>Thank you</h1><p>Order placed: {sku}</p>"),
-    )
-}
-
-/// Index of the `<button>` whose text (the line below it) is `label`.
-fn button_labelled(page: &str, label: &str) -> Option<u64> {
-    let lines: Vec<&str> = page.lines().collect();
-    let at = lines.iter().position(|l| l.trim() == label)?;
-    let line = lines[..at].last()?.trim().trim_start_matches('*');
-    let rest = line.strip_prefix('[')?;
-    let (index, tag) = rest.split_once(']')?;
-    tag.starts_with("<button")
-        .then(|| index.parse().ok())
-        .flatten()
-}
 
 /// The recording's model: search (the query is the task's secret), buy the USB cable, report.
 /// On the hold page it waits, so that task stays running.
@@ -155,19 +65,7 @@ async fn refused(client: &Client, body: Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model() {
-    let shop: Shared = Arc::default();
-    let app = Router::new()
-        .route("/", get(home))
-        .route("/search", get(search))
-        .route("/buy", post(buy))
-        .route(
-            "/hold",
-            get(|| async { page("Hold", "<h1>Please hold</h1>") }),
-        )
-        .with_state(shop.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (addr, shop) = CableShop::start().await;
     let model = MockModel::start(shopper(), Duration::ZERO).await;
     let db = TestDb::create().await;
     // One task at a time: a second task waits queued while the first runs.
@@ -267,7 +165,7 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
 
     // 4. The shop changes so that every index shifts; replay without the model. The source's
     //    secrets were wiped when it ended: the replay brings its own.
-    shop.version.store(1, Ordering::SeqCst);
+    shop.set_version(1);
     let (status, created) = client
         .post(
             "/v1/tasks",
@@ -366,7 +264,7 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
 
     // 5. The product is gone: the replay fails at the click with the precise error and buys
     //    nothing else.
-    shop.version.store(2, Ordering::SeqCst);
+    shop.set_version(2);
     let failing = client
         .create_task(json!({
             "replay_of": recorded,

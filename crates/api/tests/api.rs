@@ -2,13 +2,11 @@
 //! test (`#[sqlx::test]`, needs DATABASE_URL), driven with reqwest and tokio-tungstenite.
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
-use browserd_store::{ArtifactContent, EventHub, NewArtifact, NewStep, Store};
+use browserd_store::{ArtifactContent, NewArtifact, NewStep};
 use browserd_types::{TaskEvent, TaskId, Transition, event_kind};
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -17,51 +15,13 @@ use sqlx::PgPool;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------------------------
 // Harness
 
-/// Every log line of this test binary (all tests), captured at TRACE level.
-static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+mod support;
 
-struct LogWriter;
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn capture_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(|| LogWriter)
-        .try_init();
-}
-
-fn captured_logs() -> String {
-    String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned()
-}
-
-struct TestApp {
-    addr: SocketAddr,
-    store: Store,
-    key: String,
-    http: reqwest::Client,
-    shutdown: CancellationToken,
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
+use support::{TestServer as TestApp, captured_logs};
 
 fn models() -> ModelCatalog {
     ModelCatalog::new(
@@ -84,55 +44,7 @@ impl TestApp {
     }
 
     async fn start_with(pool: PgPool, config: ApiConfig) -> Self {
-        capture_logs();
-        let store = Store::from_pool(pool).with_secrets_keyring(
-            browserd_store::SecretsKeyring::from_base64(
-                "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
-                &[],
-            )
-            .unwrap(),
-        );
-        let shutdown = CancellationToken::new();
-        let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
-        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let token = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(token.cancelled_owned())
-                .await
-                .unwrap();
-        });
-        let mut app = TestApp {
-            addr,
-            store,
-            key: String::new(),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-            shutdown,
-        };
-        app.key = app.new_key().await;
-        app
-    }
-
-    async fn new_key(&self) -> String {
-        let created = self.store.create_api_key("test").await.unwrap();
-        secrecy::ExposeSecret::expose_secret(&created.key).to_owned()
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.get(self.url(path)).bearer_auth(&self.key)
-    }
-
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.post(self.url(path)).bearer_auth(&self.key)
+        TestApp::serve(pool, config, true).await
     }
 
     async fn create(&self, body: Value) -> Value {

@@ -4,13 +4,12 @@
 //! size limits, closes on revocation and deletion, tickets and the subprotocol convention, keys
 //! in URLs, and screenshot ownership.
 
-use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
-use browserd_store::{ArtifactContent, EventHub, NewArtifact, NewStep, Store};
-use browserd_types::{ApiKeyId, TaskId};
+use browserd_store::{ArtifactContent, NewArtifact, NewStep};
+use browserd_types::TaskId;
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -18,27 +17,15 @@ use sqlx::PgPool;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_util::sync::CancellationToken;
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-struct TestApp {
-    addr: SocketAddr,
-    store: Store,
-    key: String,
-    key_id: ApiKeyId,
-    http: reqwest::Client,
-    shutdown: CancellationToken,
-}
+mod support;
 
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
+use support::TestServer as TestApp;
 
 fn config() -> ApiConfig {
     ApiConfig {
@@ -65,43 +52,7 @@ fn burst_only(burst: u32) -> Option<RateLimit> {
 
 impl TestApp {
     async fn start(pool: PgPool, config: ApiConfig) -> Self {
-        let store = Store::from_pool(pool);
-        let shutdown = CancellationToken::new();
-        let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
-        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let token = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(
-                listener,
-                app.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await
-            .unwrap();
-        });
-        let created = store.create_api_key("edge").await.unwrap();
-        TestApp {
-            addr,
-            store,
-            key: secrecy::ExposeSecret::expose_secret(&created.key).to_owned(),
-            key_id: created.record.id,
-            http: reqwest::Client::builder().timeout(WAIT).build().unwrap(),
-            shutdown,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.get(self.url(path)).bearer_auth(&self.key)
-    }
-
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.post(self.url(path)).bearer_auth(&self.key)
+        TestApp::serve(pool, config, false).await
     }
 
     async fn task(&self) -> TaskId {

@@ -3,43 +3,15 @@
 //! tasks stay `created` unless a test moves them. (The official SDK runs the whole flow against
 //! a real `browserd serve` in tests/tests/api_v2.rs.)
 
-use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::Duration;
-
 use browserd_api::{ApiConfig, ModelCatalog};
-use browserd_store::{EventHub, Store};
+use browserd_store::Store;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
-static LOGS: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+mod support;
 
-struct LogWriter;
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        LOGS.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-struct App {
-    addr: SocketAddr,
-    key: String,
-    http: reqwest::Client,
-    shutdown: CancellationToken,
-}
-
-impl Drop for App {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
-}
+use support::{TestServer as App, captured_logs};
 
 impl App {
     async fn start(pool: PgPool) -> Self {
@@ -47,49 +19,12 @@ impl App {
     }
 
     async fn start_with(pool: PgPool, configure: impl FnOnce(&mut ApiConfig)) -> Self {
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(|| LogWriter)
-            .try_init();
-        let store = Store::from_pool(pool).with_secrets_keyring(
-            browserd_store::SecretsKeyring::from_base64(
-                "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
-                &[],
-            )
-            .unwrap(),
-        );
-        let shutdown = CancellationToken::new();
-        let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
         let mut config = ApiConfig {
             models: ModelCatalog::new(["mock".to_owned()], Some("mock".to_owned())).unwrap(),
             ..ApiConfig::default()
         };
         configure(&mut config);
-        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let token = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(token.cancelled_owned())
-                .await
-                .unwrap();
-        });
-        let created = store.create_api_key("test").await.unwrap();
-        App {
-            addr,
-            key: secrecy::ExposeSecret::expose_secret(&created.key).to_owned(),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-            shutdown,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        App::serve(pool, config, true).await
     }
 
     /// A v2 request with the SDK's header.
@@ -111,11 +46,11 @@ impl App {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    async fn v2_get(&self, path: &str) -> (StatusCode, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    async fn v2_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
@@ -152,12 +87,14 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         json!({"detail": "Invalid API key"})
     );
 
-    let (status, body) = app.get(&format!("/tasks/{}", uuid::Uuid::new_v4())).await;
+    let (status, body) = app
+        .v2_get(&format!("/tasks/{}", uuid::Uuid::new_v4()))
+        .await;
     assert_eq!(
         (status, body),
         (StatusCode::NOT_FOUND, json!({"detail": "Task not found"}))
     );
-    let (status, body) = app.get("/tasks/task_123").await;
+    let (status, body) = app.v2_get("/tasks/task_123").await;
     assert_eq!(status, 422);
     assert_eq!(loc(&body), json!(["path", "task_id"]));
     assert_eq!(body["detail"][0]["type"], "uuid_parsing");
@@ -202,7 +139,7 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
             json!(["body", "sessionSettings", "browserScreenWidth"]),
         ),
     ] {
-        let (status, body) = app.post("/tasks", request.clone()).await;
+        let (status, body) = app.v2_post("/tasks", request.clone()).await;
         assert_eq!(status, 422, "{request} → {body}");
         assert_eq!(loc(&body), field, "{request} → {body}");
         assert!(
@@ -212,14 +149,14 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         );
     }
     let (_, body) = app
-        .post("/tasks", json!({"task": "t", "maxSteps": 10_001}))
+        .v2_post("/tasks", json!({"task": "t", "maxSteps": 10_001}))
         .await;
     assert_eq!(
         body["detail"][0]["msg"],
         "Input should be between 1 and 10000"
     );
     let (status, body) = app
-        .post("/tasks", json!({"task": "t", "maxSteps": 10_000}))
+        .v2_post("/tasks", json!({"task": "t", "maxSteps": 10_000}))
         .await;
     assert_eq!(status, 202, "cloud's maximum is accepted: {body}");
     let response = app
@@ -258,7 +195,7 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         json!({"task": "t", "skillIds": ["*"]}),
         json!({"task": "t", "sessionSettings": {"profileId": "p"}}),
     ] {
-        let (status, body) = app.post("/tasks", request.clone()).await;
+        let (status, body) = app.v2_post("/tasks", request.clone()).await;
         assert_eq!(status, 501, "{request} → {body}");
         assert!(body["detail"].is_string());
     }
@@ -269,17 +206,17 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         "/skills",
         "/marketplace/skills",
     ] {
-        let (status, body) = app.get(path).await;
+        let (status, body) = app.v2_get(path).await;
         assert_eq!(status, 501, "{path}");
         assert!(body["detail"].as_str().unwrap().contains("Not implemented"));
     }
     // Secrets are write-only in v2 too.
     let secret = "v2-s3cret-value";
     let (status, _) = app
-        .post("/tasks", json!({"task": "t", "secrets": {"pw": secret}}))
+        .v2_post("/tasks", json!({"task": "t", "secrets": {"pw": secret}}))
         .await;
     assert_eq!(status, 202);
-    let logs = String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned();
+    let logs = captured_logs();
     assert!(!logs.contains(secret));
     assert!(
         !logs.contains(&app.key),
@@ -302,7 +239,7 @@ async fn v1_and_v2_are_two_views_of_the_same_tasks(pool: PgPool) {
         .await
         .unwrap();
     let v1_id = v1["id"].as_str().unwrap().to_owned();
-    let (status, task) = app.get(&format!("/tasks/{v1_id}")).await;
+    let (status, task) = app.v2_get(&format!("/tasks/{v1_id}")).await;
     assert_eq!(status, 200, "{task}");
     assert_eq!(task["status"], "created");
     assert_eq!(
@@ -320,7 +257,7 @@ async fn v1_and_v2_are_two_views_of_the_same_tasks(pool: PgPool) {
     }
 
     let (status, created) = app
-        .post(
+        .v2_post(
             "/tasks",
             json!({"task": "from v2", "startUrl": "https://example.com", "maxSteps": 7,
                    "flashMode": true, "thinking": false, "vision": "auto",
@@ -345,32 +282,34 @@ async fn v1_and_v2_are_two_views_of_the_same_tasks(pool: PgPool) {
     assert_eq!(v1_view["max_steps"], 7);
     assert_eq!(v1_view["start_url"], "https://example.com");
 
-    let (_, status_view) = app.get(&format!("/tasks/{v2_id}/status")).await;
+    let (_, status_view) = app.v2_get(&format!("/tasks/{v2_id}/status")).await;
     assert_eq!(status_view["status"], "created");
     assert_eq!(status_view["id"], json!(v2_id));
 
-    let (_, page) = app.get("/tasks?pageSize=1&pageNumber=1").await;
+    let (_, page) = app.v2_get("/tasks?pageSize=1&pageNumber=1").await;
     assert_eq!(page["totalItems"], 2);
     assert_eq!(page["pageSize"], 1);
     assert_eq!(page["items"][0]["id"], json!(v2_id), "newest first");
     assert!(page["items"][0].get("steps").is_none());
-    let (_, page2) = app.get("/tasks?pageSize=1&pageNumber=2").await;
+    let (_, page2) = app.v2_get("/tasks?pageSize=1&pageNumber=2").await;
     assert_eq!(page2["items"][0]["id"], json!(v1_id));
-    let (_, none) = app.get("/tasks?pageNumber=3&pageSize=1").await;
+    let (_, none) = app.v2_get("/tasks?pageNumber=3&pageSize=1").await;
     assert_eq!(none["items"], json!([]));
-    let (_, created_only) = app.get("/tasks?filterBy=created").await;
+    let (_, created_only) = app.v2_get("/tasks?filterBy=created").await;
     assert_eq!(created_only["totalItems"], 2);
-    let (_, finished) = app.get("/tasks?filterBy=finished").await;
+    let (_, finished) = app.v2_get("/tasks?filterBy=finished").await;
     assert_eq!(finished["totalItems"], 0);
-    let (status, body) = app.get("/tasks?filterBy=running").await;
+    let (status, body) = app.v2_get("/tasks?filterBy=running").await;
     assert_eq!(status, 422);
     assert_eq!(loc(&body), json!(["query", "filterBy"]));
-    let (status, body) = app.get("/tasks?pageSize=101").await;
+    let (status, body) = app.v2_get("/tasks?pageSize=101").await;
     assert_eq!(status, 422);
     assert_eq!(loc(&body), json!(["query", "pageSize"]));
-    let (_, after) = app.get("/tasks?after=2999-01-01%2000:00:00").await;
+    let (_, after) = app.v2_get("/tasks?after=2999-01-01%2000:00:00").await;
     assert_eq!(after["totalItems"], 0);
-    let (_, before) = app.get("/tasks?before=2999-01-01T00:00:00%2B00:00").await;
+    let (_, before) = app
+        .v2_get("/tasks?before=2999-01-01T00:00:00%2B00:00")
+        .await;
     assert_eq!(before["totalItems"], 2);
 
     // Stop (twice: the second answers the stopped task), then an unknown action.
@@ -408,7 +347,7 @@ async fn v1_and_v2_are_two_views_of_the_same_tasks(pool: PgPool) {
 async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool) {
     let app = App::start(pool).await;
     let (status, session) = app
-        .post("/sessions", json!({"keepAlive": true, "ignored": 1}))
+        .v2_post("/sessions", json!({"keepAlive": true, "ignored": 1}))
         .await;
     assert_eq!(status, 201, "{session}");
     assert_eq!(session["status"], "active");
@@ -418,12 +357,12 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
     let sid = session["id"].as_str().unwrap().to_owned();
 
     let (status, first) = app
-        .post("/tasks", json!({"task": "one", "sessionId": sid}))
+        .v2_post("/tasks", json!({"task": "one", "sessionId": sid}))
         .await;
     assert_eq!(status, 202, "{first}");
     assert_eq!(first["sessionId"], json!(sid));
     let (status, busy) = app
-        .post("/tasks", json!({"task": "two", "sessionId": sid}))
+        .v2_post("/tasks", json!({"task": "two", "sessionId": sid}))
         .await;
     assert_eq!(status, 400, "{busy}");
     assert!(
@@ -433,7 +372,7 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
             .contains("already has a running task")
     );
     let (status, missing) = app
-        .post(
+        .v2_post(
             "/tasks",
             json!({"task": "x", "sessionId": uuid::Uuid::new_v4()}),
         )
@@ -446,7 +385,7 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
         )
     );
 
-    let (_, view) = app.get(&format!("/sessions/{sid}")).await;
+    let (_, view) = app.v2_get(&format!("/sessions/{sid}")).await;
     assert_eq!(view["tasks"].as_array().unwrap().len(), 1);
     assert_eq!(view["tasks"][0]["id"], first["id"]);
     assert_eq!(
@@ -454,7 +393,7 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
         json!(app.url(&format!("/#/tasks/{}", first["id"].as_str().unwrap()))),
         "while a task runs, liveUrl is its dashboard page"
     );
-    let (_, listed) = app.get(&format!("/tasks?sessionId={sid}")).await;
+    let (_, listed) = app.v2_get(&format!("/tasks?sessionId={sid}")).await;
     assert_eq!(listed["totalItems"], 1);
     assert_eq!(listed["items"][0]["id"], first["id"]);
 
@@ -468,16 +407,16 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
         "the session's task stopped too"
     );
     let (status, refused) = app
-        .post("/tasks", json!({"task": "three", "sessionId": sid}))
+        .v2_post("/tasks", json!({"task": "three", "sessionId": sid}))
         .await;
     assert_eq!(status, 400);
     assert_eq!(
         refused["detail"],
         "Browser session is stopped. Please start a new session and try again."
     );
-    let (_, active) = app.get("/sessions?filterBy=active").await;
+    let (_, active) = app.v2_get("/sessions?filterBy=active").await;
     assert_eq!(active["totalItems"], 0);
-    let (_, all) = app.get("/sessions").await;
+    let (_, all) = app.v2_get("/sessions").await;
     assert_eq!(all["totalItems"], 1);
 
     let response = app
@@ -488,11 +427,11 @@ async fn sessions_take_one_task_at_a_time_and_stop_with_their_tasks(pool: PgPool
         .await
         .unwrap();
     assert_eq!(response.status(), 204);
-    let (status, _) = app.get(&format!("/sessions/{sid}")).await;
+    let (status, _) = app.v2_get(&format!("/sessions/{sid}")).await;
     assert_eq!(status, 404);
     // The task outlives its session.
     let (status, task) = app
-        .get(&format!("/tasks/{}", first["id"].as_str().unwrap()))
+        .v2_get(&format!("/tasks/{}", first["id"].as_str().unwrap()))
         .await;
     assert_eq!(status, 200, "{task}");
 }
@@ -510,7 +449,7 @@ async fn webhook_events_are_queued_with_the_status_change_and_its_session(pool: 
         .unwrap();
     assert_eq!(response.status(), 201);
     let (status, created) = app
-        .post("/tasks", json!({"task": "t", "metadata": {"k": "v"}}))
+        .v2_post("/tasks", json!({"task": "t", "metadata": {"k": "v"}}))
         .await;
     assert_eq!(status, 202);
     let id = created["id"].as_str().unwrap().to_owned();
@@ -638,10 +577,10 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     use hmac::Mac;
 
     let app = App::start(pool.clone()).await;
-    let (status, created) = app.post("/tasks", json!({"task": "write files"})).await;
+    let (status, created) = app.v2_post("/tasks", json!({"task": "write files"})).await;
     assert_eq!(status, 202, "{created}");
     let id = created["id"].as_str().unwrap().to_owned();
-    let (_, task) = app.get(&format!("/tasks/{id}")).await;
+    let (_, task) = app.v2_get(&format!("/tasks/{id}")).await;
     assert_eq!(task["outputFiles"], json!([]));
     // The worker's side: the task was stopped (its lease ended) and its files are stored.
     let (status, _) = app
@@ -678,7 +617,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
         .await
         .unwrap();
 
-    let (_, task) = app.get(&format!("/tasks/{id}")).await;
+    let (_, task) = app.v2_get(&format!("/tasks/{id}")).await;
     let files = task["outputFiles"].as_array().unwrap().clone();
     let names: Vec<&str> = files
         .iter()
@@ -691,7 +630,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     );
     let report_id = files[1]["id"].as_str().unwrap().to_owned();
     let (status, view) = app
-        .get(&format!("/files/tasks/{id}/output-files/{report_id}"))
+        .v2_get(&format!("/files/tasks/{id}/output-files/{report_id}"))
         .await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["id"], json!(report_id));
@@ -716,7 +655,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     // An agent-written HTML file is a download in a sandbox, never a page of this origin.
     let html_id = files[0]["id"].as_str().unwrap();
     let (_, html) = app
-        .get(&format!("/files/tasks/{id}/output-files/{html_id}"))
+        .v2_get(&format!("/files/tasks/{id}/output-files/{html_id}"))
         .await;
     let response = app
         .http
@@ -784,7 +723,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
 
     // 404s in the cloud's words.
     let (status, body) = app
-        .get(&format!(
+        .v2_get(&format!(
             "/files/tasks/{id}/output-files/{}",
             uuid::Uuid::new_v4()
         ))
@@ -796,10 +735,10 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
             json!({"detail": "Output file not found"})
         )
     );
-    let (_, other) = app.post("/tasks", json!({"task": "other"})).await;
+    let (_, other) = app.v2_post("/tasks", json!({"task": "other"})).await;
     let other_id = other["id"].as_str().unwrap();
     let (status, _) = app
-        .get(&format!("/files/tasks/{other_id}/output-files/{report_id}"))
+        .v2_get(&format!("/files/tasks/{other_id}/output-files/{report_id}"))
         .await;
     assert_eq!(status, 404, "a file belongs to its task");
 
@@ -864,7 +803,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     assert_eq!(response.status(), 404, "another key's task is not found");
 
     // Only the worker that holds the lease (or one whose task was stopped) may store files.
-    let (_, running) = app.post("/tasks", json!({"task": "queued"})).await;
+    let (_, running) = app.v2_post("/tasks", json!({"task": "queued"})).await;
     let err = store
         .save_output_files(
             running["id"].as_str().unwrap().parse().unwrap(),

@@ -4,106 +4,12 @@
 //! types the same search and buys the same product, and its report says which actions had to
 //! find their element again and how. With the product gone, the replay fails clearly.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Form, Query, State};
-use axum::response::Html;
-use axum::routing::{get, post};
+use browserd_tests::cable_shop::{CableShop, button_labelled};
 use browserd_tests::{MockModel, done_reply, index_of, reply};
 use serde_json::{Value, json};
-
-/// The shop as recorded (0), changed so that indices shift (1), without the product (2).
-#[derive(Default)]
-struct Shop {
-    version: AtomicU8,
-    searches: Mutex<Vec<String>>,
-    orders: Mutex<Vec<String>>,
-}
-
-type Shared = Arc<Shop>;
-
-fn page(title: &str, body: &str) -> Html<String> {
-    Html(format!(
-        "<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>"
-    ))
-}
-
-async fn home(State(shop): State<Shared>) -> Html<String> {
-    let extra = if shop.version.load(Ordering::SeqCst) > 0 {
-        r#"<div class="banner"><p>Winter sale!</p><button type="button">Subscribe</button>
-           <input type="email" name="newsletter" placeholder="Your e-mail"></div>"#
-    } else {
-        ""
-    };
-    page(
-        "Shop",
-        &format!(
-            r#"{extra}<h1>Cable shop</h1>
-            <form action="/search" method="get">
-              <input type="text" name="q" placeholder="Search products">
-              <button type="submit" id="search">Search</button>
-            </form>"#
-        ),
-    )
-}
-
-fn product(sku: &str, name: &str) -> String {
-    format!(
-        r#"<li><span>{name}</span>
-        <form action="/buy" method="post"><input type="hidden" name="sku" value="{sku}">
-        <button type="submit">Buy {name}</button></form></li>"#
-    )
-}
-
-async fn search(
-    State(shop): State<Shared>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Html<String> {
-    let q = query.get("q").cloned().unwrap_or_default();
-    shop.searches.lock().unwrap().push(q.clone());
-    let version = shop.version.load(Ordering::SeqCst);
-    let mut items = String::new();
-    if version > 0 {
-        items.push_str(&product("hdmi-cable", "HDMI cable"));
-    }
-    if version < 2 {
-        items.push_str(&product("usb-cable", "USB cable"));
-    }
-    items.push_str(&product("usb-hub", "USB hub"));
-    page(
-        "Results",
-        &format!("<h1>Results for {q}</h1><ul>{items}</ul>"),
-    )
-}
-
-async fn buy(
-    State(shop): State<Shared>,
-    Form(form): Form<HashMap<String, String>>,
-) -> Html<String> {
-    let sku = form.get("sku").cloned().unwrap_or_default();
-    shop.orders.lock().unwrap().push(sku.clone());
-    page(
-        "Thanks",
-        &format!("<h1>Thank you</h1><p>Order placed: {sku}</p>"),
-    )
-}
-
-/// Index of the `<button>` whose text (the line below it) is `label`.
-fn button_labelled(page: &str, label: &str) -> Option<u64> {
-    let lines: Vec<&str> = page.lines().collect();
-    let at = lines.iter().position(|l| l.trim() == label)?;
-    // New elements are marked `*[index]`.
-    let line = lines[..at].last()?.trim().trim_start_matches('*');
-    let rest = line.strip_prefix('[')?;
-    let (index, tag) = rest.split_once(']')?;
-    tag.starts_with("<button")
-        .then(|| index.parse().ok())
-        .flatten()
-}
 
 /// The recording's model: search for "usb cable", buy the USB cable, report.
 fn shopper() -> browserd_tests::Brain {
@@ -145,15 +51,7 @@ async fn browserd(args: &[&str]) -> std::process::Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recorded_task_replays_on_a_changed_page_and_reports_what_was_found_again() {
-    let shop: Shared = Arc::default();
-    let app = Router::new()
-        .route("/", get(home))
-        .route("/search", get(search))
-        .route("/buy", post(buy))
-        .with_state(shop.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (addr, shop) = CableShop::start().await;
     let model = MockModel::start(shopper(), Duration::ZERO).await;
     let dir = tempfile::tempdir().unwrap();
     let history = dir.path().join("history.json");
@@ -211,7 +109,7 @@ async fn a_recorded_task_replays_on_a_changed_page_and_reports_what_was_found_ag
 
     // 2. The shop changes: a banner with a button and an input before the search form, a
     //    product before the USB cable. Replay without the model.
-    shop.version.store(1, Ordering::SeqCst);
+    shop.set_version(1);
     let report_path = dir.path().join("report.json");
     let replayed = browserd(&[
         "replay",
@@ -256,7 +154,7 @@ async fn a_recorded_task_replays_on_a_changed_page_and_reports_what_was_found_ag
     assert!(stderr.contains("found again by identity hash"), "{stderr}");
 
     // 3. The product is gone: the replay stops with a clear error instead of buying another.
-    shop.version.store(2, Ordering::SeqCst);
+    shop.set_version(2);
     let failed = browserd(&[
         "replay",
         history.to_str().unwrap(),
