@@ -2,11 +2,10 @@
 //! `seq > N`, then streams live ones, in order, without gaps or duplicates, and closes normally
 //! (1000) right after the task's final event.
 //!
-//! Algorithm: subscribe to the process-wide [`EventHub`](browserd_store::EventHub) first, then
-//! replay from `task_events`; afterwards every signal (`seq` committed, resync after a lag or a
-//! listener reconnect) makes the connection read `seq > last_sent` from the database. Events are
-//! therefore always sent from the table in seq order and the signals are only wake-ups: a lost
-//! or duplicated notification cannot cause a gap or a duplicate.
+//! The events come from an [`EventFeed`] (the one way the api follows a task, also used by the
+//! MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
+//! `task_events` after every signal, so the signals are only wake-ups and a lost or duplicated
+//! notification cannot cause a gap or a duplicate.
 //!
 //! Edge rules: a key has at most `max_websockets_per_key` open streams in this process (429
 //! `too_many_websockets`); client messages are capped (`ws_max_message_bytes`; larger ones close
@@ -28,7 +27,7 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::{KeySignal, Signal, Store, StoreError};
+use browserd_store::{EventFeed, FeedItem, KeySignal, Store, StoreError};
 use browserd_types::dto::ErrorBody;
 use browserd_types::{ApiKeyId, TaskId};
 use secrecy::ExposeSecret;
@@ -42,8 +41,6 @@ use crate::extract::{Caller, QueryParams, TaskPath};
 use crate::task_ops::owned_task;
 use crate::{AppState, WS_TICKET_TTL};
 
-/// Events read from the database per query while catching up.
-const BATCH: i64 = 200;
 /// A client that does not accept a frame within this time is disconnected.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Keep-alive ping interval.
@@ -298,45 +295,6 @@ impl ClientSocket {
     }
 }
 
-/// Whether the final event has been sent.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Progress {
-    More,
-    Final,
-}
-
-struct EventStream {
-    socket: ClientSocket,
-    store: Store,
-    task_id: TaskId,
-    last_sent: i64,
-}
-
-impl EventStream {
-    /// Sends every stored event after `last_sent`, stopping after the final one.
-    async fn catch_up(&mut self) -> Result<Progress, StreamError> {
-        loop {
-            let batch = self
-                .store
-                .events_after(self.task_id, self.last_sent, BATCH)
-                .await?;
-            let full = batch.len() as i64 == BATCH;
-            for event in batch {
-                let json = serde_json::to_string(&event)
-                    .map_err(|err| StoreError::Corrupt(err.to_string()))?;
-                self.socket.send(Message::Text(json.into())).await?;
-                self.last_sent = event.seq;
-                if event.is_final() {
-                    return Ok(Progress::Final);
-                }
-            }
-            if !full {
-                return Ok(Progress::More);
-            }
-        }
-    }
-}
-
 /// Whether a receive error is a client message over the size limit.
 fn too_big(err: &axum::Error) -> bool {
     std::error::Error::source(err)
@@ -360,34 +318,26 @@ pub(crate) async fn recheck(
 }
 
 async fn stream_events(
-    socket: ClientSocket,
+    mut socket: ClientSocket,
     state: &AppState,
     task_id: TaskId,
     key_id: ApiKeyId,
     after_seq: i64,
 ) -> Result<&'static str, StoreError> {
-    // Subscribe before reading so nothing committed meanwhile goes unsignalled (and before
-    // checking the key, so a revocation in between is not missed).
-    let mut subscription = state.hub.subscribe(task_id);
+    // The feed subscribes before it reads, so nothing committed meanwhile goes unsignalled;
+    // both subscriptions come before the key check, so a revocation in between is not missed.
+    let mut feed = EventFeed::follow(&state.store, &state.hub, task_id, after_seq);
     let mut key_signals = state.hub.key_signals();
-    let mut stream = EventStream {
-        socket,
-        store: state.store.clone(),
-        task_id,
-        last_sent: after_seq,
-    };
+    let store = &state.store;
 
     let result = async {
-        if !stream.store.api_key_active(key_id).await? {
+        if !store.api_key_active(key_id).await? {
             return Ok((close_code::POLICY, "api key revoked"));
         }
-        if stream.catch_up().await? == Progress::Final {
-            return Ok((close_code::NORMAL, "task ended"));
-        }
         // A task that already ended and whose final event the client has seen.
-        match stream.store.get_task(None, task_id).await? {
+        match store.get_task(None, task_id).await? {
             None => return Ok((close_code::NORMAL, "task deleted")),
-            Some(task) if task.status.is_terminal() && stream.last_sent >= task.last_event_seq => {
+            Some(task) if task.status.is_terminal() && after_seq >= task.last_event_seq => {
                 return Ok((close_code::NORMAL, "task ended"));
             }
             Some(_) => {}
@@ -400,23 +350,22 @@ async fn stream_events(
                 () = state.shutdown.cancelled() => {
                     return Ok((close_code::AWAY, "server shutting down"));
                 }
-                signal = subscription.recv() => match signal {
-                    Some(Signal::Appended { seq }) if seq <= stream.last_sent => {}
-                    Some(Signal::Appended { .. }) => {
-                        if stream.catch_up().await? == Progress::Final {
+                item = feed.next() => match item? {
+                    FeedItem::Event(event) => {
+                        let json = serde_json::to_string(&event)
+                            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+                        socket.send(Message::Text(json.into())).await?;
+                        if event.is_final() {
                             return Ok((close_code::NORMAL, "task ended"));
                         }
                     }
-                    Some(Signal::Resync) => {
-                        if stream.catch_up().await? == Progress::Final {
-                            return Ok((close_code::NORMAL, "task ended"));
-                        }
-                        if let Some(end) = recheck(&stream.store, task_id, key_id).await? {
+                    FeedItem::Resync => {
+                        if let Some(end) = recheck(store, task_id, key_id).await? {
                             return Ok(end);
                         }
                     }
-                    Some(Signal::Deleted) => return Ok((close_code::NORMAL, "task deleted")),
-                    None => return Ok((close_code::AWAY, "event stream unavailable")),
+                    FeedItem::Deleted => return Ok((close_code::NORMAL, "task deleted")),
+                    FeedItem::Closed => return Ok((close_code::AWAY, "event stream unavailable")),
                 },
                 signal = key_signals.recv() => match signal {
                     Some(KeySignal::Revoked(revoked)) if revoked == key_id => {
@@ -424,20 +373,20 @@ async fn stream_events(
                     }
                     Some(KeySignal::Revoked(_)) => {}
                     Some(KeySignal::Resync) => {
-                        if let Some(end) = recheck(&stream.store, task_id, key_id).await? {
+                        if let Some(end) = recheck(store, task_id, key_id).await? {
                             return Ok(end);
                         }
                     }
                     None => return Ok((close_code::AWAY, "event stream unavailable")),
                 },
-                received = stream.socket.receive() => received?,
+                received = socket.receive() => received?,
                 _ = ping.tick() => {
-                    stream.socket.send(Message::Ping(Default::default())).await?;
+                    socket.send(Message::Ping(Default::default())).await?;
                 }
             }
         }
     }
     .await;
 
-    stream.socket.finish(result).await
+    socket.finish(result).await
 }

@@ -14,7 +14,7 @@ use browserd_mcp::rmcp::transport::streamable_http_server::{
 use browserd_mcp::{
     Backend, BrowserdMcp, CallContext, Screenshot, TaskUpdate, ToolError, latest_screenshot_step,
 };
-use browserd_store::Signal;
+use browserd_store::{EventFeed, FeedItem};
 use browserd_types::dto::{CreateTaskRequest, StepView, TaskView};
 use browserd_types::{EventBody, TaskId, TaskStatus, Transition};
 use tokio::sync::mpsc;
@@ -23,9 +23,6 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
 use crate::task_ops;
-
-/// Events read per query while following a task.
-const BATCH: i64 = 200;
 
 /// The streamable HTTP MCP service. Sessions end when `state.shutdown` is cancelled.
 pub(crate) fn service(
@@ -154,66 +151,49 @@ impl Backend for StoreBackend {
         })
     }
 
-    /// Follows the task's stored events: subscribes to the hub first, then reads `seq > last`
-    /// after every signal (as the event WebSocket does), so nothing is missed or repeated.
+    /// Follows the task's stored events through an [`EventFeed`], as the event WebSocket does:
+    /// each model output's next goal, then the end.
     async fn watch(
         &self,
         cx: &CallContext,
         id: TaskId,
     ) -> Result<mpsc::Receiver<TaskUpdate>, ToolError> {
         let caller = caller(cx)?;
-        let mut subscription = self.state.hub.subscribe(id);
+        // Subscribed before the ownership read: nothing committed meanwhile is missed.
+        let mut feed = EventFeed::follow(&self.state.store, &self.state.hub, id, 0);
         task_ops::owned_task(&self.state, &caller, id).await?;
         let (sender, receiver) = mpsc::channel(64);
-        let store = self.state.store.clone();
         let shutdown = self.state.shutdown.clone();
         tokio::spawn(async move {
-            let mut last = 0;
             loop {
-                loop {
-                    let batch = match store.events_after(id, last, BATCH).await {
-                        Ok(batch) => batch,
-                        Err(err) => {
-                            tracing::warn!(task_id = %id, %err, "reading task events for MCP failed");
-                            return;
-                        }
-                    };
-                    let full = batch.len() as i64 == BATCH;
-                    for event in batch {
-                        last = event.seq;
-                        if event.is_final() {
-                            let _ = sender.send(TaskUpdate::Ended).await;
-                            return;
-                        }
-                        let Some(EventBody::ModelOutput(model)) = event.body() else {
-                            continue;
-                        };
-                        if let Some(goal) = model.next_goal() {
-                            let update = TaskUpdate::NextGoal {
-                                step: i64::from(model.number),
-                                goal: goal.to_owned(),
-                            };
-                            if sender.send(update).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    if !full {
-                        break;
-                    }
-                }
-                tokio::select! {
+                let item = tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = sender.closed() => return,
-                    signal = subscription.recv() => match signal {
-                        Some(Signal::Appended { seq }) if seq <= last => {}
-                        Some(Signal::Appended { .. } | Signal::Resync) => {}
-                        Some(Signal::Deleted) => {
-                            let _ = sender.send(TaskUpdate::Ended).await;
-                            return;
-                        }
-                        None => return,
+                    item = feed.next() => item,
+                };
+                let update = match item {
+                    Ok(FeedItem::Event(event)) if event.is_final() => TaskUpdate::Ended,
+                    Ok(FeedItem::Event(event)) => match event.body() {
+                        Some(EventBody::ModelOutput(model)) => match model.next_goal() {
+                            Some(goal) => TaskUpdate::NextGoal {
+                                step: i64::from(model.number),
+                                goal: goal.to_owned(),
+                            },
+                            None => continue,
+                        },
+                        _ => continue,
                     },
+                    Ok(FeedItem::Resync) => continue,
+                    Ok(FeedItem::Deleted) => TaskUpdate::Ended,
+                    Ok(FeedItem::Closed) => return,
+                    Err(err) => {
+                        tracing::warn!(task_id = %id, %err, "reading task events for MCP failed");
+                        return;
+                    }
+                };
+                let end = update == TaskUpdate::Ended;
+                if sender.send(update).await.is_err() || end {
+                    return;
                 }
             }
         });

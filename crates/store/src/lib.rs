@@ -8,6 +8,7 @@
 mod api_keys;
 mod error;
 mod events;
+mod feed;
 mod hub;
 mod live;
 mod output_files;
@@ -35,6 +36,7 @@ pub use api_keys::{
 };
 pub use error::StoreError;
 pub use events::NOTIFY_CHANNEL;
+pub use feed::{EventFeed, FeedItem};
 pub use hub::{
     EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription, TaskSignal,
 };

@@ -799,3 +799,73 @@ async fn the_schema_knows_exactly_the_task_statuses_and_their_webhook_names(pool
         assert_eq!(event, expected, "{status}");
     }
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
+    use browserd_store::{EventFeed, FeedItem};
+    let store = sealing_store(pool);
+    let owner = key(&store).await;
+    let shutdown = CancellationToken::new();
+    let (hub, _listener) = EventHub::start(&store, shutdown.clone()).await.unwrap();
+    let id = store.create_task(owner, new_task("t")).await.unwrap().id;
+    // Events before the feed starts (replayed from seq 1) and while it is read.
+    for i in 0..3 {
+        store
+            .append_event(id, event_kind::LOG, json!({"i": i}))
+            .await
+            .unwrap();
+    }
+    let mut feed = EventFeed::follow(&store, &hub, id, 0);
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 3..250 {
+                store
+                    .append_event(id, event_kind::LOG, json!({"i": i}))
+                    .await
+                    .unwrap();
+            }
+            store
+                .transition_task(
+                    Some(owner),
+                    id,
+                    Transition::Stop,
+                    TransitionDetails::default(),
+                )
+                .await
+                .unwrap();
+        })
+    };
+    let mut seqs = Vec::new();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(30), feed.next())
+            .await
+            .expect("the feed moves on")
+            .unwrap();
+        match item {
+            FeedItem::Event(event) => {
+                seqs.push(event.seq);
+                if event.is_final() {
+                    break;
+                }
+            }
+            FeedItem::Resync => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    writer.await.unwrap();
+    // The creation event (1), 250 logs, the stop: each once, in order.
+    assert_eq!(seqs, (1..=252).collect::<Vec<_>>());
+    assert_eq!(feed.next().await.unwrap(), FeedItem::Closed);
+
+    // A task deleted while followed: its feed says so.
+    let other = store.create_task(owner, new_task("u")).await.unwrap().id;
+    let mut feed = EventFeed::follow(&store, &hub, other, 1);
+    store.delete_task(owner, other).await.unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(30), feed.next())
+        .await
+        .expect("a deleted task's feed ends")
+        .unwrap();
+    assert_eq!(item, FeedItem::Deleted);
+    shutdown.cancel();
+}
