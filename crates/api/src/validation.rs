@@ -432,6 +432,10 @@ fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
             "output_schema must be a JSON Schema object",
         ));
     }
+    // Bounded first: nothing below (or a worker's provider rewrite later) may take longer than
+    // the schema's accepted size allows.
+    browserd_types::schema_bounds::check_output_schema(schema)
+        .map_err(|err| ApiError::validation("output_schema", err.to_string()))?;
     if let Err(err) = jsonschema::meta::validate(schema) {
         return Err(ApiError::validation(
             "output_schema",
@@ -639,5 +643,18 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(task.options.allowed_domains.len(), 3);
+    }
+
+    #[test]
+    fn a_catastrophic_pattern_is_validated_with_a_backtrack_limit() {
+        // Accepted at the edge (the bounds are about size, not patterns) because the validator
+        // that checks `done` data runs patterns with fancy-regex's backtrack limit: a
+        // classic exponential case ends (as "does not match") instead of hanging the worker.
+        let schema = json!({"type": "string", "pattern": "^(a+)+$"});
+        validate(json!({"task": "t", "output_schema": schema.clone()})).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        let hostile = format!("{}!", "a".repeat(64));
+        assert!(!validator.is_valid(&json!(hostile)));
+        assert!(validator.is_valid(&json!("aaaa")));
     }
 }

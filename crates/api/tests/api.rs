@@ -1396,3 +1396,107 @@ async fn tasks_name_an_operator_proxy_or_get_422(pool: PgPool) {
     let created: Value = response.json().await.unwrap();
     assert_eq!(created["proxy"], Value::Null);
 }
+
+/// `n` definitions, each referencing the next `fan_out` times (2^n nodes inlined for 2).
+fn ref_chain(n: usize, fan_out: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let properties: serde_json::Map<String, Value> = (0..fan_out)
+            .map(|j| {
+                let target = if i + 1 < n {
+                    json!({"$ref": format!("#/$defs/d{}", i + 1)})
+                } else {
+                    json!({"type": "string"})
+                };
+                (format!("p{j}"), target)
+            })
+            .collect();
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": properties}),
+        );
+    }
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn hostile_output_schemas_are_refused_at_the_edge_naming_the_limit(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let mut deep = json!({"type": "string"});
+    for _ in 0..40 {
+        deep = json!({"type": "object", "properties": {"x": deep}});
+    }
+    let huge_enum: Vec<Value> = (0..5_000).map(|i| json!(format!("v{i}"))).collect();
+    let many_refs: serde_json::Map<String, Value> = (0..300)
+        .map(|i| (format!("p{i}"), json!({"$ref": "#/$defs/s"})))
+        .collect();
+    let corpus = [
+        (
+            "ref fan-out",
+            ref_chain(30, 2),
+            "expands to more than 20000 nodes",
+        ),
+        ("deep nesting", deep, "nests deeper than 64"),
+        (
+            "huge enum",
+            json!({"enum": huge_enum}),
+            "at most 1000 are accepted",
+        ),
+        (
+            "many refs",
+            json!({"properties": many_refs, "$defs": {"s": {"type": "string"}}}),
+            "at most 256 are accepted",
+        ),
+        (
+            "huge",
+            json!({"type": "object", "description": "x".repeat(70_000)}),
+            "at most 65536 are accepted",
+        ),
+    ];
+    for (what, schema, limit) in corpus {
+        let response = app
+            .post("/v1/tasks")
+            .json(&json!({"task": "t", "output_schema": schema}))
+            .send()
+            .await
+            .unwrap();
+        let body = error(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(body["error"]["field"], "output_schema", "{what}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(limit), "{what}: {message}");
+    }
+    // The same bound on /api/v2's stringified schema.
+    let response = app
+        .http
+        .post(app.url("/api/v2/tasks"))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .json(&json!({"task": "t", "structuredOutput": ref_chain(30, 2).to_string()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert!(body.to_string().contains("20000 nodes"), "{body}");
+    // Recursion and a catastrophic-backtracking pattern are accepted: the providers' rewrites
+    // stop at a recursive reference, and patterns run with a backtrack limit.
+    let accepted = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^(a+)+$"},
+            "tree": {"$ref": "#/$defs/node"}
+        },
+        "$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}}
+    });
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "t", "output_schema": accepted}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
