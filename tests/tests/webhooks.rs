@@ -331,3 +331,123 @@ async fn signed_webhooks_survive_a_receiver_outage_and_a_restart() {
     let (status, _) = client.get(&deliveries_path).await;
     assert_eq!(status, 404);
 }
+
+/// A receiver that answers only once `release` is set, counting the requests it holds.
+#[derive(Clone)]
+struct SlowReceiver {
+    entered: Arc<std::sync::atomic::AtomicUsize>,
+    release: tokio::sync::watch::Receiver<bool>,
+}
+
+async fn slow_hook(State(slow): State<SlowReceiver>) -> StatusCode {
+    slow.entered
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut release = slow.release.clone();
+    let _ = release.wait_for(|released| *released).await;
+    StatusCode::NO_CONTENT
+}
+
+async fn fast_hook(State(received): State<Received>, body: Bytes) -> StatusCode {
+    received
+        .lock()
+        .unwrap()
+        .push(serde_json::from_slice(&body).unwrap());
+    StatusCode::NO_CONTENT
+}
+
+async fn serve_on_loopback(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_endpoint_delays_only_its_own_deliveries() {
+    let model = MockModel::start(
+        Arc::new(|_: &str| browserd_tests::done_reply("done", true)),
+        Duration::ZERO,
+    )
+    .await;
+    let db = TestDb::create().await;
+    // A timeout longer than the test: the slow endpoint's first attempt stays in flight until
+    // the test lets it answer.
+    let server = Process::start(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback", "--webhook-request-timeout-s", "120"],
+    )
+    .await;
+    let client = Client::new(server.address(), &create_key(&db).await);
+
+    let (release, release_rx) = tokio::sync::watch::channel(false);
+    let slow = SlowReceiver {
+        entered: Arc::default(),
+        release: release_rx,
+    };
+    let slow_url = serve_on_loopback(
+        Router::new()
+            .route("/hook", post(slow_hook))
+            .with_state(slow.clone()),
+    )
+    .await;
+    let fast_received: Received = Arc::default();
+    let fast_url = serve_on_loopback(
+        Router::new()
+            .route("/hook", post(fast_hook))
+            .with_state(fast_received.clone()),
+    )
+    .await;
+    // The slow endpoint registered first: its deliveries come first in the outbox.
+    let mut hooks = Vec::new();
+    for base in [&slow_url, &fast_url] {
+        let (status, created) = client
+            .post(
+                "/v1/webhooks",
+                json!({"url": format!("{base}/hook"), "events": ["created"]}),
+            )
+            .await;
+        assert_eq!(status, 201, "{created}");
+        hooks.push(created["id"].as_str().unwrap().to_owned());
+    }
+    for i in 0..3 {
+        client
+            .create_task(json!({"task": format!("task {i}")}))
+            .await;
+    }
+
+    // Every delivery to the fast endpoint arrives while the slow one still holds its first.
+    let fast = poll(
+        &client,
+        &format!("/v1/webhooks/{}/deliveries", hooks[1]),
+        |items| items.len() == 3 && items.iter().all(|d| d["status"] == "delivered"),
+    )
+    .await;
+    assert_eq!(fast.len(), 3);
+    assert_eq!(fast_received.lock().unwrap().len(), 3);
+    assert_eq!(
+        slow.entered.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one attempt at a time per endpoint"
+    );
+    let (_, held) = client
+        .get(&format!("/v1/webhooks/{}/deliveries", hooks[0]))
+        .await;
+    let held = held["items"].as_array().unwrap().clone();
+    assert!(
+        held.iter()
+            .all(|d| d["status"] == "pending" && d["last_error"].is_null()),
+        "the slow endpoint's attempt is still in flight, nothing failed: {held:?}"
+    );
+
+    // Let it answer: its deliveries go out one after another.
+    release.send_replace(true);
+    poll(
+        &client,
+        &format!("/v1/webhooks/{}/deliveries", hooks[0]),
+        |items| items.len() == 3 && items.iter().all(|d| d["status"] == "delivered"),
+    )
+    .await;
+    assert_eq!(slow.entered.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

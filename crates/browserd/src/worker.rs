@@ -112,6 +112,10 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_WEBHOOK_MAX_BACKOFF_S", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     webhook_max_backoff_s: u64,
 
+    /// Longest one webhook delivery attempt may take (connect included), in seconds.
+    #[arg(long, env = "BROWSERD_WEBHOOK_REQUEST_TIMEOUT_S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+    webhook_request_timeout_s: u64,
+
     /// Live view (the dashboard): at most this many screencast frames per second of a watched
     /// task (0 switches the live view off). An unwatched task never screencasts.
     #[arg(long, env = "BROWSERD_LIVE_VIEW_FPS", default_value_t = LiveViewSettings::default().max_fps, value_parser = parse_live_view_fps)]
@@ -266,6 +270,7 @@ pub async fn start(
         browserd_worker::WebhookSettings {
             allow_loopback: args.browser.allow_loopback,
             max_backoff: Duration::from_secs(args.webhook_max_backoff_s),
+            request_timeout: Duration::from_secs(args.webhook_request_timeout_s),
             ..browserd_worker::WebhookSettings::default()
         },
         shutdown.clone(),

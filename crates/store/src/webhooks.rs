@@ -178,21 +178,33 @@ impl Store {
 
     /// Claims up to `limit` due deliveries, each the oldest pending one of its webhook and
     /// task, and pushes their next attempt `lease` ahead (so a worker that dies mid-attempt
-    /// only delays it).
+    /// only delays it). At most `per_webhook` per endpoint; deliveries to `skip_webhooks`
+    /// (endpoints this worker has enough of already) are left for later.
     pub async fn claim_deliveries(
         &self,
         limit: i64,
         lease: std::time::Duration,
+        skip_webhooks: &[Uuid],
+        per_webhook: i64,
     ) -> Result<Vec<ClaimedDelivery>, StoreError> {
         let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
         let rows = sqlx::query!(
             "with due as (
                  select d.id from webhook_deliveries d
-                 where d.status = 'pending' and d.next_attempt_at <= now()
-                   and not exists (
-                       select 1 from webhook_deliveries e
-                       where e.webhook_id = d.webhook_id and e.task_id = d.task_id
-                         and e.status = 'pending' and e.id < d.id)
+                 where d.id in (
+                     select c.id from (
+                         select e.id,
+                                row_number() over (partition by e.webhook_id order by e.id)
+                                    as rank
+                         from webhook_deliveries e
+                         where e.status = 'pending' and e.next_attempt_at <= now()
+                           and not (e.webhook_id = any($3::uuid[]))
+                           and not exists (
+                               select 1 from webhook_deliveries f
+                               where f.webhook_id = e.webhook_id and f.task_id = e.task_id
+                                 and f.status = 'pending' and f.id < e.id)
+                     ) c
+                     where c.rank <= $4)
                  order by d.id
                  limit $1
                  for update skip locked
@@ -205,6 +217,8 @@ impl Store {
              returning d.id, d.webhook_id, w.url, w.secret, d.body, d.attempts, d.created_at",
             limit,
             lease_ms,
+            skip_webhooks,
+            per_webhook,
         )
         .fetch_all(&self.pool)
         .await?;

@@ -11,7 +11,10 @@
 //! addresses are refused, loopback only when the operator allows it; the checked address is
 //! the one connected to (no second DNS lookup), and redirects are not followed.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use browserd_browser::egress::addr::first_refused;
@@ -21,7 +24,10 @@ use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 use time::OffsetDateTime;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 /// Settings of the dispatcher.
 #[derive(Clone, Debug)]
@@ -54,19 +60,41 @@ impl Default for WebhookSettings {
 
 /// Deliveries claimed per round.
 const BATCH: i64 = 20;
+/// Attempts in flight at once, all endpoints together.
+const MAX_IN_FLIGHT: usize = 16;
+/// Deliveries one endpoint may have claimed on this worker: one in flight (an endpoint's
+/// deliveries go one at a time), the rest waiting in its lane. An endpoint at this count gets
+/// no more until its lane moves, so a slow or dead endpoint holds up only its own deliveries.
+const LANE_DEPTH: usize = 4;
 
-/// Runs until `shutdown`: claims due deliveries and attempts them.
+/// Runs until `shutdown`: claims due deliveries and attempts them, each endpoint in a lane of
+/// its own (one attempt at a time, at most [`LANE_DEPTH`] claimed), all lanes together at most
+/// [`MAX_IN_FLIGHT`] attempts at once.
 pub async fn run_webhook_dispatcher(
     store: Store,
     settings: WebhookSettings,
     shutdown: CancellationToken,
 ) {
-    let resolver = HostResolver::system(Duration::from_secs(5));
-    let lease = settings.request_timeout + Duration::from_secs(30);
+    let resolver = Arc::new(HostResolver::system(Duration::from_secs(5)));
+    // A claimed delivery waits behind at most the rest of its lane (fewer than 2 × LANE_DEPTH:
+    // a round claims at most LANE_DEPTH per endpoint, for lanes below LANE_DEPTH): its claim
+    // outlives that.
+    let lease = settings.request_timeout * (2 * LANE_DEPTH as u32) + Duration::from_secs(30);
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let settings = Arc::new(settings);
+    let mut lanes: HashMap<Uuid, Lane> = HashMap::new();
+    let mut finished = JoinSet::new();
     loop {
+        // Lanes whose task ended are gone; their endpoints may be claimed again.
+        lanes.retain(|_, lane| !lane.sender.is_closed());
+        let full: Vec<Uuid> = lanes
+            .iter()
+            .filter(|(_, lane)| lane.claimed.load(Ordering::SeqCst) >= LANE_DEPTH)
+            .map(|(id, _)| *id)
+            .collect();
         let claimed = tokio::select! {
-            () = shutdown.cancelled() => return,
-            claimed = store.claim_deliveries(BATCH, lease) => claimed,
+            () = shutdown.cancelled() => break,
+            claimed = store.claim_deliveries(BATCH, lease, &full, LANE_DEPTH as i64) => claimed,
         };
         let batch = match claimed {
             Ok(batch) => batch,
@@ -76,36 +104,115 @@ pub async fn run_webhook_dispatcher(
             }
         };
         let idle = batch.is_empty();
-        for delivery in batch {
-            let outcome = attempt(&delivery, &settings, &resolver).await;
-            match &outcome {
-                DeliveryOutcome::Delivered { status_code } => {
-                    tracing::debug!(delivery = delivery.id, status_code, "webhook delivered");
+        for mut delivery in batch {
+            let webhook = delivery.webhook_id;
+            loop {
+                let lane = lanes.entry(webhook).or_insert_with(|| {
+                    Lane::start(
+                        &mut finished,
+                        store.clone(),
+                        settings.clone(),
+                        resolver.clone(),
+                        in_flight.clone(),
+                    )
+                });
+                lane.claimed.fetch_add(1, Ordering::SeqCst);
+                // Room for 2 × LANE_DEPTH: a send never waits on a slow endpoint.
+                match lane.sender.try_send(delivery) {
+                    Ok(()) => break,
+                    // The lane ended (idle) just now: a new one takes the delivery.
+                    Err(mpsc::error::TrySendError::Closed(back)) => {
+                        lanes.remove(&webhook);
+                        delivery = back;
+                    }
+                    Err(mpsc::error::TrySendError::Full(back)) => {
+                        lane.claimed.fetch_sub(1, Ordering::SeqCst);
+                        tracing::warn!(
+                            delivery = back.id,
+                            "webhook lane full; retried after its lease"
+                        );
+                        break;
+                    }
                 }
-                DeliveryOutcome::Retry { error, .. } => {
-                    tracing::info!(delivery = delivery.id, attempts = delivery.attempts, %error, "webhook delivery failed; will retry");
-                }
-                DeliveryOutcome::Failed { error, .. } => {
-                    tracing::warn!(delivery = delivery.id, %error, "webhook delivery given up");
-                }
-            }
-            metrics::counter!("browserd_webhook_attempts_total", "outcome" => match outcome {
-                DeliveryOutcome::Delivered { .. } => "delivered",
-                DeliveryOutcome::Retry { .. } => "retry",
-                DeliveryOutcome::Failed { .. } => "failed",
-            })
-            .increment(1);
-            if let Err(err) = store.finish_delivery(delivery.id, &outcome).await {
-                // The claim's lease makes the delivery due again: at least once.
-                tracing::warn!(%err, delivery = delivery.id, "could not record a webhook delivery");
             }
         }
+        while finished.try_join_next().is_some() {}
         if idle {
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(settings.poll_interval) => {}
             }
         }
+    }
+    // Deliveries in flight finish (bounded by the request timeout); queued ones are retried
+    // after their lease by whichever worker claims them.
+    drop(lanes);
+    while finished.join_next().await.is_some() {}
+}
+
+/// One endpoint's deliveries on this worker, attempted one at a time in claim order.
+struct Lane {
+    sender: mpsc::Sender<ClaimedDelivery>,
+    /// Claimed and not finished (waiting or in flight).
+    claimed: Arc<AtomicUsize>,
+}
+
+impl Lane {
+    fn start(
+        tasks: &mut JoinSet<()>,
+        store: Store,
+        settings: Arc<WebhookSettings>,
+        resolver: Arc<HostResolver>,
+        in_flight: Arc<Semaphore>,
+    ) -> Self {
+        let (sender, mut receiver) = mpsc::channel::<ClaimedDelivery>(2 * LANE_DEPTH);
+        let claimed = Arc::new(AtomicUsize::new(0));
+        let count = claimed.clone();
+        tasks.spawn(async move {
+            // A lane with nothing to do for a while ends (the dispatcher starts a new one).
+            while let Ok(Some(delivery)) = tokio::time::timeout(LANE_IDLE, receiver.recv()).await {
+                let Ok(_permit) = in_flight.acquire().await else {
+                    return;
+                };
+                deliver(&store, &delivery, &settings, &resolver).await;
+                count.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+        Lane { sender, claimed }
+    }
+}
+
+/// How long a lane waits for more before it ends.
+const LANE_IDLE: Duration = Duration::from_secs(30);
+
+/// Attempts `delivery` once and records the outcome.
+async fn deliver(
+    store: &Store,
+    delivery: &ClaimedDelivery,
+    settings: &WebhookSettings,
+    resolver: &HostResolver,
+) {
+    let outcome = attempt(delivery, settings, resolver).await;
+    match &outcome {
+        DeliveryOutcome::Delivered { status_code } => {
+            tracing::debug!(delivery = delivery.id, status_code, "webhook delivered");
+        }
+        DeliveryOutcome::Retry { error, .. } => {
+            tracing::info!(delivery = delivery.id, attempts = delivery.attempts, %error, "webhook delivery failed; will retry");
+        }
+        DeliveryOutcome::Failed { error, .. } => {
+            tracing::warn!(delivery = delivery.id, %error, "webhook delivery given up");
+        }
+    }
+    metrics::counter!("browserd_webhook_attempts_total", "outcome" => match outcome {
+        DeliveryOutcome::Delivered { .. } => "delivered",
+        DeliveryOutcome::Retry { .. } => "retry",
+        DeliveryOutcome::Failed { .. } => "failed",
+    })
+    .increment(1);
+    if let Err(err) = store.finish_delivery(delivery.id, &outcome).await {
+        // The claim's lease makes the delivery due again: at least once.
+        tracing::warn!(%err, delivery = delivery.id, "could not record a webhook delivery");
     }
 }
 
