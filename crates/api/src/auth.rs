@@ -347,6 +347,17 @@ pub(crate) async fn authenticate_key(
     authenticate(state, client, credential).await
 }
 
+/// The pre-auth limit for a route that takes no key (a signed download link): the client
+/// address pays a token, as a request without a key does.
+pub(crate) fn charge_unauthenticated(
+    state: &AppState,
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+) -> Result<(), ApiError> {
+    let client = request_client_ip(headers, extensions, &state.edge.trusted_proxies);
+    charge_client(state, client)
+}
+
 /// Takes a token from the client address's bucket: every request that is about to cost a
 /// database lookup (or carries no credential at all) pays here first.
 fn charge_client(state: &AppState, client: IpAddr) -> Result<(), ApiError> {

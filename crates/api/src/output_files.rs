@@ -188,13 +188,20 @@ pub async fn download_file(
 }
 
 /// `GET /api/v2/files/output-files/{file_id}/content?expires&signature`: a signed download
-/// link (no key). 403 for a wrong or expired signature, 404 for an unknown file.
+/// link (no key). It costs the client address a token of the pre-auth limit (like a request
+/// without a key); the signature is checked with the file's key alone before its bytes are
+/// read, and an unknown file answers exactly as a wrong signature does (403), so a link without
+/// its signature tells nothing about which files exist.
 pub(crate) async fn signed_download(
     State(state): State<AppState>,
     Path(file_id): Path<String>,
     QueryParams(params): QueryParams,
+    headers: HeaderMap,
+    request: axum::extract::Request,
 ) -> Result<Response, V2Error> {
+    crate::auth::charge_unauthenticated(&state, &headers, request.extensions())?;
     let denied = |why: &str| V2Error::Detail(StatusCode::FORBIDDEN, why.to_owned());
+    let invalid = || denied("Download link is invalid");
     let file_id = crate::v2::path_uuid("file_id", &file_id)?;
     let (Some(expires), Some(signature)) = (params.get("expires"), params.get("signature")) else {
         return Err(denied(
@@ -205,22 +212,28 @@ pub(crate) async fn signed_download(
         .parse()
         .map_err(|_| denied("Download link is malformed"))?;
     let signature = hex::decode(signature).map_err(|_| denied("Download link is malformed"))?;
-    let file = state
+    let key = state
         .store
-        .output_file(None, file_id)
+        .output_file_key(file_id)
         .await?
-        .ok_or_else(|| V2Error::not_found("Output file"))?;
-    if mac(&file.download_key, file_id, expires)
+        .ok_or_else(invalid)?;
+    if mac(&key, file_id, expires)
         .verify_slice(&signature)
         .is_err()
     {
-        return Err(denied("Download link signature is invalid"));
+        return Err(invalid());
     }
     if expires < OffsetDateTime::now_utc().unix_timestamp() {
         return Err(denied(
             "Download link expired; ask for a new one (GET /api/v2/files/tasks/{task_id}/output-files/{file_id})",
         ));
     }
+    // Deleted between the two reads: as unknown.
+    let file = state
+        .store
+        .output_file(None, file_id)
+        .await?
+        .ok_or_else(invalid)?;
     file_response(file).map_err(V2Error::Internal)
 }
 

@@ -595,3 +595,32 @@ async fn screenshots_are_served_only_through_their_own_task(pool: PgPool) {
         .unwrap();
     assert!(steps["items"][0]["screenshot_url"].is_null(), "{steps}");
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn signed_download_links_pay_the_pre_auth_limit(pool: PgPool) {
+    let app = TestApp::start(
+        pool,
+        ApiConfig {
+            unauthenticated_rate_limit: burst_only(2),
+            ..config()
+        },
+    )
+    .await;
+    let link = format!(
+        "/api/v2/files/output-files/{}/content?expires=9999999999&signature=00",
+        uuid::Uuid::new_v4()
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(app.http.get(app.url(&link)).send().await.unwrap().status());
+    }
+    // Guessing links costs the address its budget like guessing keys.
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::FORBIDDEN,
+            StatusCode::FORBIDDEN,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}

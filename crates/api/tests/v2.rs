@@ -685,7 +685,11 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     };
     let (status, body) = forbidden(url.replace("signature=", "signature=00")).await;
     assert_eq!(status, 403, "{body}");
-    assert_eq!(body["detail"], "Download link signature is invalid");
+    assert_eq!(body["detail"], "Download link is invalid");
+    // An unknown file answers exactly as a wrong signature: the ids of files do not leak.
+    let (status, unknown) =
+        forbidden(url.replace(&report_id, &uuid::Uuid::new_v4().to_string())).await;
+    assert_eq!((status, &unknown), (StatusCode::FORBIDDEN, &body));
     let (status, _) = forbidden(url.replace(&report_id, html_id)).await;
     assert_eq!(status, 403, "a signature is bound to its file");
     let expires: i64 = url.split("expires=").nth(1).unwrap()[..10].parse().unwrap();

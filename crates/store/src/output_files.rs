@@ -151,6 +151,17 @@ impl Store {
             .collect())
     }
 
+    /// The download key of output file `file` (one with stored bytes), without reading the
+    /// bytes: a signed link is checked with it before anything else is loaded.
+    pub async fn output_file_key(&self, file: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(sqlx::query_scalar!(
+            "select download_key from task_output_files where id = $1 and bytes is not null",
+            file,
+        )
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// Output file `file` with its bytes; `task` restricts it to one task (the caller checked
     /// that the task is the caller's), `None` finds it by id alone (a signed download link,
     /// verified by the caller with the returned key). Skipped files have no bytes: `None`.
