@@ -80,9 +80,16 @@ fn secs(d: Duration) -> f64 {
 }
 
 impl Store {
-    /// Claims the oldest queued task for `owner` with a lease of `lease`: status `running`,
+    /// Claims a queued task for `owner` with a lease of `lease`: status `running`,
     /// `attempts + 1`, and a `status` event, in one transaction. `None` when the queue is empty
     /// (or every queued task is being claimed by someone else right now).
+    ///
+    /// Fair across API keys: each key's queued tasks, oldest first, are ranked after its
+    /// running ones (a key with 2 running has its oldest queued task at place 3, the next at 4…)
+    /// and the lowest place wins (ties: the older task). Keys take turns, and one key's flood
+    /// waits behind every other key's next task instead of in front of it. Still one
+    /// `FOR UPDATE SKIP LOCKED` statement over each key's 16 oldest queued tasks: concurrent
+    /// claimers skip each other's candidates.
     pub async fn claim_task(
         &self,
         owner: &str,
@@ -90,9 +97,29 @@ impl Store {
     ) -> Result<Option<ClaimedTask>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let claimed = sqlx::query!(
-            "with next as (
-                 select id from tasks where status = 'queued'
-                 order by created_at, id limit 1 for update skip locked)
+            "with running as (
+                 select api_key_id, count(*) as n from tasks
+                 where status = 'running' group by api_key_id
+             ), keys as (
+                 select distinct api_key_id from tasks where status = 'queued'
+             ), candidates as (
+                 select c.id, c.created_at, k.api_key_id,
+                        row_number() over (partition by k.api_key_id
+                                           order by c.created_at, c.id) as rank
+                 from keys k
+                 cross join lateral (
+                     select q.id, q.created_at from tasks q
+                     where q.api_key_id = k.api_key_id and q.status = 'queued'
+                     order by q.created_at, q.id
+                     limit 16) c
+             ), next as (
+                 select t.id from tasks t
+                 join candidates c on c.id = t.id
+                 left join running r on r.api_key_id = c.api_key_id
+                 where t.status = 'queued'
+                 order by coalesce(r.n, 0) + c.rank, c.created_at, c.id
+                 limit 1
+                 for update of t skip locked)
              update tasks t set
                  status = 'running',
                  started_at = coalesce(t.started_at, now()),

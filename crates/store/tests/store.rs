@@ -869,3 +869,37 @@ async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
     assert_eq!(item, FeedItem::Deleted);
     shutdown.cancel();
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn claims_take_turns_across_keys(pool: PgPool) {
+    let store = sealing_store(pool);
+    let flooder = key(&store).await;
+    let other = key(&store).await;
+    let mut flood = Vec::new();
+    for i in 0..5 {
+        flood.push(
+            store
+                .create_task(flooder, new_task(&format!("a{i}")))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let late = store.create_task(other, new_task("b")).await.unwrap().id;
+    let claim = || async {
+        store
+            .claim_task("w", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap()
+            .record
+            .id
+    };
+    // Both keys have nothing running: the older task first; then the other key's, which has
+    // nothing running, before the flooder's second.
+    assert_eq!(claim().await, flood[0]);
+    assert_eq!(claim().await, late);
+    assert_eq!(claim().await, flood[1]);
+    // The flooder alone: its tasks in creation order.
+    assert_eq!(claim().await, flood[2]);
+}

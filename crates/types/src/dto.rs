@@ -384,7 +384,8 @@ pub struct TaskView {
     /// `invocations`).
     #[schema(value_type = Option<Object>)]
     pub usage: Option<serde_json::Value>,
-    /// While queued: 1 for the next task a worker will claim.
+    /// While queued: its place by age among all queued tasks (1: the oldest). Claims take turns
+    /// across keys, so with other keys' tasks waiting this is an upper bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<i64>,
     /// Times a worker has claimed the task (more than 1 after a worker was lost).
