@@ -39,8 +39,13 @@ fn brain() -> Brain {
     })
 }
 
-/// Runs the Python client with `args`; its JSON report.
-async fn run_client(python: &std::path::Path, args: Value) -> Value {
+/// Runs the Python client with `args`; its JSON report. `server` (when the client talks to
+/// one) has its log shown if the client fails.
+async fn run_client(
+    python: &std::path::Path,
+    args: Value,
+    server: Option<&browserd_tests::Process>,
+) -> Value {
     let script = repo_root().join("tests/python/mcp/client.py");
     let output = tokio::time::timeout(
         CLIENT_LIMIT,
@@ -59,8 +64,9 @@ async fn run_client(python: &std::path::Path, args: Value) -> Value {
         .unwrap_or_else(|err| panic!("client report is JSON ({err}):\n{stdout}\n{stderr}"));
     assert!(
         report.get("exception").is_none(),
-        "client failed: {}\n{stderr}",
-        report["exception"]
+        "client failed: {}\n{stderr}\n--- server log ---\n{}",
+        report["exception"],
+        server.map(|s| s.logs()).unwrap_or_default()
     );
     report
 }
@@ -299,6 +305,7 @@ async fn mcp_over_streamable_http_against_the_server() {
             "other_key": other_key,
             "site": format!("http://{}", site.addr),
         }),
+        Some(&server),
     )
     .await;
 
@@ -360,6 +367,7 @@ async fn mcp_over_stdio_runs_tasks_in_process() {
             "site": format!("http://{}", site.addr),
             "stderr": stderr_path,
         }),
+        None,
     )
     .await;
     check_conversation(&report);
@@ -391,6 +399,7 @@ async fn mcp_over_stdio_proxies_to_a_server() {
             "site": format!("http://{}", site.addr),
             "stderr": stderr_path,
         }),
+        Some(&server),
     )
     .await;
     check_conversation(&report);
