@@ -317,17 +317,38 @@ pub(crate) async fn require_api_key(
     let credential = credential(&request);
     let caller = match authenticate(&state, client, credential).await {
         Ok(caller) => caller,
-        Err(err) => return err.into_response(),
+        Err(err) => return closing_if_unread(request.headers(), err.into_response()),
     };
     tracing::Span::current().record("api_key_id", tracing::field::display(caller.key_id));
     if let Some(limiter) = &state.rate_limiter
         && let Err(retry_after_secs) = limiter.check(&caller.key_id)
     {
         metrics::counter!("browserd_rate_limited_total", "limit" => "key").increment(1);
-        return ApiError::RateLimited { retry_after_secs }.into_response();
+        let refused = ApiError::RateLimited { retry_after_secs }.into_response();
+        return closing_if_unread(request.headers(), refused);
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// A refusal sent without reading the request's body: the server cannot reuse the connection
+/// (the unread body is still on it), so the response says `Connection: close`. Without it, a
+/// client that sends its next request on the same connection right away may find the connection
+/// closed under it, with no response.
+pub(crate) fn closing_if_unread(request: &HeaderMap, mut response: Response) -> Response {
+    let chunked = request.get(axum::http::header::TRANSFER_ENCODING).is_some();
+    let sized = request
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > 0);
+    if chunked || sized {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// Another front door's way in (`/api/v2`, whose key travels in its own header): the same

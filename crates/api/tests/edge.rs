@@ -624,3 +624,29 @@ async fn signed_download_links_pay_the_pre_auth_limit(pool: PgPool) {
         ]
     );
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_refusal_that_leaves_the_body_unread_closes_the_connection(pool: PgPool) {
+    let app = TestApp::start(pool, config()).await;
+    // The body is never read: the connection cannot carry another request, and says so.
+    let response = app
+        .http
+        .post(app.url("/v1/tasks"))
+        .bearer_auth(random_key())
+        .json(&json!({"task": "t"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["connection"], "close");
+    // Without a body the connection stays open for the next request.
+    let response = app
+        .http
+        .get(app.url("/v1/tasks"))
+        .bearer_auth(random_key())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(response.headers().get("connection").is_none());
+}

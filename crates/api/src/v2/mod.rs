@@ -220,17 +220,18 @@ impl From<ApiError> for V2Error {
 /// Middleware: the key from `X-Browser-Use-API-Key` (or `Authorization: Bearer`), 401
 /// `{"detail"}` otherwise; the key's rate limit; the key as [`Caller`] for the handlers.
 async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let closing = crate::auth::closing_if_unread;
     let caller = match authenticate(&state, request.headers(), request.extensions()).await {
         Ok(caller) => caller,
-        Err(err) => return err.into_response(),
+        Err(err) => return closing(request.headers(), err.into_response()),
     };
     tracing::Span::current().record("api_key_id", tracing::field::display(caller.key_id));
     if let Some(limiter) = &state.rate_limiter
         && let Err(retry_after_secs) = limiter.check(&caller.key_id)
     {
         metrics::counter!("browserd_rate_limited_total", "limit" => "key").increment(1);
-        return V2Error::TooMany("Rate limit exceeded".to_owned(), retry_after_secs)
-            .into_response();
+        let refused = V2Error::TooMany("Rate limit exceeded".to_owned(), retry_after_secs);
+        return closing(request.headers(), refused.into_response());
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
