@@ -33,6 +33,25 @@ fn task(text: String) -> NewTask {
     }
 }
 
+/// One claim, timed.
+async fn timed_claim(store: &Store) -> Duration {
+    let started = Instant::now();
+    store
+        .claim_task("w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    started.elapsed()
+}
+
+/// The planner's statistics after a bulk insert.
+async fn refresh_statistics(store: &Store) {
+    sqlx::query("analyze tasks")
+        .execute(store.pool())
+        .await
+        .unwrap();
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -146,20 +165,11 @@ async fn cost(store: &Store) {
                 .unwrap();
         }
     }
-    sqlx::query("analyze tasks")
-        .execute(store.pool())
-        .await
-        .unwrap();
+    refresh_statistics(store).await;
     let mut fair = Vec::new();
     let mut oldest = Vec::new();
     for _ in 0..200 {
-        let started = Instant::now();
-        store
-            .claim_task("w", Duration::from_secs(60))
-            .await
-            .unwrap()
-            .unwrap();
-        fair.push(started.elapsed());
+        fair.push(timed_claim(store).await);
         let started = Instant::now();
         sqlx::query(OLDEST_FIRST)
             .fetch_one(store.pool())
@@ -180,19 +190,10 @@ async fn cost(store: &Store) {
             .await
             .unwrap();
     }
-    sqlx::query("analyze tasks")
-        .execute(store.pool())
-        .await
-        .unwrap();
+    refresh_statistics(store).await;
     let mut single = Vec::new();
     for _ in 0..200 {
-        let started = Instant::now();
-        store
-            .claim_task("w", Duration::from_secs(60))
-            .await
-            .unwrap()
-            .unwrap();
-        single.push(started.elapsed());
+        single.push(timed_claim(store).await);
     }
     let single = median(single);
     println!(
