@@ -113,6 +113,8 @@ pub struct ApiConfig {
     /// How long a successful key lookup is reused ([`KEY_CACHE_TTL`]; revocations evict at
     /// once).
     pub key_cache_ttl: Duration,
+    /// `/metrics` answers only requests that carry this as a bearer token; `None`: open.
+    pub metrics_token: Option<secrecy::SecretString>,
 }
 
 impl Default for ApiConfig {
@@ -131,6 +133,7 @@ impl Default for ApiConfig {
             ws_max_message_bytes: DEFAULT_WS_MAX_MESSAGE_BYTES,
             webhook_allow_loopback: false,
             key_cache_ttl: KEY_CACHE_TTL,
+            metrics_token: None,
         }
     }
 }
@@ -157,6 +160,8 @@ pub struct AppState {
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
     metrics: PrometheusHandle,
+    /// Required by `/metrics` when set.
+    metrics_token: Option<Arc<secrecy::SecretString>>,
     trace_context: Option<Arc<dyn TraceContext>>,
     edge: Arc<Edge>,
 }
@@ -279,6 +284,7 @@ pub fn router(
         rate_limiter,
         shutdown,
         metrics,
+        metrics_token: config.metrics_token.map(Arc::new),
         trace_context: trace_context.clone(),
         edge,
     };

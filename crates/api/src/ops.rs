@@ -1,18 +1,20 @@
 //! Operational endpoints: liveness, readiness, Prometheus metrics, the OpenAPI document, and the
 //! request metrics middleware.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use browserd_store::Store;
 use browserd_types::TaskStatus;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use crate::AppState;
@@ -38,8 +40,15 @@ pub async fn healthz() -> Json<HealthStatus> {
         (status = 503, description = "Database unreachable", body = browserd_types::dto::ErrorBody),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>, ApiError> {
+    // A probe flood costs at most one ping per interval.
+    if recently(&LAST_READY) {
+        return Ok(Json(HealthStatus { status: "ok" }));
+    }
     match tokio::time::timeout(Duration::from_secs(3), state.store.ping()).await {
-        Ok(Ok(())) => Ok(Json(HealthStatus { status: "ok" })),
+        Ok(Ok(())) => {
+            mark(&LAST_READY);
+            Ok(Json(HealthStatus { status: "ok" }))
+        }
         Ok(Err(err)) => {
             tracing::warn!(%err, "readiness check failed");
             Err(ApiError::Unavailable("database unreachable".to_owned()))
@@ -50,16 +59,66 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>,
     }
 }
 
+/// Postgres is asked at most once per this interval by `/readyz` and by the task gauges of
+/// `/metrics`, whatever the number of requests: neither takes a key, so a flood of them must
+/// not become a flood of queries.
+const DATABASE_READ_INTERVAL: Duration = Duration::from_secs(1);
+static LAST_READY: Mutex<Option<Instant>> = Mutex::new(None);
+static LAST_GAUGES: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Whether `last` is within [`DATABASE_READ_INTERVAL`].
+fn recently(last: &Mutex<Option<Instant>>) -> bool {
+    last.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some_and(|at| at.elapsed() < DATABASE_READ_INTERVAL)
+}
+
+fn mark(last: &Mutex<Option<Instant>>) {
+    *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+}
+
 /// Prometheus metrics in the text exposition format. The task gauges are read from Postgres
-/// on each scrape.
+/// at most once a second. With `--metrics-token`, the scraper sends it as
+/// `Authorization: Bearer <token>` (401 otherwise).
 #[utoipa::path(get, path = "/metrics", tag = "ops",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String)))]
-pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "The metrics token is required", body = browserd_types::dto::ErrorBody),
+    ))]
+pub async fn metrics_text(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(err) = check_metrics_token(state.metrics_token.as_deref(), &headers) {
+        return err.into_response();
+    }
     exposition(&state.store, &state.metrics).await
 }
 
+/// `Err` (401) unless `token` is unset or the request carries it as a bearer token. Compared
+/// as SHA-256 digests, so the time taken says nothing about the token.
+fn check_metrics_token(token: Option<&SecretString>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = token else {
+        return Ok(());
+    };
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let digest = |text: &str| Sha256::digest(text.as_bytes());
+    if digest(sent) == digest(token.expose_secret()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized {
+            code: "invalid_metrics_token",
+            message: "send the metrics token as `Authorization: Bearer <token>`".to_owned(),
+        })
+    }
+}
+
 async fn exposition(store: &Store, handle: &PrometheusHandle) -> Response {
-    refresh_task_gauges(store).await;
+    if !recently(&LAST_GAUGES) {
+        mark(&LAST_GAUGES);
+        refresh_task_gauges(store).await;
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -99,16 +158,23 @@ async fn refresh_task_gauges(store: &Store) {
 }
 
 /// `/metrics` (and `/healthz`) alone, for a process without the api: the worker role's
-/// `--metrics-addr` listener. Same exposition as the api's `/metrics`.
-pub fn metrics_router(store: Store) -> axum::Router {
+/// `--metrics-addr` listener. Same exposition (and token) as the api's `/metrics`.
+pub fn metrics_router(store: Store, token: Option<SecretString>) -> axum::Router {
     let handle = metrics_handle();
+    let token = token.map(Arc::new);
     axum::Router::new()
         .route(
             "/metrics",
-            axum::routing::get(move || {
+            axum::routing::get(move |headers: HeaderMap| {
                 let store = store.clone();
                 let handle = handle.clone();
-                async move { exposition(&store, &handle).await }
+                let token = token.clone();
+                async move {
+                    if let Err(err) = check_metrics_token(token.as_deref(), &headers) {
+                        return err.into_response();
+                    }
+                    exposition(&store, &handle).await
+                }
             }),
         )
         .route("/healthz", axum::routing::get(healthz))

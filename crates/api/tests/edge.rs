@@ -650,3 +650,42 @@ async fn a_refusal_that_leaves_the_body_unread_closes_the_connection(pool: PgPoo
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert!(response.headers().get("connection").is_none());
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn metrics_can_require_a_token(pool: PgPool) {
+    let app = TestApp::start(
+        pool,
+        ApiConfig {
+            metrics_token: Some(secrecy::SecretString::from("m3trics-token".to_owned())),
+            ..config()
+        },
+    )
+    .await;
+    let scrape = |token: Option<&'static str>| {
+        let mut request = app.http.get(app.url("/metrics"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let refused = scrape(None).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(code_of(refused).await.1, "invalid_metrics_token");
+    assert_eq!(
+        scrape(Some("wrong")).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let scraped = scrape(Some("m3trics-token")).await.unwrap();
+    assert_eq!(scraped.status(), StatusCode::OK);
+    assert!(scraped.text().await.unwrap().contains("# TYPE"));
+    // The other ops routes stay open (probes).
+    assert_eq!(
+        app.http
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+}

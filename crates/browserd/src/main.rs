@@ -47,12 +47,33 @@ struct Cli {
     #[command(flatten)]
     proxies: egress::ProxiesArgs,
 
+    /// A token `/metrics` requires (`Authorization: Bearer <token>`) on the api and on the
+    /// worker's `--metrics-addr`; unset or empty: `/metrics` is open.
+    #[arg(
+        long,
+        env = "BROWSERD_METRICS_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
+    metrics_token: Option<String>,
+
     /// Log output format (filter with RUST_LOG, default `info`).
     #[arg(long, env = "BROWSERD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    /// `--metrics-token`, when set and not empty.
+    pub(crate) fn metrics_token(&self) -> Option<secrecy::SecretString> {
+        self.metrics_token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| secrecy::SecretString::from(t.to_owned()))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -442,6 +463,7 @@ async fn serve(
             ws_max_message_bytes: args.ws_max_message_bytes,
             webhook_allow_loopback: allow_loopback,
             key_cache_ttl: browserd_api::KEY_CACHE_TTL,
+            metrics_token: cli.metrics_token(),
         },
         shutdown.clone(),
     );

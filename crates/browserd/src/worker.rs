@@ -251,7 +251,7 @@ pub async fn start(
                 .await
                 .with_context(|| format!("binding --metrics-addr {addr}"))?;
             tracing::info!(address = %listener.local_addr()?, "serving metrics");
-            let app = browserd_api::metrics_router(store.clone());
+            let app = browserd_api::metrics_router(store.clone(), cli.metrics_token());
             let stop = shutdown.clone();
             Some(tokio::spawn(async move {
                 let served = axum::serve(listener, app)
