@@ -20,6 +20,16 @@ ensure_packages() {
     fi
 }
 
+# As root, browserd runs Chrome as this unprivileged user, with Chrome's sandbox on
+# (crates/browser/src/launch.rs); without it Chrome would fall back to `nobody`.
+ensure_chrome_user() {
+    if [ "$(id -u)" -eq 0 ] && ! id -u browserd-chrome >/dev/null 2>&1; then
+        echo "==> useradd browserd-chrome (Chrome's user under a root worker)"
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+            browserd-chrome
+    fi
+}
+
 ensure_rust() {
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo not found: install Rust first (https://rustup.rs), e.g." >&2

@@ -35,6 +35,9 @@ pub struct BrowserState {
     pub screenshot: Option<Screenshot>,
     /// Messages of JavaScript dialogs closed automatically since the last capture.
     pub closed_dialogs: Vec<String>,
+    /// What went wrong in the browser and was repaired since the last capture (a crashed tab
+    /// replaced), browser-use's `browser_errors`.
+    pub browser_errors: Vec<String>,
     /// Absolute paths of files downloaded in this session.
     pub downloaded_files: Vec<String>,
     /// A problem capturing the page (the rest may be partial).

@@ -349,6 +349,12 @@ fn browser_block(state: &BrowserState, max_dom_chars: usize) -> String {
     if let Some(e) = &state.error {
         let _ = writeln!(out, "<browser_state_error>{e}</browser_state_error>");
     }
+    if !state.browser_errors.is_empty() {
+        out.push_str("Browser errors since the last step:\n");
+        for e in &state.browser_errors {
+            let _ = writeln!(out, "- {e}");
+        }
+    }
     if !state.closed_dialogs.is_empty() {
         out.push_str("Auto-closed JavaScript dialogs:\n");
         for d in &state.closed_dialogs {

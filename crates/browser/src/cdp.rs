@@ -102,9 +102,19 @@ struct Shared {
     events: broadcast::Sender<Arc<CdpEvent>>,
 }
 
+/// The method of the one event a connection sends its subscribers when its socket is gone, so
+/// that a wait for an event (a load, a navigation) ends at once instead of at its cap.
+pub const CONNECTION_CLOSED_EVENT: &str = "browserd.connectionClosed";
+
 impl Shared {
     fn fail_all(&self) {
-        self.closed.store(true, Ordering::SeqCst);
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            let _ = self.events.send(Arc::new(CdpEvent {
+                method: CONNECTION_CLOSED_EVENT.to_owned(),
+                session_id: None,
+                raw: Utf8Bytes::from_static("{\"params\":{}}"),
+            }));
+        }
         let drained: Vec<_> = match self.pending.lock() {
             Ok(mut map) => map.drain().collect(),
             Err(poisoned) => poisoned.into_inner().drain().collect(),

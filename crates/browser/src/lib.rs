@@ -3,7 +3,8 @@
 //! capture of a tab as browser-use's indexed page text (DOMSnapshot + layout + selective
 //! accessibility, visibility, interactivity rules, paint-order occlusion, bbox containment,
 //! same- and cross-origin iframes, shadow DOM) with its index → element map, page metrics,
-//! tabs and an optional screenshot. chromiumoxide launches Chrome; contexts, tabs, navigation,
+//! tabs and an optional screenshot. The pool launches Chrome ([`launch`]: cleared environment,
+//! its own unprivileged user under a root worker, sandbox on) and chromiumoxide connects; contexts, tabs, navigation,
 //! observation and the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
 //!
 //! Browser actions with browser-use's names and semantics ([`actions`]) run on a session with
@@ -20,6 +21,7 @@ pub mod egress;
 pub mod error;
 pub mod highlight;
 mod interactive;
+pub mod launch;
 pub mod live;
 mod paint_order;
 pub mod pool;
@@ -31,13 +33,14 @@ pub mod types;
 
 pub use actions::{Action, ActionContext, ActionResult};
 pub use error::{BrowserError, Result};
+pub use launch::{ChromeIdentity, ChromeUser, Sandbox};
 pub use live::{FrameSender, LiveViewSettings, ScreencastFrame};
 pub use pool::{
-    BrowserPool, CHROME_FLAGS, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH, PoolConfig,
-    describe_metrics,
+    BrowserPool, CHROME_FLAGS, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH,
+    DEFAULT_RENDERER_MEMORY_CAP_MB, PoolConfig, describe_metrics,
 };
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
-pub use session::{BrowserSession, ContextOptions};
+pub use session::{BrowserSession, ContextOptions, DownloadCaps};
 pub use settle::{SettleEnd, SettleReport, SettleSettings};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;

@@ -11,8 +11,8 @@ use std::{
     time::Duration,
 };
 
+use chromiumoxide::Browser;
 use chromiumoxide::cdp::browser_protocol::target::SetDiscoverTargetsParams;
-use chromiumoxide::{Browser, BrowserConfig};
 use futures::StreamExt;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
 
@@ -20,6 +20,7 @@ use crate::{
     cdp::CdpConnection,
     egress::{DEFAULT_DNS_TIMEOUT, EgressProxy, HostResolver, ProxyOptions, UpstreamProxy},
     error::{BrowserError, Result},
+    launch::ChromeIdentity,
     session::{BrowserSession, ContextOptions},
     types::Viewport,
 };
@@ -88,10 +89,24 @@ pub struct PoolConfig {
     pub egress_dns: Vec<SocketAddr>,
     /// Upstream proxies a task may pick by name ([`ContextOptions::proxy`]).
     pub upstream_proxies: HashMap<String, UpstreamProxy>,
+    /// Who launched Chrome processes run as, and whether their sandbox is on.
+    pub identity: ChromeIdentity,
+    /// How often each launched Chrome is checked: that it answers (else it is killed after
+    /// `hang_timeout`, and its tasks go on in a new one) and its renderers' memory.
+    pub health_interval: Duration,
+    /// How long a launched Chrome may take to answer a health check before it counts as hung
+    /// and is killed.
+    pub hang_timeout: Duration,
+    /// The most resident memory one renderer process may use, in MiB; a renderer above it is
+    /// killed (its tabs — one task's — are replaced and the task told). `None` = no cap.
+    pub renderer_memory_cap_mb: Option<u64>,
 }
 
 /// The Chrome a pool launches unless told otherwise: Debian's `chromium` package.
 pub const DEFAULT_CHROME_PATH: &str = "/usr/bin/chromium";
+/// The resident memory one renderer may use unless told otherwise
+/// ([`PoolConfig::renderer_memory_cap_mb`]).
+pub const DEFAULT_RENDERER_MEMORY_CAP_MB: u64 = 2048;
 /// Niceness of launched Chrome processes unless told otherwise ([`PoolConfig::nice`]).
 pub const DEFAULT_CHROME_NICE: i32 = 10;
 
@@ -111,6 +126,10 @@ impl Default for PoolConfig {
             egress_proxy: true,
             egress_dns: Vec::new(),
             upstream_proxies: HashMap::new(),
+            identity: ChromeIdentity::default(),
+            health_interval: Duration::from_secs(2),
+            hang_timeout: Duration::from_secs(20),
+            renderer_memory_cap_mb: Some(DEFAULT_RENDERER_MEMORY_CAP_MB),
         }
     }
 }
@@ -118,9 +137,10 @@ impl Default for PoolConfig {
 /// Flags every launched Chrome gets (see DEVELOPERS.md). QUIC is off (UDP would bypass the
 /// egress proxy) and WebRTC may not send UDP outside a proxy: with the per-context egress proxy
 /// (http CONNECT, no UDP) its traffic goes through the proxy over TCP or not at all.
-pub const CHROME_FLAGS: [&str; 10] = [
+/// `--no-sandbox` is not among them: it depends on who Chrome runs as
+/// ([`crate::launch::ChromeIdentity`]).
+pub const CHROME_FLAGS: [&str; 9] = [
     "--headless=new",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
@@ -137,7 +157,8 @@ pub const CHROME_FLAGS: [&str; 10] = [
 /// viewport). chromiumoxide's defaults are switched off as a whole (`disable_default_args`) and
 /// this list passed instead; its headless mode is not used either because it adds
 /// `--hide-scrollbars`, and browser-use keeps scrollbars visible (they take layout width, so
-/// the page lays out as it does there). Without leading dashes (chromiumoxide adds them).
+/// the page lays out as it does there). Without leading dashes. (The pool launches Chrome
+/// itself now — [`crate::launch`] — with these flags, and chromiumoxide only connects.)
 const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "disable-background-networking",
     "enable-features=NetworkService,NetworkServiceInProcess",
@@ -170,6 +191,27 @@ const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "mute-audio",
 ];
 
+/// The command line of a launched Chrome (without profile, endpoint and sandbox flags, which
+/// [`crate::launch::launch_chrome`] adds).
+fn chrome_args(config: &PoolConfig) -> Vec<String> {
+    CHROMIUMOXIDE_ARGS_KEPT
+        .iter()
+        .map(|flag| format!("--{flag}"))
+        .chain(CHROME_FLAGS.iter().map(|flag| (*flag).to_owned()))
+        .chain(std::iter::once(format!(
+            "--window-size={},{}",
+            config.viewport.width, config.viewport.height
+        )))
+        .chain(config.extra_args.iter().map(|flag| {
+            if flag.starts_with('-') {
+                flag.clone()
+            } else {
+                format!("--{flag}")
+            }
+        }))
+        .collect()
+}
+
 static CHROME_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// One running (or connected) Chrome.
@@ -185,8 +227,14 @@ pub(crate) struct Chrome {
     pub active: AtomicUsize,
     pub leased_total: AtomicUsize,
     pub remote: bool,
+    /// Who the process runs as (a remote Chrome: nobody we know, no files handed over).
+    pub identity: ChromeIdentity,
     /// Kills Chrome if this process dies first (see [`kill_when_this_process_exits`]).
     exit_watcher: std::sync::Mutex<Option<std::process::Child>>,
+    /// The launched process (none for a remote Chrome).
+    child: std::sync::Mutex<Option<tokio::process::Child>>,
+    /// When the health watch last killed one of its renderers for its memory, and the cap.
+    memory_kill: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
 }
 
 impl Chrome {
@@ -195,57 +243,45 @@ impl Chrome {
     }
 
     async fn launch(config: &PoolConfig) -> Result<Arc<Chrome>> {
-        let dir = tempfile::Builder::new()
-            .prefix("browserd-chrome-")
-            .tempdir()?;
-        // `with_head` only stops chromiumoxide from adding its headless flags (with
-        // `--hide-scrollbars`): `--headless=new` comes from CHROME_FLAGS.
-        let mut builder = BrowserConfig::builder()
-            .chrome_executable(&config.chrome_path)
-            .with_head()
-            .disable_default_args()
-            .no_sandbox()
-            .user_data_dir(dir.path())
-            .viewport(None)
-            .window_size(config.viewport.width, config.viewport.height)
-            .launch_timeout(config.launch_timeout)
-            .request_timeout(config.cdp_timeout)
-            .args(CHROMIUMOXIDE_ARGS_KEPT)
-            // chromiumoxide adds the leading dashes itself.
-            .args(
-                CHROME_FLAGS
-                    .iter()
-                    .filter(|f| **f != "--no-sandbox")
-                    .map(|f| f.trim_start_matches("--").to_owned()),
-            )
-            .args(
-                config
-                    .extra_args
-                    .iter()
-                    .map(|f| f.trim_start_matches("--").to_owned()),
-            );
-        builder = builder.env("LANG", "C");
-        let browser_config = builder.build().map_err(BrowserError::Launch)?;
-        let (mut browser, handler) =
-            tokio::time::timeout(config.launch_timeout, Browser::launch(browser_config))
-                .await
-                .map_err(|_| BrowserError::Launch("chrome did not start in time".into()))??;
-        let pid = browser.get_mut_child().and_then(|child| child.inner.id());
-        if let (Some(pid), Some(nice)) = (pid, config.nice) {
+        let dir = crate::launch::chrome_dir()?;
+        let launched = crate::launch::launch_chrome(
+            &config.chrome_path,
+            &chrome_args(config),
+            &config.identity,
+            dir.path(),
+            config.launch_timeout,
+        )
+        .await?;
+        let crate::launch::LaunchedChrome {
+            mut child,
+            pid,
+            ws_url,
+        } = launched;
+        if let Some(nice) = config.nice {
             lower_priority(pid, nice).await;
         }
-        let watcher =
-            pid.and_then(|pid| kill_when_this_process_exits(pid, &dir.path().to_string_lossy()));
-        let chrome = match Self::finish(browser, handler, Some(dir), pid, false, config).await {
+        let watcher = kill_when_this_process_exits(pid, &dir.path().to_string_lossy());
+        let connected = tokio::time::timeout(config.launch_timeout, Browser::connect(&ws_url))
+            .await
+            .map_err(|_| BrowserError::Launch("chrome did not answer on its endpoint".into()))
+            .and_then(|r| r.map_err(|e| BrowserError::Launch(e.to_string())));
+        let finished = match connected {
+            Ok((browser, handler)) => {
+                Self::finish(browser, handler, Some(dir), Some(pid), false, config).await
+            }
+            Err(err) => Err(err),
+        };
+        let chrome = match finished {
             Ok(chrome) => chrome,
             Err(err) => {
-                // `finish` killed Chrome: the watcher has nothing left to guard.
+                let _ = child.kill().await;
                 if let Some(watcher) = watcher {
                     stop_exit_watcher(watcher);
                 }
                 return Err(err);
             }
         };
+        *chrome.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         *chrome
             .exit_watcher
             .lock()
@@ -309,13 +345,13 @@ impl Chrome {
                 task.abort();
                 let mut browser = browser;
                 if !remote {
-                    let _ = browser.kill().await;
+                    let _ = browser.close().await;
                 }
                 return Err(err);
             }
         };
         metrics::gauge!("browserd_browser_processes").increment(1.0);
-        Ok(Arc::new(Chrome {
+        let chrome = Arc::new(Chrome {
             id: CHROME_IDS.fetch_add(1, Ordering::Relaxed),
             browser: RwLock::new(Some(browser)),
             conn,
@@ -327,8 +363,50 @@ impl Chrome {
             active: AtomicUsize::new(0),
             leased_total: AtomicUsize::new(0),
             remote,
+            identity: if remote {
+                ChromeIdentity {
+                    user: None,
+                    sandbox: crate::launch::Sandbox::On,
+                }
+            } else {
+                config.identity.clone()
+            },
             exit_watcher: std::sync::Mutex::new(None),
-        }))
+            child: std::sync::Mutex::new(None),
+            memory_kill: std::sync::Mutex::new(None),
+        });
+        if !remote {
+            tokio::spawn(watch_health(
+                Arc::downgrade(&chrome),
+                HealthSettings::of(config),
+            ));
+        }
+        Ok(chrome)
+    }
+
+    /// The memory cap (MiB) if the health watch killed one of this Chrome's renderers for it
+    /// within `window`.
+    pub fn memory_killed_within(&self, window: Duration) -> Option<u64> {
+        let killed = *self.memory_kill.lock().unwrap_or_else(|e| e.into_inner());
+        killed
+            .filter(|(at, _)| at.elapsed() <= window)
+            .map(|(_, cap)| cap)
+    }
+
+    /// Kills the process (a hung Chrome): its connection closes, and every session on it
+    /// sees the browser as gone.
+    fn kill(&self) {
+        let killed = self
+            .child
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(|child| child.start_kill().is_ok());
+        if killed != Some(true)
+            && let Some(pid) = self.pid
+        {
+            kill_pid(pid);
+        }
     }
 
     /// Closes Chrome, waits for the process and every descendant, removes the profile dir.
@@ -340,20 +418,22 @@ impl Chrome {
         if taken.is_some() {
             metrics::gauge!("browserd_browser_processes").decrement(1.0);
         }
+        let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(mut browser) = taken
             && !self.remote
         {
             let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
-            let waited = match closed {
-                Ok(Ok(_)) => tokio::time::timeout(Duration::from_secs(10), browser.wait())
-                    .await
-                    .is_ok(),
-                _ => false,
-            };
-            if !waited {
-                let _ = browser.kill().await;
-                let _ = tokio::time::timeout(Duration::from_secs(10), browser.wait()).await;
+            if let Some(mut child) = child {
+                let exited = closed.is_ok_and(|r| r.is_ok())
+                    && tokio::time::timeout(Duration::from_secs(10), child.wait())
+                        .await
+                        .is_ok();
+                if !exited {
+                    let _ = child.kill().await;
+                }
             }
+        } else if let Some(mut child) = child {
+            let _ = child.kill().await;
         }
         drop(guard);
         if let Ok(mut handler) = self.handler.lock()
@@ -407,6 +487,9 @@ pub fn kill_when_this_process_exits(pid: u32, marker: &str) -> Option<std::proce
     use std::os::unix::process::CommandExt;
     std::process::Command::new("sh")
         .args(["-c", &watcher])
+        // Nothing of the worker's environment (keys, database URL) in a process that outlives it.
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         // Its own process group, so stopping it stops its `tail` too (and a terminal's Ctrl-C,
         // sent to the foreground group, does not reach it).
         .process_group(0)
@@ -416,6 +499,116 @@ pub fn kill_when_this_process_exits(pid: u32, marker: &str) -> Option<std::proce
         .spawn()
         .inspect_err(|err| tracing::warn!(error = %err, "could not start the Chrome exit watcher"))
         .ok()
+}
+
+/// What the health watch of each launched Chrome checks, and how often.
+#[derive(Clone, Copy, Debug)]
+struct HealthSettings {
+    interval: Duration,
+    hang_timeout: Duration,
+    renderer_memory_cap_mb: Option<u64>,
+}
+
+impl HealthSettings {
+    fn of(config: &PoolConfig) -> Self {
+        Self {
+            interval: config.health_interval,
+            hang_timeout: config.hang_timeout,
+            renderer_memory_cap_mb: config.renderer_memory_cap_mb,
+        }
+    }
+}
+
+/// Watches one launched Chrome until it is gone: every `interval`, a `Browser.getVersion`
+/// that must be answered within `hang_timeout` (else Chrome is killed: a hung browser fails
+/// its tasks' calls only after their own timeouts, a dead one at once, and its tasks are
+/// resumed in a new one), and each renderer's resident memory against the cap (a renderer
+/// above it is killed before it takes the machine, and Chrome, down).
+async fn watch_health(chrome: std::sync::Weak<Chrome>, settings: HealthSettings) {
+    loop {
+        tokio::time::sleep(settings.interval).await;
+        let Some(chrome) = chrome.upgrade() else {
+            return;
+        };
+        if !chrome.is_alive() {
+            return;
+        }
+        let answered = chrome
+            .conn
+            .call_raw(
+                None,
+                "Browser.getVersion",
+                serde_json::json!({}),
+                settings.hang_timeout,
+            )
+            .await;
+        if let Err(err) = answered {
+            if !chrome.is_alive() {
+                return;
+            }
+            tracing::warn!(pid = ?chrome.pid, %err, "Chrome stopped answering; killing it");
+            metrics::counter!("browserd_chrome_hangs_total").increment(1);
+            chrome.kill();
+            return;
+        }
+        if let (Some(cap_mb), Some(pid)) = (settings.renderer_memory_cap_mb, chrome.pid) {
+            let cap_kib = cap_mb.saturating_mul(1024);
+            let renderers = tokio::task::spawn_blocking(move || renderer_memory_kib(pid))
+                .await
+                .unwrap_or_default();
+            for (renderer, rss_kib) in renderers {
+                if rss_kib > cap_kib {
+                    tracing::warn!(
+                        renderer,
+                        rss_mib = rss_kib / 1024,
+                        cap_mb,
+                        "a renderer is over its memory cap; killing it"
+                    );
+                    *chrome.memory_kill.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((std::time::Instant::now(), cap_mb));
+                    metrics::counter!("browserd_renderer_memory_kills_total").increment(1);
+                    kill_pid(renderer);
+                }
+            }
+        }
+    }
+}
+
+/// The renderer processes under Chrome `pid` with their resident memory (KiB), from /proc.
+fn renderer_memory_kib(pid: u32) -> Vec<(u32, u64)> {
+    descendant_pids(pid)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|cmdline| contains(&cmdline, b"--type=renderer"))
+        })
+        .filter_map(|p| {
+            let status = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+            let rss = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()?;
+            Some((p, rss))
+        })
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// SIGKILL to `pid` (the shell's `kill`: the workspace forbids `unsafe`, and `sh` is in every
+/// base system, as for the exit watcher).
+fn kill_pid(pid: u32) {
+    let _ = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -9 {pid}")])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// Stops a watcher from [`kill_when_this_process_exits`]: its whole process group (the `sh`

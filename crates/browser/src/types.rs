@@ -282,6 +282,9 @@ pub struct PageState {
     /// JavaScript dialogs closed automatically since the last action result or capture
     /// (`[alert] message`), browser-use's `closed_popup_messages`.
     pub closed_popup_messages: Vec<String>,
+    /// What went wrong in the browser since the last capture and was repaired (a tab whose
+    /// page crashed or used too much memory, replaced), browser-use's `browser_errors`.
+    pub browser_errors: Vec<String>,
 }
 
 impl PageState {

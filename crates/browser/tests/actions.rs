@@ -18,7 +18,7 @@ use axum::{
 };
 use browserd_browser::{
     Action, ActionContext, ActionResult, BrowserSession, CaptureOptions, ContextOptions,
-    DownloadState, PageState, Viewport,
+    DownloadCaps, DownloadState, PageState, Viewport,
     actions::{
         ClickParams, DoneParams, EvaluateParams, ExtractParams, FindElementsParams, FindTextParams,
         IndexParams, InputParams, NavigateParams, NoParams, PaperFormat, SaveAsPdfParams,
@@ -55,6 +55,7 @@ async fn server() -> &'static Server {
             let app = Router::new()
                 .route("/hit/{name}", get(hit))
                 .route("/download", get(download))
+                .route("/big-download", get(big_download))
                 .route("/redirect", get(redirect))
                 .fallback(static_file)
                 .with_state(hits.clone());
@@ -92,6 +93,21 @@ async fn download() -> Response {
             ),
         ],
         "hello download",
+    )
+        .into_response()
+}
+
+/// A 3 MiB attachment.
+async fn big_download() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/octet-stream"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"big.bin\"",
+            ),
+        ],
+        vec![b'x'; 3 << 20],
     )
         .into_response()
 }
@@ -1333,6 +1349,61 @@ fn egress_policy_through_actions() {
         let tabs = session.tabs().await.expect("tabs");
         assert_eq!(tabs.len(), 1, "{tabs:?} {r:?}");
         assert_eq!(srv.hits.count("popup"), 0);
+        session.release().await;
+    });
+}
+
+#[test]
+fn a_download_past_its_cap_is_cancelled_and_reported() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let srv = server().await;
+        let session = guard
+            .pool()
+            .lease_with(ContextOptions {
+                download_caps: DownloadCaps {
+                    per_file_bytes: 1 << 20,
+                    per_task_bytes: 10 << 20,
+                },
+                ..ContextOptions::default()
+            })
+            .await
+            .expect("lease");
+        session
+            .navigate(&url("/actions/form.html", srv.addr))
+            .await
+            .expect("navigate");
+        let navigate = run(
+            &session,
+            Action::Navigate(NavigateParams {
+                url: url("/big-download", srv.addr),
+                new_tab: false,
+            }),
+        )
+        .await;
+        eventually("the download to be refused", || async {
+            session
+                .downloads()
+                .iter()
+                .any(|d| d.state == DownloadState::Canceled)
+        })
+        .await;
+        let next = run(&session, Action::Wait(WaitParams { seconds: 0 })).await;
+        let reported = format!(
+            "{:?} {:?}",
+            navigate.error.unwrap_or_default(),
+            next.error.unwrap_or_default()
+        );
+        assert!(
+            reported.contains("Downloads cancelled") && reported.contains("1 MiB allowed per file"),
+            "{reported}"
+        );
+        let left: Vec<_> = std::fs::read_dir(session.workspace().downloads_dir())
+            .expect("downloads dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "nothing of it is kept: {left:?}");
         session.release().await;
     });
 }

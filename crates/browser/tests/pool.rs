@@ -135,6 +135,7 @@ fn remote_endpoint_mode() {
         let dir = tempfile::tempdir().unwrap();
         let mut child = std::process::Command::new("/usr/bin/chromium")
             .args(browserd_browser::CHROME_FLAGS)
+            .arg("--no-sandbox")
             .arg("--remote-debugging-port=0")
             .arg(format!("--user-data-dir={}", dir.path().display()))
             .arg("about:blank")
@@ -279,4 +280,134 @@ fn chrome_does_not_outlive_a_killed_worker() {
         "Chrome outlived its killed worker: {:?}",
         all_alive(&pids)
     );
+}
+
+/// Captures `session` until its state reports a browser error (the crash event arrives on its
+/// own), at most 60 captures.
+async fn capture_until_browser_error(
+    session: &browserd_browser::BrowserSession,
+) -> browserd_browser::PageState {
+    for _ in 0..60 {
+        if let Ok(state) = session.capture(&Default::default()).await
+            && !state.browser_errors.is_empty()
+        {
+            return state;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no browser error reported");
+}
+
+#[test]
+fn a_crashed_tab_is_replaced_and_only_its_session_notices() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(PoolConfig {
+            contexts_per_process: 2,
+            ..test_config()
+        })
+        .unwrap();
+        let url = format!("http://{}/rules.html", server().await);
+        let a = pool.lease().await.unwrap();
+        let b = pool.lease().await.unwrap();
+        a.navigate(&url).await.unwrap();
+        b.navigate(&url).await.unwrap();
+        let before = b.capture(&Default::default()).await.unwrap();
+        let chrome = pool.chrome_pids().await;
+        let crashed_tab = a.focused_target().await.unwrap();
+        // Page.crash never answers: its renderer is gone.
+        let crash = a.cdp(Some(&crashed_tab), "Page.crash", json!({}));
+        let _ = tokio::time::timeout(Duration::from_secs(5), crash).await;
+        let state = capture_until_browser_error(&a).await;
+        assert_eq!(state.browser_errors.len(), 1, "{:?}", state.browser_errors);
+        let notice = &state.browser_errors[0];
+        assert!(
+            notice.contains("crashed") && notice.contains("reopened"),
+            "{notice}"
+        );
+        // Reopened at the same address, in a new tab, focused.
+        assert_eq!(state.url, url);
+        assert_eq!(state.tabs.len(), 1, "{:?}", state.tabs);
+        assert_ne!(a.focused_target().await.unwrap(), crashed_tab);
+        // The same page (a new document: its element indices differ).
+        let without_indices = |text: &str| {
+            text.lines()
+                .map(|l| {
+                    l.trim_start_matches(['\t', '*'])
+                        .split_once(']')
+                        .map_or(l, |(_, rest)| rest)
+                        .to_owned()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            without_indices(&state.llm_text),
+            without_indices(&before.llm_text),
+            "the page is back"
+        );
+        // The next capture has nothing more to say.
+        assert!(
+            a.capture(&Default::default())
+                .await
+                .unwrap()
+                .browser_errors
+                .is_empty()
+        );
+        // The other session, in the same Chrome, noticed nothing.
+        let other = b.capture(&Default::default()).await.unwrap();
+        assert!(
+            other.browser_errors.is_empty(),
+            "{:?}",
+            other.browser_errors
+        );
+        assert_eq!(other.llm_text, before.llm_text);
+        assert!(!a.browser_lost() && !b.browser_lost());
+        assert_eq!(pool.chrome_pids().await, chrome, "Chrome lived on");
+        a.release().await;
+        b.release().await;
+        pool.shutdown().await;
+    });
+}
+
+#[test]
+fn a_hung_chrome_is_killed_and_the_next_lease_gets_a_new_one() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(PoolConfig {
+            health_interval: Duration::from_millis(200),
+            hang_timeout: Duration::from_secs(2),
+            ..test_config()
+        })
+        .unwrap();
+        let session = pool.lease().await.unwrap();
+        session
+            .navigate(&format!("http://{}/rules.html", server().await))
+            .await
+            .unwrap();
+        let hung = pool.chrome_pids().await;
+        assert_eq!(hung.len(), 1);
+        // SIGSTOP: the process lives but answers nothing, as a hung browser.
+        let stopped = std::process::Command::new("sh")
+            .args(["-c", &format!("kill -STOP {}", hung[0])])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        let mut waited = 0;
+        while !session.browser_lost() {
+            assert!(waited < 300, "the hung Chrome was not killed");
+            waited += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(session.capture(&Default::default()).await.is_err());
+        session.release().await;
+        let fresh = pool.lease().await.unwrap();
+        fresh
+            .navigate(&format!("http://{}/rules.html", server().await))
+            .await
+            .unwrap();
+        let now = pool.chrome_pids().await;
+        assert!(!now.contains(&hung[0]), "a new Chrome: {now:?} vs {hung:?}");
+        fresh.release().await;
+        pool.shutdown().await;
+        assert!(!pid_alive(hung[0]), "the hung Chrome is gone");
+    });
 }

@@ -363,7 +363,9 @@ impl Backend for LocalBackend {
                                 task.ended(TaskStatus::Finished, output, success, None);
                             }
                             RunEnd::Stopped => task.ended(TaskStatus::Stopped, output, None, None),
-                            RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
+                            RunEnd::Budget(reason)
+                            | RunEnd::NotDone(reason)
+                            | RunEnd::BrowserLost(reason) => {
                                 task.ended(TaskStatus::Failed, output, None, Some(reason));
                             }
                         }

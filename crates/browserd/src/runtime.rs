@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use browserd_browser::settle::DEFAULT_SETTLE_CAP;
-use browserd_browser::{BrowserPool, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH, PoolConfig};
+use browserd_browser::{
+    BrowserPool, ChromeIdentity, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH,
+    DEFAULT_RENDERER_MEMORY_CAP_MB, PoolConfig,
+};
 use browserd_llm::{ModelRegistry, ModelsConfig};
 use browserd_types::dto::{ViewportSize, limits};
 use browserd_worker::{RunnerSettings, TaskRunner, browser_viewport};
@@ -28,6 +31,34 @@ pub struct BrowserArgs {
     /// the CPU then leave the api, event delivery and Postgres responsive.
     #[arg(long, env = "BROWSERD_CHROME_NICE", default_value_t = DEFAULT_CHROME_NICE, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub chrome_nice: i32,
+
+    /// The unprivileged user Chrome runs as when this process runs as root (with its sandbox
+    /// on); `nobody` when this user does not exist. Chrome as root, without its sandbox, only
+    /// when neither exists.
+    #[arg(long, env = "BROWSERD_CHROME_USER", default_value = DEFAULT_CHROME_USER)]
+    pub chrome_user: String,
+
+    /// Run Chrome without its sandbox (`--no-sandbox`): only where the sandbox cannot work
+    /// (a container that allows neither user namespaces nor the setuid helper). Warned at
+    /// start. The variable takes `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`.
+    #[arg(
+        long,
+        env = "BROWSERD_CHROME_NO_SANDBOX",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub chrome_no_sandbox: bool,
+
+    /// The most resident memory one renderer process may use, in MiB (0 = no cap): a page
+    /// above it is closed — only its task's tabs are in that renderer — and the task told,
+    /// before it takes Chrome or the machine down.
+    #[arg(long, env = "BROWSERD_RENDERER_MEMORY_CAP_MB", default_value_t = DEFAULT_RENDERER_MEMORY_CAP_MB)]
+    pub renderer_memory_cap_mb: u64,
+
+    /// Seconds a Chrome may take to answer the pool's health check before it counts as hung:
+    /// it is killed, and its tasks go on from their last step in a new one.
+    #[arg(long, env = "BROWSERD_CHROME_HANG_TIMEOUT_S", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub chrome_hang_timeout_s: u64,
 
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
@@ -63,7 +94,32 @@ pub struct BrowserArgs {
     pub egress: EgressArgs,
 }
 
+/// The user Chrome runs as under a root worker unless told otherwise (`--chrome-user`).
+pub const DEFAULT_CHROME_USER: &str = "browserd-chrome";
+
 impl BrowserArgs {
+    /// Who Chrome runs as, and whether sandboxed ([`ChromeIdentity::choose`]); the operator's
+    /// warnings are logged.
+    pub fn chrome_identity(&self) -> anyhow::Result<ChromeIdentity> {
+        let (identity, warnings) = ChromeIdentity::choose(
+            &[self.chrome_user.as_str(), "nobody"],
+            self.chrome_no_sandbox,
+        )
+        .context("--chrome-user")?;
+        for warning in warnings {
+            tracing::warn!("{warning}");
+        }
+        match &identity.user {
+            Some(user) => {
+                tracing::info!(user = %user.name, sandbox = ?identity.sandbox, "Chrome runs as another user")
+            }
+            None => {
+                tracing::info!(sandbox = ?identity.sandbox, "Chrome runs as this process's user")
+            }
+        }
+        Ok(identity)
+    }
+
     /// The settle cap of tasks that set none.
     pub fn settle_timeout(&self) -> Duration {
         Duration::from_millis(u64::try_from(self.settle_timeout_ms).unwrap_or(0))
@@ -137,6 +193,10 @@ impl Runtime {
                     .collect(),
                 nice: (browser.chrome_nice > 0).then_some(browser.chrome_nice),
                 viewport,
+                identity: browser.chrome_identity()?,
+                renderer_memory_cap_mb: (browser.renderer_memory_cap_mb > 0)
+                    .then_some(browser.renderer_memory_cap_mb),
+                hang_timeout: Duration::from_secs(browser.chrome_hang_timeout_s),
                 ..PoolConfig::default()
             },
         )?;

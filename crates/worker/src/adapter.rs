@@ -165,6 +165,7 @@ impl AgentBrowser for SessionBrowser {
             element_count: page.selector_map.len(),
             screenshot: page.screenshot,
             closed_dialogs: page.closed_popup_messages,
+            browser_errors: page.browser_errors,
             downloaded_files,
             error: None,
         };

@@ -177,8 +177,12 @@ pub enum RunEnd {
     Budget(String),
     /// Stopped from outside (Ctrl-C, the API, a lost lease).
     Stopped,
-    /// Ended without `done`: max steps, max failures, a dead browser.
+    /// Ended without `done`: max steps, max failures.
     NotDone(String),
+    /// The Chrome hosting the run died (crash, kill, hang): the task can go on from its last
+    /// persisted step in a new browser, as when its worker is lost. The reason says what the
+    /// agent saw.
+    BrowserLost(String),
 }
 
 /// A finished run.
@@ -200,7 +204,9 @@ impl RunOutcome {
     pub fn error(&self) -> Option<String> {
         match &self.end {
             RunEnd::Done { .. } => None,
-            RunEnd::Budget(reason) | RunEnd::NotDone(reason) => Some(reason.clone()),
+            RunEnd::Budget(reason) | RunEnd::NotDone(reason) | RunEnd::BrowserLost(reason) => {
+                Some(reason.clone())
+            }
             RunEnd::Stopped => Some("stopped".to_owned()),
         }
     }
@@ -342,7 +348,8 @@ impl TaskRunner {
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
         };
         drop(deadline);
-        let browser_state = if spec.save_browser_state {
+        let browser_lost = browser.session().browser_lost();
+        let browser_state = if spec.save_browser_state && !browser_lost {
             crate::browser_state::save(browser.session()).await
         } else {
             None
@@ -358,11 +365,14 @@ impl TaskRunner {
         } else if control.is_stopped() {
             RunEnd::Stopped
         } else {
-            RunEnd::NotDone(
-                budget
-                    .end_error()
-                    .unwrap_or_else(|| "the run ended without done".to_owned()),
-            )
+            let reason = budget
+                .end_error()
+                .unwrap_or_else(|| "the run ended without done".to_owned());
+            if browser_lost {
+                RunEnd::BrowserLost(reason)
+            } else {
+                RunEnd::NotDone(reason)
+            }
         };
         Ok(RunOutcome {
             history,
@@ -393,6 +403,7 @@ impl TaskRunner {
                     ..SettleSettings::default()
                 },
                 proxy: spec.options.proxy.clone(),
+                download_caps: Default::default(),
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;
@@ -510,6 +521,7 @@ impl TaskRunner {
             None => replaying.await,
         };
         drop(deadline);
+        let browser_lost = browser.session().browser_lost();
         release_browser(browser).await;
         let timed_out = timed_out
             .lock()
@@ -524,12 +536,15 @@ impl TaskRunner {
         } else if control.is_stopped() && report.error.as_deref() == Some("stopped") {
             RunEnd::Stopped
         } else {
-            RunEnd::NotDone(
-                report
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| "the replay failed".to_owned()),
-            )
+            let reason = report
+                .error
+                .clone()
+                .unwrap_or_else(|| "the replay failed".to_owned());
+            if browser_lost {
+                RunEnd::BrowserLost(reason)
+            } else {
+                RunEnd::NotDone(reason)
+            }
         };
         Ok(ReplayOutcome {
             run: RunOutcome {

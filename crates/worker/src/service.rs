@@ -359,6 +359,7 @@ impl TaskJob {
             // Dropping the run drops the agent and its browser context.
             drop(run);
             self.hand_back(id).await;
+            remove_workspace(started.workspace_dir).await;
             return;
         };
         drop(run);
@@ -618,9 +619,10 @@ impl TaskJob {
             {
                 self.save_output_files(id, &workspace_dir, output_secrets)
                     .await;
-                let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir))
-                    .await;
             }
+            // Whoever runs the task next starts from its stored state; the files here may hold
+            // filled-in secret values.
+            remove_workspace(workspace_dir).await;
             return;
         }
         match result {
@@ -632,12 +634,49 @@ impl TaskJob {
                     .store
                     .release_task(id, &self.config.id, "no browser available")
                     .await;
+                remove_workspace(workspace_dir).await;
                 return;
             }
             Err(err) => {
                 self.save_output_files(id, &workspace_dir, output_secrets)
                     .await;
                 self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                    .await;
+            }
+            Ok(RunOutcome {
+                end: RunEnd::BrowserLost(reason),
+                ..
+            }) if attempt < self.config.max_attempts => {
+                // Its Chrome died under it: the task goes on from its last persisted step in a
+                // new browser (here or on another worker) at once, as after a lost worker.
+                tracing::warn!(%reason, attempt, "the task's browser died; requeueing it");
+                crate::telemetry::browser_lost(true);
+                let released = self
+                    .store
+                    .release_task(
+                        id,
+                        &self.config.id,
+                        &format!("the browser crashed: {reason}"),
+                    )
+                    .await;
+                if let Err(err) = released {
+                    tracing::warn!(%err, "requeueing failed; the task's lease will expire");
+                }
+                remove_workspace(workspace_dir).await;
+                return;
+            }
+            Ok(RunOutcome {
+                end: RunEnd::BrowserLost(reason),
+                ..
+            }) => {
+                crate::telemetry::browser_lost(false);
+                self.save_output_files(id, &workspace_dir, output_secrets)
+                    .await;
+                let error = format!(
+                    "the browser crashed in each of the task's {attempt} attempts (the last: \
+                     {reason})"
+                );
+                self.end(id, Transition::Fail, None, None, Some(error))
                     .await;
             }
             Ok(outcome) => {
@@ -658,7 +697,7 @@ impl TaskJob {
         {
             tracing::warn!(%err, "could not stop the task's one-off session");
         }
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(workspace_dir)).await;
+        remove_workspace(workspace_dir).await;
     }
 
     /// The session's cookies and tabs, saved before the task ends, so a task created in the
@@ -686,7 +725,7 @@ impl TaskJob {
                 self.end(id, Transition::Finish, output, success, None)
                     .await;
             }
-            RunEnd::Budget(reason) | RunEnd::NotDone(reason) => {
+            RunEnd::Budget(reason) | RunEnd::NotDone(reason) | RunEnd::BrowserLost(reason) => {
                 self.end(id, Transition::Fail, output, None, Some(reason))
                     .await;
             }
@@ -817,6 +856,20 @@ impl TaskJob {
             }
             Err(err) => tracing::warn!(%err, "could not record the end of the task"),
         }
+    }
+}
+
+/// Removes a task's workspace once this worker is done with the task — ended, handed back or
+/// given up: its files may hold secret values the agent filled in, and a run that resumes the
+/// task starts from what is stored, not from this disk.
+async fn remove_workspace(dir: PathBuf) {
+    let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+        _ => Ok(()),
+    })
+    .await;
+    if let Ok(Err(err)) = removed {
+        tracing::warn!(%err, "could not remove the task's workspace");
     }
 }
 

@@ -25,12 +25,22 @@ pub fn describe_metrics() {
     );
     metrics::gauge!("browserd_worker_tasks_running").set(0.0);
     metrics::describe_counter!(
+        "browserd_tasks_browser_lost_total",
+        "Runs whose Chrome died under them, by outcome (requeued, failed = out of attempts)"
+    );
+    metrics::describe_counter!(
         "browserd_webhook_attempts_total",
         "Webhook delivery attempts by outcome (delivered, retry, failed = given up)"
     );
     browserd_agent::telemetry::describe_metrics();
     browserd_browser::describe_metrics();
     browserd_llm::layers::describe_metrics();
+}
+
+/// A run whose Chrome died: requeued, or failed out of attempts.
+pub(crate) fn browser_lost(requeued: bool) {
+    let outcome = if requeued { "requeued" } else { "failed" };
+    metrics::counter!("browserd_tasks_browser_lost_total", "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn task_span(id: TaskId, attempt: i32, model: Option<&str>) -> Span {

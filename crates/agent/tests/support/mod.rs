@@ -486,6 +486,7 @@ impl AgentBrowser for FakeBrowser {
                 height: 720,
             }),
             closed_dialogs: Vec::new(),
+            browser_errors: Vec::new(),
             downloaded_files: Vec::new(),
             error: None,
         })

@@ -124,6 +124,11 @@ impl BrowserSession {
             result.append_note(&format!("Downloaded files: {}", downloads.join(", ")));
             *result = std::mem::take(result).with_meta("downloaded_files", json!(downloads));
         }
+        let refused = self.events.take_refused_downloads();
+        if !refused.is_empty() {
+            result.append_error(&format!("Downloads cancelled: {}", refused.join("; ")));
+            *result = std::mem::take(result).with_meta("cancelled_downloads", json!(refused));
+        }
         if let Some(guard) = &self.egress {
             let blocked = self.drain_blocked();
             if !blocked.is_empty() {

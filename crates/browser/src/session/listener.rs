@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use super::crash::CrashedTab;
 use super::tabs::{Sessions, TargetInfoWire, prepare_tab};
 use crate::{
     actions::workspace::sanitize_file_name,
@@ -25,6 +26,12 @@ pub(crate) struct SessionEvents {
     /// Downloads finished since the last action result.
     pub(super) finished_downloads: std::sync::Mutex<Vec<String>>,
     pub(super) prepared: Mutex<HashSet<String>>,
+    /// Tabs whose renderer died since the last capture ([`super::crash`]).
+    pub(super) crashed: std::sync::Mutex<Vec<CrashedTab>>,
+    /// Addresses whose page crashed in this session (not reopened a second time).
+    pub(super) crashed_urls: std::sync::Mutex<HashSet<String>>,
+    /// Downloads cancelled for a size cap since the last action result.
+    pub(super) refused_downloads: std::sync::Mutex<Vec<String>>,
 }
 
 pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -38,6 +45,12 @@ impl SessionEvents {
     pub(crate) fn take_finished_downloads(&self) -> Vec<String> {
         std::mem::take(&mut *lock(&self.finished_downloads))
     }
+    pub(crate) fn take_crashed(&self) -> Vec<CrashedTab> {
+        std::mem::take(&mut *lock(&self.crashed))
+    }
+    pub(crate) fn take_refused_downloads(&self) -> Vec<String> {
+        std::mem::take(&mut *lock(&self.refused_downloads))
+    }
 }
 
 pub(super) struct ListenerCtx {
@@ -47,6 +60,33 @@ pub(super) struct ListenerCtx {
     pub(super) downloads_dir: PathBuf,
     pub(super) timeout: Duration,
     pub(super) viewport: Viewport,
+    pub(super) download_caps: DownloadCaps,
+}
+
+/// The most a session's downloads may take on disk: per file and all together. A download
+/// that grows past either is cancelled and its partial file removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DownloadCaps {
+    pub per_file_bytes: u64,
+    pub per_task_bytes: u64,
+}
+
+impl Default for DownloadCaps {
+    /// 100 MiB per file, 500 MiB per task.
+    fn default() -> Self {
+        Self {
+            per_file_bytes: 100 << 20,
+            per_task_bytes: 500 << 20,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TargetCrashedWire {
+    #[serde(rename = "targetId")]
+    target_id: String,
+    #[serde(default)]
+    status: String,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +164,23 @@ pub(super) async fn listen(
                     }
                 }
             }
+            "Target.targetCrashed" => {
+                if let Ok(p) = ev.params::<TargetCrashedWire>() {
+                    let ours = ctx.events.prepared.lock().await.contains(&p.target_id)
+                        || ctx
+                            .sessions
+                            .by_target
+                            .lock()
+                            .await
+                            .contains_key(&p.target_id);
+                    if ours {
+                        lock(&ctx.events.crashed).push(CrashedTab {
+                            target_id: p.target_id,
+                            status: p.status,
+                        });
+                    }
+                }
+            }
             "Page.javascriptDialogOpening" => {
                 let Some(session) = ev.session_id.clone() else {
                     continue;
@@ -176,13 +233,30 @@ pub(super) async fn listen(
                 if let Ok(p) = ev.params::<DownloadProgressWire>() {
                     let finished = {
                         let mut downloads = lock(&ctx.events.downloads);
-                        let Some(d) = downloads.iter_mut().find(|d| d.guid == p.guid) else {
+                        let Some(pos) = downloads.iter().position(|d| d.guid == p.guid) else {
                             continue;
                         };
+                        let d = &mut downloads[pos];
                         d.received_bytes = p.received_bytes.max(0.0) as u64;
                         d.total_bytes = p.total_bytes.max(0.0) as u64;
+                        let size = d.received_bytes.max(d.total_bytes);
+                        let running = d.state == DownloadState::InProgress;
+                        // Checked while it grows and once more when it completes (a fast
+                        // download may complete before any progress event).
+                        let over = (running && p.state != "canceled")
+                            .then(|| over_download_cap(&downloads, size, ctx.download_caps))
+                            .flatten();
+                        let d = &mut downloads[pos];
+                        if let Some(why) = over {
+                            d.state = DownloadState::Canceled;
+                            lock(&ctx.events.refused_downloads).push(format!("{} ({why})", d.url));
+                            let ctx = ctx.clone();
+                            let guid = d.guid.clone();
+                            tokio::spawn(async move { cancel_download(&ctx, &guid).await });
+                            continue;
+                        }
                         match p.state.as_str() {
-                            "completed" if d.state == DownloadState::InProgress => Some(d.clone()),
+                            "completed" if running => Some(d.clone()),
                             "canceled" => {
                                 d.state = DownloadState::Canceled;
                                 None
@@ -208,6 +282,47 @@ pub(super) async fn listen(
             _ => {}
         }
     }
+}
+
+/// Why a download of `size` bytes so far breaks a cap, counting the session's other
+/// downloads (finished and in progress).
+fn over_download_cap(downloads: &[DownloadInfo], size: u64, caps: DownloadCaps) -> Option<String> {
+    if size > caps.per_file_bytes {
+        return Some(format!(
+            "larger than the {} MiB allowed per file",
+            caps.per_file_bytes >> 20
+        ));
+    }
+    let total: u64 = downloads
+        .iter()
+        .filter(|d| d.state != DownloadState::Canceled)
+        .map(|d| d.received_bytes.max(d.total_bytes))
+        .sum();
+    (total > caps.per_task_bytes).then(|| {
+        format!(
+            "the task's downloads would exceed the {} MiB allowed per task",
+            caps.per_task_bytes >> 20
+        )
+    })
+}
+
+/// Cancels a download past a cap and removes what it wrote.
+async fn cancel_download(ctx: &ListenerCtx, guid: &str) {
+    let cancelled = ctx
+        .sessions
+        .chrome
+        .conn
+        .call_raw(
+            None,
+            "Browser.cancelDownload",
+            json!({"guid": guid, "browserContextId": ctx.context_id}),
+            ctx.timeout,
+        )
+        .await;
+    if let Err(err) = cancelled {
+        tracing::debug!(%err, "could not cancel a download past its cap (it completed)");
+    }
+    let _ = std::fs::remove_file(ctx.downloads_dir.join(guid));
 }
 
 /// Moves `downloads/<guid>` to a sanitized unique name; returns the final path.

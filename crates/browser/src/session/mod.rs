@@ -11,6 +11,7 @@
 //! events), `observe` (captures and screenshots) and `listener` (dialogs, downloads and tabs
 //! the page opens).
 
+mod crash;
 mod listener;
 mod navigation;
 mod observe;
@@ -27,11 +28,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
 
+use self::listener::{ListenerCtx, SessionEvents, listen, lock};
 pub(crate) use self::navigation::{WaitOutcome, load_cap, wait_for_event};
-use self::{
-    listener::{ListenerCtx, SessionEvents, listen, lock},
-    tabs::Sessions,
-};
+use self::tabs::Sessions;
 use crate::{
     actions::Workspace,
     capture::SessionSource,
@@ -45,6 +44,7 @@ use crate::{
     settle::SettleSettings,
     types::{DownloadInfo, SelectorMap, Viewport},
 };
+pub use listener::DownloadCaps;
 
 /// Settings of one task's browser context (a lease): egress, workspace, settle, viewport, proxy.
 #[derive(Clone, Debug, Default)]
@@ -65,6 +65,8 @@ pub struct ContextOptions {
     /// [`PoolConfig::upstream_proxies`](crate::PoolConfig::upstream_proxies) that carries the
     /// task's traffic after the egress checks; an unknown name fails the lease. Needs `egress`.
     pub proxy: Option<String>,
+    /// The most the session's downloads may take (a download past it is cancelled).
+    pub download_caps: DownloadCaps,
 }
 
 pub(crate) struct SessionState {
@@ -95,6 +97,7 @@ pub struct BrowserSession {
     proxy: Option<ContextProxy>,
     pub(crate) workspace: Workspace,
     viewport: Viewport,
+    download_caps: DownloadCaps,
     listener: Option<tokio::task::JoinHandle<()>>,
     lease: Option<Lease>,
     released: bool,
@@ -123,6 +126,10 @@ impl BrowserSession {
             Some(dir) => Workspace::open(dir)?,
             None => Workspace::temporary()?,
         };
+        // Chrome (maybe another user) writes the downloads; it may pass through the root.
+        let identity = &chrome.identity;
+        identity.allow_through(workspace.root())?;
+        identity.hand_over(&workspace.downloads_dir())?;
         let policy = match &options.egress {
             Some(settings) => Some(Arc::new(
                 EgressPolicy::new(settings.clone())
@@ -199,6 +206,7 @@ impl BrowserSession {
             proxy,
             workspace,
             viewport: options.viewport.unwrap_or(default_viewport),
+            download_caps: options.download_caps,
             listener: None,
             lease: None,
             released: false,
@@ -259,6 +267,7 @@ impl BrowserSession {
                 downloads_dir: self.workspace.downloads_dir(),
                 timeout: self.timeout,
                 viewport: self.viewport,
+                download_caps: self.download_caps,
             },
         )));
         self.new_tab("about:blank").await?;
@@ -268,6 +277,13 @@ impl BrowserSession {
     pub(crate) fn with_lease(mut self, lease: Lease) -> Self {
         self.lease = Some(lease);
         self
+    }
+
+    /// Whether the Chrome hosting this session is gone (crashed, killed, its connection lost,
+    /// or killed by the pool's health check as hung): the session can do nothing more, and its
+    /// task may go on in a new one.
+    pub fn browser_lost(&self) -> bool {
+        !self.chrome.is_alive()
     }
 
     /// The CDP browser-context id of this session.

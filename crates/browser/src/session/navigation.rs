@@ -161,6 +161,10 @@ pub(crate) async fn wait_for_event(
                 if pred(&ev) {
                     return WaitOutcome::Seen;
                 }
+                // Chrome is gone: nothing will come; the caller's next call fails at once.
+                if ev.method == crate::cdp::CONNECTION_CLOSED_EVENT {
+                    return WaitOutcome::Lagged;
+                }
             }
             Ok(Err(RecvError::Lagged(_))) => return WaitOutcome::Lagged,
             Ok(Err(RecvError::Closed)) => return WaitOutcome::TimedOut,

@@ -38,6 +38,8 @@ impl BrowserSession {
     /// screenshot. `*` marks elements not present in the previous capture of this session
     /// (reset when the focused tab changes).
     pub async fn capture(&self, options: &CaptureOptions) -> Result<PageState> {
+        // A tab whose renderer died is replaced first; the agent is told in `browser_errors`.
+        let browser_errors = self.recover_crashed_tabs().await;
         let target = self.focused_target().await?;
         let previous = {
             let state = self.state.lock().await;
@@ -101,6 +103,7 @@ impl BrowserSession {
             screenshot: output.screenshot,
             timings: output.timings,
             closed_popup_messages: self.events.take_dialogs(),
+            browser_errors,
         })
     }
 }

@@ -1,0 +1,353 @@
+//! Launching a Chrome process: who it runs as, what it is given, and where its DevTools
+//! endpoint is.
+//!
+//! Chrome renders pages of every tenant of a worker, so it gets nothing of the worker's: a
+//! cleared environment (only [`CHROME_ENV_KEPT`] of the worker's, plus a `HOME` and `TMPDIR` of
+//! its own inside its profile directory), and — when the worker runs as root — another,
+//! unprivileged user ([`ChromeUser`]), whose files are its profile directory and the task
+//! workspaces' `downloads/`. Its sandbox is on unless it would run as root or the operator
+//! switched it off ([`Sandbox`]).
+//!
+//! Launched here rather than by chromiumoxide: chromiumoxide passes the worker's whole
+//! environment on and has no way to clear it or to change the user; the std `Command` does
+//! both without `unsafe`. chromiumoxide then connects to the endpoint Chrome prints.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::error::{BrowserError, Result};
+
+/// The worker's environment variables Chrome is given (when set): the locale's time zone and
+/// the executable search path. Everything else — database URLs, API keys, the secrets key —
+/// stays with the worker.
+pub const CHROME_ENV_KEPT: [&str; 2] = ["TZ", "PATH"];
+
+/// The unprivileged user Chrome runs as when the worker runs as root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChromeUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl ChromeUser {
+    /// Looks `name` up in the system's user database (`getent passwd`, so NSS sources count);
+    /// `None` when there is no such user.
+    pub fn lookup(name: &str) -> Result<Option<Self>> {
+        if name.is_empty() || name.contains([':', '\n', '/']) {
+            return Err(BrowserError::InvalidArgument(format!(
+                "{name:?} is not a user name"
+            )));
+        }
+        let output = std::process::Command::new("getent")
+            .args(["passwd", name])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .map_err(|err| BrowserError::Launch(format!("looking up user {name}: {err}")))?;
+        if !output.status.success() {
+            return Ok(None);
+        }
+        let line = String::from_utf8_lossy(&output.stdout);
+        Ok(parse_passwd_line(line.trim()).filter(|user| user.name == name))
+    }
+
+    /// Whether this is root (uid 0), which gains nothing.
+    pub fn is_root(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// `name:password:uid:gid:…` → the user.
+fn parse_passwd_line(line: &str) -> Option<ChromeUser> {
+    let mut fields = line.split(':');
+    let name = fields.next()?.to_owned();
+    let _password = fields.next()?;
+    let uid = fields.next()?.parse().ok()?;
+    let gid = fields.next()?.parse().ok()?;
+    Some(ChromeUser { name, uid, gid })
+}
+
+/// Whether this process runs as root (its `/proc/self` belongs to uid 0).
+pub fn running_as_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
+}
+
+/// Whether Chrome's sandbox is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sandbox {
+    /// Chrome's own sandbox (user namespaces, or the setuid helper of Debian's
+    /// `chromium-sandbox` package where namespaces are not allowed).
+    On,
+    /// `--no-sandbox`: a renderer exploit runs with Chrome's user's rights. Only for Chrome
+    /// running as root (which Chrome refuses to sandbox) or when an operator asks.
+    Off,
+}
+
+/// Who a launched Chrome runs as and with which sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChromeIdentity {
+    /// The user to switch to (the worker runs as root); `None` = the worker's own user.
+    pub user: Option<ChromeUser>,
+    pub sandbox: Sandbox,
+}
+
+impl Default for ChromeIdentity {
+    /// The worker's user, sandboxed unless that is root.
+    fn default() -> Self {
+        Self {
+            user: None,
+            sandbox: if running_as_root() {
+                Sandbox::Off
+            } else {
+                Sandbox::On
+            },
+        }
+    }
+}
+
+impl ChromeIdentity {
+    /// The identity for a worker: as root, Chrome runs as the first of `candidates` that
+    /// exists (sandboxed), else as root without its sandbox; as another user, as that user,
+    /// sandboxed. `no_sandbox` switches the sandbox off in every case. The returned warnings
+    /// are for the operator, at start.
+    pub fn choose(candidates: &[&str], no_sandbox: bool) -> Result<(Self, Vec<String>)> {
+        let mut warnings = Vec::new();
+        let mut user = None;
+        if running_as_root() {
+            for name in candidates {
+                if let Some(found) = ChromeUser::lookup(name)?
+                    && !found.is_root()
+                {
+                    user = Some(found);
+                    break;
+                }
+            }
+            if user.is_none() {
+                warnings.push(format!(
+                    "the worker runs as root and none of the users {candidates:?} exists: \
+                     Chrome runs as root without its sandbox (create one of them, or run the \
+                     worker as an unprivileged user)"
+                ));
+            }
+        }
+        let sandbox = if no_sandbox || (running_as_root() && user.is_none()) {
+            Sandbox::Off
+        } else {
+            Sandbox::On
+        };
+        if no_sandbox {
+            warnings.push(
+                "Chrome's sandbox is switched off (--chrome-no-sandbox): a renderer exploit on \
+                 any page runs with the rights of Chrome's user"
+                    .to_owned(),
+            );
+        }
+        Ok((Self { user, sandbox }, warnings))
+    }
+
+    /// Makes `dir` (created by the worker) writable by Chrome's user: Chrome saves downloads
+    /// there. Its parent must let that user through; [`ChromeIdentity::allow_through`].
+    pub fn hand_over(&self, dir: &Path) -> std::io::Result<()> {
+        if let Some(user) = &self.user {
+            std::os::unix::fs::chown(dir, Some(user.uid), Some(user.gid))?;
+        }
+        Ok(())
+    }
+
+    /// Lets Chrome's user pass through `dir` (search permission for others, not listing), so
+    /// it reaches what the worker handed over inside it.
+    pub fn allow_through(&self, dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        if self.user.is_some() {
+            let meta = std::fs::metadata(dir)?;
+            let mode = meta.permissions().mode();
+            if mode & 0o001 == 0 {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A launched Chrome process and its DevTools endpoint.
+pub(crate) struct LaunchedChrome {
+    pub child: Child,
+    pub pid: u32,
+    pub ws_url: String,
+}
+
+/// What Chrome prints on stderr once its DevTools endpoint listens.
+const DEVTOOLS_LISTENING: &str = "DevTools listening on ";
+
+/// Starts `executable` with `args` (full flags, `--` included) as `identity`, with the profile
+/// in `dir/profile` and a cleared environment, and waits (at most `timeout`) for its DevTools
+/// endpoint. `dir` must exist and belong to the worker; it is handed to Chrome's user.
+pub(crate) async fn launch_chrome(
+    executable: &Path,
+    args: &[String],
+    identity: &ChromeIdentity,
+    dir: &Path,
+    timeout: Duration,
+) -> Result<LaunchedChrome> {
+    let profile = dir.join("profile");
+    let home = dir.join("home");
+    let tmp = dir.join("tmp");
+    for sub in [&profile, &home, &tmp] {
+        std::fs::create_dir_all(sub)?;
+        identity.hand_over(sub)?;
+    }
+    identity.hand_over(dir)?;
+    let mut command = Command::new(executable);
+    command
+        .args(args)
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--remote-debugging-port=0")
+        .arg("about:blank")
+        .env_clear()
+        .envs(chrome_env(&home, &tmp))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if identity.sandbox == Sandbox::Off {
+        command.arg("--no-sandbox");
+    }
+    if let Some(user) = &identity.user {
+        command.uid(user.uid).gid(user.gid);
+    }
+    let mut child = command.spawn().map_err(|err| {
+        BrowserError::Launch(format!("could not start {}: {err}", executable.display()))
+    })?;
+    let pid = child
+        .id()
+        .ok_or_else(|| BrowserError::Launch("chrome exited at once".into()))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| BrowserError::Launch("chrome's stderr is not piped".into()))?;
+    let mut lines = BufReader::new(stderr).lines();
+    let mut seen: Vec<String> = Vec::new();
+    let found = tokio::time::timeout(timeout, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.trim().strip_prefix(DEVTOOLS_LISTENING) {
+                return Some(url.trim().to_owned());
+            }
+            if seen.len() == 20 {
+                seen.remove(0);
+            }
+            seen.push(line);
+        }
+        None
+    })
+    .await;
+    let ws_url = match found {
+        Ok(Some(url)) => url,
+        Ok(None) => {
+            let _ = child.kill().await;
+            return Err(BrowserError::Launch(exit_reason(&seen, identity)));
+        }
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(BrowserError::Launch(format!(
+                "chrome did not open its DevTools endpoint within {} s",
+                timeout.as_secs()
+            )));
+        }
+    };
+    // Chrome keeps logging (D-Bus, GPU, …); the pipe is drained so it never blocks, and its
+    // lines are debug logs.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
+        }
+    });
+    Ok(LaunchedChrome { child, pid, ws_url })
+}
+
+/// Chrome's whole environment: [`CHROME_ENV_KEPT`] from the worker, its own `HOME` and
+/// `TMPDIR`, the C locale (the page language is `--lang`).
+fn chrome_env(home: &Path, tmp: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = CHROME_ENV_KEPT
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|v| ((*name).to_owned(), v)))
+        .collect();
+    if !env.iter().any(|(name, _)| name == "PATH") {
+        env.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    env.push(("HOME".into(), home.display().to_string()));
+    env.push(("TMPDIR".into(), tmp.display().to_string()));
+    env.push(("LANG".into(), "C".into()));
+    env
+}
+
+/// Why Chrome ended before it listened, from its last stderr lines.
+fn exit_reason(stderr: &[String], identity: &ChromeIdentity) -> String {
+    let tail = stderr.join(" | ");
+    let sandbox_failed = stderr
+        .iter()
+        .any(|l| l.contains("sandbox") || l.contains("Sandbox"));
+    if sandbox_failed && identity.sandbox == Sandbox::On {
+        format!(
+            "chrome could not start its sandbox ({tail}); allow unprivileged user namespaces \
+             (the seccomp profile in deploy/), install Debian's chromium-sandbox, or pass \
+             --chrome-no-sandbox"
+        )
+    } else {
+        format!("chrome exited before it was ready: {tail}")
+    }
+}
+
+/// The profile directory's parent a pool creates per Chrome (removed when it closes).
+pub(crate) fn chrome_dir() -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new()
+        .prefix("browserd-chrome-")
+        .tempdir()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_passwd_line_gives_the_user() {
+        assert_eq!(
+            parse_passwd_line("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"),
+            Some(ChromeUser {
+                name: "nobody".into(),
+                uid: 65534,
+                gid: 65534
+            })
+        );
+        assert_eq!(parse_passwd_line("broken:x:abc:1"), None);
+        assert_eq!(parse_passwd_line(""), None);
+    }
+
+    #[test]
+    fn odd_user_names_are_refused_before_any_lookup() {
+        for name in ["", "a:b", "a\nb", "../x"] {
+            assert!(ChromeUser::lookup(name).is_err(), "{name:?}");
+        }
+        assert_eq!(ChromeUser::lookup("no-such-user-browserd").unwrap(), None);
+    }
+
+    #[test]
+    fn chrome_gets_only_its_own_environment() {
+        let env = chrome_env(Path::new("/c/home"), Path::new("/c/tmp"));
+        let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+        for name in &names {
+            assert!(
+                ["TZ", "PATH", "HOME", "TMPDIR", "LANG"].contains(name),
+                "{name}"
+            );
+        }
+        assert!(env.contains(&("HOME".into(), "/c/home".into())));
+        assert!(env.contains(&("TMPDIR".into(), "/c/tmp".into())));
+    }
+}
