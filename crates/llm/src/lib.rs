@@ -18,8 +18,10 @@
 //! Invariants: base URLs come only from configuration; API keys live in [`secrecy::SecretString`]
 //! and are redacted from every error; every HTTP call has a timeout; redirects are not followed.
 
+mod aws;
 pub mod config;
 mod error;
+mod google;
 mod http;
 pub mod layers;
 mod model;
@@ -30,7 +32,9 @@ pub mod request;
 pub mod response;
 pub mod schema;
 
-pub use config::{ConfigError, ModelConfig, ModelsConfig, ProviderKind};
+pub use config::{
+    ConfigError, ModelConfig, ModelsConfig, OpenAiApi, ProviderKind, ReasoningEffort,
+};
 pub use error::LlmError;
 pub use http::{ProviderSettings, http_client};
 pub use model::ChatModel;
