@@ -1222,4 +1222,58 @@ api_key_env = "GEMINI_API_KEY"
             .to_string();
         assert!(err.contains("BROWSERD_LLM_CLAUDE_TIMEOUT_S"), "{err}");
     }
+
+    #[test]
+    fn env_defines_cloud_models_and_every_kind_parses() {
+        let mut config = ModelsConfig::default();
+        let env: BTreeMap<&str, &str> = BTreeMap::from([
+            ("BROWSERD_LLM_DEFAULT_MODEL", "claude"),
+            ("BROWSERD_LLM_CLAUDE_PROVIDER", "bedrock"),
+            (
+                "BROWSERD_LLM_CLAUDE_MODEL",
+                "anthropic.claude-3-5-sonnet-20240620-v1:0",
+            ),
+            ("BROWSERD_LLM_CLAUDE_REGION", "eu-west-1"),
+            ("BROWSERD_LLM_CLAUDE_AWS_PROFILE", "work"),
+            ("BROWSERD_LLM_CLAUDE_PRICE_CACHE_CREATION", "3.75"),
+            ("BROWSERD_LLM_CLAUDE_FALLBACK", "codex"),
+            ("BROWSERD_LLM_CODEX_PROVIDER", "azure"),
+            ("BROWSERD_LLM_CODEX_MODEL", "codex-deployment"),
+            ("BROWSERD_LLM_CODEX_BASE_URL", "https://r.openai.azure.com"),
+            ("BROWSERD_LLM_CODEX_API", "responses"),
+            ("BROWSERD_LLM_CODEX_REASONING_EFFORT", "medium"),
+            ("BROWSERD_LLM_CODEX_API_VERSION", "2025-04-01-preview"),
+            ("BROWSERD_LLM_CODEX_AZURE_AD_TOKEN_ENV", "AZURE_TOKEN"),
+            ("BROWSERD_LLM_CODEX_VISION", "false"),
+        ]);
+        config
+            .apply_env(|k| env.get(k).map(|v| (*v).to_owned()))
+            .unwrap();
+        let claude = config.get("claude").unwrap();
+        assert_eq!(claude.provider, ProviderKind::Bedrock);
+        assert_eq!(claude.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(claude.aws_profile.as_deref(), Some("work"));
+        assert_eq!(claude.price.unwrap().cache_creation, Some(3.75));
+        let codex = config.get("codex").unwrap();
+        assert_eq!(codex.api, Some(OpenAiApi::Responses));
+        assert_eq!(codex.reasoning_effort, Some(ReasoningEffort::Medium));
+        assert_eq!(codex.azure_ad_token_env.as_deref(), Some("AZURE_TOKEN"));
+        assert_eq!(codex.vision, Some(false));
+
+        for (name, kind) in ProviderKind::ALL {
+            assert_eq!(ProviderKind::parse(name), Some(kind));
+            assert_eq!(kind.as_str(), name);
+        }
+        let bad = BTreeMap::from([("BROWSERD_LLM_CODEX_API", "completions")]);
+        let err = config
+            .apply_env(|k| bad.get(k).map(|v| (*v).to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("BROWSERD_LLM_CODEX_API"), "{err}");
+        let e =
+            expect_err("[models.a]\nprovider = \"bedrock\"\nmodel = \"x\"\napi_key_env = \"K\"\n");
+        assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+        let e = expect_err("[models.a]\nprovider = \"gemini\"\nmodel = \"x\"\nregion = \"x\"\n");
+        assert!(e.contains("region") && e.contains("bedrock"), "{e}");
+    }
 }
