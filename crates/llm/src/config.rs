@@ -3,12 +3,17 @@
 //! ```toml
 //! default_model = "gpt-4.1-mini"
 //! [models."gpt-4.1-mini"]            # quoting is optional: [models.gpt-4.1-mini] works too
-//! provider = "openai"                # openai | anthropic | gemini
+//! provider = "openai"                # see `ProviderKind::ALL`: openai, anthropic, gemini, azure,
+//!                                    # bedrock, bedrock_anthropic, vertex, vertex_anthropic and the
+//!                                    # presets openrouter, groq, deepseek, mistral, cerebras,
+//!                                    # ollama, litellm
 //! base_url = "https://api.openai.com/v1"   # optional; provider default otherwise
 //! model = "gpt-4.1-mini"             # provider model id
 //! api_key_env = "OPENAI_API_KEY"     # env var holding the key (never the key itself)
 //! timeout_s = 75                     # optional; browser-use default by model name otherwise
-//! structured_output = "json_schema"  # openai only: json_schema | tools
+//! structured_output = "json_schema"  # OpenAI wire: json_schema | tools | json_object | prompt
+//! api = "chat_completions"           # openai / azure: chat_completions | responses
+//! reasoning_effort = "low"           # OpenAI wire: minimal | low | medium | high
 //! fallback = "other-model-name"      # optional
 //! max_retries = 5                    # optional; provider default otherwise
 //! max_tokens = 4096                  # optional default for requests
@@ -19,6 +24,10 @@
 //! cache_creation = 0.5               # optional (Anthropic cache writes), defaults to input
 //! output = 1.6
 //! ```
+//!
+//! Cloud kinds add `api_version` / `azure_ad_token_env` (Azure), `region` / `aws_profile`
+//! (Bedrock) and `region` / `project` / `credentials_file` (Vertex AI); `vision = false` leaves
+//! images out. docs/src/models.md has the table of what each kind needs.
 //!
 //! An unquoted dotted table name such as `[models.gpt-4.1-mini]` is, in TOML, a nested table
 //! (`models` → `gpt-4` → `1-mini`); nested tables without a `provider` key are joined back
