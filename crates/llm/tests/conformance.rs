@@ -368,3 +368,76 @@ async fn no_kind_lets_a_credential_reach_an_error() {
         assert!(seen.contains(secret), "{secret} was never sent");
     }
 }
+
+#[tokio::test]
+async fn fallback_crosses_provider_kinds() {
+    let server = MockServer::start().await;
+    let token_uri = format!("{}/token", server.uri());
+    Mock::given(method("POST"))
+        .and(path("/token"))
+        .respond_with(GoogleTokenEndpoint {
+            audience: token_uri.clone(),
+        })
+        .mount(&server)
+        .await;
+    // Bedrock is down, Azure is rate limited: each hands over to the next kind.
+    Mock::given(method("POST"))
+        .and(path(
+            "/bedrock/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse",
+        ))
+        .respond_with(ResponseTemplate::new(500).set_body_json(json!({"message": "internal"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(
+            "/azure/openai/deployments/gpt-4o-deployment/chat/completions",
+        ))
+        .respond_with(
+            ResponseTemplate::new(429).set_body_json(json!({"error": {"message": "quota"}})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(Scenario::default())
+        .mount(&server)
+        .await;
+    let credentials = service_account_file(&token_uri);
+    let mut toml = catalog(&server, &credentials);
+    toml = toml.replace(
+        "[models.bedrock]\n",
+        "[models.bedrock]\nfallback = \"azure\"\n",
+    );
+    toml = toml.replace(
+        "[models.azure]\n",
+        "[models.azure]\nfallback = \"vertex\"\n",
+    );
+    let registry = registry(&toml);
+    let model = registry.build("bedrock").unwrap();
+    // The Vertex scenario answers its first request with a 503 (retried), then succeeds.
+    let response = model
+        .complete(&agent_request())
+        .await
+        .expect("vertex answered");
+    assert_eq!(response.model, "vertex");
+    assert_eq!(response.value, good_reply());
+    let requests = received(&server).await;
+    let count = |prefix: &str| {
+        requests
+            .iter()
+            .filter(|r| r.url.path().starts_with(prefix))
+            .count()
+    };
+    assert_eq!(count("/bedrock/"), 3, "first try + max_retries = 2");
+    assert_eq!(count("/azure/"), 3);
+    assert_eq!(count("/vertex/"), 2);
+    // The switch holds for the rest of the task: the next call goes to Vertex alone.
+    model.complete(&text_request()).await.expect("vertex again");
+    let requests = received(&server).await;
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.url.path().starts_with("/bedrock/"))
+            .count(),
+        3
+    );
+}
