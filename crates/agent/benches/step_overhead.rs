@@ -1,6 +1,8 @@
 //! Per-step overhead of the agent loop, excluding the model: a 4-step login (type user, type
 //! password from a secret, submit, done) against the fake browser with an instant scripted model.
-//! Baseline: the same browser calls made directly, without the agent. Prints medians and ratio.
+//! Baseline: the same browser calls made directly, without the agent. Prints medians and ratio,
+//! and how much of each step's prompt is an unchanged prefix of the previous step's (what a
+//! provider's prompt cache can reuse; `browserd_llm::cache::PromptPrefix`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use browserd_agent::{
     Agent, AgentBrowser, MarkdownOptions, NoopSink, SecretEntry, SensitiveData, TaskConfig,
 };
+use browserd_llm::cache::PromptPrefix;
 use serde_json::json;
 use support::{FakeBrowser, Page, ScriptedModel, done, login_pages, reply};
 
@@ -66,8 +69,11 @@ fn script() -> Arc<ScriptedModel> {
 }
 
 async fn agent_run() -> Duration {
+    agent_run_with(script()).await
+}
+
+async fn agent_run_with(model: Arc<ScriptedModel>) -> Duration {
     let b = browser();
-    let model = script();
     let mut agent = Agent::new(config(), b.clone(), model, Arc::new(NoopSink)).expect("config");
     let t = Instant::now();
     let history = agent.run().await;
@@ -109,6 +115,18 @@ async fn baseline_run() -> Duration {
     took
 }
 
+/// The reusable prefix of every step's prompt after the first, summed over one run.
+async fn prompt_prefix() -> (PromptPrefix, usize) {
+    let model = script();
+    agent_run_with(model.clone()).await;
+    let requests = model.step_requests();
+    let total = requests
+        .windows(2)
+        .map(|pair| PromptPrefix::measure(Some(&pair[0]), &pair[1]))
+        .fold(PromptPrefix::default(), PromptPrefix::plus);
+    (total, requests.len())
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -148,5 +166,15 @@ fn main() {
             a.as_secs_f64() / b.as_secs_f64().max(1e-9)
         );
         println!("  target: <= 60 ms per step (browser-use: 237 ms)");
+        let (prefix, calls) = prompt_prefix().await;
+        println!(
+            "  prompt_prefix: steps 2-{calls}: {:.1}% of prompt chars are an unchanged prefix of \
+             the previous step's prompt (reusable by automatic prefix caches: OpenAI, Gemini); \
+             {:.1}% up to a cache breakpoint (Anthropic, Bedrock); {} of {} chars",
+            prefix.shared_share() * 100.0,
+            prefix.breakpoint_share() * 100.0,
+            prefix.shared_chars,
+            prefix.total_chars
+        );
     });
 }

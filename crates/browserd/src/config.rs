@@ -62,8 +62,9 @@ api_key_env = "ANTHROPIC_API_KEY"
     }
 
     /// The model catalogs shipped for `docker compose` and Kubernetes parse, name a configured
-    /// default, cover every provider and a local server, build every model once its key is set,
-    /// and only name key variables that the compose file and the worker pods pass on.
+    /// default, cover the three wire formats and a local server (the compose one: every provider
+    /// kind), build every model once its key is set, and only name key variables that the
+    /// compose file and the worker pods pass on.
     #[test]
     fn shipped_model_catalogs_parse_and_build() {
         use browserd_llm::{ModelRegistry, ProviderKind};
@@ -98,15 +99,33 @@ api_key_env = "ANTHROPIC_API_KEY"
                     "{file}: no {kind:?} model"
                 );
             }
+            if file == "browserd.example.toml" {
+                for (name, kind) in ProviderKind::ALL {
+                    assert!(
+                        models.models.values().any(|m| m.provider == kind),
+                        "{file}: no model of provider `{name}`"
+                    );
+                }
+            }
             let local = models.get("local").unwrap();
             assert!(
                 local.base_url.as_deref().unwrap().contains(local_host),
                 "{file}: {local:?}"
             );
             assert_eq!(local.api_key_env, None, "{file}");
-            let registry =
-                ModelRegistry::with_key_lookup(models.clone(), |_| Some("test-key".to_owned()))
-                    .unwrap();
+            // Every variable is "set"; Vertex's key file is the llm crate's test key.
+            let service_account = root
+                .join("crates/llm/tests/fixtures/test-service-account.json")
+                .display()
+                .to_string();
+            let registry = ModelRegistry::with_key_lookup(models.clone(), move |name| {
+                Some(if name == "GOOGLE_APPLICATION_CREDENTIALS" {
+                    service_account.clone()
+                } else {
+                    "test-key".to_owned()
+                })
+            })
+            .unwrap();
             for (name, model) in &models.models {
                 if let Err(err) = registry.build(name) {
                     panic!("{file}: model {name}: {err}");

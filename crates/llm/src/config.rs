@@ -3,12 +3,17 @@
 //! ```toml
 //! default_model = "gpt-4.1-mini"
 //! [models."gpt-4.1-mini"]            # quoting is optional: [models.gpt-4.1-mini] works too
-//! provider = "openai"                # openai | anthropic | gemini
+//! provider = "openai"                # see `ProviderKind::ALL`: openai, anthropic, gemini, azure,
+//!                                    # bedrock, bedrock_anthropic, vertex, vertex_anthropic and the
+//!                                    # presets openrouter, groq, deepseek, mistral, cerebras,
+//!                                    # ollama, litellm
 //! base_url = "https://api.openai.com/v1"   # optional; provider default otherwise
 //! model = "gpt-4.1-mini"             # provider model id
 //! api_key_env = "OPENAI_API_KEY"     # env var holding the key (never the key itself)
 //! timeout_s = 75                     # optional; browser-use default by model name otherwise
-//! structured_output = "json_schema"  # openai only: json_schema | tools
+//! structured_output = "json_schema"  # OpenAI wire: json_schema | tools | json_object | prompt
+//! api = "chat_completions"           # openai / azure: chat_completions | responses
+//! reasoning_effort = "low"           # OpenAI wire: minimal | low | medium | high
 //! fallback = "other-model-name"      # optional
 //! max_retries = 5                    # optional; provider default otherwise
 //! max_tokens = 4096                  # optional default for requests
@@ -19,6 +24,10 @@
 //! cache_creation = 0.5               # optional (Anthropic cache writes), defaults to input
 //! output = 1.6
 //! ```
+//!
+//! Cloud kinds add `api_version` / `azure_ad_token_env` (Azure), `region` / `aws_profile`
+//! (Bedrock) and `region` / `project` / `credentials_file` (Vertex AI); `vision = false` leaves
+//! images out. docs/src/models.md has the table of what each kind needs.
 //!
 //! An unquoted dotted table name such as `[models.gpt-4.1-mini]` is, in TOML, a nested table
 //! (`models` → `gpt-4` → `1-mini`); nested tables without a `provider` key are joined back
@@ -37,43 +46,180 @@ use crate::response::Price;
 /// Prefix of every environment variable this module reads.
 pub const ENV_PREFIX: &str = "BROWSERD_LLM_";
 
-/// Which wire format a model speaks.
+/// Which provider a model is served by (and so which wire format and authentication it gets).
+///
+/// `openai`, `anthropic` and `gemini` are the three wire formats; `azure`, `bedrock`,
+/// `bedrock_anthropic`, `vertex` and `vertex_anthropic` are the enterprise clouds (their own URLs
+/// and credentials); `openrouter`, `groq`, `deepseek`, `mistral`, `cerebras`, `ollama` and
+/// `litellm` are presets of the OpenAI-compatible wire with each host's defaults and quirks
+/// ([`crate::providers::OpenAiPreset`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
-    /// OpenAI-compatible chat completions.
+    /// OpenAI (chat completions or the Responses API) or any OpenAI-compatible server.
     #[serde(rename = "openai")]
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
-    /// Gemini generateContent.
+    /// Gemini generateContent (Google AI Studio).
     Gemini,
+    /// Azure OpenAI: deployment URLs, `api-key` or an Entra ID token.
+    Azure,
+    /// AWS Bedrock Converse, SigV4-signed.
+    Bedrock,
+    /// Anthropic Messages on AWS Bedrock (InvokeModel), SigV4-signed.
+    BedrockAnthropic,
+    /// Gemini on Google Vertex AI, with a service-account OAuth token.
+    Vertex,
+    /// Anthropic Messages on Google Vertex AI (`rawPredict`).
+    VertexAnthropic,
+    /// OpenRouter (OpenAI-compatible preset).
+    #[serde(rename = "openrouter")]
+    OpenRouter,
+    /// Groq (OpenAI-compatible preset).
+    Groq,
+    /// DeepSeek (OpenAI-compatible preset; no images).
+    #[serde(rename = "deepseek")]
+    DeepSeek,
+    /// Mistral La Plateforme (OpenAI-compatible preset).
+    Mistral,
+    /// Cerebras (OpenAI-compatible preset; no images).
+    Cerebras,
+    /// Ollama's OpenAI-compatible endpoint (preset).
+    Ollama,
+    /// A LiteLLM proxy (OpenAI-compatible preset).
+    #[serde(rename = "litellm")]
+    LiteLlm,
 }
 
 impl ProviderKind {
-    /// Base URL used when the configuration gives none.
-    pub fn default_base_url(self) -> &'static str {
+    /// Every kind with its configuration name.
+    pub const ALL: [(&'static str, Self); 15] = [
+        ("openai", Self::OpenAi),
+        ("anthropic", Self::Anthropic),
+        ("gemini", Self::Gemini),
+        ("azure", Self::Azure),
+        ("bedrock", Self::Bedrock),
+        ("bedrock_anthropic", Self::BedrockAnthropic),
+        ("vertex", Self::Vertex),
+        ("vertex_anthropic", Self::VertexAnthropic),
+        ("openrouter", Self::OpenRouter),
+        ("groq", Self::Groq),
+        ("deepseek", Self::DeepSeek),
+        ("mistral", Self::Mistral),
+        ("cerebras", Self::Cerebras),
+        ("ollama", Self::Ollama),
+        ("litellm", Self::LiteLlm),
+    ];
+
+    /// The configuration name (`provider = "…"`).
+    pub fn as_str(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, kind)| *kind == self)
+            .map_or("openai", |(name, _)| name)
+    }
+
+    /// The OpenAI-compatible preset of this kind, if it speaks the OpenAI wire.
+    pub fn openai_preset(self) -> Option<crate::providers::OpenAiPreset> {
+        crate::providers::OpenAiPreset::of(self)
+    }
+
+    /// Base URL used when the configuration gives none; `None` when it depends on the rest of
+    /// the configuration (Azure needs the resource endpoint; Bedrock and Vertex the region).
+    pub fn default_base_url(self) -> Option<&'static str> {
         match self {
-            Self::OpenAi => "https://api.openai.com/v1",
-            Self::Anthropic => "https://api.anthropic.com/v1",
-            Self::Gemini => "https://generativelanguage.googleapis.com/v1beta",
+            Self::Anthropic => Some("https://api.anthropic.com/v1"),
+            Self::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            Self::Azure
+            | Self::Bedrock
+            | Self::BedrockAnthropic
+            | Self::Vertex
+            | Self::VertexAnthropic => None,
+            openai_wire => openai_wire.openai_preset().map(|p| p.base_url),
         }
     }
 
     /// Retries when the configuration gives none (browser-use's provider clients: OpenAI 5,
-    /// Anthropic 10, Google 5).
+    /// Anthropic 10, Google 5, Groq and OpenRouter 10, LiteLLM 3).
     pub fn default_max_retries(self) -> u32 {
         match self {
-            Self::OpenAi | Self::Gemini => 5,
-            Self::Anthropic => 10,
+            Self::Anthropic | Self::BedrockAnthropic | Self::VertexAnthropic => 10,
+            Self::Gemini | Self::Vertex | Self::Azure | Self::Bedrock => 5,
+            openai_wire => openai_wire.openai_preset().map_or(5, |p| p.max_retries),
         }
     }
 
     fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "openai" => Some(Self::OpenAi),
-            "anthropic" => Some(Self::Anthropic),
-            "gemini" => Some(Self::Gemini),
+        let text = text.trim().to_ascii_lowercase();
+        Self::ALL
+            .iter()
+            .find(|(name, _)| *name == text)
+            .map(|(_, kind)| *kind)
+    }
+
+    fn names() -> String {
+        Self::ALL
+            .iter()
+            .map(|(name, _)| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Which OpenAI API a model of kind `openai` or `azure` is called through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiApi {
+    /// `POST …/chat/completions`.
+    #[default]
+    ChatCompletions,
+    /// `POST …/responses` (reasoning models that need it, e.g. the codex family).
+    Responses,
+}
+
+impl OpenAiApi {
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "chat_completions" | "chat" => Some(Self::ChatCompletions),
+            "responses" => Some(Self::Responses),
+            _ => None,
+        }
+    }
+}
+
+/// Reasoning effort for OpenAI reasoning models (`reasoning_effort` in chat completions,
+/// `reasoning.effort` in the Responses API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    /// `minimal`.
+    Minimal,
+    /// `low` (browser-use's default for its reasoning models).
+    Low,
+    /// `medium`.
+    Medium,
+    /// `high`.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "minimal" => Some(Self::Minimal),
+            "low" => Some(Self::Low),
+            "medium" => Some(Self::Medium),
+            "high" => Some(Self::High),
             _ => None,
         }
     }
@@ -114,22 +260,54 @@ pub struct ModelConfig {
     /// Prices in USD per million tokens.
     #[serde(default)]
     pub price: Option<Price>,
+    /// `openai` / `azure`: chat completions (default) or the Responses API.
+    #[serde(default)]
+    pub api: Option<OpenAiApi>,
+    /// OpenAI-wire kinds: reasoning effort sent to reasoning models (then no temperature).
+    #[serde(default)]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// `azure`: the `api-version` query value; `v1` selects the v1 API (`/openai/v1/…`).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// `azure`: environment variable holding a Microsoft Entra ID access token (sent as
+    /// `Authorization: Bearer`), instead of `api_key_env` (sent as `api-key`).
+    #[serde(default)]
+    pub azure_ad_token_env: Option<String>,
+    /// `bedrock*` / `vertex*`: the region (`us-east-1`, `europe-west4`, `global`…); else
+    /// `AWS_REGION` / `AWS_DEFAULT_REGION`, or `GOOGLE_CLOUD_LOCATION` (default `global`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `vertex*`: the Google Cloud project; else `GOOGLE_CLOUD_PROJECT`, else the service
+    /// account's `project_id`.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// `vertex*`: path of a service-account JSON key; else `GOOGLE_APPLICATION_CREDENTIALS`.
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+    /// `bedrock*`: profile of the shared credentials file; else `AWS_PROFILE`, else `default`.
+    #[serde(default)]
+    pub aws_profile: Option<String>,
+    /// Whether screenshots are sent; the kind's default otherwise (no for `deepseek` and
+    /// `cerebras`). Without vision, image parts are left out of the request.
+    #[serde(default)]
+    pub vision: Option<bool>,
 }
 
 impl ModelConfig {
     /// The effective timeout: `timeout_s`, else browser-use's default for the name.
     pub fn timeout(&self, name: &str) -> Duration {
         self.timeout_s.map_or_else(
-            || default_timeout(&[name, &self.model, self.base_url.as_deref().unwrap_or("")]),
+            || default_timeout(&[name, &self.model, self.base_url_or_default().unwrap_or("")]),
             Duration::from_secs_f64,
         )
     }
 
-    /// The effective base URL text.
-    pub fn base_url_or_default(&self) -> &str {
+    /// The configured base URL, else the kind's fixed default (`None` for Azure, Bedrock and
+    /// Vertex, whose URL is derived from endpoint / region at build time).
+    pub fn base_url_or_default(&self) -> Option<&str> {
         self.base_url
             .as_deref()
-            .unwrap_or(self.provider.default_base_url())
+            .or(self.provider.default_base_url())
     }
 
     /// The effective retry count.
@@ -305,7 +483,9 @@ impl ModelsConfig {
     ///   model name upper-cased with every non-alphanumeric character turned into `_`
     ///   (`gpt-4.1-mini` → `GPT_4_1_MINI`) and `<FIELD>` is one of `PROVIDER`, `BASE_URL`,
     ///   `MODEL`, `API_KEY_ENV`, `TIMEOUT_S`, `STRUCTURED_OUTPUT`, `FALLBACK`, `MAX_RETRIES`,
-    ///   `MAX_TOKENS`, `TEMPERATURE`, `PRICE_INPUT`, `PRICE_CACHED_INPUT`, `PRICE_OUTPUT`.
+    ///   `MAX_TOKENS`, `TEMPERATURE`, `PRICE_INPUT`, `PRICE_CACHED_INPUT`,
+    ///   `PRICE_CACHE_CREATION`, `PRICE_OUTPUT`, `API`, `REASONING_EFFORT`, `API_VERSION`,
+    ///   `AZURE_AD_TOKEN_ENV`, `REGION`, `PROJECT`, `CREDENTIALS_FILE`, `AWS_PROFILE`, `VISION`.
     /// - A default or fallback name that is not in the file is created from its variables when
     ///   at least `_PROVIDER` and `_MODEL` are set, so a single model can be configured from the
     ///   environment alone.
@@ -443,9 +623,7 @@ fn flatten_models(
                 return Err(ConfigError::InvalidField {
                     model: name,
                     field: "provider",
-                    message: format!(
-                        "is `{provider}`, expected one of `openai`, `anthropic`, `gemini`"
-                    ),
+                    message: format!("is `{provider}`, expected one of {}", ProviderKind::names()),
                 });
             }
             let model: ModelConfig =
@@ -463,7 +641,10 @@ fn flatten_models(
             flatten_models(&name, table, out)?;
         } else {
             return Err(ConfigError::Parse {
-                message: format!("model `{name}` has no `provider` (openai, anthropic or gemini)"),
+                message: format!(
+                    "model `{name}` has no `provider` ({})",
+                    ProviderKind::names()
+                ),
             });
         }
     }
@@ -485,19 +666,31 @@ fn validate_model(name: &str, model: &ModelConfig) -> Result<(), ConfigError> {
     if model.model.trim().is_empty() {
         return Err(invalid(name, "model", "must not be empty"));
     }
-    validate_base_url(model.base_url_or_default()).map_err(|m| invalid(name, "base_url", m))?;
-    if let Some(var) = &model.api_key_env {
-        let valid = !var.is_empty()
-            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !var.starts_with(|c: char| c.is_ascii_digit());
-        if !valid {
+    if let Some(base_url) = model.base_url_or_default() {
+        validate_base_url(base_url).map_err(|m| invalid(name, "base_url", m))?;
+    } else if model.provider == ProviderKind::Azure {
+        return Err(invalid(
+            name,
+            "base_url",
+            "is required for provider `azure`: the resource endpoint, e.g. \
+             `https://my-resource.openai.azure.com`",
+        ));
+    }
+    for (field, var) in [
+        ("api_key_env", &model.api_key_env),
+        ("azure_ad_token_env", &model.azure_ad_token_env),
+    ] {
+        if let Some(var) = var
+            && !is_env_var_name(var)
+        {
             return Err(invalid(
                 name,
-                "api_key_env",
+                field,
                 "must be the name of an environment variable (letters, digits, `_`), not a key",
             ));
         }
     }
+    validate_kind_fields(name, model)?;
     if let Some(t) = model.timeout_s
         && !(t.is_finite() && t > 0.0 && t <= 3600.0)
     {
@@ -505,13 +698,6 @@ fn validate_model(name: &str, model: &ModelConfig) -> Result<(), ConfigError> {
             name,
             "timeout_s",
             format!("must be in (0, 3600], got {t}"),
-        ));
-    }
-    if model.structured_output.is_some() && model.provider != ProviderKind::OpenAi {
-        return Err(invalid(
-            name,
-            "structured_output",
-            "applies only to provider `openai`",
         ));
     }
     if let Some(r) = model.max_retries
@@ -537,6 +723,151 @@ fn validate_model(name: &str, model: &ModelConfig) -> Result<(), ConfigError> {
     }
     if let Some(price) = &model.price {
         price.check().map_err(|m| invalid(name, "price", m))?;
+    }
+    Ok(())
+}
+
+fn is_env_var_name(var: &str) -> bool {
+    !var.is_empty()
+        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !var.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Fields that only some kinds understand, and what each kind needs.
+fn validate_kind_fields(name: &str, model: &ModelConfig) -> Result<(), ConfigError> {
+    use ProviderKind as K;
+    let kind = model.provider;
+    let openai_wire = kind.openai_preset().is_some() || kind == K::Azure;
+    let only = |field: &'static str, set: bool, allowed: bool, kinds: &str| {
+        if set && !allowed {
+            Err(invalid(
+                name,
+                field,
+                format!("applies only to provider {kinds}"),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    only(
+        "structured_output",
+        model.structured_output.is_some(),
+        openai_wire,
+        "`openai`, `azure` and the OpenAI-compatible presets",
+    )?;
+    only(
+        "reasoning_effort",
+        model.reasoning_effort.is_some(),
+        openai_wire,
+        "`openai`, `azure` and the OpenAI-compatible presets",
+    )?;
+    only(
+        "api",
+        model.api.is_some(),
+        matches!(kind, K::OpenAi | K::Azure),
+        "`openai` and `azure`",
+    )?;
+    only(
+        "api_version",
+        model.api_version.is_some(),
+        kind == K::Azure,
+        "`azure`",
+    )?;
+    only(
+        "azure_ad_token_env",
+        model.azure_ad_token_env.is_some(),
+        kind == K::Azure,
+        "`azure`",
+    )?;
+    let aws = matches!(kind, K::Bedrock | K::BedrockAnthropic);
+    let google = matches!(kind, K::Vertex | K::VertexAnthropic);
+    only(
+        "region",
+        model.region.is_some(),
+        aws || google,
+        "`bedrock`, `bedrock_anthropic`, `vertex` and `vertex_anthropic`",
+    )?;
+    only(
+        "aws_profile",
+        model.aws_profile.is_some(),
+        aws,
+        "`bedrock` and `bedrock_anthropic`",
+    )?;
+    only(
+        "project",
+        model.project.is_some(),
+        google,
+        "`vertex` and `vertex_anthropic`",
+    )?;
+    only(
+        "credentials_file",
+        model.credentials_file.is_some(),
+        google,
+        "`vertex` and `vertex_anthropic`",
+    )?;
+    if (aws || google) && model.api_key_env.is_some() {
+        return Err(invalid(
+            name,
+            "api_key_env",
+            if aws {
+                "does not apply to Bedrock: requests are signed with AWS credentials \
+                 (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or the container role)"
+            } else {
+                "does not apply to Vertex AI: set `credentials_file` or \
+                 GOOGLE_APPLICATION_CREDENTIALS to a service-account key"
+            },
+        ));
+    }
+    if kind == K::Azure && model.api_key_env.is_some() && model.azure_ad_token_env.is_some() {
+        return Err(invalid(
+            name,
+            "azure_ad_token_env",
+            "set either `api_key_env` (api-key header) or `azure_ad_token_env` (Entra ID token), \
+             not both",
+        ));
+    }
+    if let Some(version) = &model.api_version {
+        let ok = !version.is_empty()
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+        if !ok {
+            return Err(invalid(
+                name,
+                "api_version",
+                format!("must look like `2024-12-01-preview` or `v1`, got `{version}`"),
+            ));
+        }
+    }
+    for (field, value) in [("region", &model.region), ("project", &model.project)] {
+        if let Some(value) = value {
+            let ok = !value.is_empty()
+                && value.chars().all(|c| {
+                    c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' || c == ':'
+                });
+            if !ok {
+                return Err(invalid(
+                    name,
+                    field,
+                    format!("must be letters, digits and `-`, got `{value}`"),
+                ));
+            }
+        }
+    }
+    if let Some(preset) = kind.openai_preset()
+        && let Some(mode) = model.structured_output
+        && !preset.accepts(mode)
+    {
+        return Err(invalid(
+            name,
+            "structured_output",
+            format!(
+                "`{}` is not accepted by provider `{}` (accepted: {})",
+                mode.as_str(),
+                kind.as_str(),
+                preset.accepted_names()
+            ),
+        ));
     }
     Ok(())
 }
@@ -599,7 +930,7 @@ fn apply_model_env(
     if let Some((var, value)) = get("PROVIDER") {
         model.provider = ProviderKind::parse(&value).ok_or_else(|| ConfigError::Env {
             var,
-            message: format!("unknown provider `{value}` (openai, anthropic or gemini)"),
+            message: format!("unknown provider `{value}` ({})", ProviderKind::names()),
         })?;
     }
     if let Some((_, value)) = get("BASE_URL") {
@@ -615,16 +946,52 @@ fn apply_model_env(
         model.timeout_s = Some(parse_env(&var, &value)?);
     }
     if let Some((var, value)) = get("STRUCTURED_OUTPUT") {
-        model.structured_output = Some(match value.trim() {
-            "json_schema" => StructuredOutputMode::JsonSchema,
-            "tools" => StructuredOutputMode::Tools,
-            other => {
-                return Err(ConfigError::Env {
+        model.structured_output =
+            Some(
+                StructuredOutputMode::parse(&value).ok_or_else(|| ConfigError::Env {
                     var,
-                    message: format!("unknown mode `{other}` (json_schema or tools)"),
-                });
-            }
-        });
+                    message: format!(
+                        "unknown mode `{}` (json_schema, tools, json_object or prompt)",
+                        value.trim()
+                    ),
+                })?,
+            );
+    }
+    if let Some((var, value)) = get("API") {
+        model.api = Some(OpenAiApi::parse(&value).ok_or_else(|| ConfigError::Env {
+            var,
+            message: format!(
+                "unknown API `{}` (chat_completions or responses)",
+                value.trim()
+            ),
+        })?);
+    }
+    if let Some((var, value)) = get("REASONING_EFFORT") {
+        model.reasoning_effort =
+            Some(
+                ReasoningEffort::parse(&value).ok_or_else(|| ConfigError::Env {
+                    var,
+                    message: format!(
+                        "unknown effort `{}` (minimal, low, medium or high)",
+                        value.trim()
+                    ),
+                })?,
+            );
+    }
+    for (field, slot) in [
+        ("API_VERSION", &mut model.api_version),
+        ("AZURE_AD_TOKEN_ENV", &mut model.azure_ad_token_env),
+        ("REGION", &mut model.region),
+        ("PROJECT", &mut model.project),
+        ("CREDENTIALS_FILE", &mut model.credentials_file),
+        ("AWS_PROFILE", &mut model.aws_profile),
+    ] {
+        if let Some((_, value)) = get(field) {
+            *slot = Some(value.trim().to_owned());
+        }
+    }
+    if let Some((var, value)) = get("VISION") {
+        model.vision = Some(parse_env(&var, &value)?);
     }
     if let Some((_, value)) = get("FALLBACK") {
         model.fallback = Some(value.trim().to_owned());
@@ -644,10 +1011,13 @@ fn apply_model_env(
     let cached = get("PRICE_CACHED_INPUT")
         .map(|(var, v)| parse_env::<f64>(&var, &v))
         .transpose()?;
+    let creation = get("PRICE_CACHE_CREATION")
+        .map(|(var, v)| parse_env::<f64>(&var, &v))
+        .transpose()?;
     let output = get("PRICE_OUTPUT")
         .map(|(var, v)| parse_env::<f64>(&var, &v))
         .transpose()?;
-    if input.is_some() || cached.is_some() || output.is_some() {
+    if input.is_some() || cached.is_some() || creation.is_some() || output.is_some() {
         let mut price = model.price.unwrap_or(Price {
             input: 0.0,
             cached_input: None,
@@ -659,6 +1029,9 @@ fn apply_model_env(
         }
         if cached.is_some() {
             price.cached_input = cached;
+        }
+        if creation.is_some() {
+            price.cache_creation = creation;
         }
         if let Some(output) = output {
             price.output = output;
@@ -688,6 +1061,15 @@ fn model_from_env(
         max_tokens: None,
         temperature: None,
         price: None,
+        api: None,
+        reasoning_effort: None,
+        api_version: None,
+        azure_ad_token_env: None,
+        region: None,
+        project: None,
+        credentials_file: None,
+        aws_profile: None,
+        vision: None,
     };
     apply_model_env(name, &mut model, lookup)?;
     Ok(Some(model))
@@ -848,5 +1230,59 @@ api_key_env = "GEMINI_API_KEY"
             .unwrap_err()
             .to_string();
         assert!(err.contains("BROWSERD_LLM_CLAUDE_TIMEOUT_S"), "{err}");
+    }
+
+    #[test]
+    fn env_defines_cloud_models_and_every_kind_parses() {
+        let mut config = ModelsConfig::default();
+        let env: BTreeMap<&str, &str> = BTreeMap::from([
+            ("BROWSERD_LLM_DEFAULT_MODEL", "claude"),
+            ("BROWSERD_LLM_CLAUDE_PROVIDER", "bedrock"),
+            (
+                "BROWSERD_LLM_CLAUDE_MODEL",
+                "anthropic.claude-3-5-sonnet-20240620-v1:0",
+            ),
+            ("BROWSERD_LLM_CLAUDE_REGION", "eu-west-1"),
+            ("BROWSERD_LLM_CLAUDE_AWS_PROFILE", "work"),
+            ("BROWSERD_LLM_CLAUDE_PRICE_CACHE_CREATION", "3.75"),
+            ("BROWSERD_LLM_CLAUDE_FALLBACK", "codex"),
+            ("BROWSERD_LLM_CODEX_PROVIDER", "azure"),
+            ("BROWSERD_LLM_CODEX_MODEL", "codex-deployment"),
+            ("BROWSERD_LLM_CODEX_BASE_URL", "https://r.openai.azure.com"),
+            ("BROWSERD_LLM_CODEX_API", "responses"),
+            ("BROWSERD_LLM_CODEX_REASONING_EFFORT", "medium"),
+            ("BROWSERD_LLM_CODEX_API_VERSION", "2025-04-01-preview"),
+            ("BROWSERD_LLM_CODEX_AZURE_AD_TOKEN_ENV", "AZURE_TOKEN"),
+            ("BROWSERD_LLM_CODEX_VISION", "false"),
+        ]);
+        config
+            .apply_env(|k| env.get(k).map(|v| (*v).to_owned()))
+            .unwrap();
+        let claude = config.get("claude").unwrap();
+        assert_eq!(claude.provider, ProviderKind::Bedrock);
+        assert_eq!(claude.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(claude.aws_profile.as_deref(), Some("work"));
+        assert_eq!(claude.price.unwrap().cache_creation, Some(3.75));
+        let codex = config.get("codex").unwrap();
+        assert_eq!(codex.api, Some(OpenAiApi::Responses));
+        assert_eq!(codex.reasoning_effort, Some(ReasoningEffort::Medium));
+        assert_eq!(codex.azure_ad_token_env.as_deref(), Some("AZURE_TOKEN"));
+        assert_eq!(codex.vision, Some(false));
+
+        for (name, kind) in ProviderKind::ALL {
+            assert_eq!(ProviderKind::parse(name), Some(kind));
+            assert_eq!(kind.as_str(), name);
+        }
+        let bad = BTreeMap::from([("BROWSERD_LLM_CODEX_API", "completions")]);
+        let err = config
+            .apply_env(|k| bad.get(k).map(|v| (*v).to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("BROWSERD_LLM_CODEX_API"), "{err}");
+        let e =
+            expect_err("[models.a]\nprovider = \"bedrock\"\nmodel = \"x\"\napi_key_env = \"K\"\n");
+        assert!(e.contains("AWS_ACCESS_KEY_ID"), "{e}");
+        let e = expect_err("[models.a]\nprovider = \"gemini\"\nmodel = \"x\"\nregion = \"x\"\n");
+        assert!(e.contains("region") && e.contains("bedrock"), "{e}");
     }
 }

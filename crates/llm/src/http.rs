@@ -12,6 +12,16 @@ use crate::error::{sanitize_message, truncate_chars};
 use crate::response::{Price, TokenUsage};
 use crate::{ChatRequest, LlmError};
 
+/// Credentials applied to one request beyond a static key header.
+pub(crate) enum RequestAuth {
+    /// Nothing more.
+    None,
+    /// `Authorization: Bearer <token>` with a token fetched for this call (OAuth).
+    Bearer(SecretString),
+    /// An AWS SigV4 signature over the method, URL, headers and body bytes.
+    SigV4(std::sync::Arc<crate::aws::SigV4Signer>),
+}
+
 /// Longest provider message kept in an error.
 const MAX_ERROR_MESSAGE_CHARS: usize = 500;
 
@@ -75,13 +85,6 @@ impl ProviderSettings {
         url
     }
 
-    pub(crate) fn secret_strings(&self) -> Vec<&str> {
-        self.api_key
-            .as_ref()
-            .map(|k| vec![k.expose_secret()])
-            .unwrap_or_default()
-    }
-
     /// Header carrying the key, marked sensitive so `Debug` of the request never shows it.
     pub(crate) fn key_header(
         &self,
@@ -111,6 +114,14 @@ impl ProviderSettings {
         }
     }
 
+    /// The time one HTTP exchange may take: the request timeout, cut to the call's deadline.
+    pub(crate) fn call_timeout(&self, request: &ChatRequest) -> Duration {
+        match request.remaining() {
+            Some(remaining) => remaining.min(self.request_timeout),
+            None => self.request_timeout,
+        }
+    }
+
     /// POSTs `body` as JSON and returns the parsed JSON answer of a 2xx response.
     pub(crate) async fn post_json(
         &self,
@@ -119,51 +130,88 @@ impl ProviderSettings {
         body: &Value,
         request: &ChatRequest,
     ) -> Result<Value, LlmError> {
-        let timeout = match request.remaining() {
-            Some(remaining) => remaining.min(self.request_timeout),
-            None => self.request_timeout,
-        };
+        self.post_json_with(url, headers, body, request, &RequestAuth::None)
+            .await
+    }
+
+    /// [`post_json`](Self::post_json) with credentials that are not a static key header: a
+    /// fetched OAuth token (Vertex) or a SigV4 signature over the exact bytes sent (Bedrock).
+    /// Every secret that went into the request is redacted from the error.
+    pub(crate) async fn post_json_with(
+        &self,
+        url: Url,
+        mut headers: HeaderMap,
+        body: &Value,
+        request: &ChatRequest,
+        auth: &RequestAuth,
+    ) -> Result<Value, LlmError> {
+        let timeout = self.call_timeout(request);
         if timeout.is_zero() {
             return Err(LlmError::Timeout {
                 model: self.name.clone(),
                 after: self.request_timeout,
             });
         }
+        let bytes = serde_json::to_vec(body).map_err(|e| {
+            self.invalid_request(format!("the request body cannot be serialised: {e}"))
+        })?;
+        headers.insert(
+            reqwest::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        let mut secrets: Vec<SecretString> = self.api_key.iter().cloned().collect();
+        match auth {
+            RequestAuth::None => {}
+            RequestAuth::Bearer(token) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose_secret()))
+                    .map_err(|_| {
+                        self.invalid_request("the access token is not a valid header value")
+                    })?;
+                value.set_sensitive(true);
+                headers.insert(reqwest::header::AUTHORIZATION, value);
+                secrets.push(token.clone());
+            }
+            RequestAuth::SigV4(signer) => {
+                secrets.extend(signer.sign(&url, &mut headers, &bytes).await?);
+            }
+        }
+        let secrets: Vec<&str> = secrets.iter().map(|s| s.expose_secret()).collect();
         let sent = self
             .client
             .post(url)
             .headers(headers)
-            .json(body)
+            .body(bytes)
             .timeout(timeout)
             .send()
             .await;
         let response = match sent {
             Ok(response) => response,
-            Err(e) => return Err(self.transport_error(&e, timeout)),
+            Err(e) => return Err(self.transport_error(&e, timeout, &secrets)),
         };
         let status = response.status();
         let response_headers = response.headers().clone();
         let bytes = match response.bytes().await {
             Ok(bytes) => bytes,
-            Err(e) => return Err(self.transport_error(&e, timeout)),
+            Err(e) => return Err(self.transport_error(&e, timeout, &secrets)),
         };
         if !status.is_success() {
-            return Err(self.status_error(status.as_u16(), &response_headers, &bytes));
+            return Err(self.status_error(status.as_u16(), &response_headers, &bytes, &secrets));
         }
         serde_json::from_slice(&bytes).map_err(|e| LlmError::Transport {
             model: self.name.clone(),
             message: format!(
                 "the response body is not JSON ({e}): {}",
-                sanitize_message(
-                    &String::from_utf8_lossy(&bytes),
-                    &self.secret_strings(),
-                    200
-                )
+                sanitize_message(&String::from_utf8_lossy(&bytes), &secrets, 200)
             ),
         })
     }
 
-    fn transport_error(&self, error: &reqwest::Error, timeout: Duration) -> LlmError {
+    pub(crate) fn transport_error(
+        &self,
+        error: &reqwest::Error,
+        timeout: Duration,
+        secrets: &[&str],
+    ) -> LlmError {
         if error.is_timeout() {
             return LlmError::Timeout {
                 model: self.name.clone(),
@@ -184,18 +232,24 @@ impl ProviderSettings {
         let described = described.replace(self.base_url.as_str(), "<base_url>");
         LlmError::Transport {
             model: self.name.clone(),
-            message: sanitize_message(&described, &self.secret_strings(), MAX_ERROR_MESSAGE_CHARS),
+            message: sanitize_message(&described, secrets, MAX_ERROR_MESSAGE_CHARS),
         }
     }
 
-    fn status_error(&self, status: u16, headers: &HeaderMap, body: &[u8]) -> LlmError {
+    pub(crate) fn status_error(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        body: &[u8],
+        secrets: &[&str],
+    ) -> LlmError {
         let text = String::from_utf8_lossy(body);
         let parsed: Option<Value> = serde_json::from_str(&text).ok();
         let message = parsed
             .as_ref()
             .and_then(provider_error_message)
             .unwrap_or_else(|| truncate_chars(text.trim(), MAX_ERROR_MESSAGE_CHARS));
-        let message = sanitize_message(&message, &self.secret_strings(), MAX_ERROR_MESSAGE_CHARS);
+        let message = sanitize_message(&message, secrets, MAX_ERROR_MESSAGE_CHARS);
         if status == 429 {
             let retry_after = retry_after_from_headers(headers)
                 .or_else(|| parsed.as_ref().and_then(gemini_retry_delay));
@@ -214,7 +268,7 @@ impl ProviderSettings {
     }
 }
 
-/// `error.message` (OpenAI, Anthropic, Gemini), `error` as a string, or `message`.
+/// `error.message` (OpenAI, Anthropic, Gemini), `error` as a string, or `message` (Bedrock).
 fn provider_error_message(body: &Value) -> Option<String> {
     let error = body.get("error");
     let message = error

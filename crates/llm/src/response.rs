@@ -8,8 +8,9 @@ use serde_json::Value;
 /// Token counts of one or more calls, normalised across providers.
 ///
 /// `input_tokens` counts **all** prompt tokens, including those read from or written to a prompt
-/// cache (OpenAI and Gemini report it that way; for Anthropic we add `cache_read_input_tokens` and
-/// `cache_creation_input_tokens` to its `input_tokens`). `cached_input_tokens` and
+/// cache (OpenAI, Azure and Gemini report it that way; for Anthropic we add
+/// `cache_read_input_tokens` and `cache_creation_input_tokens` to its `input_tokens`, for Bedrock
+/// Converse `cacheReadInputTokens` and `cacheWriteInputTokens` to its `inputTokens`). `cached_input_tokens` and
 /// `cache_creation_input_tokens` are subsets of it. `output_tokens` includes reasoning/thinking
 /// tokens (billed as output everywhere).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,7 +19,8 @@ pub struct TokenUsage {
     pub input_tokens: u64,
     /// Prompt tokens served from the provider's cache.
     pub cached_input_tokens: u64,
-    /// Prompt tokens written to the cache (Anthropic only).
+    /// Prompt tokens written to the cache (Anthropic, also on Bedrock and Vertex; Bedrock
+    /// Converse cache points).
     pub cache_creation_input_tokens: u64,
     /// Generated tokens.
     pub output_tokens: u64,
@@ -54,7 +56,7 @@ pub struct Price {
     /// Input read from the cache; defaults to `input`.
     #[serde(default)]
     pub cached_input: Option<f64>,
-    /// Input written to the cache (Anthropic); defaults to `input`.
+    /// Input written to the cache (Anthropic, Bedrock); defaults to `input`.
     #[serde(default)]
     pub cache_creation: Option<f64>,
     /// Output.

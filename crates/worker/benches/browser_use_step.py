@@ -5,7 +5,12 @@ installed (`python -m venv /tmp/bu && /tmp/bu/bin/pip install browser-use`). It 
 page the Rust bench serves (argv[1]) with a scripted model that answers after BENCH_MODEL_MS
 (the same rule as the Rust bench's model: indices read from the state message), measures each
 model step's wall time minus the model call, and prints one JSON line per vision mode:
-{"vision": "on"|"off", "steps_ms": [...]} in run order, 4 steps per run.
+{"vision": "on"|"off", "steps_ms": [...], "prompt_prefix": {...}} in run order, 4 steps per run.
+`prompt_prefix` measures, over the last run's steps 2-4, how much of each prompt is an unchanged
+prefix of the previous one, by the rules of browserd's `browserd_llm::cache::PromptPrefix`
+(each message: its role as 1 character, its text by characters, an image as 6000 characters
+that only match an identical one; `to_breakpoint`: up to the end of the last fully shared
+message marked `cache=True`).
 """
 
 import asyncio
@@ -60,6 +65,60 @@ def browser_state(messages) -> str:
     return ""
 
 
+IMAGE_CHARS = 4 * 1500
+
+
+def prompt_units(messages) -> list[tuple[str, object, bool]]:
+    """(kind, value, breakpoint_after) per role / text / image, in order."""
+    units = []
+    for message in messages:
+        units.append(("role", getattr(message, "role", type(message).__name__), False))
+        content = message.content
+        parts = [content] if isinstance(content, str) else list(content or [])
+        for part in parts:
+            if isinstance(part, str):
+                units.append(("text", part, False))
+            elif getattr(part, "type", "") == "image_url":
+                units.append(("image", part.image_url.url, False))
+            elif getattr(part, "text", None) is not None:
+                units.append(("text", part.text, False))
+        if getattr(message, "cache", False):
+            kind, value, _ = units[-1]
+            units[-1] = (kind, value, True)
+    return units
+
+
+def unit_size(unit) -> int:
+    kind, value, _ = unit
+    return 1 if kind == "role" else IMAGE_CHARS if kind == "image" else len(value)
+
+
+def common_prefix(mine, theirs) -> int:
+    if mine[0] != theirs[0]:
+        return 0
+    if mine[0] == "text":
+        n = 0
+        for x, y in zip(mine[1], theirs[1]):
+            if x != y:
+                break
+            n += 1
+        return n
+    return unit_size(mine) if mine[1] == theirs[1] else 0
+
+
+def prompt_prefix(previous, current) -> dict:
+    total = sum(unit_size(u) for u in current)
+    shared = to_breakpoint = 0
+    for mine, theirs in zip(current, previous):
+        common = common_prefix(mine, theirs)
+        shared += common
+        if common < unit_size(mine):
+            break
+        if mine[2] and theirs[2]:
+            to_breakpoint = shared
+    return {"total": total, "shared": shared, "to_breakpoint": to_breakpoint}
+
+
 class ScriptedModel(ChatOpenAI):
     """Answers like the Rust bench's model; records how long each call took."""
 
@@ -67,10 +126,12 @@ class ScriptedModel(ChatOpenAI):
         super().__init__(model="gpt-4.1-mini", api_key="unused")
         object.__setattr__(self, "call_seconds", [])
         object.__setattr__(self, "stale", 0)
+        object.__setattr__(self, "prompts", [])
 
     async def ainvoke(self, messages, output_format=None, **kwargs):
         started = time.perf_counter()
         page = browser_state(messages)
+        self.prompts.append(prompt_units(messages))
         turn = len(self.call_seconds) + 1
         await asyncio.sleep(MODEL_SECONDS)
         if SCENARIO == "async":
@@ -111,6 +172,9 @@ class ScriptedModel(ChatOpenAI):
         return ChatInvokeCompletion(completion=completion, usage=usage)
 
 
+LAST_PROMPTS: list = []
+
+
 async def one_run(url: str, vision: bool) -> list[float]:
     profile = BrowserProfile(
         executable_path=os.environ.get("BENCH_CHROME", "/usr/bin/chromium"),
@@ -147,6 +211,7 @@ async def one_run(url: str, vision: bool) -> list[float]:
     model_steps = [h for h in history.history if h.model_output is not None and h.metadata.step_number >= 1]
     if len(model_steps) != 4:
         raise RuntimeError(f"expected 4 model steps, browser-use took {len(model_steps)}")
+    LAST_PROMPTS[:] = model.prompts
     return [
         (h.metadata.step_end_time - h.metadata.step_start_time - model) * 1000
         for h, model in zip(model_steps, model.call_seconds)
@@ -162,7 +227,12 @@ async def main():
         steps: list[float] = []
         for _ in range(runs):
             steps.extend(await one_run(url, vision))
-        print(json.dumps({"vision": "on" if vision else "off", "steps_ms": steps}), flush=True)
+        prefix = {"total": 0, "shared": 0, "to_breakpoint": 0, "calls": len(LAST_PROMPTS)}
+        for previous, current in zip(LAST_PROMPTS, LAST_PROMPTS[1:]):
+            for key, value in prompt_prefix(previous, current).items():
+                prefix[key] += value
+        result = {"vision": "on" if vision else "off", "steps_ms": steps, "prompt_prefix": prefix}
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@
 //! With `BENCH_BROWSER_USE_PYTHON=/path/to/python` (a Python with `browser-use` installed) each
 //! mode also runs Python browser-use on the same page with the same scripted answers
 //! (`browser_use_step.py`, its own Chrome per run, as it does by default) and prints the ratio.
+//!
+//! `prompt_prefix` lines: over one run's steps 2-4, the share of each step's prompt that is an
+//! unchanged prefix of the previous step's (what a provider's prompt cache can reuse;
+//! `browserd_llm::cache::PromptPrefix`), for browserd and, with the variable above, for Python
+//! browser-use measured the same way on its own prompts.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -33,6 +38,7 @@ use browserd_browser::{
     Action, ActionContext, BrowserPool, CaptureOptions, ContextOptions, PoolConfig,
     ScreenshotFormat, SettleSettings,
 };
+use browserd_llm::cache::PromptPrefix;
 use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, TokenUsage};
 use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use regex::Regex;
@@ -217,6 +223,8 @@ struct InstantModel {
     turn: Mutex<usize>,
     latency: Duration,
     scenario: Scenario,
+    /// Every request, for the prompt-prefix measure.
+    requests: Mutex<Vec<ChatRequest>>,
 }
 
 #[async_trait]
@@ -241,6 +249,7 @@ impl ChatModel for InstantModel {
             *t += 1;
             *t
         };
+        self.requests.lock().unwrap().push(request.clone());
         tokio::time::sleep(self.latency).await;
         let action = match self
             .scenario
@@ -318,7 +327,7 @@ async fn agent_run(
     url: &str,
     vision: bool,
     settle: bool,
-) -> Vec<(f64, f64, f64)> {
+) -> (Vec<(f64, f64, f64)>, PromptPrefix) {
     let workspace = TaskWorkspace::open(None).unwrap();
     let mut options = if settle {
         egress()
@@ -350,8 +359,9 @@ async fn agent_run(
         turn: Mutex::new(0),
         latency: model_latency(),
         scenario,
+        requests: Mutex::new(Vec::new()),
     });
-    let mut agent = Agent::new(config, browser.clone(), model, Arc::new(NoopSink)).unwrap();
+    let mut agent = Agent::new(config, browser.clone(), model.clone(), Arc::new(NoopSink)).unwrap();
     let history = agent.run().await;
     assert_eq!(
         history.is_successful(),
@@ -376,7 +386,12 @@ async fn agent_run(
     if let Ok(browser) = Arc::try_unwrap(browser) {
         browser.into_session().release().await;
     }
-    steps
+    let requests = model.requests.lock().unwrap().clone();
+    let prefix = requests
+        .windows(2)
+        .map(|pair| PromptPrefix::measure(Some(&pair[0]), &pair[1]))
+        .fold(PromptPrefix::default(), PromptPrefix::plus);
+    (steps, prefix)
 }
 
 /// The same browser work without the agent: per step a capture (with screenshot) + the action.
@@ -443,7 +458,7 @@ async fn main() {
 
 async fn measure(pool: &BrowserPool, scenario: Scenario, url: &str, vision: bool) {
     // Warm up Chrome and both paths.
-    agent_run(pool, scenario, url, vision, true).await;
+    let _ = agent_run(pool, scenario, url, vision, true).await;
     bare_run(pool, scenario, url, vision).await;
     // On the login page (where it is not needed) also the agent without settling, as the
     // code was before it: what settling costs a step that starts nothing.
@@ -451,11 +466,14 @@ async fn measure(pool: &BrowserPool, scenario: Scenario, url: &str, vision: bool
     let mut agent_steps = Vec::new();
     let mut bare_steps = Vec::new();
     let mut unsettled_steps = Vec::new();
+    let mut prefix = PromptPrefix::default();
     for _ in 0..runs() {
-        agent_steps.extend(agent_run(pool, scenario, url, vision, true).await);
+        let (steps, run_prefix) = agent_run(pool, scenario, url, vision, true).await;
+        agent_steps.extend(steps);
+        prefix = run_prefix;
         bare_steps.extend(bare_run(pool, scenario, url, vision).await);
         if unsettled {
-            unsettled_steps.extend(agent_run(pool, scenario, url, vision, false).await);
+            unsettled_steps.extend(agent_run(pool, scenario, url, vision, false).await.0);
         }
     }
     let unsettled_steps: Vec<f64> = unsettled_steps.iter().map(|s| s.0).collect();
@@ -525,8 +543,27 @@ async fn measure(pool: &BrowserPool, scenario: Scenario, url: &str, vision: bool
             median(clicks.iter().map(|c| c - delay).collect())
         );
     }
+    println!(
+        "  prompt_prefix, browserd: {:.1}% of prompt chars in steps 2-4 are an unchanged prefix of the previous prompt; {:.1}% up to a cache breakpoint ({} of {} chars)",
+        prefix.shared_share() * 100.0,
+        prefix.breakpoint_share() * 100.0,
+        prefix.shared_chars,
+        prefix.total_chars
+    );
     if let Some(python) = std::env::var_os("BENCH_BROWSER_USE_PYTHON") {
-        let steps = browser_use_steps(python, scenario, url.to_owned(), vision).await;
+        let (steps, theirs) = browser_use_steps(python, scenario, url.to_owned(), vision).await;
+        let share = |key: &str| {
+            let part = theirs[key].as_f64().unwrap_or(0.0);
+            let total = theirs["total"].as_f64().unwrap_or(0.0).max(1.0);
+            part / total * 100.0
+        };
+        println!(
+            "  prompt_prefix, Python browser-use: {:.1}% unchanged prefix; {:.1}% up to a cache breakpoint ({} of {} chars)",
+            share("shared"),
+            share("to_breakpoint"),
+            theirs["shared"],
+            theirs["total"]
+        );
         println!(
             "  Python browser-use, same page and answers, this run: median {:6.1} ms per step (n={}; by step {})",
             median(steps.clone()),
@@ -557,7 +594,7 @@ async fn browser_use_steps(
     scenario: Scenario,
     url: String,
     vision: bool,
-) -> Vec<f64> {
+) -> (Vec<f64>, Value) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/browser_use_step.py");
     // browserd's flags and the bench's extra ones; browser-use adds headless and no-sandbox.
     let chrome_flags: Vec<String> = browserd_browser::CHROME_FLAGS
@@ -598,5 +635,5 @@ async fn browser_use_steps(
         .filter_map(Value::as_f64)
         .collect();
     assert_eq!(steps.len(), 4 * runs(), "4 model steps per browser-use run");
-    steps
+    (steps, result["prompt_prefix"].clone())
 }

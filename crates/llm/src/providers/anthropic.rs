@@ -1,5 +1,6 @@
 //! Anthropic Messages API: the output is one forced tool call whose input is the schema.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -7,7 +8,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
 use super::{ReplyBody, WireReply, finish};
-use crate::http::{ProviderSettings, count};
+use crate::aws::SigV4Signer;
+use crate::google::VertexTarget;
+use crate::http::{ProviderSettings, RequestAuth, count};
 use crate::request::{ContentPart, Role};
 use crate::response::TokenUsage;
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
@@ -21,16 +24,32 @@ const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// Anthropic allows at most four cache breakpoints per request.
 const MAX_CACHE_BREAKPOINTS: usize = 4;
 
-/// An Anthropic Messages model.
+/// Where an Anthropic model is served.
+#[derive(Debug)]
+pub(crate) enum AnthropicHost {
+    /// Anthropic's API: `{base_url}/messages`, `x-api-key`.
+    Direct,
+    /// AWS Bedrock InvokeModel: `{base_url}/model/{id}/invoke`, SigV4.
+    Bedrock(Arc<SigV4Signer>),
+    /// Vertex AI: `{base_url}/{model_path}:rawPredict`, OAuth bearer token.
+    Vertex(Arc<VertexTarget>),
+}
+
+/// An Anthropic Messages model (on Anthropic's API, Bedrock or Vertex AI).
 #[derive(Debug)]
 pub struct AnthropicModel {
     settings: ProviderSettings,
+    host: AnthropicHost,
 }
 
 impl AnthropicModel {
     /// A model speaking to `settings.base_url` + `/messages`.
     pub fn new(settings: ProviderSettings) -> Self {
-        Self { settings }
+        Self::on_host(settings, AnthropicHost::Direct)
+    }
+
+    pub(crate) fn on_host(settings: ProviderSettings, host: AnthropicHost) -> Self {
+        Self { settings, host }
     }
 
     pub(crate) fn request_body(&self, request: &ChatRequest) -> Result<Value, LlmError> {
@@ -109,9 +128,26 @@ impl AnthropicModel {
         if let Some(temperature) = request.options.temperature.or(self.settings.temperature) {
             body["temperature"] = crate::http::temperature_json(temperature);
         }
+        // On the clouds the model is in the URL and the API version in the body.
+        let cloud_version = match self.host {
+            AnthropicHost::Direct => None,
+            AnthropicHost::Bedrock(_) => Some(BEDROCK_ANTHROPIC_VERSION),
+            AnthropicHost::Vertex(_) => Some(VERTEX_ANTHROPIC_VERSION),
+        };
+        if let Some(version) = cloud_version
+            && let Some(object) = body.as_object_mut()
+        {
+            object.remove("model");
+            object.insert("anthropic_version".into(), json!(version));
+        }
         Ok(body)
     }
 }
+
+/// `anthropic_version` of Anthropic models on Bedrock.
+pub(crate) const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+/// `anthropic_version` of Anthropic models on Vertex AI.
+pub(crate) const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// Keeps at most four breakpoints: the first one (normally the system prompt) and the last ones.
 fn limit_breakpoints(mut flags: Vec<bool>) -> Vec<bool> {
@@ -192,17 +228,32 @@ impl ChatModel for AnthropicModel {
         let started = Instant::now();
         let body = self.request_body(request)?;
         let mut headers = HeaderMap::new();
-        headers.insert(
-            HeaderName::from_static("anthropic-version"),
-            HeaderValue::from_static(ANTHROPIC_VERSION),
-        );
-        if let Some((name, value)) = self.settings.key_header("x-api-key", "")? {
-            headers.insert(name, value);
-        }
-        let url = self.settings.endpoint("messages");
+        let (url, auth) = match &self.host {
+            AnthropicHost::Direct => {
+                headers.insert(
+                    HeaderName::from_static("anthropic-version"),
+                    HeaderValue::from_static(ANTHROPIC_VERSION),
+                );
+                if let Some((name, value)) = self.settings.key_header("x-api-key", "")? {
+                    headers.insert(name, value);
+                }
+                (self.settings.endpoint("messages"), RequestAuth::None)
+            }
+            AnthropicHost::Bedrock(signer) => (
+                super::bedrock::bedrock_model_url(&self.settings, "invoke"),
+                RequestAuth::SigV4(signer.clone()),
+            ),
+            AnthropicHost::Vertex(target) => (
+                self.settings
+                    .endpoint(&format!("{}:rawPredict", target.model_path)),
+                target
+                    .bearer(&self.settings.name, self.settings.call_timeout(request))
+                    .await?,
+            ),
+        };
         let answer = self
             .settings
-            .post_json(url, headers, &body, request)
+            .post_json_with(url, headers, &body, request, &auth)
             .await?;
         finish(
             &self.settings,

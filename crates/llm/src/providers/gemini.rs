@@ -1,6 +1,7 @@
 //! Gemini `generateContent` with `responseMimeType: application/json` and a translated
 //! `responseSchema`. The key travels in the `x-goog-api-key` header, never in the URL.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -8,22 +9,35 @@ use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
 use super::{ReplyBody, WireReply, finish};
-use crate::http::{ProviderSettings, count};
+use crate::google::VertexTarget;
+use crate::http::{ProviderSettings, RequestAuth, count};
 use crate::request::{ContentPart, Role};
 use crate::response::TokenUsage;
 use crate::schema::{GEMINI_PLACEHOLDER, gemini_schema, remove_gemini_placeholders};
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
 
-/// A Gemini (Google AI) model.
+/// A Gemini model (Google AI, or Vertex AI when it has a [`VertexTarget`]).
 #[derive(Debug)]
 pub struct GeminiModel {
     settings: ProviderSettings,
+    vertex: Option<Arc<VertexTarget>>,
 }
 
 impl GeminiModel {
     /// A model speaking to `settings.base_url` + `/models/{model}:generateContent`.
     pub fn new(settings: ProviderSettings) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            vertex: None,
+        }
+    }
+
+    /// A Gemini model on Vertex AI: `{base_url}/{model_path}:generateContent`, OAuth token.
+    pub(crate) fn on_vertex(settings: ProviderSettings, target: Arc<VertexTarget>) -> Self {
+        Self {
+            settings,
+            vertex: Some(target),
+        }
     }
 
     pub(crate) fn request_body(&self, request: &ChatRequest) -> Value {
@@ -157,13 +171,27 @@ impl ChatModel for GeminiModel {
         let started = Instant::now();
         let body = self.request_body(request);
         let mut headers = HeaderMap::new();
-        if let Some((name, value)) = self.settings.key_header("x-goog-api-key", "")? {
-            headers.insert(name, value);
-        }
-        let url = self.settings.endpoint(&self.model_path());
+        let (url, auth) = match &self.vertex {
+            None => {
+                if let Some((name, value)) = self.settings.key_header("x-goog-api-key", "")? {
+                    headers.insert(name, value);
+                }
+                (
+                    self.settings.endpoint(&self.model_path()),
+                    RequestAuth::None,
+                )
+            }
+            Some(target) => (
+                self.settings
+                    .endpoint(&format!("{}:generateContent", target.model_path)),
+                target
+                    .bearer(&self.settings.name, self.settings.call_timeout(request))
+                    .await?,
+            ),
+        };
         let answer = self
             .settings
-            .post_json(url, headers, &body, request)
+            .post_json_with(url, headers, &body, request, &auth)
             .await?;
         let mut response = finish(&self.settings, parse_response(&answer), started)?;
         if !request

@@ -1,7 +1,10 @@
-//! The three wire formats. Each provider sends one HTTP request per call and parses the reply
-//! into JSON; retries, timeouts, fallback and schema validation are layers around them.
+//! The wire formats: OpenAI-compatible (chat completions and Responses; OpenAI, Azure and the
+//! presets), Anthropic Messages (Anthropic, Bedrock, Vertex), Gemini (Google AI, Vertex) and
+//! Bedrock Converse. Each provider sends one HTTP request per call and parses the reply into
+//! JSON; retries, timeouts, fallback and schema validation are layers around them.
 
 mod anthropic;
+mod bedrock;
 mod gemini;
 mod openai;
 
@@ -9,9 +12,15 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+pub(crate) use anthropic::AnthropicHost;
 pub use anthropic::AnthropicModel;
+pub use bedrock::BedrockModel;
+pub(crate) use bedrock::bedrock_base_url;
 pub use gemini::GeminiModel;
-pub use openai::{OpenAiModel, StructuredOutputMode};
+pub use openai::{
+    AZURE_DEFAULT_API_VERSION, OpenAiHost, OpenAiModel, OpenAiOptions, OpenAiPreset,
+    StructuredOutputMode,
+};
 
 use crate::error::truncate_chars;
 use crate::http::ProviderSettings;
