@@ -132,6 +132,16 @@ def check_image(compose_config_path):
               f"{name} reaches the host as host.docker.internal")
         for var in ["BROWSERD_SECRETS_KEY", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"]:
             check(var in env, f"{name} passes {var}")
+        # Chrome's sandbox: user namespaces allowed by the shipped seccomp profile (checked by
+        # scripts/check_seccomp.py with real Chrome), no way to gain privileges, no capabilities.
+        security = [str(o) for o in service.get("security_opt", [])]
+        check(any(o.startswith("seccomp") and o.endswith("deploy/seccomp/browserd-chrome.json")
+                  for o in security), f"{name} runs under deploy/seccomp/browserd-chrome.json")
+        check(any(o.replace("=", ":") == "no-new-privileges:true" for o in security),
+              f"{name}: no-new-privileges")
+        check([c.upper() for c in service.get("cap_drop", [])] == ["ALL"], f"{name}: cap_drop ALL")
+        check(str(env.get("BROWSERD_CHROME_NO_SANDBOX", "false")).lower() in ("false", "0", "no", "off"),
+              f"{name}: Chrome keeps its sandbox by default")
     check(services.get("worker", {}).get("command") == ["worker"], "worker runs `browserd worker`")
     for name in ["worker", "migrate"]:
         healthcheck = services.get(name, {}).get("healthcheck", {})
@@ -340,8 +350,17 @@ def check_references(resources, label):
         for container in containers(resource):
             check("--no-sandbox" not in json.dumps(container),
                   f"{label}: {name}: Chrome keeps its sandbox flags out of the manifests")
-            check(container["securityContext"].get("allowPrivilegeEscalation") is False,
+            security = container["securityContext"]
+            check(security.get("allowPrivilegeEscalation") is False,
                   f"{label}: {name}: no privilege escalation")
+            check(security.get("capabilities", {}).get("drop") == ["ALL"],
+                  f"{label}: {name}: drops every capability")
+            check(security.get("readOnlyRootFilesystem") is True,
+                  f"{label}: {name}: read-only root filesystem")
+            seccomp_type = (security.get("seccompProfile")
+                            or spec.get("securityContext", {}).get("seccompProfile", {})).get("type")
+            check(seccomp_type in ("RuntimeDefault", "Localhost"),
+                  f"{label}: {name}: a seccomp profile ({seccomp_type})")
             for var in container.get("env", []):
                 ref = var.get("valueFrom", {}).get("secretKeyRef")
                 if ref:
