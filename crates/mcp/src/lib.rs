@@ -14,7 +14,7 @@ mod server;
 
 use async_trait::async_trait;
 use browserd_types::dto::{CreateTaskRequest, ErrorBody, ErrorDetail, StepView, TaskView};
-use browserd_types::{TaskId, TaskStatus, Transition};
+use browserd_types::{EventBody, TaskEvent, TaskId, TaskStatus, Transition};
 
 pub use params::{ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams};
 pub use remote::RemoteBackend;
@@ -107,6 +107,24 @@ pub enum TaskUpdate {
     NextGoal { step: i64, goal: String },
     /// The task reached a final status.
     Ended,
+}
+
+impl TaskUpdate {
+    /// What a task event means to a waiting `run_task`: a model output's next goal, or the
+    /// end (the final event); `None` for everything else. Every backend's `watch` maps the
+    /// task's event stream with it.
+    pub fn of_event(event: &TaskEvent) -> Option<TaskUpdate> {
+        if event.is_final() {
+            return Some(TaskUpdate::Ended);
+        }
+        match event.body()? {
+            EventBody::ModelOutput(model) => Some(TaskUpdate::NextGoal {
+                step: i64::from(model.number),
+                goal: model.next_goal()?.to_owned(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Who is calling: the HTTP request's parts (with the api's authenticated key in their

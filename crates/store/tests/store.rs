@@ -815,7 +815,7 @@ async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
             .await
             .unwrap();
     }
-    let mut feed = EventFeed::follow(&store, &hub, id, 0);
+    let mut feed = EventFeed::follow(std::sync::Arc::new(store.clone()), &hub, id, 0);
     let writer = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -860,7 +860,7 @@ async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
 
     // A task deleted while followed: its feed says so.
     let other = store.create_task(owner, new_task("u")).await.unwrap().id;
-    let mut feed = EventFeed::follow(&store, &hub, other, 1);
+    let mut feed = EventFeed::follow(std::sync::Arc::new(store.clone()), &hub, other, 1);
     store.delete_task(owner, other).await.unwrap();
     let item = tokio::time::timeout(Duration::from_secs(30), feed.next())
         .await
