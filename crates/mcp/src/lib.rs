@@ -1,9 +1,10 @@
 //! browserd as a Model Context Protocol server: the task tools (`run_task`, `get_task`,
 //! `list_tasks`, `stop_task`, `pause_task`, `resume_task`, `get_screenshot`) built on the
-//! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api serves them over
-//! streamable HTTP at `/mcp` with a backend on its store (same keys, tenants and validation as
-//! `/v1`); `browserd mcp` serves them over stdio with an in-process backend (no server, no
-//! Postgres) or with [`RemoteBackend`], which proxies to a browserd server's REST API.
+//! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api's backend is its
+//! task service (same keys, tenants, validation and status machine as `/v1`): served over
+//! streamable HTTP at `/mcp` on the Postgres store, and by `browserd mcp` over stdio on an
+//! in-memory store (no server, no Postgres). [`RemoteBackend`] proxies the tools to a browserd
+//! server's REST API and event WebSocket instead.
 //!
 //! Tool errors are MCP tool results with `isError: true` whose content is the REST API's error
 //! body, `{"error":{"code","message"[,"field"]}}`, with the same codes and messages.
@@ -51,11 +52,6 @@ impl ToolError {
             field: Some(field.into()),
             ..Self::new("validation_failed", message)
         }
-    }
-
-    /// The REST API's 404 for a missing task (or another key's).
-    pub fn task_not_found() -> Self {
-        Self::new("task_not_found", "task not found")
     }
 
     /// The REST API's error body.
