@@ -55,14 +55,6 @@ impl TaskService {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn TaskStore> {
-        &self.store
-    }
-
-    pub fn hub(&self) -> &EventHub {
-        &self.hub
-    }
-
     pub fn models(&self) -> &ModelCatalog {
         &self.models
     }
