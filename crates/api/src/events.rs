@@ -2,8 +2,8 @@
 //! `seq > N`, then streams live ones, in order, without gaps or duplicates, and closes normally
 //! (1000) right after the task's final event.
 //!
-//! The events come from an [`EventFeed`] (the one way the api follows a task, also used by the
-//! MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
+//! The events come from an [`EventFeed`](browserd_store::EventFeed) (the one way the api
+//! follows a task, also used by the MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
 //! `task_events` after every signal, so the signals are only wake-ups and a lost or duplicated
 //! notification cannot cause a gap or a duplicate.
 //!
@@ -27,7 +27,7 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::{EventFeed, FeedItem, KeySignal, Store, StoreError};
+use browserd_store::{FeedItem, KeySignal, Store, StoreError};
 use browserd_types::dto::ErrorBody;
 use browserd_types::{ApiKeyId, TaskId};
 use secrecy::ExposeSecret;
@@ -139,7 +139,7 @@ pub async fn create_ticket(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Response, ApiError> {
-    owned_task(&state, &caller, id).await?;
+    owned_task(&state.tasks, &caller, id).await?;
     let issued = state
         .store
         .create_ws_ticket(caller.key_id, id, WS_TICKET_TTL)
@@ -195,7 +195,7 @@ pub async fn task_events(
 ) -> Result<Response, ApiError> {
     query.only(&["after_seq", "ticket"])?;
     let after_seq = query.int_in("after_seq", 0..=i64::MAX)?.unwrap_or(0);
-    owned_task(&state, &caller, id).await?;
+    owned_task(&state.tasks, &caller, id).await?;
     let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
@@ -326,7 +326,7 @@ async fn stream_events(
 ) -> Result<&'static str, StoreError> {
     // The feed subscribes before it reads, so nothing committed meanwhile goes unsignalled;
     // both subscriptions come before the key check, so a revocation in between is not missed.
-    let mut feed = EventFeed::follow(&state.store, &state.hub, task_id, after_seq);
+    let mut feed = state.tasks.follow(task_id, after_seq);
     let mut key_signals = state.hub.key_signals();
     let store = &state.store;
 

@@ -53,9 +53,11 @@ use utoipa_axum::routes;
 pub use auth::{BEARER_SUBPROTOCOL, KEY_CACHE_TTL, RateLimit};
 pub use client_ip::{InvalidIpRange, IpRange, client_ip, parse_trusted_proxies};
 pub use error::ApiError;
+pub use mcp::McpBackend;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
-pub use validation::{list_limit, validate_create_task};
+pub use task_ops::TaskService;
+pub use validation::validate_create_task;
 
 /// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
 /// crate only deals in `tracing` spans and W3C header values.
@@ -153,9 +155,8 @@ pub(crate) struct Edge {
 pub struct AppState {
     store: Store,
     hub: EventHub,
-    models: Arc<ModelCatalog>,
-    proxies: Arc<Vec<String>>,
-    max_queued_tasks: Option<i64>,
+    /// The task service over `store` (every front end's task operations).
+    tasks: TaskService,
     webhook_allow_loopback: bool,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
@@ -274,12 +275,17 @@ pub fn router(
     });
     let request_timeout = config.request_timeout;
     let trace_context = config.trace_context.clone();
+    let tasks = TaskService::new(
+        Arc::new(store.clone()),
+        hub.clone(),
+        config.models,
+        config.proxies,
+        config.max_queued_tasks,
+    );
     let state = AppState {
         store,
         hub,
-        models: Arc::new(config.models),
-        proxies: Arc::new(config.proxies),
-        max_queued_tasks: config.max_queued_tasks,
+        tasks,
         webhook_allow_loopback: config.webhook_allow_loopback,
         rate_limiter,
         shutdown,

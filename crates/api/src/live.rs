@@ -67,7 +67,7 @@ pub async fn task_live(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     query.only(&["ticket"])?;
-    owned_task(&state, &caller, id).await?;
+    owned_task(&state.tasks, &caller, id).await?;
     let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {

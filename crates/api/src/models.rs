@@ -73,8 +73,8 @@ pub struct ModelList {
 )]
 pub async fn list_models(State(state): State<AppState>, _caller: Caller) -> Json<ModelList> {
     Json(ModelList {
-        models: state.models.names().map(str::to_owned).collect(),
-        default: state.models.default_model().map(str::to_owned),
+        models: state.tasks.models().names().map(str::to_owned).collect(),
+        default: state.tasks.models().default_model().map(str::to_owned),
     })
 }
 

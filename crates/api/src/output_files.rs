@@ -131,7 +131,7 @@ pub async fn list_files(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<OutputFileList>, ApiError> {
-    owned_task(&state, &caller, id).await?;
+    owned_task(&state.tasks, &caller, id).await?;
     let files = state.store.list_output_files(id).await?;
     Ok(Json(OutputFileList {
         items: files.into_iter().map(|f| view(id, f)).collect(),
@@ -178,7 +178,7 @@ pub async fn download_file(
             file_id.chars().take(64).collect::<String>()
         ),
     })?;
-    owned_task(&state, &caller, id).await?;
+    owned_task(&state.tasks, &caller, id).await?;
     let file = state
         .store
         .output_file(Some(id), file_id)

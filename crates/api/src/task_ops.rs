@@ -1,19 +1,69 @@
 //! The task service: the one place that creates, validates, admits, controls and reads tasks,
-//! behind every front end — the `/v1` handlers, `/api/v2`, and the MCP tools. It checks
+//! behind every front end — the `/v1` handlers, `/api/v2`, the MCP tools over HTTP, and
+//! `browserd mcp` on stdio. It works over a [`TaskStore`]: the Postgres [`Store`] for the
+//! server, a [`MemoryStore`] for the stdio mode, with the same status machine. It checks
 //! ownership (another key's task is `task_not_found`) and speaks [`ApiError`]; each front end
 //! only maps requests to it and its errors to its own wire shape.
+//!
+//! [`Store`]: browserd_store::Store
+//! [`MemoryStore`]: browserd_store::MemoryStore
 
-use browserd_store::{ArtifactContent, SessionChoice, StoreError, TaskCursor, TransitionDetails};
+use std::sync::Arc;
+
+use browserd_store::{
+    ArtifactContent, EventFeed, EventHub, SessionChoice, StoreError, TaskCursor, TaskStore,
+    TransitionDetails,
+};
 use browserd_types::dto::{
     CreateTaskRequest, ReplayActionView, ReplayReportView, StepView, TaskList, TaskView,
     screenshot_path,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
-use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
+use crate::models::ModelCatalog;
 use crate::validation::validate_create_task;
+
+/// The task service's store and settings. Cheap to clone.
+#[derive(Clone)]
+pub struct TaskService {
+    store: Arc<dyn TaskStore>,
+    /// The hub `store`'s appends signal.
+    hub: EventHub,
+    models: Arc<ModelCatalog>,
+    proxies: Arc<Vec<String>>,
+    max_queued_tasks: Option<i64>,
+}
+
+impl TaskService {
+    /// The service over `store`, whose appends `hub` signals; tasks may name `models` and
+    /// `proxies`; above `max_queued_tasks` queued tasks, creation answers 429.
+    pub fn new(
+        store: Arc<dyn TaskStore>,
+        hub: EventHub,
+        models: ModelCatalog,
+        proxies: Vec<String>,
+        max_queued_tasks: Option<i64>,
+    ) -> Self {
+        Self {
+            store,
+            hub,
+            models: Arc::new(models),
+            proxies: Arc::new(proxies),
+            max_queued_tasks,
+        }
+    }
+
+    pub fn models(&self) -> &ModelCatalog {
+        &self.models
+    }
+
+    /// Task `id`'s events after `after_seq`, in order (the caller checks ownership).
+    pub(crate) fn follow(&self, id: TaskId, after_seq: i64) -> EventFeed {
+        EventFeed::follow(self.store.clone(), &self.hub, id, after_seq)
+    }
+}
 
 /// Where a new task goes besides the queue.
 pub(crate) enum Placement {
@@ -36,38 +86,38 @@ pub(crate) struct CreatedTask {
 /// Validates, admits and stores a new task (status `queued`); `trace_context` is the W3C
 /// `traceparent` its spans join.
 pub(crate) async fn create(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     mut request: CreateTaskRequest,
     trace_context: Option<String>,
     placement: Placement,
 ) -> Result<CreatedTask, ApiError> {
     if let Some(source) = request.replay_of {
-        replay_defaults(state, caller, source, &mut request).await?;
+        replay_defaults(tasks, caller, source, &mut request).await?;
     }
-    let mut new_task = validate_create_task(request, &state.models)?;
+    let mut new_task = validate_create_task(request, &tasks.models)?;
     if let Some(name) = &new_task.options.proxy
-        && !state.proxies.contains(name)
+        && !tasks.proxies.contains(name)
     {
         let shown: String = name.chars().take(64).collect();
         return Err(ApiError::validation(
             "proxy",
-            if state.proxies.is_empty() {
+            if tasks.proxies.is_empty() {
                 format!("unknown proxy `{shown}`: no proxies are configured")
             } else {
                 format!(
                     "unknown proxy `{shown}` (configured: {})",
-                    state.proxies.join(", ")
+                    tasks.proxies.join(", ")
                 )
             },
         ));
     }
     new_task.trace_context = trace_context;
-    if !new_task.secrets.is_empty() && !state.store.has_secrets_key() {
+    if !new_task.secrets.is_empty() && !tasks.store.has_secrets_key() {
         return Err(StoreError::NoSecretsKey.into());
     }
-    if let Some(max) = state.max_queued_tasks {
-        let queued = state.store.queued_tasks().await?;
+    if let Some(max) = tasks.max_queued_tasks {
+        let queued = tasks.store.queued_tasks().await?;
         if queued >= max {
             return Err(ApiError::QueueFull {
                 queued,
@@ -77,11 +127,11 @@ pub(crate) async fn create(
     }
     let (task, session_id) = match placement {
         Placement::Queue => (
-            state.store.create_task(caller.key_id, new_task).await?,
+            tasks.store.create_task(caller.key_id, new_task).await?,
             None,
         ),
         Placement::Session { choice, v2_options } => {
-            let (task, session) = state
+            let (task, session) = tasks
                 .store
                 .create_v2_task(caller.key_id, new_task, choice, v2_options)
                 .await?;
@@ -89,7 +139,7 @@ pub(crate) async fn create(
         }
     };
     tracing::info!(task_id = %task.id, session_id = ?session_id, "task created");
-    let position = state.store.queue_position(task.id).await?;
+    let position = tasks.store.queue_position(task.id).await?;
     let mut view = TaskView::from(task);
     view.queue_position = position;
     Ok(CreatedTask { view, session_id })
@@ -99,12 +149,12 @@ pub(crate) async fn create(
 /// request's defaults from it: the task text, the domain lists, the viewport, the settle
 /// timeout and the proxy.
 async fn replay_defaults(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     source_id: TaskId,
     request: &mut CreateTaskRequest,
 ) -> Result<(), ApiError> {
-    let source = owned_task(state, caller, source_id).await?;
+    let source = owned_task(tasks, caller, source_id).await?;
     if !source.status.is_terminal() {
         return Err(ApiError::Conflict {
             code: "replay_source_not_ended",
@@ -116,7 +166,7 @@ async fn replay_defaults(
             current_status: Some(source.status),
         });
     }
-    if state.store.replayable_steps(source_id).await? == 0 {
+    if tasks.store.replayable_steps(source_id).await? == 0 {
         return Err(ApiError::validation(
             "replay_of",
             format!(
@@ -146,12 +196,12 @@ async fn replay_defaults(
 
 /// What replay task `id` did with each recorded action so far, from its steps' results.
 pub(crate) async fn replay_report(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
 ) -> Result<ReplayReportView, ApiError> {
-    let task = owned_task(state, caller, id).await?;
-    let replay = state
+    let task = owned_task(tasks, caller, id).await?;
+    let replay = tasks
         .store
         .task_replay(id)
         .await?
@@ -159,7 +209,7 @@ pub(crate) async fn replay_report(
             code: "not_a_replay",
             message: format!("task {id} is not a replay (it was not created with replay_of)"),
         })?;
-    let steps = state.store.list_steps(id).await?;
+    let steps = tasks.store.list_steps(id).await?;
     let mut actions = Vec::new();
     for step in &steps {
         let Some(results) = step.results.as_array() else {
@@ -193,11 +243,11 @@ pub(crate) async fn replay_report(
 /// The task if it exists and belongs to the caller; 404 otherwise (another key's task is
 /// indistinguishable from a missing one).
 pub(crate) async fn owned_task(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
 ) -> Result<browserd_store::TaskRecord, ApiError> {
-    state
+    tasks
         .store
         .get_task(Some(caller.key_id), id)
         .await?
@@ -206,29 +256,29 @@ pub(crate) async fn owned_task(
 
 /// One task, with its queue position while queued.
 pub(crate) async fn get(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
 ) -> Result<TaskView, ApiError> {
-    let task = owned_task(state, caller, id).await?;
+    let task = owned_task(tasks, caller, id).await?;
     let queued = task.status == TaskStatus::Queued;
     let mut view = TaskView::from(task);
     if queued {
-        view.queue_position = state.store.queue_position(id).await?;
+        view.queue_position = tasks.store.queue_position(id).await?;
     }
     Ok(view)
 }
 
 /// A page of the caller's tasks, newest first; `limit` is checked here (1–100, default 20).
 pub(crate) async fn list(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     status: Option<TaskStatus>,
     limit: Option<i64>,
     cursor: Option<TaskCursor>,
 ) -> Result<TaskList, ApiError> {
     let limit = crate::validation::list_limit(limit)?;
-    let page = state
+    let page = tasks
         .store
         .list_tasks(caller.key_id, status, limit, cursor)
         .await?;
@@ -240,12 +290,12 @@ pub(crate) async fn list(
 
 /// Stop, pause or resume (409 when illegal in the task's status).
 pub(crate) async fn control(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
     transition: Transition,
 ) -> Result<TaskView, ApiError> {
-    let task = state
+    let task = tasks
         .store
         .transition_task(
             Some(caller.key_id),
@@ -260,12 +310,12 @@ pub(crate) async fn control(
 
 /// The task's steps, in order.
 pub(crate) async fn steps(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
 ) -> Result<Vec<StepView>, ApiError> {
-    owned_task(state, caller, id).await?;
-    let steps = state.store.list_steps(id).await?;
+    owned_task(tasks, caller, id).await?;
+    let steps = tasks.store.list_steps(id).await?;
     Ok(steps
         .into_iter()
         .map(|step| StepView {
@@ -284,13 +334,13 @@ pub(crate) async fn steps(
 
 /// The screenshot of step `number`: its content type and bytes.
 pub(crate) async fn screenshot(
-    state: &AppState,
+    tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
     number: i32,
 ) -> Result<(String, Vec<u8>), ApiError> {
-    owned_task(state, caller, id).await?;
-    let screenshot = state
+    owned_task(tasks, caller, id).await?;
+    let screenshot = tasks
         .store
         .step_screenshot(id, number)
         .await?

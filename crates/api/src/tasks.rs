@@ -48,7 +48,7 @@ pub async fn create_task(
     tracing::debug!(?request, "create task");
     let trace_context = creating_trace_context(&state, &headers);
     let view = task_ops::create(
-        &state,
+        &state.tasks,
         &caller,
         request,
         trace_context,
@@ -132,7 +132,7 @@ pub async fn list_tasks(
         .transpose()?;
     let cursor = query.get("cursor").map(TaskCursor::decode).transpose()?;
     Ok(Json(
-        task_ops::list(&state, &caller, status, limit, cursor).await?,
+        task_ops::list(&state.tasks, &caller, status, limit, cursor).await?,
     ))
 }
 
@@ -157,7 +157,7 @@ pub async fn get_task(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(task_ops::get(&state, &caller, id).await?))
+    Ok(Json(task_ops::get(&state.tasks, &caller, id).await?))
 }
 
 /// Delete a task with its steps, events and artifacts. Refused while a worker runs it.
@@ -201,7 +201,7 @@ async fn control(
     transition: Transition,
 ) -> Result<Json<TaskView>, ApiError> {
     Ok(Json(
-        task_ops::control(state, caller, id, transition).await?,
+        task_ops::control(&state.tasks, caller, id, transition).await?,
     ))
 }
 
@@ -302,7 +302,7 @@ pub async fn list_steps(
     TaskPath(id): TaskPath,
 ) -> Result<Json<StepList>, ApiError> {
     Ok(Json(StepList {
-        items: task_ops::steps(&state, &caller, id).await?,
+        items: task_ops::steps(&state.tasks, &caller, id).await?,
     }))
 }
 
@@ -331,7 +331,7 @@ pub async fn step_screenshot(
     TaskPath(id): TaskPath,
     step: StepPath,
 ) -> Result<Response, ApiError> {
-    let (content_type, bytes) = task_ops::screenshot(&state, &caller, id, step.0).await?;
+    let (content_type, bytes) = task_ops::screenshot(&state.tasks, &caller, id, step.0).await?;
     let content_type = HeaderValue::try_from(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Response::builder()
@@ -365,7 +365,7 @@ pub async fn task_history(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let task = owned_task(&state, &caller, id).await?;
+    let task = owned_task(&state.tasks, &caller, id).await?;
     let history = state.store.step_records(id).await?;
     let usage = task.usage.unwrap_or_else(|| {
         serde_json::json!({
@@ -402,7 +402,9 @@ pub async fn replay_report(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<ReplayReportView>, ApiError> {
-    Ok(Json(task_ops::replay_report(&state, &caller, id).await?))
+    Ok(Json(
+        task_ops::replay_report(&state.tasks, &caller, id).await?,
+    ))
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! browserd as a Model Context Protocol server: the task tools (`run_task`, `get_task`,
 //! `list_tasks`, `stop_task`, `pause_task`, `resume_task`, `get_screenshot`) built on the
-//! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api serves them over
-//! streamable HTTP at `/mcp` with a backend on its store (same keys, tenants and validation as
-//! `/v1`); `browserd mcp` serves them over stdio with an in-process backend (no server, no
-//! Postgres) or with [`RemoteBackend`], which proxies to a browserd server's REST API.
+//! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api's backend is its
+//! task service (same keys, tenants, validation and status machine as `/v1`): served over
+//! streamable HTTP at `/mcp` on the Postgres store, and by `browserd mcp` over stdio on an
+//! in-memory store (no server, no Postgres). [`RemoteBackend`] proxies the tools to a browserd
+//! server's REST API and event WebSocket instead.
 //!
 //! Tool errors are MCP tool results with `isError: true` whose content is the REST API's error
 //! body, `{"error":{"code","message"[,"field"]}}`, with the same codes and messages.
@@ -14,7 +15,7 @@ mod server;
 
 use async_trait::async_trait;
 use browserd_types::dto::{CreateTaskRequest, ErrorBody, ErrorDetail, StepView, TaskView};
-use browserd_types::{TaskId, TaskStatus, Transition};
+use browserd_types::{EventBody, TaskEvent, TaskId, TaskStatus, Transition};
 
 pub use params::{ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams};
 pub use remote::RemoteBackend;
@@ -51,11 +52,6 @@ impl ToolError {
             field: Some(field.into()),
             ..Self::new("validation_failed", message)
         }
-    }
-
-    /// The REST API's 404 for a missing task (or another key's).
-    pub fn task_not_found() -> Self {
-        Self::new("task_not_found", "task not found")
     }
 
     /// The REST API's error body.
@@ -107,6 +103,24 @@ pub enum TaskUpdate {
     NextGoal { step: i64, goal: String },
     /// The task reached a final status.
     Ended,
+}
+
+impl TaskUpdate {
+    /// What a task event means to a waiting `run_task`: a model output's next goal, or the
+    /// end (the final event); `None` for everything else. Every backend's `watch` maps the
+    /// task's event stream with it.
+    pub fn of_event(event: &TaskEvent) -> Option<TaskUpdate> {
+        if event.is_final() {
+            return Some(TaskUpdate::Ended);
+        }
+        match event.body()? {
+            EventBody::ModelOutput(model) => Some(TaskUpdate::NextGoal {
+                step: i64::from(model.number),
+                goal: model.next_goal()?.to_owned(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Who is calling: the HTTP request's parts (with the api's authenticated key in their

@@ -1,23 +1,31 @@
 //! [`RemoteBackend`]: the tools as calls to a browserd server's `/v1` REST API with one key
 //! (`browserd mcp --server URL --key-env VAR`). The server validates and answers; its error
-//! bodies become the tool errors unchanged.
+//! bodies become the tool errors unchanged. A watched task is followed over the server's event
+//! WebSocket, resumed from the last `seq` after a dropped connection.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_types::dto::{CreateTaskRequest, ErrorBody, StepList, StepView, TaskList, TaskView};
-use browserd_types::{TaskId, TaskStatus, Transition};
+use browserd_types::{TaskEvent, TaskId, TaskStatus, Transition};
+use futures::StreamExt;
 use reqwest::Method;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::header::AUTHORIZATION;
+use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::{Backend, CallContext, Screenshot, TaskUpdate, ToolError, latest_screenshot_step};
 
 /// Timeout of each REST call.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often a watched task's steps are read.
-const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The first wait before reconnecting a dropped event stream, doubled up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The server pings every 30 s: a stream silent this long is dead.
+const SILENCE_LIMIT: Duration = Duration::from_secs(75);
 
 /// A browserd server reached over HTTP with one API key.
 #[derive(Clone)]
@@ -98,6 +106,136 @@ impl RemoteBackend {
                     format!("unexpected answer from the browserd server: {err}"),
                 )
             })
+    }
+}
+
+/// Why a task's event stream could not be opened.
+enum StreamRefused {
+    /// Not now: the server is down, busy or restarting; try again.
+    Transient(String),
+    /// Not at all: the task is gone, or the key is refused.
+    Final { status: u16, message: String },
+}
+
+type EventStream =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+impl RemoteBackend {
+    /// Opens task `id`'s event stream after `after_seq`, the key in the `Authorization`
+    /// header (never in the URL).
+    async fn events(&self, id: TaskId, after_seq: i64) -> Result<EventStream, StreamRefused> {
+        let refused = |message: String| StreamRefused::Final { status: 0, message };
+        let mut url = reqwest::Url::parse(&format!("{}/v1/tasks/{id}/events", self.base))
+            .map_err(|err| refused(format!("the server URL is not valid: {err}")))?;
+        let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+        url.set_scheme(scheme)
+            .map_err(|()| refused("cannot make a WebSocket URL of the server URL".to_owned()))?;
+        url.query_pairs_mut()
+            .append_pair("after_seq", &after_seq.to_string());
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|err| refused(err.to_string()))?;
+        let bearer = format!("Bearer {}", self.key.expose_secret())
+            .parse()
+            .map_err(|_| refused("the API key is not a valid header value".to_owned()))?;
+        request.headers_mut().insert(AUTHORIZATION, bearer);
+        let connect = tokio_tungstenite::connect_async(request);
+        match tokio::time::timeout(REQUEST_TIMEOUT, connect).await {
+            Err(_) => Err(StreamRefused::Transient(
+                "no WebSocket handshake in time".to_owned(),
+            )),
+            Ok(Ok((stream, _))) => Ok(stream),
+            Ok(Err(tungstenite::Error::Http(response))) => {
+                let status = response.status();
+                let message = response
+                    .body()
+                    .as_deref()
+                    .and_then(|body| serde_json::from_slice::<ErrorBody>(body).ok())
+                    .map_or_else(|| status.to_string(), |body| body.error.message);
+                if status.is_server_error() || status.as_u16() == 429 {
+                    Err(StreamRefused::Transient(message))
+                } else {
+                    Err(StreamRefused::Final {
+                        status: status.as_u16(),
+                        message,
+                    })
+                }
+            }
+            // The error names the URL (without the key, which is a header), never a header.
+            Ok(Err(err)) => Err(StreamRefused::Transient(err.to_string())),
+        }
+    }
+
+    /// Sends task `id`'s updates to `sender` until the task ends or the receiver is dropped,
+    /// reconnecting (with backoff) from the last `seq` seen.
+    async fn follow(&self, id: TaskId, sender: tokio::sync::mpsc::Sender<TaskUpdate>) {
+        let mut last_seq = 0;
+        let mut retry = RETRY_FIRST;
+        loop {
+            let stream = tokio::select! {
+                () = sender.closed() => return,
+                stream = self.events(id, last_seq) => stream,
+            };
+            let problem = match stream {
+                Ok(mut stream) => {
+                    retry = RETRY_FIRST;
+                    loop {
+                        let frame = tokio::select! {
+                            () = sender.closed() => return,
+                            frame = tokio::time::timeout(SILENCE_LIMIT, stream.next()) => frame,
+                        };
+                        let text = match frame {
+                            Err(_) => break "the event stream went silent".to_owned(),
+                            Ok(None) => break "the event stream closed".to_owned(),
+                            Ok(Some(Err(err))) => break err.to_string(),
+                            Ok(Some(Ok(Message::Text(text)))) => text,
+                            Ok(Some(Ok(Message::Close(frame)))) => {
+                                break format!(
+                                    "the server closed the event stream ({})",
+                                    frame.map(|f| f.reason.to_string()).unwrap_or_default()
+                                );
+                            }
+                            // Pings are answered by tungstenite while reading.
+                            Ok(Some(Ok(_))) => continue,
+                        };
+                        let event: TaskEvent = match serde_json::from_str(text.as_str()) {
+                            Ok(event) => event,
+                            Err(err) => {
+                                tracing::warn!(task_id = %id, %err, "unreadable task event");
+                                continue;
+                            }
+                        };
+                        if event.seq <= last_seq {
+                            continue;
+                        }
+                        last_seq = event.seq;
+                        if let Some(update) = TaskUpdate::of_event(&event) {
+                            let end = update == TaskUpdate::Ended;
+                            if sender.send(update).await.is_err() || end {
+                                let _ = stream.close(None).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+                Err(StreamRefused::Final { status, message }) => {
+                    tracing::warn!(task_id = %id, status, %message, "the server refused the task's event stream");
+                    if status == 404 {
+                        // Deleted meanwhile: it will not run any further.
+                        let _ = sender.send(TaskUpdate::Ended).await;
+                    }
+                    return;
+                }
+                Err(StreamRefused::Transient(message)) => message,
+            };
+            tracing::info!(task_id = %id, last_seq, %problem, "reconnecting to the task's event stream");
+            tokio::select! {
+                () = sender.closed() => return,
+                () = tokio::time::sleep(retry) => {}
+            }
+            retry = (retry * 2).min(RETRY_MAX);
+        }
     }
 }
 
@@ -218,59 +356,19 @@ impl Backend for RemoteBackend {
         })
     }
 
-    /// Follows the task by reading its steps every second (the REST API's step list carries
-    /// each step's next goal).
+    /// Follows the task over the server's event WebSocket (`/v1/tasks/{id}/events`), as
+    /// `browserd tasks watch` does: from the first event, and after a dropped connection from
+    /// the last `seq` seen, so no update is repeated or lost.
     async fn watch(
         &self,
         cx: &CallContext,
         id: TaskId,
     ) -> Result<tokio::sync::mpsc::Receiver<TaskUpdate>, ToolError> {
+        // The REST API's answer for a missing task (or another key's).
         self.get_task(cx, id).await?;
         let (sender, receiver) = tokio::sync::mpsc::channel(64);
         let this = self.clone();
-        let cx = cx.clone();
-        tokio::spawn(async move {
-            let mut seen = 0;
-            loop {
-                let view = this.get_task(&cx, id).await;
-                let steps = this.steps(&cx, id).await;
-                if let Ok(steps) = &steps {
-                    for step in steps {
-                        // Step 0 is the initial navigation, not a model's goal.
-                        if step.number <= seen || step.number < 1 {
-                            continue;
-                        }
-                        seen = step.number;
-                        let goal = step
-                            .model_output
-                            .as_ref()
-                            .and_then(|o| o.get("next_goal"))
-                            .and_then(Value::as_str);
-                        if let Some(goal) = goal {
-                            let update = TaskUpdate::NextGoal {
-                                step: i64::from(step.number),
-                                goal: goal.to_owned(),
-                            };
-                            if sender.send(update).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-                match view {
-                    Ok(view) if view.status.is_terminal() => {
-                        let _ = sender.send(TaskUpdate::Ended).await;
-                        return;
-                    }
-                    Err(err) if err.code == "task_not_found" => return,
-                    _ => {}
-                }
-                tokio::select! {
-                    () = sender.closed() => return,
-                    () = tokio::time::sleep(POLL_INTERVAL) => {}
-                }
-            }
-        });
+        tokio::spawn(async move { this.follow(id, sender).await });
         Ok(receiver)
     }
 }

@@ -7,11 +7,12 @@
 //! first read is in that read.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use browserd_types::{TaskEvent, TaskId};
 
 use crate::hub::{EventHub, Signal, Subscription};
-use crate::{Store, StoreError};
+use crate::{StoreError, TaskStore};
 
 /// Events read per query.
 const BATCH: i64 = 200;
@@ -33,7 +34,7 @@ pub enum FeedItem {
 
 /// One task's events from a given `seq` on, in order, without gaps or repeats.
 pub struct EventFeed {
-    store: Store,
+    store: Arc<dyn TaskStore>,
     subscription: Subscription,
     task_id: TaskId,
     /// The last event handed out.
@@ -47,11 +48,17 @@ pub struct EventFeed {
 }
 
 impl EventFeed {
-    /// Follows task `task_id` after event `after_seq` (0: from the start). Subscribes now, so
-    /// an event committed before the first [`EventFeed::next`] is not missed.
-    pub fn follow(store: &Store, hub: &EventHub, task_id: TaskId, after_seq: i64) -> Self {
+    /// Follows task `task_id` of `store` after event `after_seq` (0: from the start);
+    /// `hub` is the one that store's appends signal. Subscribes now, so an event committed
+    /// before the first [`EventFeed::next`] is not missed.
+    pub fn follow(
+        store: Arc<dyn TaskStore>,
+        hub: &EventHub,
+        task_id: TaskId,
+        after_seq: i64,
+    ) -> Self {
         Self {
-            store: store.clone(),
+            store,
             subscription: hub.subscribe(task_id),
             task_id,
             last: after_seq,

@@ -246,6 +246,21 @@ impl EventHub {
             .len()
     }
 
+    /// Tells task `task_id`'s subscribers `signal` (the in-memory store's appends; the
+    /// listener's notifications go through [`EventHub::dispatch`]).
+    pub(crate) fn publish(&self, task_id: TaskId, signal: Signal) {
+        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = channels.get(&task_id) {
+            // No receivers left is fine: the entry is removed by the last Subscription.
+            let _ = sender.send(signal);
+        }
+    }
+
+    /// Wakes the claim loop (the in-memory store's queue; Postgres's trigger otherwise).
+    pub(crate) fn wake_queue(&self) {
+        self.queue.notify_one();
+    }
+
     fn dispatch(&self, payload: &str) {
         let Some((task_id, what)) = payload.split_once(':') else {
             tracing::warn!(payload, "malformed task event notification");
@@ -263,11 +278,7 @@ impl EventHub {
             tracing::warn!(payload, "malformed seq in notification");
             return;
         };
-        let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = channels.get(&task_id) {
-            // No receivers left is fine: the entry is removed by the last Subscription.
-            let _ = sender.send(signal);
-        }
+        self.publish(task_id, signal);
     }
 
     fn resync_all(&self) {

@@ -11,6 +11,7 @@ mod events;
 mod feed;
 mod hub;
 mod live;
+mod memory;
 mod output_files;
 mod queue;
 mod replays;
@@ -18,6 +19,7 @@ mod sealed;
 mod sessions;
 mod status_sql;
 mod steps;
+mod task_store;
 mod tasks;
 mod telemetry;
 #[cfg(feature = "test-util")]
@@ -41,6 +43,7 @@ pub use hub::{
     EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription, TaskSignal,
 };
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
+pub use memory::MemoryStore;
 pub use output_files::{
     NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
     OutputFile, OutputFileRecord,
@@ -52,6 +55,7 @@ pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
 };
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
+pub use task_store::TaskStore;
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;
 pub use webhooks::{ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WebhookRecord};

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use browserd_types::{
     ArtifactId, EventBody, StatusEvent, StatusOutcome, StepEvent, StepStartedEvent, TaskEvent,
-    TaskId, TaskStatus,
+    TaskId, TaskStatus, Transition,
 };
 use secrecy::SecretString;
 use time::OffsetDateTime;
@@ -73,6 +73,15 @@ pub struct StepWrite {
     pub task_usage: serde_json::Value,
     /// Payload of the `step` event.
     pub event: StepEvent,
+}
+
+/// The `status` event of a claim: `running`, transition `start`, the claim's number. Both
+/// stores write it.
+pub(crate) fn claim_event(attempt: i32) -> StatusEvent {
+    StatusEvent {
+        attempt: Some(attempt),
+        ..StatusEvent::new(TaskStatus::Running, Transition::Start.name())
+    }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -139,11 +148,8 @@ impl Store {
             return Ok(None);
         };
         let id = TaskId(claimed.id);
-        let started = StatusEvent {
-            attempt: Some(claimed.attempts),
-            ..StatusEvent::new(TaskStatus::Running, "start")
-        };
-        append_body_in(&mut tx, id, &EventBody::Status(started), EventGuard::Any).await?;
+        let started = EventBody::Status(claim_event(claimed.attempts));
+        append_body_in(&mut tx, id, &started, EventGuard::Any).await?;
         tx.commit().await?;
         let record = self
             .get_task(None, id)

@@ -521,17 +521,7 @@ impl Store {
             };
         };
         let mut record = TaskRecord::try_from(row)?;
-
-        let status = if terminal {
-            let outcome = StatusOutcome {
-                output: record.output.clone(),
-                is_success: record.is_success,
-                error: record.error.clone(),
-            };
-            StatusEvent::ended(record.status, transition.name(), outcome)
-        } else {
-            StatusEvent::new(record.status, transition.name())
-        };
+        let status = transition_event(&record, transition);
         let event =
             append_body_in(&mut tx, id, &EventBody::Status(status), EventGuard::Any).await?;
         tx.commit().await?;
@@ -577,6 +567,21 @@ impl Store {
         notify_deleted(&mut tx, id).await?;
         tx.commit().await?;
         Ok(DeletedTask { artifact_paths })
+    }
+}
+
+/// The `status` event of `transition` once applied to `record`: a terminal one carries the
+/// task's outcome. Both stores write it.
+pub(crate) fn transition_event(record: &TaskRecord, transition: Transition) -> StatusEvent {
+    if record.status.is_terminal() {
+        let outcome = StatusOutcome {
+            output: record.output.clone(),
+            is_success: record.is_success,
+            error: record.error.clone(),
+        };
+        StatusEvent::ended(record.status, transition.name(), outcome)
+    } else {
+        StatusEvent::new(record.status, transition.name())
     }
 }
 

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use browserd_store::{
-    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal, StepWrite,
-    Store, StoreError, TransitionDetails,
+    ArtifactContent, EventHub, MemoryStore, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal,
+    StepWrite, Store, StoreError, TaskStore, TransitionDetails,
 };
 use browserd_types::{
-    ApiKeyId, StepEvent, TaskId, TaskOptions, TaskStatus, Transition, event_kind,
+    ApiKeyId, ArtifactId, EventBody, StepEvent, TaskId, TaskOptions, TaskStatus, Transition,
+    event_kind,
 };
 use secrecy::ExposeSecret;
 use secrecy::SecretString;
@@ -815,7 +816,7 @@ async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
             .await
             .unwrap();
     }
-    let mut feed = EventFeed::follow(&store, &hub, id, 0);
+    let mut feed = EventFeed::follow(std::sync::Arc::new(store.clone()), &hub, id, 0);
     let writer = {
         let store = store.clone();
         tokio::spawn(async move {
@@ -860,7 +861,7 @@ async fn a_feed_gives_every_event_once_in_order_then_the_end(pool: PgPool) {
 
     // A task deleted while followed: its feed says so.
     let other = store.create_task(owner, new_task("u")).await.unwrap().id;
-    let mut feed = EventFeed::follow(&store, &hub, other, 1);
+    let mut feed = EventFeed::follow(std::sync::Arc::new(store.clone()), &hub, other, 1);
     store.delete_task(owner, other).await.unwrap();
     let item = tokio::time::timeout(Duration::from_secs(30), feed.next())
         .await
@@ -902,4 +903,302 @@ async fn claims_take_turns_across_keys(pool: PgPool) {
     assert_eq!(claim().await, flood[1]);
     // The flooder alone: its tasks in creation order.
     assert_eq!(claim().await, flood[2]);
+}
+
+/// One operation of a status machine sequence, made on a task of either store.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// The task's owner (the api) applies a transition.
+    User(Transition),
+    /// Worker `w1` claims the next queued task.
+    Claim,
+    /// Worker `w1`, or `w2` (who holds no lease), applies a transition as lease holder.
+    Worker(Transition),
+    OtherWorker(Transition),
+    /// Worker `w1` appends a log event, or writes step `n` (with a screenshot).
+    Event,
+    Step(i32),
+}
+
+/// What an operation answered, in the words both stores must agree on.
+fn outcome<T>(result: Result<T, StoreError>, ok: impl FnOnce(T) -> String) -> String {
+    match result {
+        Ok(value) => ok(value),
+        Err(StoreError::TaskNotFound(_)) => "not_found".to_owned(),
+        Err(StoreError::IllegalTransition { current, .. }) => format!("illegal:{current}"),
+        Err(StoreError::LeaseLost(_)) => "lease_lost".to_owned(),
+        Err(StoreError::TaskEnded { status, .. }) => format!("ended:{status}"),
+        Err(StoreError::StepExists { .. }) => "step_exists".to_owned(),
+        Err(other) => format!("error:{other}"),
+    }
+}
+
+/// Applies `op` to task `id` of `store`.
+async fn apply_op(store: &dyn TaskStore, owner: ApiKeyId, id: TaskId, op: Op) -> String {
+    let status = |t: browserd_store::TaskRecord| t.status.to_string();
+    let details = || TransitionDetails {
+        output: Some("out".to_owned()),
+        is_success: Some(true),
+        error: None,
+    };
+    match op {
+        Op::User(transition) => outcome(
+            store
+                .transition_task(Some(owner), id, transition, TransitionDetails::default())
+                .await,
+            status,
+        ),
+        Op::Claim => outcome(
+            store.claim_task("w1", Duration::from_secs(60)).await,
+            |claimed| match claimed {
+                Some(claimed) if claimed.record.id == id => {
+                    format!("{}#{}", claimed.record.status, claimed.record.attempts)
+                }
+                Some(_) => "another task".to_owned(),
+                None => "none".to_owned(),
+            },
+        ),
+        Op::Worker(transition) => outcome(
+            store
+                .transition_claimed_task("w1", id, transition, details())
+                .await,
+            status,
+        ),
+        Op::OtherWorker(transition) => outcome(
+            store
+                .transition_claimed_task("w2", id, transition, details())
+                .await,
+            status,
+        ),
+        Op::Event => outcome(
+            store
+                .append_worker_event(
+                    id,
+                    "w1",
+                    &EventBody::Log(browserd_types::LogEvent {
+                        level: "info".to_owned(),
+                        message: "hello".to_owned(),
+                    }),
+                )
+                .await,
+            |event| format!("seq {}", event.seq),
+        ),
+        Op::Step(number) => {
+            let mut write = step_write(number);
+            write.screenshot = Some((ArtifactId::new(), "image/png".to_owned(), vec![1, 2, 3]));
+            write.model_output = Some(json!({"next_goal": "on"}));
+            outcome(store.write_step(id, "w1", write).await, |event| {
+                format!("seq {}", event.seq)
+            })
+        }
+    }
+}
+
+/// Everything a sequence left that a reader can see, without ids and clocks.
+async fn observed(store: &dyn TaskStore, owner: ApiKeyId, id: TaskId) -> serde_json::Value {
+    let task = store.get_task(Some(owner), id).await.unwrap().unwrap();
+    let events: Vec<_> = store
+        .events_after(id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| json!([e.seq, e.kind, e.payload]))
+        .collect();
+    let steps: Vec<_> = store
+        .list_steps(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| json!([s.number, s.screenshot.is_some(), s.usage, s.model_output]))
+        .collect();
+    let screenshot = store
+        .step_screenshot(id, 1)
+        .await
+        .unwrap()
+        .map(|s| (s.content_type, s.content));
+    json!({
+        "status": task.status,
+        "attempts": task.attempts,
+        "lease_owner": task.lease_owner,
+        "started": task.started_at.is_some(),
+        "finished": task.finished_at.is_some(),
+        "output": task.output,
+        "is_success": task.is_success,
+        "error": task.error,
+        "usage": task.usage,
+        "last_event_seq": task.last_event_seq,
+        "events": events,
+        "steps": steps,
+        "screenshot": screenshot.map(|(t, c)| (t, c == ArtifactContent::Inline(vec![1, 2, 3]))),
+        "replayable": store.replayable_steps(id).await.unwrap(),
+        "queue_position": store.queue_position(id).await.unwrap(),
+    })
+}
+
+/// The in-memory store (`browserd mcp`) and the Postgres store answer every sequence of the
+/// status machine alike: the same outcome for each operation (the expected one), then the
+/// same task, steps and event log.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn both_stores_apply_the_same_status_machine(pool: PgPool) {
+    use Op::*;
+    use Transition::*;
+    let postgres = Store::from_pool(pool);
+    let owner = key(&postgres).await;
+    let memory = MemoryStore::new();
+    let sequences: Vec<Vec<(Op, &str)>> = vec![
+        // Paused before it started: resumed back into the queue; paused on a worker: resumed
+        // to running; ended: nothing more.
+        vec![
+            (User(Pause), "paused"),
+            (User(Resume), "queued"),
+            (Claim, "running#1"),
+            (User(Pause), "paused"),
+            (User(Resume), "running"),
+            (Worker(Finish), "finished"),
+            (User(Stop), "illegal:finished"),
+            (User(Resume), "illegal:finished"),
+            (Event, "lease_lost"),
+            (Claim, "none"),
+        ],
+        // Stopped while running: the worker's lease is gone with it.
+        vec![
+            (Claim, "running#1"),
+            (Event, "seq 3"),
+            (User(Stop), "stopped"),
+            (Worker(Fail), "lease_lost"),
+            (Step(1), "lease_lost"),
+            (Event, "lease_lost"),
+        ],
+        // Only the lease holder writes; a step number is written once.
+        vec![
+            (Worker(Finish), "lease_lost"),
+            (User(Finish), "illegal:queued"),
+            (Claim, "running#1"),
+            (OtherWorker(Finish), "lease_lost"),
+            (Step(1), "seq 3"),
+            (Step(1), "step_exists"),
+            (Step(2), "seq 4"),
+            (Event, "seq 5"),
+            (User(Pause), "paused"),
+            // A pause that arrives as the agent calls done: finished.
+            (Worker(Finish), "finished"),
+        ],
+        // Requeued after a lost worker: claimed again; a requeued task paused and resumed
+        // goes back to the queue (no worker holds it).
+        vec![
+            (Claim, "running#1"),
+            (User(Requeue), "queued"),
+            (User(Pause), "paused"),
+            (User(Resume), "queued"),
+            (Claim, "running#2"),
+            (User(Resume), "illegal:running"),
+            (User(Requeue), "queued"),
+            (User(Requeue), "illegal:queued"),
+            (Claim, "running#3"),
+            (Worker(Fail), "failed"),
+            (Worker(Fail), "lease_lost"),
+            (User(Fail), "illegal:failed"),
+        ],
+        // Stopped in the queue: never claimed.
+        vec![
+            (User(Stop), "stopped"),
+            (User(Resume), "illegal:stopped"),
+            (User(Pause), "illegal:stopped"),
+            (Claim, "none"),
+        ],
+        // Failed while paused on a worker.
+        vec![
+            (Claim, "running#1"),
+            (User(Pause), "paused"),
+            (User(Pause), "illegal:paused"),
+            (Worker(Fail), "failed"),
+        ],
+    ];
+    let stores: [(&str, &dyn TaskStore); 2] = [("postgres", &postgres), ("memory", &memory)];
+    for (number, sequence) in sequences.iter().enumerate() {
+        let mut seen = Vec::new();
+        for (name, store) in stores {
+            let new = NewTask {
+                secrets: BTreeMap::new(),
+                ..new_task(&format!("sequence {number}"))
+            };
+            let id = store.create_task(owner, new).await.unwrap().id;
+            for (op, expected) in sequence {
+                let got = apply_op(store, owner, id, *op).await;
+                assert_eq!(&got, expected, "{name}, sequence {number}: {op:?}");
+            }
+            seen.push(observed(store, owner, id).await);
+            // Leave nothing queued for the next sequence's claims.
+            let _ = store
+                .transition_task(None, id, Stop, TransitionDetails::default())
+                .await;
+        }
+        assert_eq!(seen[0], seen[1], "sequence {number}: postgres vs memory");
+    }
+    // Another key's task does not exist for it, in either store.
+    let stranger = ApiKeyId::new();
+    for (name, store) in stores {
+        let id = store.list_tasks(owner, None, 1, None).await.unwrap().items[0].id;
+        let got = apply_op(store, stranger, id, User(Stop)).await;
+        assert_eq!(got, "not_found", "{name}");
+        assert_eq!(store.get_task(Some(stranger), id).await.unwrap(), None);
+    }
+}
+
+/// An `EventFeed` follows a task of the in-memory store as it does a Postgres one: the events
+/// written before and while it reads, each once, in order, then `Closed` after the final one.
+#[tokio::test]
+async fn a_feed_follows_the_memory_store() {
+    use browserd_store::{EventFeed, FeedItem};
+    let memory = MemoryStore::new();
+    let owner = ApiKeyId::new();
+    let new = NewTask {
+        secrets: BTreeMap::new(),
+        ..new_task("followed")
+    };
+    let id = memory.create_task(owner, new).await.unwrap().id;
+    let claimed = memory
+        .claim_task("w1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claimed.map(|c| c.record.id), Some(id));
+    let mut feed = EventFeed::follow(std::sync::Arc::new(memory.clone()), memory.hub(), id, 0);
+    let writer = {
+        let memory = memory.clone();
+        tokio::spawn(async move {
+            for i in 0..100 {
+                let log = EventBody::Log(browserd_types::LogEvent {
+                    level: "info".to_owned(),
+                    message: format!("{i}"),
+                });
+                memory.append_worker_event(id, "w1", &log).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            memory
+                .transition_claimed_task("w1", id, Transition::Finish, TransitionDetails::default())
+                .await
+                .unwrap();
+        })
+    };
+    let mut seqs = Vec::new();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(30), feed.next())
+            .await
+            .expect("the feed moves on")
+            .unwrap();
+        match item {
+            FeedItem::Event(event) => {
+                seqs.push(event.seq);
+                if event.is_final() {
+                    break;
+                }
+            }
+            FeedItem::Resync => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    writer.await.unwrap();
+    // Created (1), claimed (2), 100 logs, finished: each once, in order.
+    assert_eq!(seqs, (1..=103).collect::<Vec<_>>());
+    assert_eq!(feed.next().await.unwrap(), FeedItem::Closed);
 }

@@ -1,6 +1,7 @@
 //! Runs tasks: one task lifecycle ([`TaskRunner`]) used by `browserd run` and by the service's
 //! workers ([`Worker`]: claim, lease, heartbeat, control, persistence through [`StoreSink`],
-//! reaping, hand-back on shutdown), and the adapter from the browser crate to the agent's
+//! reaping, hand-back on shutdown), the same cycle in one process over any store
+//! ([`LocalWorker`], `browserd mcp`'s in-process mode), and the adapter from the browser crate to the agent's
 //! `AgentBrowser` trait.
 //!
 //! [`SessionBrowser`] wraps one leased [`browserd_browser::BrowserSession`]: `capture` turns a
@@ -17,6 +18,7 @@
 mod adapter;
 mod browser_state;
 mod live;
+mod local;
 mod output_files;
 mod runner;
 mod service;
@@ -28,10 +30,11 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
+pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
 pub use runner::{
     LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
-    RunnerSettings, TaskRunner, TaskSpec, browser_viewport, parse_viewport, secret_values,
+    RunnerSettings, TaskRunner, TaskSpec, browser_viewport, failed, parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;

@@ -21,8 +21,9 @@ use browserd_browser::{
     BrowserPool, ContextOptions, FrameSender, LiveViewSettings, SettleSettings, Viewport,
 };
 use browserd_llm::{ChatModel, ModelRegistry};
-use browserd_types::TaskOptions;
+use browserd_store::TransitionDetails;
 use browserd_types::dto::ViewportSize;
+use browserd_types::{TaskOptions, Transition};
 use serde_json::json;
 
 use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
@@ -209,6 +210,46 @@ impl RunOutcome {
             }
             RunEnd::Stopped => Some("stopped".to_owned()),
         }
+    }
+
+    /// The terminal transition this end asks of the status machine, with the task's outcome:
+    /// `finish` after `done`, `fail` with the reason, `stop` for a run stopped from outside
+    /// (whose status usually says so already).
+    pub fn end_transition(&self) -> (Transition, TransitionDetails) {
+        let output = self.final_result().map(str::to_owned);
+        match &self.end {
+            RunEnd::Done { success } => (
+                Transition::Finish,
+                TransitionDetails {
+                    output,
+                    is_success: *success,
+                    error: None,
+                },
+            ),
+            RunEnd::Budget(reason) | RunEnd::NotDone(reason) | RunEnd::BrowserLost(reason) => (
+                Transition::Fail,
+                TransitionDetails {
+                    output,
+                    is_success: None,
+                    error: Some(reason.clone()),
+                },
+            ),
+            RunEnd::Stopped => (
+                Transition::Stop,
+                TransitionDetails {
+                    output,
+                    ..TransitionDetails::default()
+                },
+            ),
+        }
+    }
+}
+
+/// The details of a `fail` transition with `error`.
+pub fn failed(error: impl Into<String>) -> TransitionDetails {
+    TransitionDetails {
+        error: Some(error.into()),
+        ..TransitionDetails::default()
     }
 }
 

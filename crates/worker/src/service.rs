@@ -32,6 +32,7 @@ use tracing::Instrument;
 use crate::BrowserState;
 use crate::runner::{
     AbortOnDrop, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest, TaskRunner, TaskSpec,
+    failed,
 };
 use crate::sink::StoreSink;
 use browserd_agent::replay::ReplayOptions;
@@ -337,8 +338,7 @@ impl TaskJob {
         let prepared = match self.prepare(claimed).await {
             Ok(prepared) => prepared,
             Err(NotRun::Fail(error)) => {
-                self.end(id, Transition::Fail, None, None, Some(error))
-                    .await;
+                self.end(id, Transition::Fail, failed(error)).await;
                 return;
             }
             Err(NotRun::HandBack(reason)) => {
@@ -462,7 +462,7 @@ impl TaskJob {
         let control = AgentControl::new();
         let draining = Arc::new(AtomicBool::new(false));
         let sink = Arc::new(StoreSink::new(
-            self.store.clone(),
+            Arc::new(self.store.clone()),
             id,
             self.config.id.clone(),
             control.clone(),
@@ -640,7 +640,7 @@ impl TaskJob {
             Err(err) => {
                 self.save_output_files(id, &workspace_dir, output_secrets)
                     .await;
-                self.end(id, Transition::Fail, None, None, Some(err.to_string()))
+                self.end(id, Transition::Fail, failed(err.to_string()))
                     .await;
             }
             Ok(RunOutcome {
@@ -676,8 +676,7 @@ impl TaskJob {
                     "the browser crashed in each of the task's {attempt} attempts (the last: \
                      {reason})"
                 );
-                self.end(id, Transition::Fail, None, None, Some(error))
-                    .await;
+                self.end(id, Transition::Fail, failed(error)).await;
             }
             Ok(outcome) => {
                 crate::telemetry::run_finished(&outcome.history);
@@ -719,25 +718,15 @@ impl TaskJob {
 
     /// The terminal transition of a run that ended.
     async fn end_with(&self, id: TaskId, outcome: RunOutcome) {
-        let output = outcome.final_result().map(str::to_owned);
-        match outcome.end {
-            RunEnd::Done { success } => {
-                self.end(id, Transition::Finish, output, success, None)
-                    .await;
-            }
-            RunEnd::Budget(reason) | RunEnd::NotDone(reason) | RunEnd::BrowserLost(reason) => {
-                self.end(id, Transition::Fail, output, None, Some(reason))
-                    .await;
-            }
-            RunEnd::Stopped => {
-                // Stopped from outside: the status already says how it ended.
-                if let Ok(Some(task)) = self.store.get_task(None, id).await
-                    && !task.status.is_terminal()
-                {
-                    self.end(id, Transition::Stop, output, None, None).await;
-                }
+        let (transition, details) = outcome.end_transition();
+        if transition == Transition::Stop {
+            // Stopped from outside: the status already says how it ended.
+            match self.store.get_task(None, id).await {
+                Ok(Some(task)) if !task.status.is_terminal() => {}
+                _ => return,
             }
         }
+        self.end(id, transition, details).await;
     }
 
     /// Stores what the agent left in the workspace as the task's output files
@@ -829,19 +818,7 @@ impl TaskJob {
     }
 
     /// Moves the task to its final status (only while this worker holds the lease).
-    async fn end(
-        &self,
-        id: TaskId,
-        transition: Transition,
-        output: Option<String>,
-        is_success: Option<bool>,
-        error: Option<String>,
-    ) {
-        let details = TransitionDetails {
-            output,
-            is_success,
-            error,
-        };
+    async fn end(&self, id: TaskId, transition: Transition, details: TransitionDetails) {
         match self
             .store
             .transition_claimed_task(&self.config.id, id, transition, details)
@@ -964,7 +941,7 @@ async fn watch_task(
     }
 }
 
-fn apply_status(status: TaskStatus, control: &AgentControl) {
+pub(crate) fn apply_status(status: TaskStatus, control: &AgentControl) {
     match status {
         TaskStatus::Running => control.resume(),
         TaskStatus::Paused => control.pause(),

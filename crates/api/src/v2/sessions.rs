@@ -174,7 +174,7 @@ pub(crate) async fn stop_session_and_tasks(
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
     for task in state.store.session_unfinished_tasks(id).await? {
-        match crate::task_ops::control(state, caller, task, Transition::Stop).await {
+        match crate::task_ops::control(&state.tasks, caller, task, Transition::Stop).await {
             // Ended meanwhile.
             Ok(_) | Err(ApiError::Conflict { .. }) => {}
             Err(err) => return Err(err.into()),

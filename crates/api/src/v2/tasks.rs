@@ -165,7 +165,7 @@ pub(crate) async fn create_task(
         },
         v2_options: options,
     };
-    let created = task_ops::create(&state, &caller, v1, None, placement).await?;
+    let created = task_ops::create(&state.tasks, &caller, v1, None, placement).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(TaskCreatedResponse {
@@ -351,7 +351,7 @@ pub(crate) async fn update_task(
     };
     let ended = task.record.status.is_terminal();
     if !(ended && transition == Transition::Stop) {
-        match task_ops::control(&state, &caller, id, transition).await {
+        match task_ops::control(&state.tasks, &caller, id, transition).await {
             Ok(_) => {}
             Err(ApiError::Conflict {
                 current_status: Some(current),

@@ -1,0 +1,257 @@
+//! [`TaskStore`]: what the task service and a task's runner need of a store — create, read,
+//! list, transition, steps, screenshots, the event log, and a worker's claim and lease-guarded
+//! writes. [`Store`] (Postgres) implements it for the service; [`MemoryStore`] for
+//! `browserd mcp` in-process, which runs without a database. Both apply the same status
+//! machine (`browserd_types::Transition`) with the same outcomes; `tests/store.rs` runs one
+//! table of transition sequences through both.
+//!
+//! [`MemoryStore`]: crate::MemoryStore
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use browserd_types::{ApiKeyId, EventBody, TaskEvent, TaskId, TaskStatus, Transition};
+use uuid::Uuid;
+
+use crate::{
+    ArtifactBody, ClaimedTask, NewTask, SessionChoice, StepRecord, StepWrite, Store, StoreError,
+    TaskCursor, TaskPage, TaskRecord, TaskReplay, TransitionDetails,
+};
+
+/// A store of tasks, their steps and their event logs. Every method means what the
+/// [`Store`] method of the same name does.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// A secrets key is configured (tasks with secrets are refused without one).
+    fn has_secrets_key(&self) -> bool;
+
+    /// Inserts a `queued` task with its first `status` event.
+    async fn create_task(&self, owner: ApiKeyId, new: NewTask) -> Result<TaskRecord, StoreError>;
+
+    /// Inserts a task into an `/api/v2` session.
+    async fn create_v2_task(
+        &self,
+        owner: ApiKeyId,
+        new: NewTask,
+        session: SessionChoice,
+        options: serde_json::Value,
+    ) -> Result<(TaskRecord, Uuid), StoreError>;
+
+    async fn get_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+    ) -> Result<Option<TaskRecord>, StoreError>;
+
+    async fn list_tasks(
+        &self,
+        owner: ApiKeyId,
+        status: Option<TaskStatus>,
+        limit: i64,
+        after: Option<TaskCursor>,
+    ) -> Result<TaskPage, StoreError>;
+
+    /// One status machine edge and its `status` event.
+    async fn transition_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError>;
+
+    async fn queued_tasks(&self) -> Result<i64, StoreError>;
+
+    async fn queue_position(&self, id: TaskId) -> Result<Option<i64>, StoreError>;
+
+    async fn task_replay(&self, id: TaskId) -> Result<Option<TaskReplay>, StoreError>;
+
+    async fn replayable_steps(&self, id: TaskId) -> Result<i64, StoreError>;
+
+    async fn list_steps(&self, id: TaskId) -> Result<Vec<StepRecord>, StoreError>;
+
+    async fn step_screenshot(
+        &self,
+        id: TaskId,
+        number: i32,
+    ) -> Result<Option<ArtifactBody>, StoreError>;
+
+    /// Events with `seq > after_seq`, in order, at most `limit` (what an
+    /// [`EventFeed`](crate::EventFeed) reads after each signal of the store's hub).
+    async fn events_after(
+        &self,
+        id: TaskId,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<TaskEvent>, StoreError>;
+
+    /// A worker claims the next queued task.
+    async fn claim_task(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<ClaimedTask>, StoreError>;
+
+    /// A transition made by the holder of the task's lease.
+    async fn transition_claimed_task(
+        &self,
+        lease_owner: &str,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError>;
+
+    async fn append_worker_event(
+        &self,
+        id: TaskId,
+        owner: &str,
+        body: &EventBody,
+    ) -> Result<TaskEvent, StoreError>;
+
+    async fn start_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        number: i32,
+        url: &str,
+    ) -> Result<TaskEvent, StoreError>;
+
+    async fn write_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        step: StepWrite,
+    ) -> Result<TaskEvent, StoreError>;
+}
+
+#[async_trait]
+impl TaskStore for Store {
+    fn has_secrets_key(&self) -> bool {
+        Store::has_secrets_key(self)
+    }
+
+    async fn create_task(&self, owner: ApiKeyId, new: NewTask) -> Result<TaskRecord, StoreError> {
+        Store::create_task(self, owner, new).await
+    }
+
+    async fn create_v2_task(
+        &self,
+        owner: ApiKeyId,
+        new: NewTask,
+        session: SessionChoice,
+        options: serde_json::Value,
+    ) -> Result<(TaskRecord, Uuid), StoreError> {
+        Store::create_v2_task(self, owner, new, session, options).await
+    }
+
+    async fn get_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        Store::get_task(self, owner, id).await
+    }
+
+    async fn list_tasks(
+        &self,
+        owner: ApiKeyId,
+        status: Option<TaskStatus>,
+        limit: i64,
+        after: Option<TaskCursor>,
+    ) -> Result<TaskPage, StoreError> {
+        Store::list_tasks(self, owner, status, limit, after).await
+    }
+
+    async fn transition_task(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError> {
+        Store::transition_task(self, owner, id, transition, details).await
+    }
+
+    async fn queued_tasks(&self) -> Result<i64, StoreError> {
+        Store::queued_tasks(self).await
+    }
+
+    async fn queue_position(&self, id: TaskId) -> Result<Option<i64>, StoreError> {
+        Store::queue_position(self, id).await
+    }
+
+    async fn task_replay(&self, id: TaskId) -> Result<Option<TaskReplay>, StoreError> {
+        Store::task_replay(self, id).await
+    }
+
+    async fn replayable_steps(&self, id: TaskId) -> Result<i64, StoreError> {
+        Store::replayable_steps(self, id).await
+    }
+
+    async fn list_steps(&self, id: TaskId) -> Result<Vec<StepRecord>, StoreError> {
+        Store::list_steps(self, id).await
+    }
+
+    async fn step_screenshot(
+        &self,
+        id: TaskId,
+        number: i32,
+    ) -> Result<Option<ArtifactBody>, StoreError> {
+        Store::step_screenshot(self, id, number).await
+    }
+
+    async fn events_after(
+        &self,
+        id: TaskId,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<TaskEvent>, StoreError> {
+        Store::events_after(self, id, after_seq, limit).await
+    }
+
+    async fn claim_task(
+        &self,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<ClaimedTask>, StoreError> {
+        Store::claim_task(self, owner, lease).await
+    }
+
+    async fn transition_claimed_task(
+        &self,
+        lease_owner: &str,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+    ) -> Result<TaskRecord, StoreError> {
+        Store::transition_claimed_task(self, lease_owner, id, transition, details).await
+    }
+
+    async fn append_worker_event(
+        &self,
+        id: TaskId,
+        owner: &str,
+        body: &EventBody,
+    ) -> Result<TaskEvent, StoreError> {
+        Store::append_worker_event(self, id, owner, body).await
+    }
+
+    async fn start_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        number: i32,
+        url: &str,
+    ) -> Result<TaskEvent, StoreError> {
+        Store::start_step(self, id, owner, number, url).await
+    }
+
+    async fn write_step(
+        &self,
+        id: TaskId,
+        owner: &str,
+        step: StepWrite,
+    ) -> Result<TaskEvent, StoreError> {
+        Store::write_step(self, id, owner, step).await
+    }
+}
