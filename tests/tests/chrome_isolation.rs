@@ -445,3 +445,115 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
         "a new Chrome runs"
     );
 }
+
+/// Sends `Page.crash` to the tab whose URL contains `needle`, over the DevTools endpoint of
+/// the Chrome under `server` (its port is in `DevToolsActivePort` in the profile directory).
+async fn crash_tab(server: &Process, needle: &str) {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let browser = chrome_browser_process(server).expect("Chrome runs");
+    let profile = cmdline(browser)
+        .split_whitespace()
+        .find_map(|arg| arg.strip_prefix("--user-data-dir=").map(str::to_owned))
+        .expect("Chrome's profile directory");
+    let active = std::fs::read_to_string(format!("{profile}/DevToolsActivePort")).unwrap();
+    let mut lines = active.lines();
+    let (port, path) = (lines.next().unwrap(), lines.next().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}{path}"))
+        .await
+        .unwrap();
+    let mut call =
+        async |id: u64, method: &str, params: serde_json::Value, session: Option<&str>| {
+            let mut message = json!({"id": id, "method": method, "params": params});
+            if let Some(session) = session {
+                message["sessionId"] = json!(session);
+            }
+            ws.send(Message::Text(message.to_string().into()))
+                .await
+                .unwrap();
+            if method == "Page.crash" {
+                return serde_json::Value::Null; // never answered: the renderer is gone
+            }
+            loop {
+                let Some(Ok(Message::Text(text))) = ws.next().await else {
+                    panic!("DevTools connection closed");
+                };
+                let answer: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
+                if answer["id"] == id {
+                    return answer["result"].clone();
+                }
+            }
+        };
+    let targets = call(1, "Target.getTargets", json!({}), None).await;
+    let target = targets["targetInfos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == "page" && t["url"].as_str().unwrap_or("").contains(needle))
+        .unwrap_or_else(|| panic!("no tab at {needle}: {targets}"))["targetId"]
+        .clone();
+    let attached = call(
+        2,
+        "Target.attachToTarget",
+        json!({"targetId": target, "flatten": true}),
+        None,
+    )
+    .await;
+    let session = attached["sessionId"].as_str().unwrap().to_owned();
+    call(3, "Page.crash", json!({}), Some(&session)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
+    let site = Site::start().await;
+    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
+    let db = TestDb::create().await;
+    let server = Process::start(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback", "--concurrency", "2"],
+    )
+    .await;
+    let key = create_key(&db).await;
+    let client = Client::new(server.address(), &key);
+    let crashed = client
+        .create_task(json!({
+            "task": "Climb to the top and report the code",
+            "start_url": site.url("/stairs/1?top=6"),
+            "use_vision": false,
+        }))
+        .await;
+    let other = client
+        .create_task(json!({
+            "task": "Climb to the top and report the code",
+            "start_url": site.url("/stairs/1?top=5"),
+            "use_vision": false,
+        }))
+        .await;
+    wait_for_step(&client, &crashed, 2).await;
+    wait_for_step(&client, &other, 1).await;
+    let chrome = chrome_browser_process(&server);
+    crash_tab(&server, "top=6").await;
+    for (id, code) in [(&crashed, "CODE6X"), (&other, "CODE5X")] {
+        let task = client.wait_status(id, &["finished", "failed"], LONG).await;
+        assert_eq!(task["status"], "finished", "{task}");
+        assert!(
+            task["output"].as_str().unwrap_or_default().contains(code),
+            "{task}"
+        );
+        assert_eq!(task["attempts"], 1, "no requeue for a tab's crash: {task}");
+    }
+    assert_eq!(chrome_browser_process(&server), chrome, "Chrome lived on");
+    let told = |top: &str| {
+        model
+            .requests()
+            .iter()
+            .map(browserd_tests::page_text)
+            .filter(|text| text.contains(top) && text.contains("crashed"))
+            .count()
+    };
+    assert_eq!(told("top=6"), 1, "the crashed task is told once");
+    assert_eq!(told("top=5"), 0, "the other task is told nothing");
+}

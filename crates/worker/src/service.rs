@@ -461,13 +461,16 @@ impl TaskJob {
         } = prepared;
         let control = AgentControl::new();
         let draining = Arc::new(AtomicBool::new(false));
-        let sink = Arc::new(StoreSink::new(
-            Arc::new(self.store.clone()),
-            id,
-            self.config.id.clone(),
-            control.clone(),
-            prior.as_ref().map(|p| p.usage.clone()).unwrap_or_default(),
-        ));
+        let sink = Arc::new(
+            StoreSink::new(
+                Arc::new(self.store.clone()),
+                id,
+                self.config.id.clone(),
+                control.clone(),
+                prior.as_ref().map(|p| p.usage.clone()).unwrap_or_default(),
+            )
+            .with_retry_budget(self.config.lease),
+        );
         let watcher = AbortOnDrop(tokio::spawn(
             watch_task(
                 self.store.clone(),

@@ -19,8 +19,12 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
 
-/// Attempts of one write when the database is briefly unavailable.
-const WRITE_ATTEMPTS: u32 = 4;
+/// How long one write is retried while the database is unavailable (a restart, a failover),
+/// unless the worker says otherwise ([`StoreSink::with_retry_budget`]: its lease, after which
+/// the task may be another worker's anyway).
+const DEFAULT_WRITE_RETRY_BUDGET: Duration = Duration::from_secs(30);
+/// The longest wait between two attempts of a write.
+const MAX_WRITE_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// Persists and publishes a claimed task's events.
 pub struct StoreSink {
@@ -31,6 +35,7 @@ pub struct StoreSink {
     state: Mutex<SinkState>,
     /// Signalled when the agent reaches its pause point between steps.
     paused: Notify,
+    retry_budget: Duration,
 }
 
 struct SinkState {
@@ -62,7 +67,16 @@ impl StoreSink {
                 at_pause_point: false,
             }),
             paused: Notify::new(),
+            retry_budget: DEFAULT_WRITE_RETRY_BUDGET,
         }
+    }
+
+    /// Retries a write on database errors for up to `budget` (the worker's lease) before the
+    /// task is abandoned.
+    #[must_use]
+    pub fn with_retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = budget;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
@@ -116,14 +130,21 @@ impl StoreSink {
         if self.abandoned().is_some() {
             return None;
         }
+        let give_up_at = tokio::time::Instant::now() + self.retry_budget;
         let mut delay = Duration::from_millis(100);
-        for attempt in 1..=WRITE_ATTEMPTS {
+        let mut attempt = 1u32;
+        loop {
             match write().await {
                 Ok(value) => return Some(value),
-                Err(StoreError::Database(err)) if attempt < WRITE_ATTEMPTS => {
+                // The database is away (a restart, a failover): the step waits for it, as
+                // long as the lease could still be ours.
+                Err(StoreError::Database(err))
+                    if tokio::time::Instant::now() + delay < give_up_at =>
+                {
                     tracing::warn!(task_id = %self.task_id, %err, what, attempt, "write failed; retrying");
                     tokio::time::sleep(delay).await;
-                    delay *= 3;
+                    delay = (delay * 2).min(MAX_WRITE_RETRY_DELAY);
+                    attempt += 1;
                 }
                 Err(err) => {
                     self.abandon(format!("could not store {what}: {err}"));
@@ -131,7 +152,6 @@ impl StoreSink {
                 }
             }
         }
-        None
     }
 
     async fn event(&self, body: EventBody) {

@@ -1,0 +1,172 @@
+//! Postgres going away mid-task (a restart, a failover, a network cut) loses and duplicates
+//! nothing: the task goes on and finishes, its steps and events are contiguous, and a
+//! WebSocket client that is dropped resumes from the last `seq` it saw. The outage is made by a
+//! TCP relay between browserd and the real Postgres server that drops every connection and
+//! refuses new ones for a while — the shared server itself is never touched.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use browserd_tests::{Client, MockModel, Process, Site, TestDb, create_key, stairs_brain};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// Relays TCP connections to Postgres until cut.
+struct PgRelay {
+    addr: SocketAddr,
+    down: Arc<AtomicBool>,
+    cuts: watch::Sender<u64>,
+}
+
+impl PgRelay {
+    async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let down = Arc::new(AtomicBool::new(false));
+        let (cuts, _) = watch::channel(0u64);
+        let relay_down = down.clone();
+        let relay_cuts = cuts.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                if relay_down.load(Ordering::SeqCst) {
+                    drop(client); // refused while Postgres is "down"
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let mut cut = relay_cuts.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {} // both sockets dropped: connection reset
+                    }
+                });
+            }
+        });
+        Self { addr, down, cuts }
+    }
+
+    /// Drops every relayed connection and refuses new ones.
+    fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// `postgres://user@host:port/db` → its `host:port`, and the URL with `relay` there instead.
+fn split_server(url: &str, relay: Option<SocketAddr>) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, path) = rest.split_once('/').unwrap();
+    let (user, host_port) = match authority.rsplit_once('@') {
+        Some((user, host_port)) => (format!("{user}@"), host_port.to_owned()),
+        None => (String::new(), authority.to_owned()),
+    };
+    let relayed = relay.map_or_else(String::new, |addr| {
+        format!("{scheme}://{user}{addr}/{path}")
+    });
+    (host_port, relayed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_going_away_mid_task_loses_and_repeats_nothing() {
+    let site = Site::start().await;
+    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
+    let db = TestDb::create().await;
+    let (upstream, _) = split_server(&db.url, None);
+    let relay = PgRelay::start(upstream).await;
+    let (_, relayed_url) = split_server(&db.url, Some(relay.addr));
+    let server = Process::start_with_env(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback"],
+        &[("DATABASE_URL", relayed_url.as_str())],
+    )
+    .await;
+    let key = create_key(&db).await;
+    let client = Client::new(server.address(), &key);
+    let id = client
+        .create_task(json!({
+            "task": "Climb to the top and report the code",
+            "start_url": site.url("/stairs/1?top=8"),
+            "use_vision": false,
+        }))
+        .await;
+
+    let mut events: Vec<Value> = Vec::new();
+    let mut stream = client.events(&id, 0).await;
+    let mut outage_done = false;
+    loop {
+        let next = stream.next(LONG).await;
+        match next {
+            Some(event) => {
+                let terminal = event["kind"] == "status"
+                    && ["finished", "failed", "stopped"]
+                        .contains(&event["payload"]["status"].as_str().unwrap_or(""));
+                let second_step = event["kind"] == "step" && event["payload"]["number"] == 2;
+                events.push(event);
+                if terminal {
+                    break;
+                }
+                if second_step && !outage_done {
+                    outage_done = true;
+                    relay.cut();
+                    // Down long enough for every connection of browserd (api, worker, hub) to
+                    // fail and reconnect attempts to be refused; far shorter than the lease.
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    relay.restore();
+                }
+            }
+            None => {
+                // The api closed the stream (it lost its database): resume from the last seq.
+                let last = events.last().map_or(0, |e| e["seq"].as_i64().unwrap());
+                stream = client.events(&id, last).await;
+            }
+        }
+    }
+    assert!(outage_done, "the outage happened mid-task");
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(
+            event["seq"],
+            json!(i as i64 + 1),
+            "events are contiguous, none repeated: {events:#?}"
+        );
+    }
+    let task = client.task(&id).await;
+    assert_eq!(task["status"], "finished", "{task}\n{}", server.logs());
+    assert!(
+        task["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("CODE8X"),
+        "{task}"
+    );
+    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
+    let numbers: Vec<i64> = steps["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
+    let expected: Vec<i64> = (0..numbers.len() as i64).collect();
+    assert_eq!(
+        numbers, expected,
+        "steps are contiguous, none lost or repeated"
+    );
+    let step_events = events.iter().filter(|e| e["kind"] == "step").count();
+    assert_eq!(step_events, numbers.len(), "one step event per step");
+}
