@@ -572,6 +572,67 @@ pub fn stairs_brain() -> Brain {
     })
 }
 
+/// A task that climbs the stairs fixture from stair 1 to `top` and reports the code there
+/// (`CODE{top}X`), without vision.
+pub fn climb_task(site: &Site, top: u32) -> Value {
+    json!({
+        "task": "Climb to the top and report the code",
+        "start_url": site.url(&format!("/stairs/1?top={top}")),
+        "use_vision": false,
+    })
+}
+
+/// Step numbers 0..=N, each once.
+pub fn assert_steps_contiguous(steps: &[Value]) {
+    let numbers: Vec<i64> = steps
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
+    let expected: Vec<i64> = (0..numbers.len() as i64).collect();
+    assert_eq!(
+        numbers, expected,
+        "steps are 0..N without gaps or duplicates"
+    );
+}
+
+/// A task's stored steps (`GET /v1/tasks/{id}/steps`).
+pub async fn stored_steps(client: &Client, id: &str) -> Vec<Value> {
+    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
+    steps["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// A `serve` with the stairs site, a mock model answering with `brain`, a fresh database and a
+/// client holding a key: the start of most whole-system scenarios. Keep `db` bound (`db: _db`)
+/// when destructuring: dropping it drops the database.
+pub struct Scenario {
+    pub site: Site,
+    pub model: MockModel,
+    pub db: TestDb,
+    pub server: Process,
+    pub client: Client,
+}
+
+impl Scenario {
+    /// `browserd serve --allow-loopback args…` with `env` on top of [`Process`]'s.
+    pub async fn serve(brain: Brain, delay: Duration, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let site = Site::start().await;
+        let model = MockModel::start(brain, delay).await;
+        let db = TestDb::create().await;
+        let mut all_args = vec!["--allow-loopback"];
+        all_args.extend_from_slice(args);
+        let server = Process::start_with_env(&db, model.addr, "serve", &all_args, env).await;
+        let key = create_key(&db).await;
+        let client = Client::new(server.address(), &key);
+        Self {
+            site,
+            model,
+            db,
+            server,
+            client,
+        }
+    }
+}
+
 // ---------------------------------------------------------------- fixture pages
 
 /// Local pages: `/stairs/{n}?top=T` (a "Next" link to n+1 until T, where the page shows a code),

@@ -13,8 +13,8 @@ use axum::response::Html;
 use axum::routing::get;
 use browserd_agent::AgentHistoryList;
 use browserd_tests::{
-    Client, MockModel, Process, SECRETS_KEY, Site, TestDb, create_key, done_reply, reply,
-    stairs_brain,
+    Client, Process, SECRETS_KEY, Scenario, assert_steps_contiguous, climb_task, done_reply, reply,
+    stairs_brain, stored_steps,
 };
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -128,32 +128,26 @@ async fn wait_for_step(client: &Client, id: &str, number: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chrome_gets_none_of_the_workers_environment() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let site = Site::start().await;
-    // A slow model: the task is mid-run while the processes are read.
-    let model = MockModel::start(stairs_brain(), Duration::from_millis(500)).await;
-    let db = TestDb::create().await;
     let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
     let provider_key = format!("sk-test-{}", uuid::Uuid::new_v4().simple());
-    let server = Process::start_with_env(
-        &db,
-        model.addr,
-        "serve",
-        &["--allow-loopback"],
+    // A slow model: the task is mid-run while the processes are read.
+    let Scenario {
+        site,
+        db,
+        server,
+        client,
+        ..
+    } = Scenario::serve(
+        stairs_brain(),
+        Duration::from_millis(500),
+        &[],
         &[
             ("BROWSERD_TEST_CANARY", &canary),
             ("BROWSERD_LLM_MOCK_API_KEY", &provider_key),
         ],
     )
     .await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
-    let id = client
-        .create_task(json!({
-            "task": "Climb to the top and report the code",
-            "start_url": site.url("/stairs/1?top=4"),
-            "use_vision": false,
-        }))
-        .await;
+    let id = client.create_task(climb_task(&site, 4)).await;
     wait_for_step(&client, &id, 1).await;
 
     let worker_env = environ(server.pid() as u32);
@@ -246,7 +240,6 @@ async fn start_hog_site() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let site = Site::start().await;
     let hog_url = start_hog_site().await;
     let stairs = stairs_brain();
     let brain = Arc::new(move |page: &str| {
@@ -258,30 +251,21 @@ async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
         }
         stairs(page)
     });
-    let model = MockModel::start(brain, Duration::from_millis(100)).await;
-    let db = TestDb::create().await;
-    let server = Process::start(
-        &db,
-        model.addr,
-        "serve",
-        &[
-            "--allow-loopback",
-            "--concurrency",
-            "2",
-            "--renderer-memory-cap-mb",
-            "600",
-        ],
+    let Scenario {
+        site,
+        model,
+        server,
+        client,
+        db: _db,
+        ..
+    } = Scenario::serve(
+        brain,
+        Duration::from_millis(100),
+        &["--concurrency", "2", "--renderer-memory-cap-mb", "600"],
+        &[],
     )
     .await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
-    let climber = client
-        .create_task(json!({
-            "task": "Climb to the top and report the code",
-            "start_url": site.url("/stairs/1?top=6"),
-            "use_vision": false,
-        }))
-        .await;
+    let climber = client.create_task(climb_task(&site, 6)).await;
     wait_for_step(&client, &climber, 1).await;
     let chrome_before = chrome_browser_process(&server).expect("Chrome runs");
     let hog = client
@@ -344,29 +328,22 @@ async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let site = Site::start().await;
-    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
-    let db = TestDb::create().await;
-    let server = Process::start(
-        &db,
-        model.addr,
-        "serve",
-        &["--allow-loopback", "--concurrency", "3"],
+    let Scenario {
+        site,
+        server,
+        client,
+        db: _db,
+        ..
+    } = Scenario::serve(
+        stairs_brain(),
+        Duration::from_millis(300),
+        &["--concurrency", "3"],
+        &[],
     )
     .await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
     let mut ids = Vec::new();
-    for n in 0..3 {
-        ids.push(
-            client
-                .create_task(json!({
-                    "task": format!("Climb to the top and report the code ({n})"),
-                    "start_url": site.url("/stairs/1?top=7"),
-                    "use_vision": false,
-                }))
-                .await,
-        );
+    for _ in 0..3 {
+        ids.push(client.create_task(climb_task(&site, 7)).await);
     }
     for id in &ids {
         wait_for_step(&client, id, 2).await;
@@ -421,15 +398,7 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
             task["attempts"], 2,
             "one more attempt after the crash: {task}"
         );
-        let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-        let numbers: Vec<i64> = steps["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["number"].as_i64().unwrap())
-            .collect();
-        let expected: Vec<i64> = (0..numbers.len() as i64).collect();
-        assert_eq!(numbers, expected, "steps are contiguous");
+        assert_steps_contiguous(&stored_steps(&client, id).await);
         let (_, history) = client.get(&format!("/v1/tasks/{id}/history")).await;
         let history: AgentHistoryList = serde_json::from_value(history).unwrap();
         let navigations = history
@@ -506,32 +475,22 @@ async fn crash_tab(server: &Process, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let site = Site::start().await;
-    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
-    let db = TestDb::create().await;
-    let server = Process::start(
-        &db,
-        model.addr,
-        "serve",
-        &["--allow-loopback", "--concurrency", "2"],
+    let Scenario {
+        site,
+        model,
+        server,
+        client,
+        db: _db,
+        ..
+    } = Scenario::serve(
+        stairs_brain(),
+        Duration::from_millis(300),
+        &["--concurrency", "2"],
+        &[],
     )
     .await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
-    let crashed = client
-        .create_task(json!({
-            "task": "Climb to the top and report the code",
-            "start_url": site.url("/stairs/1?top=6"),
-            "use_vision": false,
-        }))
-        .await;
-    let other = client
-        .create_task(json!({
-            "task": "Climb to the top and report the code",
-            "start_url": site.url("/stairs/1?top=5"),
-            "use_vision": false,
-        }))
-        .await;
+    let crashed = client.create_task(climb_task(&site, 6)).await;
+    let other = client.create_task(climb_task(&site, 5)).await;
     wait_for_step(&client, &crashed, 2).await;
     wait_for_step(&client, &other, 1).await;
     let chrome = chrome_browser_process(&server);

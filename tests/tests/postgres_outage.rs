@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use browserd_tests::{Client, MockModel, Process, Site, TestDb, create_key, stairs_brain};
+use browserd_tests::{
+    Client, MockModel, Process, Site, TestDb, assert_steps_contiguous, climb_task, create_key,
+    stairs_brain, stored_steps,
+};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -83,12 +86,12 @@ fn split_server(url: &str, relay: Option<SocketAddr>) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_going_away_mid_task_loses_and_repeats_nothing() {
-    let site = Site::start().await;
-    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
     let db = TestDb::create().await;
     let (upstream, _) = split_server(&db.url, None);
     let relay = PgRelay::start(upstream).await;
     let (_, relayed_url) = split_server(&db.url, Some(relay.addr));
+    let site = Site::start().await;
+    let model = MockModel::start(stairs_brain(), Duration::from_millis(300)).await;
     let server = Process::start_with_env(
         &db,
         model.addr,
@@ -99,13 +102,7 @@ async fn postgres_going_away_mid_task_loses_and_repeats_nothing() {
     .await;
     let key = create_key(&db).await;
     let client = Client::new(server.address(), &key);
-    let id = client
-        .create_task(json!({
-            "task": "Climb to the top and report the code",
-            "start_url": site.url("/stairs/1?top=8"),
-            "use_vision": false,
-        }))
-        .await;
+    let id = client.create_task(climb_task(&site, 8)).await;
 
     let mut events: Vec<Value> = Vec::new();
     let mut stream = client.events(&id, 0).await;
@@ -155,18 +152,8 @@ async fn postgres_going_away_mid_task_loses_and_repeats_nothing() {
             .contains("CODE8X"),
         "{task}"
     );
-    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-    let numbers: Vec<i64> = steps["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["number"].as_i64().unwrap())
-        .collect();
-    let expected: Vec<i64> = (0..numbers.len() as i64).collect();
-    assert_eq!(
-        numbers, expected,
-        "steps are contiguous, none lost or repeated"
-    );
+    let steps = stored_steps(&client, &id).await;
+    assert_steps_contiguous(&steps);
     let step_events = events.iter().filter(|e| e["kind"] == "step").count();
-    assert_eq!(step_events, numbers.len(), "one step event per step");
+    assert_eq!(step_events, steps.len(), "one step event per step");
 }

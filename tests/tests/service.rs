@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use browserd_agent::AgentHistoryList;
 use browserd_tests::{
-    Client, MockModel, Process, Site, TestDb, create_key, done_reply, index_of, reply, stairs_brain,
+    Client, MockModel, Process, Site, TestDb, assert_steps_contiguous, create_key, done_reply,
+    index_of, reply, stairs_brain,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -38,19 +39,6 @@ fn assert_contiguous_seqs(events: &[Value]) {
             "seq gap or duplicate at {i}: {events:?}"
         );
     }
-}
-
-/// Step numbers 0..=N, each once.
-fn assert_steps_contiguous(steps: &[Value]) {
-    let numbers: Vec<i64> = steps
-        .iter()
-        .map(|s| s["number"].as_i64().unwrap())
-        .collect();
-    let expected: Vec<i64> = (0..numbers.len() as i64).collect();
-    assert_eq!(
-        numbers, expected,
-        "steps are 0..N without gaps or duplicates"
-    );
 }
 
 async fn pg_dump(db: &TestDb) -> String {
