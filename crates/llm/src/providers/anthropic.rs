@@ -150,7 +150,8 @@ pub(crate) const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
 pub(crate) const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// Keeps at most four breakpoints: the first one (normally the system prompt) and the last ones.
-fn limit_breakpoints(mut flags: Vec<bool>) -> Vec<bool> {
+/// Bedrock's Converse cache points follow the same rule (also four at most).
+pub(super) fn limit_breakpoints(mut flags: Vec<bool>) -> Vec<bool> {
     let marked: Vec<usize> = flags
         .iter()
         .enumerate()

@@ -18,9 +18,6 @@ use crate::request::{ContentPart, Role};
 use crate::response::TokenUsage;
 use crate::{ChatModel, ChatRequest, ChatResponse, LlmError};
 
-/// Bedrock allows at most four cache points per request.
-const MAX_CACHE_POINTS: usize = 4;
-
 /// A Bedrock model called through Converse.
 #[derive(Debug)]
 pub struct BedrockModel {
@@ -72,7 +69,7 @@ impl BedrockModel {
             input_schema["type"] = json!("object");
         }
         let breakpoints = if self.caches() {
-            limit_points(request.cache_breakpoints())
+            super::anthropic::limit_breakpoints(request.cache_breakpoints())
         } else {
             vec![false; request.messages.len()]
         };
@@ -159,21 +156,6 @@ fn image_format(media_type: &str) -> Option<&'static str> {
         "image/webp" => Some("webp"),
         _ => None,
     }
-}
-
-/// At most four cache points: the first and the last ones.
-fn limit_points(mut flags: Vec<bool>) -> Vec<bool> {
-    let marked: Vec<usize> = flags
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| f.then_some(i))
-        .collect();
-    if marked.len() > MAX_CACHE_POINTS {
-        for &i in &marked[1..marked.len() - (MAX_CACHE_POINTS - 1)] {
-            flags[i] = false;
-        }
-    }
-    flags
 }
 
 /// Converse's answer: `output.message.content[]` (`toolUse` / `text`), `stopReason`, `usage`
