@@ -5,9 +5,10 @@
       The image and compose check list: what issue 16 asks of the Dockerfile and of
       docker-compose.yml, on the Dockerfile text and on `docker-compose config` output (every
       profile, anchors resolved).
-  check_deploy.py k8s KUSTOMIZE_DIR K8S_VERSION... [--rendered FILE]
-      Renders the kustomization (a small renderer for the features deploy/base uses; with
-      --rendered, the output of `kubectl kustomize` instead), then validates every resource:
+  check_deploy.py k8s KUSTOMIZE_DIR... K8S_VERSION... [--rendered FILE]
+      Renders the kustomizations (deploy/base and deploy/seccomp, checked together: a small
+      renderer for the features they use; with --rendered, the output of `kubectl kustomize` of
+      them instead), then validates every resource:
       built-in kinds with kubernetes-validate (strict: unknown fields fail), KEDA's kinds against
       the CRD schemas vendored in deploy/vendor/keda (unknown fields fail too), and the
       cross-references and sizing rules listed in check_references().
@@ -97,7 +98,8 @@ def check_image(compose_config_path):
           "tini forwards SIGTERM to browserd only (no -g): the worker must hand its tasks back "
           "before Chrome is stopped")
 
-    for path in [ROOT / "Dockerfile", ROOT / "docker-compose.yml", *sorted((ROOT / "deploy" / "base").glob("*"))]:
+    for path in [ROOT / "Dockerfile", ROOT / "docker-compose.yml", *sorted((ROOT / "deploy" / "base").glob("*")),
+                 *sorted((ROOT / "deploy" / "seccomp").glob("*.yaml"))]:
         check("--no-sandbox" not in path.read_text(),
               f"{path.relative_to(ROOT)} does not pass --no-sandbox")
 
@@ -318,10 +320,102 @@ def env_value(container, name):
     return None
 
 
+# Where the kubelet reads `Localhost` seccomp profiles (its root dir + /seccomp), and the
+# subdirectory deploy/seccomp's installer writes Chrome's profile into.
+KUBELET_SECCOMP_ROOT = "/var/lib/kubelet/seccomp"
+KUBELET_PROFILE_DIR = f"{KUBELET_SECCOMP_ROOT}/browserd"
+SECCOMP_PROFILE = ROOT / "deploy" / "seccomp" / "browserd-chrome.json"
+installer = None
+
+
+def is_seccomp_installer(resource, container):
+    """The one container allowed to run as uid 0: the installer's init container, which has no
+    capability and no mount but its ConfigMap and the profile's own host directory."""
+    if resource is not installer:
+        return False
+    init = pod_spec(resource).get("initContainers", [])
+    security = container.get("securityContext", {})
+    mounts = {m["name"] for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod_spec(resource).get("volumes", [])}
+    return (container in init and security.get("capabilities", {}).get("drop") == ["ALL"]
+            and security.get("allowPrivilegeEscalation") is False
+            and all("configMap" in volumes[m] or
+                    volumes[m].get("hostPath", {}).get("path") == KUBELET_PROFILE_DIR
+                    for m in mounts))
+
+
+def check_seccomp_installation(by_kind, worker, label):
+    """The worker runs under the profile the installer puts on every node, and Chrome's sandbox
+    stays on: the same file as Compose uses, in the path the worker names, on every node."""
+    global installer
+    spec = pod_spec(worker)
+    profile = (containers(worker)[0].get("securityContext", {}).get("seccompProfile")
+               or spec.get("securityContext", {}).get("seccompProfile", {}))
+    check(profile.get("type") == "Localhost"
+          and profile.get("localhostProfile") == "browserd/browserd-chrome.json",
+          f"{label}: the worker runs under Localhost browserd/browserd-chrome.json ({profile})")
+    check(str(env_value(containers(worker)[0], "BROWSERD_CHROME_NO_SANDBOX") or "false").lower()
+          in ("false", "0", "no", "off"), f"{label}: the worker keeps Chrome's sandbox on")
+    if not check(installer is not None,
+                 f"{label}: DaemonSet browserd-seccomp-installer exists (deploy/seccomp)"):
+        return
+    ds = pod_spec(installer)
+    check({"operator": "Exists"} in ds.get("tolerations", []),
+          f"{label}: the installer tolerates every taint (runs wherever a worker can)")
+    volumes = {v["name"]: v for v in ds.get("volumes", [])}
+    host = [v for v in volumes.values() if "hostPath" in v]
+    check(len(host) == 1 and host[0]["hostPath"]["path"] == KUBELET_PROFILE_DIR,
+          f"{label}: the installer mounts {KUBELET_PROFILE_DIR} only")
+    source = [v["configMap"]["name"] for v in volumes.values() if "configMap" in v]
+    configmap = by_kind.get("ConfigMap", {}).get(source[0] if source else None)
+    if check(configmap is not None, f"{label}: the installer's profile ConfigMap exists"):
+        shipped = configmap.get("data", {}).get("browserd-chrome.json")
+        check(shipped is not None and json.loads(shipped) == json.loads(SECCOMP_PROFILE.read_text()),
+              f"{label}: the installer ships deploy/seccomp/browserd-chrome.json")
+    install = pod_spec(installer).get("initContainers", [])
+    script = " ".join(" ".join(c.get("command", [])) for c in install)
+    mount = next((m["mountPath"] for c in install for m in c.get("volumeMounts", [])
+                  if m["name"] == host[0]["name"]), None) if host else None
+    check(mount is not None and f"{mount}/browserd-chrome.json" in script and "mv" in script,
+          f"{label}: the installer writes browserd-chrome.json into the host directory "
+          "atomically (copy, then rename)")
+    namespaces = by_kind.get("Namespace", {})
+    browserd_ns = namespaces.get(worker["metadata"].get("namespace"), {})
+    check(browserd_ns.get("metadata", {}).get("labels", {})
+          .get("pod-security.kubernetes.io/enforce") == "restricted",
+          f"{label}: the browserd namespace enforces the restricted Pod Security level")
+    restricted_volumes = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                          "persistentVolumeClaim", "projected", "secret"}
+    for resource in [*by_kind.get("Deployment", {}).values(), *by_kind.get("Job", {}).values()]:
+        if resource["metadata"].get("namespace") != worker["metadata"].get("namespace"):
+            continue
+        # What the `restricted` level adds to the checks every workload gets above.
+        name = f"{resource['kind']}/{resource['metadata']['name']}"
+        pod = pod_spec(resource)
+        check(not any(pod.get(h) for h in ("hostNetwork", "hostPID", "hostIPC")),
+              f"{label}: {name}: no host namespaces (restricted)")
+        for volume in pod.get("volumes", []):
+            check(set(volume) - {"name"} <= restricted_volumes,
+                  f"{label}: {name}: volume {volume['name']} is of a restricted-level type")
+        for container in containers(resource):
+            security = container.get("securityContext", {})
+            user = security.get("runAsUser", pod.get("securityContext", {}).get("runAsUser"))
+            check(user != 0, f"{label}: {name}: {container['name']} is not uid 0 (restricted)")
+            check(not security.get("privileged") and set(security.get("capabilities", {})
+                                                        .get("add", [])) <= {"NET_BIND_SERVICE"},
+                  f"{label}: {name}: {container['name']} is unprivileged (restricted)")
+    check(installer["metadata"].get("namespace") != worker["metadata"].get("namespace"),
+          f"{label}: the installer (host directory) lives outside the restricted namespace")
+    images = {c["image"] for r in (worker, installer) for c in containers(r)}
+    check(len(images) == 1, f"{label}: deploy/base and deploy/seccomp use the same image ({images})")
+
+
 def check_references(resources, label):
+    global installer
     by_kind = {}
     for resource in resources:
         by_kind.setdefault(resource["kind"], {})[resource["metadata"]["name"]] = resource
+    installer = by_kind.get("DaemonSet", {}).get("browserd-seccomp-installer")
     configmaps = set(by_kind.get("ConfigMap", {}))
     secrets = set(by_kind.get("Secret", {}))
     # kubectl kustomize appends a content hash to generated ConfigMaps and rewrites references.
@@ -335,8 +429,16 @@ def check_references(resources, label):
     for resource in workloads:
         name = f"{resource['kind']}/{resource['metadata']['name']}"
         spec = pod_spec(resource)
-        check(spec.get("securityContext", {}).get("runAsNonRoot") is True,
-              f"{label}: {name} runs as non-root")
+        pod_non_root = spec.get("securityContext", {}).get("runAsNonRoot")
+        for container in containers(resource):
+            non_root = container.get("securityContext", {}).get("runAsNonRoot", pod_non_root)
+            check(non_root is True or is_seccomp_installer(resource, container),
+                  f"{label}: {name}: container {container['name']} runs as non-root")
+        for volume in spec.get("volumes", []):
+            if "hostPath" in volume:
+                check(resource is installer and volume["hostPath"]["path"] == KUBELET_PROFILE_DIR,
+                      f"{label}: {name}: no host directory but the seccomp installer's "
+                      f"({volume['hostPath']['path']})")
         check(spec.get("automountServiceAccountToken") is False,
               f"{label}: {name} mounts no service-account token")
         if resource["kind"] == "Deployment":
@@ -384,6 +486,7 @@ def check_references(resources, label):
         spec = pod_spec(worker)
         container = containers(worker)[0]
         check(container["args"] == ["worker"], f"{label}: the worker pods run `browserd worker`")
+        check_seccomp_installation(by_kind, worker, label)
         grace = int(env_value(container, "BROWSERD_TASK_GRACE_S") or 30)
         check(spec.get("terminationGracePeriodSeconds", 30) >= grace + 15,
               f"{label}: worker terminationGracePeriodSeconds >= BROWSERD_TASK_GRACE_S + 15 s")
@@ -438,12 +541,12 @@ def check_references(resources, label):
                       f"{label}: the worker's internet rule excludes {private}")
 
 
-def check_k8s(directory, versions, rendered=None):
+def check_k8s(directories, versions, rendered=None):
     if rendered:
         resources = [r for r in yaml.safe_load_all(Path(rendered).read_text()) if r]
         label = "kubectl kustomize"
     else:
-        resources = render(directory)
+        resources = [r for directory in directories for r in render(directory)]
         label = "rendered by check_deploy.py"
     check(len(resources) > 0, f"{label}: no resources")
     validate_resources(resources, versions, label)
@@ -461,7 +564,8 @@ def main(argv):
             i = argv.index("--rendered")
             rendered = argv[i + 1]
             argv = argv[:i] + argv[i + 2:]
-        check_k8s(argv[1], argv[2:], rendered)
+        directories = [a for a in argv[1:] if Path(a).is_dir()]
+        check_k8s(directories, [a for a in argv[1:] if a not in directories], rendered)
     else:
         sys.exit(__doc__)
 
