@@ -30,6 +30,29 @@ ensure_chrome_user() {
     fi
 }
 
+# Live (not zombie) processes of Chrome's user, one pid a line.
+chrome_pids() {
+    id -u browserd-chrome >/dev/null 2>&1 || return 0
+    ps -u browserd-chrome -o pid=,stat= | awk '$2 !~ /^Z/ { print $1 }' | sort
+}
+
+# Lists, then kills, Chrome processes that appeared since `chrome_pids` printed $1 and are still
+# there after their exit watchers had time to act (they poll once a second). Reports only: a
+# leftover is a bug to chase from this list, not a reason to fail the run.
+report_leftover_chrome() {
+    local before="$1" left pid
+    for _ in 1 2 3 4 5; do
+        left="$(comm -13 <(echo "$before") <(chrome_pids) | grep . || true)"
+        [ -z "$left" ] && return 0
+        sleep 1
+    done
+    echo "==> WARNING: Chrome processes outlived the tests:" >&2
+    for pid in $left; do
+        ps -o pid=,ppid=,lstart=,args= -p "$pid" 2>/dev/null | cut -c1-300 >&2 || true
+    done
+    for pid in $left; do kill -9 "$pid" 2>/dev/null || true; done
+}
+
 ensure_rust() {
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo not found: install Rust first (https://rustup.rs), e.g." >&2
