@@ -13,7 +13,7 @@ use std::{
 
 use chromiumoxide::Browser;
 use chromiumoxide::cdp::browser_protocol::target::SetDiscoverTargetsParams;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, RwLock, Semaphore};
 
 use crate::{
@@ -693,11 +693,45 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 struct PoolState {
-    /// Current Chrome per slot.
-    slots: Vec<Option<Arc<Chrome>>>,
+    /// Per slot: the Chrome leases go to, and its successor being started.
+    slots: Vec<Slot>,
     /// Chromes being replaced that still host leases.
     retiring: Vec<Arc<Chrome>>,
 }
+
+/// One Chrome process (or remote endpoint) of the pool.
+#[derive(Default)]
+struct Slot {
+    /// The Chrome new leases go to; `None` before the first launch and after a used-up or dead
+    /// one was closed.
+    current: Option<Arc<Chrome>>,
+    /// The next Chrome for this slot, started ahead of need (a warm spare) or on demand, outside
+    /// the pool's lock. Every lease that needs it awaits the same launch; the first to see it
+    /// done makes it `current`.
+    next: Option<Launch>,
+}
+
+/// A Chrome launch (or remote connect) in progress or done, shared by whoever waits for it.
+/// It runs in its own task: a lease that stops waiting does not cancel it.
+type Launch = futures::future::Shared<
+    futures::future::BoxFuture<'static, std::result::Result<Arc<Chrome>, Arc<BrowserError>>>,
+>;
+
+/// The error of a shared launch, for one of its waiters.
+fn launch_error(err: &BrowserError) -> BrowserError {
+    match err {
+        BrowserError::Connect { endpoint, reason } => BrowserError::Connect {
+            endpoint: endpoint.clone(),
+            reason: reason.clone(),
+        },
+        BrowserError::Launch(reason) => BrowserError::Launch(reason.clone()),
+        other => BrowserError::Launch(other.to_string()),
+    }
+}
+
+/// How many launches one lease waits for before it gives up (a Chrome that dies as soon as it
+/// is up, again and again, must not keep a lease looping).
+const LAUNCHES_PER_LEASE: usize = 3;
 
 /// What every session of a pool shares for its egress: one resolver (so the CDP guard and the
 /// proxy see the same answers and cache) and the proxy.
@@ -713,6 +747,82 @@ pub(crate) struct PoolInner {
     state: Mutex<PoolState>,
     permits: Arc<Semaphore>,
     shut_down: AtomicBool,
+}
+
+impl PoolInner {
+    /// A Chrome new leases may go to: alive, with a free context, not used up.
+    fn accepting(&self, chrome: &Chrome) -> bool {
+        chrome.is_alive()
+            && chrome.active.load(Ordering::SeqCst) < self.config.contexts_per_process
+            && !self.used_up(chrome)
+    }
+
+    /// It has hosted its `recycle_after_tasks` leases.
+    fn used_up(&self, chrome: &Chrome) -> bool {
+        self.config.recycle_after_tasks > 0
+            && chrome.leased_total.load(Ordering::SeqCst) >= self.config.recycle_after_tasks
+    }
+
+    /// Launches (or connects) the next Chrome of `slot` in a task of its own.
+    fn start_launch(self: &Arc<Self>, slot: usize) -> Launch {
+        let inner = self.clone();
+        let launch: Launch = async move {
+            let config = &inner.config;
+            let launched = if config.remote_endpoints.is_empty() {
+                Chrome::launch(config).await
+            } else {
+                Chrome::connect(&config.remote_endpoints[slot], config).await
+            };
+            let outcome = if launched.is_ok() { "ok" } else { "error" };
+            metrics::counter!("browserd_chrome_launches_total", "outcome" => outcome).increment(1);
+            launched.map_err(Arc::new)
+        }
+        .boxed()
+        .shared();
+        tokio::spawn(launch.clone());
+        launch
+    }
+
+    /// Starts Chromes ahead of need, so that no lease waits for a launch it could have been
+    /// spared: the successor of a Chrome with fewer than a Chrome's worth of leases left before
+    /// it is recycled, and — when the live Chromes have at most one free context left — the
+    /// first Chrome of an empty slot. Launched ones only (a remote connect is quick).
+    fn prepare_spares(self: &Arc<Self>, state: &mut PoolState) {
+        if !self.config.remote_endpoints.is_empty() || self.shut_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let per_process = self.config.contexts_per_process;
+        let recycle = self.config.recycle_after_tasks;
+        for index in 0..state.slots.len() {
+            let slot = &state.slots[index];
+            if slot.next.is_some() {
+                continue;
+            }
+            if let Some(chrome) = &slot.current
+                && recycle > 0
+                && chrome.leased_total.load(Ordering::SeqCst) + per_process >= recycle
+            {
+                state.slots[index].next = Some(self.start_launch(index));
+            }
+        }
+        let room: usize = state
+            .slots
+            .iter()
+            .filter_map(|s| s.current.as_ref())
+            .filter(|c| c.is_alive() && !self.used_up(c))
+            .map(|c| per_process.saturating_sub(c.active.load(Ordering::SeqCst)))
+            .sum();
+        let starting = state.slots.iter().any(|s| s.next.is_some());
+        if room <= 1
+            && !starting
+            && let Some(index) = state
+                .slots
+                .iter()
+                .position(|s| s.current.is_none() && s.next.is_none())
+        {
+            state.slots[index].next = Some(self.start_launch(index));
+        }
+    }
 }
 
 /// A pool of Chrome processes; [`BrowserPool::lease`] hands out isolated sessions.
@@ -766,7 +876,7 @@ impl BrowserPool {
                 net,
                 permits: Arc::new(Semaphore::new(slots * config.contexts_per_process)),
                 state: Mutex::new(PoolState {
-                    slots: vec![None; slots],
+                    slots: (0..slots).map(|_| Slot::default()).collect(),
                     retiring: Vec::new(),
                 }),
                 config,
@@ -837,80 +947,142 @@ impl BrowserPool {
         }
     }
 
-    async fn pick_chrome(&self) -> Result<Arc<Chrome>> {
-        let config = &self.inner.config;
+    /// Starts the first Chrome now, in the background, so that the first task does not wait for
+    /// its launch (a worker calls it at start). Does nothing if one is running or starting.
+    pub async fn warm_up(&self) {
         let mut state = self.inner.state.lock().await;
         if self.inner.shut_down.load(Ordering::SeqCst) {
-            return Err(BrowserError::PoolShutDown);
+            return;
         }
-        let accepting = |c: &Arc<Chrome>| {
-            c.is_alive()
-                && c.active.load(Ordering::SeqCst) < config.contexts_per_process
-                && (config.recycle_after_tasks == 0
-                    || c.leased_total.load(Ordering::SeqCst) < config.recycle_after_tasks)
-        };
-        // 1. A live Chrome with room.
-        if let Some(chrome) = state.slots.iter().flatten().find(|c| accepting(c)).cloned() {
-            chrome.active.fetch_add(1, Ordering::SeqCst);
-            chrome.leased_total.fetch_add(1, Ordering::SeqCst);
-            return Ok(chrome);
+        if let Some(slot) = state.slots.first_mut()
+            && slot.current.is_none()
+            && slot.next.is_none()
+        {
+            slot.next = Some(self.inner.start_launch(0));
         }
-        // 2. A slot that is empty, dead or used up: (re)start it.
-        let slot = state
-            .slots
-            .iter()
-            .position(|c| match c {
-                None => true,
-                Some(c) => {
-                    !c.is_alive()
-                        || (config.recycle_after_tasks > 0
-                            && c.leased_total.load(Ordering::SeqCst) >= config.recycle_after_tasks)
+    }
+
+    async fn pick_chrome(&self) -> Result<Arc<Chrome>> {
+        let mut awaited = 0;
+        loop {
+            let (slot, launch) = {
+                let mut state = self.inner.state.lock().await;
+                if self.inner.shut_down.load(Ordering::SeqCst) {
+                    return Err(BrowserError::PoolShutDown);
                 }
-            })
-            .ok_or_else(|| BrowserError::Launch("no pool slot available".into()))?;
-        if let Some(old) = state.slots[slot].take() {
-            if old.active.load(Ordering::SeqCst) == 0 {
-                tokio::spawn(async move { old.close().await });
-            } else {
-                state.retiring.push(old);
+                // 1. A live Chrome with room.
+                if let Some(chrome) = state
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.current.as_ref())
+                    .find(|c| self.inner.accepting(c))
+                    .cloned()
+                {
+                    chrome.active.fetch_add(1, Ordering::SeqCst);
+                    chrome.leased_total.fetch_add(1, Ordering::SeqCst);
+                    self.inner.prepare_spares(&mut state);
+                    return Ok(chrome);
+                }
+                if awaited == LAUNCHES_PER_LEASE {
+                    return Err(BrowserError::Launch(format!(
+                        "no Chrome with room after {awaited} launches"
+                    )));
+                }
+                // 2. A slot whose next Chrome is starting (or started), else one that is
+                // empty, dead or used up: start its next Chrome.
+                let slot = state
+                    .slots
+                    .iter()
+                    .position(|s| s.next.is_some())
+                    .or_else(|| {
+                        state.slots.iter().position(|s| {
+                            s.current
+                                .as_ref()
+                                .is_none_or(|c| !c.is_alive() || self.inner.used_up(c))
+                        })
+                    })
+                    .ok_or_else(|| BrowserError::Launch("no pool slot available".into()))?;
+                let launch = state.slots[slot]
+                    .next
+                    .get_or_insert_with(|| self.inner.start_launch(slot))
+                    .clone();
+                (slot, launch)
+            };
+            // Outside the lock: leases on other Chromes go on meanwhile.
+            let launched = launch.clone().await;
+            awaited += 1;
+            let mut state = self.inner.state.lock().await;
+            let ours = state.slots[slot]
+                .next
+                .as_ref()
+                .is_some_and(|next| next.ptr_eq(&launch));
+            match launched {
+                Ok(chrome) => {
+                    if ours {
+                        state.slots[slot].next = None;
+                        let old = state.slots[slot].current.replace(chrome);
+                        if let Some(old) = old {
+                            if old.active.load(Ordering::SeqCst) == 0 {
+                                tokio::spawn(async move { old.close().await });
+                            } else {
+                                state.retiring.push(old);
+                            }
+                        }
+                    }
+                    // Back to 1: this Chrome (or another) has room, unless other waiters
+                    // filled it first.
+                }
+                Err(err) => {
+                    if ours {
+                        state.slots[slot].next = None;
+                    }
+                    return Err(launch_error(&err));
+                }
             }
         }
-        let launched = if config.remote_endpoints.is_empty() {
-            Chrome::launch(config).await
-        } else {
-            Chrome::connect(&config.remote_endpoints[slot], config).await
-        };
-        let outcome = if launched.is_ok() { "ok" } else { "error" };
-        metrics::counter!("browserd_chrome_launches_total", "outcome" => outcome).increment(1);
-        let chrome = launched?;
-        chrome.active.fetch_add(1, Ordering::SeqCst);
-        chrome.leased_total.fetch_add(1, Ordering::SeqCst);
-        state.slots[slot] = Some(chrome.clone());
-        Ok(chrome)
     }
 
     /// Closes every Chrome and waits for all of their processes; leases fail afterwards.
     pub async fn shutdown(&self) {
         self.inner.shut_down.store(true, Ordering::SeqCst);
         self.inner.permits.close();
-        let chromes: Vec<Arc<Chrome>> = {
+        let (mut chromes, launches): (Vec<Arc<Chrome>>, Vec<Launch>) = {
             let mut state = self.inner.state.lock().await;
-            let mut all: Vec<Arc<Chrome>> =
-                state.slots.iter_mut().filter_map(Option::take).collect();
+            let mut all: Vec<Arc<Chrome>> = state
+                .slots
+                .iter_mut()
+                .filter_map(|s| s.current.take())
+                .collect();
             all.append(&mut state.retiring);
-            all
+            let launches = state
+                .slots
+                .iter_mut()
+                .filter_map(|s| s.next.take())
+                .collect();
+            (all, launches)
         };
+        // Spares still starting end within their launch timeout; close what they started.
+        for launched in futures::future::join_all(launches).await {
+            chromes.extend(launched.ok());
+        }
         futures::future::join_all(chromes.iter().map(|c| c.close())).await;
     }
 
-    /// PIDs of the launched Chrome main processes (for tests and diagnostics).
+    /// PIDs of the launched Chrome main processes (for tests and diagnostics): the slots'
+    /// current ones first, then those being retired, then started spares.
     pub async fn chrome_pids(&self) -> Vec<u32> {
         let state = self.inner.state.lock().await;
+        let spares: Vec<Arc<Chrome>> = state
+            .slots
+            .iter()
+            .filter_map(|s| s.next.as_ref()?.peek()?.as_ref().ok().cloned())
+            .collect();
         state
             .slots
             .iter()
-            .flatten()
+            .filter_map(|s| s.current.as_ref())
             .chain(state.retiring.iter())
+            .chain(spares.iter())
             .filter_map(|c| c.pid)
             .collect()
     }
@@ -940,9 +1112,9 @@ impl Lease {
             } else if let Some(slot) = state
                 .slots
                 .iter_mut()
-                .find(|c| c.as_ref().is_some_and(|c| c.id == self.chrome.id))
+                .find(|s| s.current.as_ref().is_some_and(|c| c.id == self.chrome.id))
             {
-                *slot = None;
+                slot.current = None;
                 close = true;
             }
             drop(state);

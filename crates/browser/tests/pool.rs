@@ -411,3 +411,161 @@ fn a_hung_chrome_is_killed_and_the_next_lease_gets_a_new_one() {
         assert!(!pid_alive(hung[0]), "the hung Chrome is gone");
     });
 }
+
+/// A Chrome executable that starts only when the test lets it: each launch waits for a line on
+/// a FIFO, then execs Debian's Chromium.
+struct GatedChrome {
+    dir: tempfile::TempDir,
+}
+
+impl GatedChrome {
+    fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gate");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let script = dir.path().join("chromium");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n# EOF (another launch took the line): wait for the next writer.\n\
+                 while ! read _ < '{}'; do :; done\nexec {} \"$@\"\n",
+                fifo.display(),
+                browserd_browser::pool::DEFAULT_CHROME_PATH
+            ),
+        )
+        .unwrap();
+        // Chrome runs as another user (the tests run as root): it must reach both.
+        for (path, mode) in [
+            (dir.path().to_path_buf(), 0o755),
+            (script, 0o755),
+            (fifo, 0o666),
+        ] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        Self { dir }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("chromium")
+    }
+
+    /// Lets one waiting launch go on (blocks until one is waiting).
+    async fn open(&self) {
+        let fifo = self.dir.path().join("gate");
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut gate = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            gate.write_all(b"go\n").unwrap();
+        })
+        .await
+        .unwrap();
+    }
+}
+
+#[test]
+fn a_chrome_launch_does_not_hold_up_leases_on_other_chromes() {
+    rt().block_on(async {
+        let gated = GatedChrome::new();
+        let pool = BrowserPool::new(PoolConfig {
+            chrome_path: gated.path(),
+            processes: 2,
+            contexts_per_process: 1,
+            ..test_config()
+        })
+        .unwrap();
+        let first = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.lease().await })
+        };
+        gated.open().await;
+        let first = first.await.unwrap().unwrap();
+        let chrome1 = pool.chrome_pids().await[0];
+        // The first Chrome is full: the second lease waits for slot 2's launch (already started
+        // ahead of need), which the gate holds.
+        let second = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.lease().await })
+        };
+        first.release().await;
+        // While that launch is held, a lease that fits in the first Chrome gets it at once
+        // (before, the launch held the pool's lock and this lease waited for it).
+        let third = tokio::time::timeout(Duration::from_secs(60), pool.lease())
+            .await
+            .expect("a lease on a Chrome with room waited for another Chrome's launch")
+            .unwrap();
+        assert!(
+            !second.is_finished(),
+            "the second lease still waits for its Chrome"
+        );
+        assert_eq!(pool.chrome_pids().await[0], chrome1);
+        gated.open().await;
+        let second = second.await.unwrap().unwrap();
+        let pids = pool.chrome_pids().await;
+        assert_eq!(pids.len(), 2, "two Chromes: {pids:?}");
+        assert_ne!(pids[0], pids[1]);
+        let tree = chrome_tree(&pool).await;
+        third.release().await;
+        second.release().await;
+        pool.shutdown().await;
+        assert!(all_alive(&tree).is_empty(), "processes outlived the pool");
+    });
+}
+
+/// Waits (capped) until the pool shows `count` Chrome processes; a spare's launch is on its way.
+async fn wait_for_chromes(pool: &BrowserPool, count: usize) -> Vec<u32> {
+    for _ in 0..600 {
+        let pids = pool.chrome_pids().await;
+        if pids.len() >= count {
+            return pids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the pool never had {count} Chromes: {:?}",
+        pool.chrome_pids().await
+    );
+}
+
+#[test]
+fn a_warm_spare_takes_over_from_a_used_up_chrome_and_warm_up_starts_the_first() {
+    rt().block_on(async {
+        let pool = BrowserPool::new(PoolConfig {
+            contexts_per_process: 1,
+            recycle_after_tasks: 2,
+            ..test_config()
+        })
+        .unwrap();
+        // Started before any lease: the first lease finds it running.
+        pool.warm_up().await;
+        let warm = wait_for_chromes(&pool, 1).await[0];
+        let first = pool.lease().await.unwrap();
+        assert_eq!(
+            pool.chrome_pids().await[0],
+            warm,
+            "the warm Chrome took the lease"
+        );
+        // One lease left before it is recycled: its successor starts now.
+        let pids = wait_for_chromes(&pool, 2).await;
+        assert_eq!(pids[0], warm);
+        let spare = pids[1];
+        first.release().await;
+        pool.lease().await.unwrap().release().await;
+        // Used up and closed; the next lease goes to the spare, launched ahead.
+        let third = pool.lease().await.unwrap();
+        assert_eq!(pool.chrome_pids().await[0], spare);
+        third
+            .navigate(&format!("http://{}/modal.html", server().await))
+            .await
+            .unwrap();
+        let tree = chrome_tree(&pool).await;
+        third.release().await;
+        pool.shutdown().await;
+        assert!(all_alive(&tree).is_empty(), "processes outlived the pool");
+        assert!(!pid_alive(warm), "the used-up Chrome is gone");
+    });
+}

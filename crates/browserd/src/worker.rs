@@ -222,6 +222,8 @@ pub async fn start(
     let models = config::load_models(cli.config.as_deref())?;
     let shape = PoolShape::service(args.concurrency, args.chrome_processes);
     let Runtime { pool, runner } = Runtime::build(&args.browser, &cli.proxies, models, shape)?;
+    // The first task should not wait for Chrome to start.
+    pool.warm_up().await;
     let workspace_root = args
         .workspace_root
         .clone()
