@@ -18,12 +18,10 @@ use crate::dto::{ViewportSize, limits};
 
 /// What a task runs with, defaults filled in. Secrets are not part of it (they are write-only
 /// and sealed apart).
-///
-/// Reading is tolerant of rows written before a field existed: a missing field takes its
-/// value from [`TaskOptions::default`] (`#[serde(default)]`). Every field is still written,
-/// and the view always shows it (`#[schema(required)]` keeps it required in the OpenAPI
-/// document).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+// Reading is tolerant of rows stored before a field existed: a missing field takes its value
+// from `TaskOptions::default()`. Every field is still written, and the view always shows it
+// (`#[schema(required)]` keeps those that are not `Option`s required in the OpenAPI document).
 #[serde(default)]
 pub struct TaskOptions {
     /// The http(s) URL the browser opens before the first step.
