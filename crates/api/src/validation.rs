@@ -202,6 +202,19 @@ pub fn validate_create_task(
         })
         .transpose()?;
 
+    if let Some(name) = &request.proxy {
+        let chars = name.chars().count();
+        if chars == 0 || chars > limits::PROXY_NAME_MAX_CHARS {
+            return Err(ApiError::validation(
+                "proxy",
+                format!(
+                    "proxy must be the name of a configured proxy, 1–{} characters",
+                    limits::PROXY_NAME_MAX_CHARS
+                ),
+            ));
+        }
+    }
+
     let options = TaskOptions {
         start_url,
         max_steps,
@@ -643,6 +656,50 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(task.options.allowed_domains.len(), 3);
+    }
+
+    /// The ranges the tasks table's check constraints enforced before the options became one
+    /// jsonb column (migration 0013) are refused here, naming the field.
+    #[test]
+    fn the_old_column_checks_are_enforced_at_the_edge() {
+        for (body, field) in [
+            (json!({"max_steps": 0}), "max_steps"),
+            (json!({"max_steps": 10_001}), "max_steps"),
+            (json!({"max_actions_per_step": 0}), "max_actions_per_step"),
+            (json!({"max_failures": -1}), "max_failures"),
+            (json!({"timeout_s": 0}), "timeout_s"),
+            (json!({"max_tokens": 0}), "max_tokens"),
+            (json!({"max_cost_usd": 0.0}), "max_cost_usd"),
+            (json!({"max_cost_usd": -1.0}), "max_cost_usd"),
+            (
+                json!({"viewport": {"width": 0, "height": 720}}),
+                "viewport.width",
+            ),
+            (
+                json!({"viewport": {"width": 1280, "height": 0}}),
+                "viewport.height",
+            ),
+            (json!({"settle_timeout_ms": -1}), "settle_timeout_ms"),
+            (json!({"settle_timeout_ms": 30_001}), "settle_timeout_ms"),
+            (json!({"proxy": ""}), "proxy"),
+            (json!({"proxy": "p".repeat(65)}), "proxy"),
+        ] {
+            let mut body = body;
+            body["task"] = json!("t");
+            let (got, message) = validate(body.clone()).unwrap_err();
+            assert_eq!(got, field, "{body}: {message}");
+        }
+        // The bounds themselves pass (a viewport needs both sides: its type has both).
+        let task = validate(json!({"task": "t", "max_steps": 10_000, "max_failures": 0,
+            "timeout_s": 1, "max_tokens": 1, "settle_timeout_ms": 0, "proxy": "p".repeat(64)}))
+        .unwrap();
+        assert_eq!(task.options.max_steps, 10_000);
+        assert!(
+            serde_json::from_value::<CreateTaskRequest>(
+                json!({"task": "t", "viewport": {"width": 1280}})
+            )
+            .is_err()
+        );
     }
 
     #[test]

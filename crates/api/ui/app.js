@@ -1,6 +1,12 @@
 // browserd dashboard: plain ES module, no framework, no build step. It uses the public /v1 API
 // with the key the user signs in with, kept in this tab's sessionStorage only. Every value from
 // the server is put into the page with textContent (never as HTML).
+//
+// What it reads from the server is checked against the Rust types by
+// tests/tests/dashboard_contract.rs: an event's `p.field` per `case 'kind':` of onEvent against
+// that kind's payload (browserd_types::EventBody), and `x.field` chains of every name typed
+// with a JSDoc `@param {Shape} x` or `@type {Shape}` against that shape (TaskView, AgentOutput,
+// ActionResult, AgentHistory, StepMetadata, UsageSummary). Keep reads in those forms.
 
 const KEY_STORAGE = 'browserd.apiKey';
 const TERMINAL = new Set(['finished', 'failed', 'stopped']);
@@ -198,7 +204,7 @@ function renderTasks(app) {
   const body = el('tbody', { id: 'task-rows' });
   const more = el('button', { id: 'load-more', type: 'button', text: 'Load more', hidden: true });
   const table = el('table', { id: 'tasks' },
-    el('thead', {}, el('tr', {}, ['Status', 'Task', 'Model', 'Created', 'Steps'].map((h) => el('th', { text: h })))),
+    el('thead', {}, el('tr', {}, ['Status', 'Task', 'Model', 'Created', 'Model calls'].map((h) => el('th', { text: h })))),
     body);
   app.append(
     el('h1', { text: 'Tasks' }),
@@ -216,14 +222,15 @@ function renderTasks(app) {
     clearTimeout(timer);
   });
 
+  /** @param {TaskView} task */
   function row(task) {
-    const steps = task.usage && typeof task.usage.steps === 'number' ? task.usage.steps : '';
+    const calls = task.usage && typeof task.usage.invocations === 'number' ? task.usage.invocations : '';
     return el('tr', { 'data-task-id': task.id },
       el('td', {}, badge(task.status)),
       el('td', { class: 'task-text', title: task.task }, el('a', { href: `#/tasks/${task.id}`, text: task.task })),
       el('td', { text: task.model || 'default' }),
       el('td', { text: when(task.created_at) }),
-      el('td', { text: steps }));
+      el('td', { text: calls }));
   }
 
   async function load(append) {
@@ -383,6 +390,7 @@ function renderTask(app, id) {
     if (changed) updateLive();
   }
 
+  /** @param {TaskView} task */
   function showTask(task) {
     title.textContent = task.task;
     title.title = task.task;
@@ -397,6 +405,7 @@ function renderTask(app, id) {
     if (TERMINAL.has(task.status)) showResult(task);
   }
 
+  /** @param {TaskView} task */
   function showResult(task) {
     result.hidden = false;
     const children = [el('h2', { text: task.status === 'finished' ? 'Result' : `Task ${task.status}` })];
@@ -405,11 +414,11 @@ function renderTask(app, id) {
     if (task.output) children.push(el('pre', { class: 'result', id: 'result-output', text: task.output }));
     if (task.error) children.push(el('p', { class: 'error', id: 'result-error', text: task.error }));
     if (task.usage) {
-      const u = task.usage;
-      const tokens = u.usage ? (u.usage.input_tokens || 0) + (u.usage.output_tokens || 0) : null;
+      const tokens = task.usage.total
+        ? (task.usage.total.input_tokens || 0) + (task.usage.total.output_tokens || 0) : null;
       const parts = [];
       if (tokens !== null) parts.push(`${tokens} tokens`);
-      if (typeof u.cost_usd === 'number') parts.push(`$${u.cost_usd.toFixed(4)}`);
+      if (typeof task.usage.total_cost_usd === 'number') parts.push(`$${task.usage.total_cost_usd.toFixed(4)}`);
       if (parts.length) children.push(el('p', { class: 'muted', text: parts.join(' · ') }));
     }
     result.replaceChildren(...children);
@@ -486,6 +495,7 @@ function renderTask(app, id) {
     node.head.append(el('span', { class: 'url', title: url, text: url }));
   }
 
+  /** @param {AgentOutput} output */
   function showThoughts(node, output) {
     if (!output) return;
     const rows = [];
@@ -499,13 +509,24 @@ function renderTask(app, id) {
     node.thoughts.replaceChildren(...rows);
   }
 
+  // An action is `{"<name>": {params}}` (browser-use's shape).
   function actionName(action) {
     if (!action || typeof action !== 'object') return ['?', {}];
-    if (typeof action.name === 'string') return [action.name, action.params || {}];
     const [name] = Object.keys(action);
     return [name || '?', action[name] || {}];
   }
 
+  /** @param {ActionResult} outcome */
+  function failed(outcome) {
+    return Boolean(outcome && outcome.error);
+  }
+
+  /** @param {ActionResult} outcome */
+  function isDone(outcome) {
+    return Boolean(outcome && outcome.is_done);
+  }
+
+  /** @param {ActionResult} outcome */
   function actionItem(action, outcome) {
     const [name, params] = actionName(action);
     const item = el('li', { class: 'action' }, el('code', { text: `${name} ${JSON.stringify(params)}` }));
@@ -519,6 +540,7 @@ function renderTask(app, id) {
     return item;
   }
 
+  /** @param {StepMetadata} metadata */
   function showMeta(node, metadata) {
     if (!metadata) return;
     const parts = [];
@@ -528,8 +550,9 @@ function renderTask(app, id) {
     if (typeof metadata.model_ms === 'number') parts.push(`model ${metadata.model_ms} ms`);
     if (typeof metadata.actions_ms === 'number') parts.push(`actions ${metadata.actions_ms} ms`);
     if (typeof metadata.capture_ms === 'number') parts.push(`capture ${metadata.capture_ms} ms`);
-    const u = metadata.usage;
-    if (u) parts.push(`${u.input_tokens || 0} in / ${u.output_tokens || 0} out tokens`);
+    if (metadata.usage) {
+      parts.push(`${metadata.usage.input_tokens || 0} in / ${metadata.usage.output_tokens || 0} out tokens`);
+    }
     if (typeof metadata.cost_usd === 'number') parts.push(`$${metadata.cost_usd.toFixed(4)}`);
     node.meta.textContent = parts.join(' · ');
   }
@@ -569,11 +592,12 @@ function renderTask(app, id) {
       case 'action_result': {
         const node = stepNode(p.number);
         node.actions.append(actionItem(p.action, p.result));
-        if (p.result && p.result.error) node.root.classList.add('has-error');
+        if (failed(p.result)) node.root.classList.add('has-error');
         break;
       }
       case 'step': {
         const node = stepNode(p.number);
+        /** @type {AgentHistory} */
         const record = p.record || {};
         setUrl(node, p.url || (record.state && record.state.url));
         showThoughts(node, record.model_output);
@@ -585,8 +609,8 @@ function renderTask(app, id) {
           for (let i = 0; i < count; i += 1) items.push(actionItem(actions[i], results[i]));
           node.actions.replaceChildren(...items);
         }
-        node.root.classList.toggle('has-error', results.some((r) => r && r.error));
-        node.root.classList.toggle('done', results.some((r) => r && r.is_done));
+        node.root.classList.toggle('has-error', results.some(failed));
+        node.root.classList.toggle('done', results.some(isDone));
         showMeta(node, record.metadata);
         if (p.has_screenshot) showScreenshot(node, p.screenshot_url);
         break;

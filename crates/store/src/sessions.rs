@@ -5,8 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use browserd_types::{ApiKeyId, TaskId, TaskStatus};
+use browserd_types::{ApiKeyId, TaskId, TaskOptions, TaskStatus};
 use secrecy::{ExposeSecret, SecretString};
+use sqlx::types::Json;
 use sqlx::{Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -467,12 +468,9 @@ impl Store {
             .collect();
         let rows = sqlx::query_as!(
             TaskRow,
-            "select id, api_key_id, status, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
+            "select id, api_key_id, status, task, options as \"options: Json<TaskOptions>\",
+                 output, is_success, error, lease_owner, lease_expires_at, attempts,
+                 last_event_seq, created_at, updated_at, started_at, finished_at, usage, last_url
              from tasks
              where api_key_id = $1
                and ($2::uuid is null or session_id = $2)

@@ -6,11 +6,12 @@ use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use browserd_types::dto::{TaskView, ViewportSize};
+use browserd_types::dto::TaskView;
 use browserd_types::{
     ApiKeyId, EventBody, StatusEvent, StatusOutcome, TaskId, TaskOptions, TaskStatus, Transition,
 };
 use secrecy::SecretString;
+use sqlx::types::Json;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
@@ -92,17 +93,7 @@ pub(crate) struct TaskRow {
     pub(crate) api_key_id: Uuid,
     pub(crate) status: String,
     pub(crate) task: String,
-    pub(crate) start_url: Option<String>,
-    pub(crate) max_steps: i32,
-    pub(crate) model: Option<String>,
-    pub(crate) allowed_domains: Vec<String>,
-    pub(crate) prohibited_domains: Vec<String>,
-    pub(crate) output_schema: Option<serde_json::Value>,
-    pub(crate) use_vision: bool,
-    pub(crate) max_actions_per_step: i32,
-    pub(crate) max_failures: i32,
-    pub(crate) timeout_s: Option<i32>,
-    pub(crate) metadata: serde_json::Value,
+    pub(crate) options: Json<TaskOptions>,
     pub(crate) output: Option<String>,
     pub(crate) is_success: Option<bool>,
     pub(crate) error: Option<String>,
@@ -114,52 +105,19 @@ pub(crate) struct TaskRow {
     pub(crate) updated_at: OffsetDateTime,
     pub(crate) started_at: Option<OffsetDateTime>,
     pub(crate) finished_at: Option<OffsetDateTime>,
-    pub(crate) max_tokens: Option<i64>,
-    pub(crate) max_cost_usd: Option<f64>,
     pub(crate) usage: Option<serde_json::Value>,
     pub(crate) last_url: Option<String>,
-    pub(crate) viewport_width: Option<i32>,
-    pub(crate) viewport_height: Option<i32>,
-    pub(crate) settle_timeout_ms: Option<i32>,
-    pub(crate) proxy: Option<String>,
-    pub(crate) highlight_elements: bool,
 }
 
 impl TryFrom<TaskRow> for TaskRecord {
     type Error = StoreError;
     fn try_from(row: TaskRow) -> Result<Self, StoreError> {
-        let options = TaskOptions {
-            start_url: row.start_url,
-            max_steps: row.max_steps,
-            model: row.model,
-            allowed_domains: row.allowed_domains,
-            prohibited_domains: row.prohibited_domains,
-            output_schema: row.output_schema,
-            use_vision: row.use_vision,
-            max_actions_per_step: row.max_actions_per_step,
-            max_failures: row.max_failures,
-            timeout_s: row.timeout_s,
-            metadata: serde_json::from_value(row.metadata)
-                .map_err(|err| StoreError::Corrupt(format!("task metadata: {err}")))?,
-            max_tokens: row.max_tokens,
-            max_cost_usd: row.max_cost_usd,
-            viewport: match (row.viewport_width, row.viewport_height) {
-                (Some(width), Some(height)) => Some(ViewportSize {
-                    width: width.into(),
-                    height: height.into(),
-                }),
-                _ => None,
-            },
-            settle_timeout_ms: row.settle_timeout_ms,
-            proxy: row.proxy,
-            highlight_elements: row.highlight_elements,
-        };
         Ok(TaskRecord {
             id: TaskId(row.id),
             api_key_id: ApiKeyId(row.api_key_id),
             status: parse_status(&row.status)?,
             task: row.task,
-            options,
+            options: row.options.0,
             output: row.output,
             is_success: row.is_success,
             error: row.error,
@@ -260,58 +218,19 @@ impl Store {
             let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
             Some(keyring.seal(id, &new.secrets))
         };
-        let options = &new.options;
-        let metadata = serde_json::to_value(&options.metadata)
-            .map_err(|err| StoreError::Corrupt(format!("metadata: {err}")))?;
-        let (viewport_width, viewport_height) = match options.viewport {
-            Some(v) => (
-                Some(i32::try_from(v.width).map_err(|_| {
-                    StoreError::Corrupt(format!("viewport width {} out of range", v.width))
-                })?),
-                Some(i32::try_from(v.height).map_err(|_| {
-                    StoreError::Corrupt(format!("viewport height {} out of range", v.height))
-                })?),
-            ),
-            None => (None, None),
-        };
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query_as!(
             TaskRow,
-            "insert into tasks (id, api_key_id, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, secrets_sealed,
-                 max_tokens, max_cost_usd, viewport_width, viewport_height, settle_timeout_ms,
-                 proxy, highlight_elements)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                 $18, $19, $20, $21, $22)
-             returning id, api_key_id, status, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements",
+            "insert into tasks (id, api_key_id, task, options, secrets_sealed)
+             values ($1, $2, $3, $4, $5)
+             returning id, api_key_id, status, task, options as \"options: Json<TaskOptions>\",
+                 output, is_success, error, lease_owner, lease_expires_at, attempts,
+                 last_event_seq, created_at, updated_at, started_at, finished_at, usage, last_url",
             id.0,
             owner.0,
             new.task,
-            options.start_url,
-            options.max_steps,
-            options.model,
-            &options.allowed_domains,
-            &options.prohibited_domains,
-            options.output_schema,
-            options.use_vision,
-            options.max_actions_per_step,
-            options.max_failures,
-            options.timeout_s,
-            metadata,
+            Json(&new.options) as _,
             secrets,
-            options.max_tokens,
-            options.max_cost_usd,
-            viewport_width,
-            viewport_height,
-            options.settle_timeout_ms,
-            options.proxy,
-            options.highlight_elements,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -349,12 +268,9 @@ impl Store {
     ) -> Result<Option<TaskRecord>, StoreError> {
         let row = sqlx::query_as!(
             TaskRow,
-            "select id, api_key_id, status, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
+            "select id, api_key_id, status, task, options as \"options: Json<TaskOptions>\",
+                 output, is_success, error, lease_owner, lease_expires_at, attempts,
+                 last_event_seq, created_at, updated_at, started_at, finished_at, usage, last_url
              from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)",
             id.0,
             owner.map(|o| o.0),
@@ -375,12 +291,9 @@ impl Store {
     ) -> Result<TaskPage, StoreError> {
         let rows = sqlx::query_as!(
             TaskRow,
-            "select id, api_key_id, status, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements
+            "select id, api_key_id, status, task, options as \"options: Json<TaskOptions>\",
+                 output, is_success, error, lease_owner, lease_expires_at, attempts,
+                 last_event_seq, created_at, updated_at, started_at, finished_at, usage, last_url
              from tasks
              where api_key_id = $1
                and ($2::text is null or status = $2)
@@ -477,12 +390,9 @@ impl Store {
                  updated_at = now()
              where id = $1 and ($2::uuid is null or api_key_id = $2) and status = any($10)
                and ($12::text is null or lease_owner = $12)
-             returning id, api_key_id, status, task, start_url, max_steps, model,
-                 allowed_domains, prohibited_domains, output_schema, use_vision,
-                 max_actions_per_step, max_failures, timeout_s, metadata, output, is_success,
-                 error, lease_owner, lease_expires_at, attempts, last_event_seq, created_at,
-                 updated_at, started_at, finished_at, max_tokens, max_cost_usd, usage, last_url,
-                 viewport_width, viewport_height, settle_timeout_ms, proxy, highlight_elements",
+             returning id, api_key_id, status, task, options as \"options: Json<TaskOptions>\",
+                 output, is_success, error, lease_owner, lease_expires_at, attempts,
+                 last_event_seq, created_at, updated_at, started_at, finished_at, usage, last_url",
             id.0,
             owner.map(|o| o.0),
             target_if_new.as_str(),

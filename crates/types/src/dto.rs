@@ -41,6 +41,8 @@ pub mod limits {
     pub const SECRET_NAME_MAX_CHARS: usize = 64;
     pub const SECRET_VALUE_MAX_CHARS: usize = 4_096;
     pub const MODEL_MAX_CHARS: usize = 200;
+    /// A proxy's name (`--proxies NAME=URL`): 1–64 characters.
+    pub const PROXY_NAME_MAX_CHARS: usize = 64;
     /// Viewport width in CSS pixels (browser-use's default 1920 is the worker's default).
     pub const VIEWPORT_WIDTH_RANGE: std::ops::RangeInclusive<i64> = 320..=3840;
     /// Viewport height in CSS pixels (browser-use's default 1080 is the worker's default).

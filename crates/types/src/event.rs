@@ -1,5 +1,6 @@
 //! Task events: the per-task, append-only log streamed to WebSocket clients.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
@@ -21,8 +22,9 @@ pub mod event_kind {
 /// What a task event says: its kind and typed payload, the one contract between the writers
 /// (the store's transitions, the worker's sink) and the readers (the api, the CLI, MCP). On
 /// the wire and in `task_events` it is `kind` + `payload` ([`EventBody::to_parts`],
-/// [`TaskEvent::body`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// [`TaskEvent::body`]). Its JSON Schema (`schemars`) is the contract of readers that are not
+/// Rust: a test checks every payload field the dashboard's JavaScript reads against it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
 pub enum EventBody {
     /// A status transition. A status event with a terminal status is the task's final event.
@@ -42,7 +44,7 @@ pub enum EventBody {
 }
 
 /// `status`: `{"status", "transition", …}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StatusEvent {
     pub status: TaskStatus,
     /// What moved it: a [`Transition`](crate::Transition)'s name, `start` (a worker claimed
@@ -97,7 +99,7 @@ impl StatusEvent {
 }
 
 /// The outcome a terminal `status` event carries (each `null` when unknown).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StatusOutcome {
     pub output: Option<String>,
     pub is_success: Option<bool>,
@@ -105,7 +107,7 @@ pub struct StatusOutcome {
 }
 
 /// `step`: `{"number", "url", "title", "has_screenshot", "screenshot_url", "record"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepEvent {
     pub number: i32,
     pub url: Option<String>,
@@ -119,14 +121,14 @@ pub struct StepEvent {
 }
 
 /// `step_started`: `{"number", "url"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StepStartedEvent {
     pub number: i32,
     pub url: String,
 }
 
 /// `model_output`: `{"number", "output", "usage"}` (`output`: browser-use's `AgentOutput`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelOutputEvent {
     pub number: u32,
     pub output: serde_json::Value,
@@ -142,7 +144,7 @@ impl ModelOutputEvent {
 }
 
 /// `action_result`: `{"number", "index", "action", "result"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ActionResultEvent {
     pub number: u32,
     pub index: usize,
@@ -151,7 +153,7 @@ pub struct ActionResultEvent {
 }
 
 /// `result`: `{"is_done", "success", "final_result", "error", "usage"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ResultEvent {
     pub is_done: bool,
     pub success: Option<bool>,
@@ -162,7 +164,7 @@ pub struct ResultEvent {
 }
 
 /// `log`: `{"level", "message"}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct LogEvent {
     pub level: String,
     pub message: String,

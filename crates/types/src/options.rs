@@ -3,8 +3,10 @@
 //! `POST /v1/tasks` (and the `/api/v2` and MCP requests, through it) is the input form, where
 //! every option may be left out; validation turns it into a [`TaskOptions`] with the defaults
 //! filled in. From there the same struct is the store's row, the API's view (flattened into
-//! [`TaskView`](crate::dto::TaskView)), and what the worker runs. A new task option is: a
-//! field here, its input field and rule, a migration, and the code that uses it.
+//! [`TaskView`](crate::dto::TaskView)), and what the worker runs. The store keeps it whole in
+//! one `options jsonb` column, and a field a stored row lacks takes its default when read, so
+//! a new task option is: a field here (with its default), its input field and rule, and the
+//! code that uses it — no migration, no query to edit.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,29 +19,40 @@ use crate::dto::{ViewportSize, limits};
 /// What a task runs with, defaults filled in. Secrets are not part of it (they are write-only
 /// and sealed apart).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+// Reading is tolerant of rows stored before a field existed: a missing field takes its value
+// from `TaskOptions::default()`. Every field is still written, and the view always shows it
+// (`#[schema(required)]` keeps those that are not `Option`s required in the OpenAPI document).
+#[serde(default)]
 pub struct TaskOptions {
     /// The http(s) URL the browser opens before the first step.
     pub start_url: Option<String>,
     /// Step budget.
+    #[schema(required)]
     pub max_steps: i32,
     /// Name of a configured model; `null` for a replay (no model calls).
     pub model: Option<String>,
     /// Only these domains may be visited (empty: any, unless prohibited).
+    #[schema(required)]
     pub allowed_domains: Vec<String>,
     /// These domains may never be visited.
+    #[schema(required)]
     pub prohibited_domains: Vec<String>,
     /// The JSON Schema the final output must satisfy.
     #[schema(value_type = Option<Object>)]
     pub output_schema: Option<serde_json::Value>,
     /// Screenshots go to the model.
+    #[schema(required)]
     pub use_vision: bool,
     /// Actions per step at most.
+    #[schema(required)]
     pub max_actions_per_step: i32,
     /// Consecutive failures tolerated.
+    #[schema(required)]
     pub max_failures: i32,
     /// Wall-clock budget in seconds, counted from the first start.
     pub timeout_s: Option<i32>,
     /// The client's free-form string pairs (never shown to the model).
+    #[schema(required)]
     pub metadata: BTreeMap<String, String>,
     /// Token budget (input + output of every model call).
     pub max_tokens: Option<i64>,
@@ -52,6 +65,7 @@ pub struct TaskOptions {
     /// The upstream proxy the task routes through, by name; `null` = none.
     pub proxy: Option<String>,
     /// Step screenshots carry the elements' boxes and indices.
+    #[schema(required)]
     pub highlight_elements: bool,
 }
 
@@ -143,5 +157,58 @@ impl TaskOptions {
         self.settle_timeout_ms
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row stored before an option existed reads back with that option's default, whatever
+    /// the option: each field in turn is left out of an otherwise complete JSON.
+    #[test]
+    fn a_missing_field_takes_its_default() {
+        let set = TaskOptions::every_option_set();
+        let serde_json::Value::Object(full) = serde_json::to_value(&set).unwrap() else {
+            panic!("options serialize to an object");
+        };
+        let defaults = serde_json::to_value(TaskOptions::default()).unwrap();
+        for field in full.keys() {
+            let mut lacking = full.clone();
+            lacking.remove(field);
+            let read: TaskOptions = serde_json::from_value(lacking.into()).unwrap();
+            let mut want = full.clone();
+            want.insert(field.clone(), defaults[field].clone());
+            assert_eq!(
+                serde_json::to_value(&read).unwrap(),
+                serde_json::Value::Object(want),
+                "{field}"
+            );
+        }
+        let read: TaskOptions = serde_json::from_str(r#"{"max_steps": 7}"#).unwrap();
+        assert_eq!(
+            read,
+            TaskOptions {
+                max_steps: 7,
+                ..TaskOptions::default()
+            }
+        );
+        assert_eq!(
+            serde_json::from_str::<TaskOptions>("{}").unwrap(),
+            TaskOptions::default()
+        );
+    }
+
+    #[test]
+    fn every_option_round_trips_through_json() {
+        let set = TaskOptions::every_option_set();
+        let json = serde_json::to_string(&set).unwrap();
+        assert_eq!(serde_json::from_str::<TaskOptions>(&json).unwrap(), set);
+        let defaults = TaskOptions::default();
+        let json = serde_json::to_string(&defaults).unwrap();
+        assert_eq!(
+            serde_json::from_str::<TaskOptions>(&json).unwrap(),
+            defaults
+        );
     }
 }
