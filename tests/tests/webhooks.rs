@@ -451,3 +451,110 @@ async fn a_slow_endpoint_delays_only_its_own_deliveries() {
     .await;
     assert_eq!(slow.entered.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
+
+/// A receiver on loopback that checks every signature with the secret it is given later.
+async fn verifying_receiver() -> (Receiver, String) {
+    let receiver = Receiver {
+        secret: Arc::default(),
+        received: Arc::default(),
+        raw: Arc::default(),
+        rejected: Arc::default(),
+    };
+    let url = serve_on_loopback(
+        Router::new()
+            .route("/hook", post(hook))
+            .with_state(receiver.clone()),
+    )
+    .await;
+    (receiver, format!("{url}/hook"))
+}
+
+/// The webhook's secret columns: (in clear, sealed).
+async fn secret_columns(db: &TestDb, id: &str) -> (Option<String>, Option<Vec<u8>>) {
+    sqlx::query_as("select secret, secret_sealed from webhooks where id = $1::uuid")
+        .bind(id)
+        .fetch_one(&db.pool().await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_secrets_are_sealed_at_rest_and_still_sign() {
+    let model = MockModel::start(
+        Arc::new(|_: &str| browserd_tests::done_reply("done", true)),
+        Duration::ZERO,
+    )
+    .await;
+    let db = TestDb::create().await;
+    let (old_receiver, old_url) = verifying_receiver().await;
+    let (new_receiver, new_url) = verifying_receiver().await;
+
+    // Without a secrets key the secret is stored in clear, as before.
+    let mut server = Process::start_with_env(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback"],
+        &[("BROWSERD_SECRETS_KEY", "")],
+    )
+    .await;
+    let key = create_key(&db).await;
+    let client = Client::new(server.address(), &key);
+    let (status, old) = client
+        .post("/v1/webhooks", json!({"url": old_url, "events": ["finished"]}))
+        .await;
+    assert_eq!(status, 201, "{old}");
+    let old_id = old["id"].as_str().unwrap().to_owned();
+    let old_secret = old["secret"].as_str().unwrap().to_owned();
+    *old_receiver.secret.lock().unwrap() = old_secret.clone();
+    assert_eq!(
+        secret_columns(&db, &old_id).await,
+        (Some(old_secret.clone()), None)
+    );
+    server.signal("TERM").await;
+    server.wait(Duration::from_secs(60)).await;
+
+    // With a key: the row written in clear is sealed at start-up, a new one at creation.
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let client = Client::new(server.address(), &key);
+    let (status, new) = client
+        .post("/v1/webhooks", json!({"url": new_url, "events": ["finished"]}))
+        .await;
+    assert_eq!(status, 201, "{new}");
+    let new_id = new["id"].as_str().unwrap().to_owned();
+    let new_secret = new["secret"].as_str().unwrap().to_owned();
+    *new_receiver.secret.lock().unwrap() = new_secret.clone();
+    for (id, secret) in [(&old_id, &old_secret), (&new_id, &new_secret)] {
+        let (plain, sealed) = secret_columns(&db, id).await;
+        assert_eq!(plain, None, "webhook {id} keeps no secret in clear");
+        let sealed = sealed.expect("the secret is sealed");
+        assert!(
+            !sealed
+                .windows(secret.len())
+                .any(|w| w == secret.as_bytes()),
+            "the sealed value does not contain the secret"
+        );
+    }
+    let in_clear: i64 = sqlx::query_scalar(
+        "select count(*) from webhooks w where w::text like '%whsec_%' or secret is not null",
+    )
+    .fetch_one(&db.pool().await)
+    .await
+    .unwrap();
+    assert_eq!(in_clear, 0, "no row holds a signing secret in clear");
+
+    // Deliveries to both still carry a signature their receiver verifies.
+    let task = client.create_task(json!({"task": "t"})).await;
+    let ended = client.wait_status(&task, &["finished"], LONG).await;
+    assert_eq!(ended["status"], "finished", "{ended}");
+    for receiver in [&old_receiver, &new_receiver] {
+        let received = receiver.received.clone();
+        let arrived = wait_for(LONG, || !received.lock().unwrap().is_empty()).await;
+        assert!(arrived, "the event arrives:\n{}", server.logs());
+        assert!(receiver.rejected.lock().unwrap().is_empty());
+        assert_eq!(
+            received.lock().unwrap()[0]["payload"]["task_id"],
+            json!(task)
+        );
+    }
+}

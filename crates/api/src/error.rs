@@ -36,9 +36,20 @@ pub enum ApiError {
     /// 429: admission control; the queue is full.
     #[error("the task queue is full ({queued} tasks waiting); retry in {retry_after_secs} s")]
     QueueFull { queued: i64, retry_after_secs: u64 },
-    /// 429: the key has its maximum of open event WebSockets in this process.
-    #[error("this key already has {max} open event WebSockets on this server; close one first")]
-    TooManyWebSockets { max: usize },
+    /// 429: the key has used one of its quotas (`max_queued`, `daily_steps`,
+    /// `daily_cost_usd`); the message names the quota and its value.
+    #[error("{message}")]
+    QuotaExceeded {
+        quota: &'static str,
+        message: String,
+        retry_after_secs: u64,
+    },
+    /// 429: the key has its quota of open task WebSockets (`max_websockets`) in this process.
+    #[error(
+        "this key already has {max} open task WebSockets on this server, its quota \
+         `max_websockets` ({max}); close one first"
+    )]
+    TooManyWebSockets { max: i64 },
     #[error("method not allowed")]
     MethodNotAllowed,
     /// 408: the request was not answered within the server's request timeout.
@@ -77,6 +88,7 @@ impl ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::RateLimited { .. }
             | ApiError::QueueFull { .. }
+            | ApiError::QuotaExceeded { .. }
             | ApiError::TooManyWebSockets { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
@@ -97,6 +109,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => "payload_too_large",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::QueueFull { .. } => "queue_full",
+            ApiError::QuotaExceeded { .. } => "quota_exceeded",
             ApiError::TooManyWebSockets { .. } => "too_many_websockets",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Timeout(_) => "request_timeout",
@@ -129,6 +142,9 @@ impl IntoResponse for ApiError {
         let mut response = (status, axum::Json(body)).into_response();
         if let ApiError::RateLimited { retry_after_secs }
         | ApiError::QueueFull {
+            retry_after_secs, ..
+        }
+        | ApiError::QuotaExceeded {
             retry_after_secs, ..
         } = self
         {

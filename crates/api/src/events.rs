@@ -7,8 +7,9 @@
 //! `task_events` after every signal, so the signals are only wake-ups and a lost or duplicated
 //! notification cannot cause a gap or a duplicate.
 //!
-//! Edge rules: a key has at most `max_websockets_per_key` open streams in this process (429
-//! `too_many_websockets`); client messages are capped (`ws_max_message_bytes`; larger ones close
+//! Edge rules: a key has at most its quota `max_websockets` of open task streams (events and
+//! live view together) in this process (429 `too_many_websockets`; the key's own quota, else
+//! `--max-websockets-per-key`); client messages are capped (`ws_max_message_bytes`; larger ones close
 //! the stream with 1009); the stream closes with 1008 `api key revoked` when the hub announces
 //! its key's revocation (any process may revoke: `NOTIFY api_keys`), and with 1000
 //! `task deleted` when the task is deleted. After a listener reconnect (notifications may
@@ -65,12 +66,12 @@ impl WebSocketCounter {
     pub(crate) fn acquire(
         &self,
         key: ApiKeyId,
-        max: Option<usize>,
+        max: Option<i64>,
     ) -> Result<WebSocketSlot, ApiError> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(key).or_default();
         if let Some(max) = max
-            && *count >= max
+            && i64::try_from(*count).unwrap_or(i64::MAX) >= max
         {
             return Err(ApiError::TooManyWebSockets { max });
         }
@@ -182,7 +183,7 @@ pub async fn create_ticket(
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 422, description = "Invalid after_seq", body = ErrorBody),
-        (status = 429, description = "Rate limited, or too many open WebSockets for this key (`too_many_websockets`)", body = ErrorBody),
+        (status = 429, description = "Rate limited, or the key has its quota `max_websockets` of open task WebSockets (`too_many_websockets`)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -196,7 +197,7 @@ pub async fn task_events(
     query.only(&["after_seq", "ticket"])?;
     let after_seq = query.int_in("after_seq", 0..=i64::MAX)?.unwrap_or(0);
     owned_task(&state.tasks, &caller, id).await?;
-    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
+    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade).await?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_websocket_subscribers").increment(1.0);
@@ -221,9 +222,9 @@ pub(crate) enum StreamError {
 }
 
 /// A task WebSocket's upgrade under the edge's rules: a precise 400 for a plain request, the
-/// per-key cap of open sockets (the slot frees its place on drop), the `bearer` subprotocol
-/// answered, client messages capped.
-pub(crate) fn websocket_upgrade(
+/// key's quota of open sockets, `max_websockets` (the slot frees its place on drop), the
+/// `bearer` subprotocol answered, client messages capped.
+pub(crate) async fn websocket_upgrade(
     state: &AppState,
     caller: &Caller,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
@@ -235,10 +236,8 @@ pub(crate) fn websocket_upgrade(
             rejection.body_text()
         ),
     })?;
-    let slot = state
-        .edge
-        .websockets
-        .acquire(caller.key_id, state.edge.max_websockets_per_key)?;
+    let max = state.store.key_quotas(caller.key_id).await?.max_websockets;
+    let slot = state.edge.websockets.acquire(caller.key_id, max)?;
     let max_message = state.edge.ws_max_message_bytes;
     let upgrade = upgrade
         .protocols([BEARER_SUBPROTOCOL])

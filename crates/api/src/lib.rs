@@ -91,8 +91,10 @@ pub struct ApiConfig {
     pub models: ModelCatalog,
     /// Upstream proxies a task may name (`proxy`); empty: tasks may name none.
     pub proxies: Vec<String>,
-    /// Above this many queued tasks, `POST /v1/tasks` answers 429 with `Retry-After`
-    /// (`None`: no limit).
+    /// Above this many queued tasks (all keys together), `POST /v1/tasks` answers 429 with
+    /// `Retry-After` (`None`: no limit). Per-key quotas are the store's
+    /// ([`Store::with_default_quotas`](browserd_store::Store::with_default_quotas), and each
+    /// key's own).
     pub max_queued_tasks: Option<i64>,
     /// Trace propagation (`None`: tracing is off; a task then keeps the caller's own
     /// `traceparent` header, if valid).
@@ -104,8 +106,6 @@ pub struct ApiConfig {
     pub trusted_proxies: Vec<IpRange>,
     /// Every request is answered 408 after this long.
     pub request_timeout: Duration,
-    /// Open event WebSockets per key in this process; `None`: no cap.
-    pub max_websockets_per_key: Option<usize>,
     /// Largest message (and frame) a client may send on a WebSocket.
     pub ws_max_message_bytes: usize,
     /// Webhooks may target loopback (the operator's `--allow-loopback`, the switch the
@@ -131,7 +131,6 @@ impl Default for ApiConfig {
             unauthenticated_rate_limit: None,
             trusted_proxies: Vec::new(),
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            max_websockets_per_key: None,
             ws_max_message_bytes: DEFAULT_WS_MAX_MESSAGE_BYTES,
             webhook_allow_loopback: false,
             key_cache_ttl: KEY_CACHE_TTL,
@@ -146,7 +145,6 @@ pub(crate) struct Edge {
     pub(crate) ip_limiter: Option<Arc<auth::IpRateLimiter>>,
     pub(crate) key_cache: Arc<auth::KeyCache>,
     pub(crate) websockets: events::WebSocketCounter,
-    pub(crate) max_websockets_per_key: Option<usize>,
     pub(crate) ws_max_message_bytes: usize,
 }
 
@@ -270,7 +268,6 @@ pub fn router(
         ip_limiter,
         key_cache,
         websockets: events::WebSocketCounter::default(),
-        max_websockets_per_key: config.max_websockets_per_key,
         ws_max_message_bytes: config.ws_max_message_bytes,
     });
     let request_timeout = config.request_timeout;

@@ -55,7 +55,7 @@ pub const VIEWER_TTL: Duration = Duration::from_secs(30);
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 422, description = "Unknown query parameter", body = ErrorBody),
-        (status = 429, description = "Rate limited, or too many open WebSockets for this key (`too_many_websockets`)", body = ErrorBody),
+        (status = 429, description = "Rate limited, or the key has its quota `max_websockets` of open task WebSockets (`too_many_websockets`)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -68,7 +68,7 @@ pub async fn task_live(
 ) -> Result<Response, ApiError> {
     query.only(&["ticket"])?;
     owned_task(&state.tasks, &caller, id).await?;
-    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade)?;
+    let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade).await?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_live_viewers").increment(1.0);

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use browserd_store::{
-    ArtifactContent, EventFeed, EventHub, SessionChoice, StoreError, TaskCursor, TaskStore,
-    TransitionDetails,
+    ArtifactContent, EventFeed, EventHub, KeyUsage, Quotas, SessionChoice, StoreError,
+    TaskCursor, TaskStore, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
     CreateTaskRequest, ReplayActionView, ReplayReportView, StepView, TaskList, TaskView,
@@ -116,6 +116,7 @@ pub(crate) async fn create(
     if !new_task.secrets.is_empty() && !tasks.store.has_secrets_key() {
         return Err(StoreError::NoSecretsKey.into());
     }
+    admit_for_key(tasks, caller).await?;
     if let Some(max) = tasks.max_queued_tasks {
         let queued = tasks.store.queued_tasks().await?;
         if queued >= max {
@@ -143,6 +144,77 @@ pub(crate) async fn create(
     let mut view = TaskView::from(task);
     view.queue_position = position;
     Ok(CreatedTask { view, session_id })
+}
+
+/// The key's own admission rules: its `max_queued` and its daily budgets of steps and cost
+/// (429 with `Retry-After` and a message that names the quota and its value). The global
+/// `--max-queued-tasks` is checked after, as the machine's protection. The count is read
+/// before the insert, so concurrent creations of one key can pass `max_queued` by the number
+/// in flight at that instant (as for the global cap); `max_running` is exact (the claim).
+async fn admit_for_key(tasks: &TaskService, caller: &Caller) -> Result<(), ApiError> {
+    let quotas = tasks.store.key_quotas(caller.key_id).await?;
+    if !quotas.limits_creation() {
+        return Ok(());
+    }
+    let usage = tasks.store.key_usage(caller.key_id).await?;
+    match quota_refusal(&quotas, &usage, time::OffsetDateTime::now_utc()) {
+        Some(refusal) => {
+            if let ApiError::QuotaExceeded { quota, .. } = &refusal {
+                metrics::counter!("browserd_quota_refusals_total", "quota" => *quota)
+                    .increment(1);
+            }
+            Err(refusal)
+        }
+        None => Ok(()),
+    }
+}
+
+/// Seconds a client is told to wait after a full `max_queued`.
+const QUEUED_RETRY_AFTER_SECS: u64 = 5;
+
+/// The refusal of a new task by `quotas` given `usage` at `now`, if any.
+fn quota_refusal(quotas: &Quotas, usage: &KeyUsage, now: time::OffsetDateTime) -> Option<ApiError> {
+    let renews = seconds_until_utc_midnight(now);
+    if let Some(max) = quotas.daily_steps
+        && usage.steps_today >= max
+    {
+        return Some(ApiError::QuotaExceeded {
+            quota: "daily_steps",
+            message: format!(
+                "this key's tasks took {} steps today, its quota `daily_steps` ({max} steps per \
+                 UTC day); it renews at 00:00 UTC",
+                usage.steps_today
+            ),
+            retry_after_secs: renews,
+        });
+    }
+    if let Some(max) = quotas.daily_cost_usd
+        && usage.cost_today_usd >= max
+    {
+        return Some(ApiError::QuotaExceeded {
+            quota: "daily_cost_usd",
+            message: format!(
+                "this key's tasks spent ${:.4} today, its quota `daily_cost_usd` (${max} per \
+                 UTC day); it renews at 00:00 UTC",
+                usage.cost_today_usd
+            ),
+            retry_after_secs: renews,
+        });
+    }
+    if let Some(max) = quotas.max_queued
+        && usage.queued >= max
+    {
+        return Some(ApiError::QuotaExceeded {
+            quota: "max_queued",
+            message: format!(
+                "this key has {} queued tasks, its quota `max_queued` ({max}); retry when some \
+                 have started",
+                usage.queued
+            ),
+            retry_after_secs: QUEUED_RETRY_AFTER_SECS,
+        });
+    }
+    None
 }
 
 /// Checks the source of a replay (the caller's, ended, with recorded actions) and fills the

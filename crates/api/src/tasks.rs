@@ -34,7 +34,7 @@ use crate::task_ops::{self, owned_task};
         (status = 404, description = "`replay_of` names no task of this key (`task_not_found`)", body = ErrorBody),
         (status = 409, description = "`replay_of` names a task that has not ended (`replay_source_not_ended`, see `current_status`)", body = ErrorBody),
         (status = 422, description = "Invalid field (also: a replay source without recorded actions)", body = ErrorBody),
-        (status = 429, description = "Rate limited (`rate_limited`) or the queue is full (`queue_full`); see `Retry-After`", body = ErrorBody),
+        (status = 429, description = "Rate limited (`rate_limited`), the queue is full (`queue_full`), or the key used up a quota (`quota_exceeded`: `max_queued`, `daily_steps` or `daily_cost_usd`, named with its value in the message); see `Retry-After`", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
     ),
     security(("bearer" = []))

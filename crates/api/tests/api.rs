@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
-use browserd_store::{ArtifactContent, NewArtifact, NewStep};
+use browserd_store::{ArtifactContent, NewArtifact, NewStep, QuotaOverrides, Quotas};
 use browserd_types::{TaskEvent, TaskId, Transition, event_kind};
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -535,6 +535,242 @@ async fn malformed_and_oversized_bodies_get_json_errors(pool: PgPool) {
 
 fn bytes_of(text: &str) -> Vec<u8> {
     text.as_bytes().to_vec()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-key quotas
+
+impl TestApp {
+    /// A server whose keys have `quotas` by default.
+    async fn with_quotas(pool: PgPool, quotas: Quotas) -> Self {
+        let config = ApiConfig {
+            models: models(),
+            ..ApiConfig::default()
+        };
+        TestApp::serve_with_quotas(pool, config, true, quotas).await
+    }
+
+    /// A key of this server with its own `quotas`.
+    async fn key_with(&self, quotas: QuotaOverrides) -> String {
+        let created = self
+            .store
+            .create_api_key_with_quotas("own quotas", quotas)
+            .await
+            .unwrap();
+        secrecy::ExposeSecret::expose_secret(&created.key).to_owned()
+    }
+
+    /// `POST /v1/tasks` as `key`.
+    async fn create_as(&self, key: &str) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/tasks"))
+            .bearer_auth(key)
+            .json(&json!({"task": "t"}))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+/// A 429 `quota_exceeded` whose message has `names`; returns its `Retry-After`.
+async fn over_quota(response: reqwest::Response, names: &str) -> u64 {
+    let retry_after: u64 = response
+        .headers()
+        .get("retry-after")
+        .expect("a 429 says when to retry")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body = error(response, StatusCode::TOO_MANY_REQUESTS, "quota_exceeded").await;
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(names), "{message}");
+    retry_after
+}
+
+/// A step of `task` with `cost_usd`, as a worker writes it.
+async fn spend(app: &TestApp, task: TaskId, number: i32, cost_usd: f64) {
+    let now = time::OffsetDateTime::now_utc();
+    app.store
+        .insert_step(
+            task,
+            NewStep {
+                number,
+                url: None,
+                title: None,
+                model_output: None,
+                results: json!([]),
+                usage: Some(json!({"cost_usd": cost_usd})),
+                screenshot: None,
+                started_at: now,
+                finished_at: now,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn max_queued_is_per_key_on_every_front_end(pool: PgPool) {
+    let app = TestApp::with_quotas(
+        pool,
+        Quotas {
+            max_queued: Some(2),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(app.create_as(&app.key).await.status(), StatusCode::CREATED);
+    }
+    let retry_after = over_quota(
+        app.create_as(&app.key).await,
+        "this key has 2 queued tasks, its quota `max_queued` (2)",
+    )
+    .await;
+    assert_eq!(retry_after, 5);
+
+    // /api/v2: the same refusal in its own error shape.
+    let response = app
+        .http
+        .post(app.url("/api/v2/tasks"))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .json(&json!({"task": "t"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["retry-after"], "5");
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("its quota `max_queued` (2)"),
+        "{body}"
+    );
+
+    // MCP: a tool error with the same message.
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let (hub, _) = browserd_store::EventHub::start(&app.store, shutdown.clone())
+        .await
+        .unwrap();
+    let service = browserd_api::TaskService::new(
+        std::sync::Arc::new(app.store.clone()),
+        hub,
+        models(),
+        Vec::new(),
+        None,
+    );
+    let mcp = browserd_api::McpBackend::in_process(service, app.key_id, shutdown.clone());
+    let refused = browserd_mcp::Backend::create_task(
+        &mcp,
+        &browserd_mcp::CallContext::default(),
+        serde_json::from_value(json!({"task": "t"})).unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code, "quota_exceeded");
+    assert!(
+        refused
+            .message
+            .contains("this key has 2 queued tasks, its quota `max_queued` (2)"),
+        "{}",
+        refused.message
+    );
+    shutdown.cancel();
+
+    // Another key is not affected.
+    let other = app.new_key().await;
+    assert_eq!(app.create_as(&other).await.status(), StatusCode::CREATED);
+    // A key's own quota beats the default: 3 for one, unlimited (0) for another.
+    let three = app
+        .key_with(QuotaOverrides {
+            max_queued: Some(3),
+            ..QuotaOverrides::default()
+        })
+        .await;
+    for _ in 0..3 {
+        assert_eq!(app.create_as(&three).await.status(), StatusCode::CREATED);
+    }
+    over_quota(app.create_as(&three).await, "its quota `max_queued` (3)").await;
+    let unlimited = app
+        .key_with(QuotaOverrides {
+            max_queued: Some(0),
+            ..QuotaOverrides::default()
+        })
+        .await;
+    for _ in 0..4 {
+        assert_eq!(app.create_as(&unlimited).await.status(), StatusCode::CREATED);
+    }
+    // A task that starts leaves the queue: the first key may queue one more.
+    let claimed = app
+        .store
+        .claim_task("w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.record.api_key_id, app.key_id);
+    assert_eq!(app.create_as(&app.key).await.status(), StatusCode::CREATED);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn daily_step_and_cost_budgets_refuse_new_tasks_until_midnight_utc(pool: PgPool) {
+    let app = TestApp::with_quotas(
+        pool,
+        Quotas {
+            daily_steps: Some(3),
+            daily_cost_usd: Some(1.0),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    let first = app.create(json!({"task": "t"})).await;
+    for number in 1..=3 {
+        spend(&app, task_id(&first), number, 0.1).await;
+    }
+    let retry_after = over_quota(
+        app.create_as(&app.key).await,
+        "this key's tasks took 3 steps today, its quota `daily_steps` (3 steps per UTC day); \
+         it renews at 00:00 UTC",
+    )
+    .await;
+    let until_midnight =
+        browserd_store::seconds_until_utc_midnight(time::OffsetDateTime::now_utc());
+    assert!(
+        retry_after.abs_diff(until_midnight) <= 5,
+        "{retry_after} vs {until_midnight}"
+    );
+
+    // A key without a step budget (its own 0) still has the default cost budget.
+    let no_steps = app
+        .key_with(QuotaOverrides {
+            daily_steps: Some(0),
+            ..QuotaOverrides::default()
+        })
+        .await;
+    let response = app.create_as(&no_steps).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let task: Value = response.json().await.unwrap();
+    for number in 1..=5 {
+        spend(&app, task_id(&task), number, 0.25).await;
+    }
+    over_quota(
+        app.create_as(&no_steps).await,
+        "this key's tasks spent $1.2500 today, its quota `daily_cost_usd` ($1 per UTC day)",
+    )
+    .await;
+    // A key with a larger own budget, and any other key, are not affected.
+    let rich = app
+        .key_with(QuotaOverrides {
+            daily_steps: Some(0),
+            daily_cost_usd: Some(10.0),
+            ..QuotaOverrides::default()
+        })
+        .await;
+    assert_eq!(app.create_as(&rich).await.status(), StatusCode::CREATED);
+    let other = app.new_key().await;
+    assert_eq!(app.create_as(&other).await.status(), StatusCode::CREATED);
 }
 
 // ---------------------------------------------------------------------------------------------

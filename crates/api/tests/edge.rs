@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
-use browserd_store::{ArtifactContent, NewArtifact, NewStep};
+use browserd_store::{ArtifactContent, NewArtifact, NewStep, QuotaOverrides, Quotas};
 use browserd_types::TaskId;
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;
@@ -291,11 +291,13 @@ fn bytes_of(text: &str) -> Vec<u8> {
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn websockets_are_capped_per_key(pool: PgPool) {
-    let app = TestApp::start(
+    let app = TestApp::serve_with_quotas(
         pool,
-        ApiConfig {
-            max_websockets_per_key: Some(2),
-            ..config()
+        config(),
+        false,
+        Quotas {
+            max_websockets: Some(2),
+            ..Quotas::default()
         },
     )
     .await;
@@ -310,9 +312,25 @@ async fn websockets_are_capped_per_key(pool: PgPool) {
     let (status, body) = refused(request).await;
     assert_eq!(status, 429, "{body}");
     assert_eq!(body["error"]["code"], "too_many_websockets", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its quota `max_websockets` (2)"),
+        "{body}"
+    );
 
-    // Another key is not affected.
-    let other = app.store.create_api_key("other").await.unwrap();
+    // Another key is not affected, and its own quota (3) beats the default (2); live view
+    // sockets count with event sockets.
+    let own = QuotaOverrides {
+        max_websockets: Some(3),
+        ..QuotaOverrides::default()
+    };
+    let other = app
+        .store
+        .create_api_key_with_quotas("other", own)
+        .await
+        .unwrap();
     let other_key = secrecy::ExposeSecret::expose_secret(&other.key).to_owned();
     let other_task = {
         let response = app
@@ -326,7 +344,24 @@ async fn websockets_are_capped_per_key(pool: PgPool) {
         let body: Value = response.json().await.unwrap();
         body["id"].as_str().unwrap().parse::<TaskId>().unwrap()
     };
-    let _other_ws = app.ws(&other_key, other_task).await;
+    let mut other_sockets = Vec::new();
+    for _ in 0..3 {
+        other_sockets.push(app.ws(&other_key, other_task).await);
+    }
+    let mut request = app.ws_request(&format!("/v1/tasks/{other_task}/live"));
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {other_key}").parse().unwrap(),
+    );
+    let (status, body) = refused(request).await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its quota `max_websockets` (3)"),
+        "{body}"
+    );
 
     // Closing one frees its place (once the server has seen the close).
     first.close(None).await.unwrap();

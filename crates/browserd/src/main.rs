@@ -5,6 +5,7 @@
 mod config;
 mod egress;
 mod mcp;
+mod quotas;
 mod remote;
 mod replay;
 mod run;
@@ -46,6 +47,9 @@ struct Cli {
 
     #[command(flatten)]
     proxies: egress::ProxiesArgs,
+
+    #[command(flatten)]
+    quotas: quotas::QuotaArgs,
 
     /// A token `/metrics` requires (`Authorization: Bearer <token>`) on the api and on the
     /// worker's `--metrics-addr`; unset or empty: `/metrics` is open.
@@ -142,8 +146,21 @@ enum KeysCommand {
         /// A label for the key (who or what uses it).
         #[arg(long)]
         name: String,
+        /// The key's own quotas (left out: the configured defaults).
+        #[command(flatten)]
+        quotas: quotas::KeyQuotaArgs,
     },
-    /// List the keys (id, prefix, name, created, revoked); never the keys themselves.
+    /// Change a key's quotas by id or prefix; `default` resets one to the configured default.
+    /// Takes effect at the key's next task, claim or WebSocket.
+    Update {
+        /// The key's id, or its prefix (`bd_` and at least 4 more characters) as shown by
+        /// `keys list`; it must match exactly one active key.
+        key: String,
+        #[command(flatten)]
+        quotas: quotas::KeyQuotaArgs,
+    },
+    /// List the keys (id, prefix, created, revoked, the quotas that apply — `*` where the key
+    /// sets its own —, name); never the keys themselves.
     List,
     /// Revoke a key by id or prefix (e.g. `bd_AbC12xYz`). Every api process refuses it within
     /// seconds and closes its WebSockets.
@@ -206,10 +223,6 @@ struct ServeArgs {
     /// Seconds a request may take before it is answered 408 (WebSocket streams are not timed).
     #[arg(long, env = "BROWSERD_REQUEST_TIMEOUT_S", default_value_t = 30)]
     request_timeout_s: u64,
-
-    /// Open event WebSockets per key in this process (0: no cap).
-    #[arg(long, env = "BROWSERD_MAX_WEBSOCKETS_PER_KEY", default_value_t = 20)]
-    max_websockets_per_key: usize,
 
     /// Largest WebSocket message or frame a client may send, in bytes.
     #[arg(long, env = "BROWSERD_WS_MAX_MESSAGE_BYTES", default_value_t = browserd_api::DEFAULT_WS_MAX_MESSAGE_BYTES)]
@@ -313,20 +326,27 @@ async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::R
             let store = connect(&cli.database_url, &StoreOptions::default()).await?;
             store.migrate().await.context("applying migrations")?;
             let keys = store.list_api_keys().await?;
+            let defaults = cli.quotas.defaults()?;
             println!(
-                "{:<36}  {:<11}  {:<20}  {:<20}  NAME",
-                "ID", "PREFIX", "CREATED", "REVOKED"
+                "{:<36}  {:<11}  {:<20}  {:<20}  {} NAME",
+                "ID",
+                "PREFIX",
+                "CREATED",
+                "REVOKED",
+                quotas::QUOTA_HEADER
             );
             for key in keys {
                 println!(
-                    "{:<36}  {:<11}  {:<20}  {:<20}  {}",
+                    "{:<36}  {:<11}  {:<20}  {:<20}  {} {}",
                     key.id,
                     key.prefix,
                     timestamp(key.created_at),
                     key.revoked_at.map_or_else(|| "-".to_owned(), timestamp),
+                    quotas::quota_columns(&key, &defaults),
                     key.name
                 );
             }
+            println!("* set on the key; the others are the configured defaults");
             Ok(())
         }
         Command::Keys {
@@ -342,7 +362,28 @@ async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::R
             Ok(())
         }
         Command::Keys {
-            command: KeysCommand::Create { name },
+            command: KeysCommand::Update { key, quotas: own },
+        } => {
+            let update = own.update();
+            anyhow::ensure!(
+                !update.is_empty(),
+                "give at least one quota to change (--max-running, --max-queued, \
+                 --max-websockets, --daily-steps, --daily-cost-usd)"
+            );
+            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
+            store.migrate().await.context("applying migrations")?;
+            let updated = store.update_api_key_quotas(key, &update).await?;
+            println!(
+                "updated key {} ({}, `{}`): {}",
+                updated.id,
+                updated.prefix,
+                updated.name,
+                quotas::quota_columns(&updated, &cli.quotas.defaults()?).trim_end()
+            );
+            Ok(())
+        }
+        Command::Keys {
+            command: KeysCommand::Create { name, quotas: own },
         } => {
             let name = name.trim();
             anyhow::ensure!(
@@ -351,7 +392,9 @@ async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::R
             );
             let store = connect(&cli.database_url, &StoreOptions::default()).await?;
             store.migrate().await.context("applying migrations")?;
-            let created = store.create_api_key(name).await?;
+            let created = store
+                .create_api_key_with_quotas(name, own.overrides())
+                .await?;
             eprintln!(
                 "Created API key `{}` (id {}, prefix {}). It is shown once; store it now:",
                 created.record.name, created.record.id, created.record.prefix
@@ -395,8 +438,15 @@ pub(crate) async fn open_store(cli: &Cli, max_connections: u32) -> anyhow::Resul
     store.migrate().await.context("applying migrations")?;
     if let Some(keyring) = cli.secrets.keyring()? {
         store = store.with_secrets_keyring(keyring);
+        let sealed = store
+            .seal_webhook_secrets()
+            .await
+            .context("sealing webhook signing secrets")?;
+        if sealed > 0 {
+            tracing::info!(sealed, "sealed webhook signing secrets stored in clear");
+        }
     }
-    Ok(store)
+    Ok(store.with_default_quotas(cli.quotas.defaults()?))
 }
 
 async fn serve(
@@ -458,8 +508,6 @@ async fn serve(
             ),
             trusted_proxies: args.trusted_proxies.0.clone(),
             request_timeout: Duration::from_secs(args.request_timeout_s),
-            max_websockets_per_key: (args.max_websockets_per_key > 0)
-                .then_some(args.max_websockets_per_key),
             ws_max_message_bytes: args.ws_max_message_bytes,
             webhook_allow_loopback: allow_loopback,
             key_cache_ttl: browserd_api::KEY_CACHE_TTL,

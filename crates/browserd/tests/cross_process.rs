@@ -312,3 +312,125 @@ async fn cli_rejects_bad_input_without_panicking() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/browserd.toml"), "{stderr}");
 }
+
+/// `browserd keys …` against `url` with `env`: (success, stdout, stderr).
+async fn keys_cli(url: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let output = Command::new(BIN)
+        .arg("keys")
+        .args(args)
+        .env("DATABASE_URL", url)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The quota columns (running, queued, sockets, steps/day, USD/day) of `prefix`'s line of
+/// `keys list`.
+fn listed_quotas(list: &str, prefix: &str) -> Vec<String> {
+    let line = list
+        .lines()
+        .find(|line| line.contains(prefix))
+        .unwrap_or_else(|| panic!("{prefix} is not listed:\n{list}"));
+    line.split_whitespace()
+        .skip(4)
+        .take(5)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn keys_create_update_and_list_their_quotas(pool: PgPool) {
+    let url = database_url(&pool);
+    let (ok, key, stderr) = keys_cli(
+        &url,
+        &[
+            "create",
+            "--name",
+            "quota test",
+            "--max-running",
+            "2",
+            "--max-queued",
+            "50",
+            "--daily-cost-usd",
+            "1.5",
+        ],
+        &[],
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    let prefix: String = key.trim().chars().take(11).collect();
+    let defaults = [
+        ("BROWSERD_MAX_RUNNING_PER_KEY", "4"),
+        ("BROWSERD_DAILY_STEPS_PER_KEY", "100"),
+    ];
+    let (ok, list, stderr) = keys_cli(&url, &["list"], &defaults).await;
+    assert!(ok, "{stderr}");
+    assert!(list.contains("RUNNING") && list.contains("USD/DAY"), "{list}");
+    // `*`: the key's own; the rest are the defaults (flags, env, or built in: 20 sockets).
+    assert_eq!(
+        listed_quotas(&list, &prefix),
+        ["2*", "50*", "20", "100", "1.5*"],
+        "{list}"
+    );
+
+    let (ok, stdout, stderr) = keys_cli(
+        &url,
+        &[
+            "update",
+            &prefix,
+            "--max-running",
+            "default",
+            "--max-websockets",
+            "unlimited",
+            "--daily-steps",
+            "10",
+        ],
+        &defaults,
+    )
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("updated key"), "{stdout}");
+    let (_, list, _) = keys_cli(&url, &["list"], &defaults).await;
+    assert_eq!(
+        listed_quotas(&list, &prefix),
+        ["4", "50*", "unlimited*", "10*", "1.5*"],
+        "{list}"
+    );
+    // What the store reads back: NULL for a default, 0 for unlimited.
+    let store = Store::from_pool(pool.clone());
+    let listed = store.list_api_keys().await.unwrap();
+    let quotas = listed[0].quotas;
+    assert_eq!(quotas.max_running, None);
+    assert_eq!(quotas.max_queued, Some(50));
+    assert_eq!(quotas.max_websockets, Some(0));
+    assert_eq!(quotas.daily_steps, Some(10));
+    assert_eq!(quotas.daily_cost_usd, Some(1.5));
+
+    // Refusals say what is wrong, without a panic.
+    for (args, says) in [
+        (vec!["update", prefix.as_str()], "give at least one quota"),
+        (
+            vec!["update", "bd_nothing", "--max-queued", "1"],
+            "no key matches",
+        ),
+        (
+            vec!["update", prefix.as_str(), "--max-queued=-1"],
+            "expected a whole number",
+        ),
+        (
+            vec!["update", prefix.as_str(), "--daily-cost-usd", "lots"],
+            "expected a number of dollars",
+        ),
+    ] {
+        let (ok, _, stderr) = keys_cli(&url, &args, &[]).await;
+        assert!(!ok, "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

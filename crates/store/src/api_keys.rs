@@ -15,6 +15,7 @@ use std::time::Duration;
 use browserd_types::TaskId;
 use time::OffsetDateTime;
 
+use crate::quotas::{QuotaOverrides, QuotaUpdate, column};
 use crate::{Store, StoreError};
 
 /// Channel of the key revocation notifications (payload: the key id).
@@ -28,7 +29,7 @@ pub const KEY_PREFIX: &str = "bd_";
 const DISPLAY_PREFIX_CHARS: usize = 11;
 
 /// A stored API key (never the key itself).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ApiKeyRecord {
     pub id: ApiKeyId,
     pub name: String,
@@ -37,6 +38,8 @@ pub struct ApiKeyRecord {
     pub created_at: OffsetDateTime,
     /// When it was revoked; a revoked key no longer authenticates.
     pub revoked_at: Option<OffsetDateTime>,
+    /// Its own quotas, where it overrides the configured defaults.
+    pub quotas: QuotaOverrides,
 }
 
 /// A freshly created key. `key` is shown once and not stored anywhere.
@@ -73,17 +76,34 @@ pub struct WsTicket {
 impl Store {
     /// Creates a key named `name` and returns it in clear text, once.
     pub async fn create_api_key(&self, name: &str) -> Result<CreatedApiKey, StoreError> {
+        self.create_api_key_with_quotas(name, QuotaOverrides::default())
+            .await
+    }
+
+    /// Creates a key named `name` with its own `quotas` and returns it in clear text, once.
+    pub async fn create_api_key_with_quotas(
+        &self,
+        name: &str,
+        quotas: QuotaOverrides,
+    ) -> Result<CreatedApiKey, StoreError> {
         let key = generate_key()?;
         let hash = hash_api_key(&key);
         let prefix: String = key.chars().take(DISPLAY_PREFIX_CHARS).collect();
         let id = ApiKeyId::new();
         let created_at = sqlx::query_scalar!(
-            "insert into api_keys (id, name, prefix, key_hash) values ($1, $2, $3, $4)
+            "insert into api_keys (id, name, prefix, key_hash, max_running, max_queued,
+                 max_websockets, daily_steps, daily_cost_usd)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              returning created_at",
             id.0,
             name,
             prefix,
             &hash[..],
+            column(quotas.max_running),
+            column(quotas.max_queued),
+            column(quotas.max_websockets),
+            column(quotas.daily_steps),
+            quotas.daily_cost_usd.map(|usd| usd.max(0.0)),
         )
         .fetch_one(&self.pool)
         .await?;
@@ -94,6 +114,7 @@ impl Store {
                 prefix,
                 created_at,
                 revoked_at: None,
+                quotas,
             },
             key: SecretString::from(key),
         })
@@ -111,7 +132,9 @@ impl Store {
         let hash = hash_api_key(key);
         self.key_lookups.fetch_add(1, Ordering::Relaxed);
         let row = sqlx::query!(
-            "select id, name, prefix, created_at from api_keys
+            "select id, name, prefix, created_at, max_running, max_queued, max_websockets,
+                 daily_steps, daily_cost_usd
+             from api_keys
              where key_hash = $1 and revoked_at is null",
             &hash[..],
         )
@@ -123,6 +146,13 @@ impl Store {
             prefix: row.prefix,
             created_at: row.created_at,
             revoked_at: None,
+            quotas: QuotaOverrides {
+                max_running: row.max_running.map(i64::from),
+                max_queued: row.max_queued.map(i64::from),
+                max_websockets: row.max_websockets.map(i64::from),
+                daily_steps: row.daily_steps.map(i64::from),
+                daily_cost_usd: row.daily_cost_usd,
+            },
         }))
     }
 
@@ -146,7 +176,9 @@ impl Store {
     /// Every key, oldest first (revoked ones included).
     pub async fn list_api_keys(&self) -> Result<Vec<ApiKeyRecord>, StoreError> {
         let rows = sqlx::query!(
-            "select id, name, prefix, created_at, revoked_at from api_keys
+            "select id, name, prefix, created_at, revoked_at, max_running, max_queued,
+                 max_websockets, daily_steps, daily_cost_usd
+             from api_keys
              order by created_at, id"
         )
         .fetch_all(&self.pool)
@@ -159,6 +191,13 @@ impl Store {
                 prefix: row.prefix,
                 created_at: row.created_at,
                 revoked_at: row.revoked_at,
+                quotas: QuotaOverrides {
+                    max_running: row.max_running.map(i64::from),
+                    max_queued: row.max_queued.map(i64::from),
+                    max_websockets: row.max_websockets.map(i64::from),
+                    daily_steps: row.daily_steps.map(i64::from),
+                    daily_cost_usd: row.daily_cost_usd,
+                },
             })
             .collect())
     }
@@ -181,6 +220,54 @@ impl Store {
         &self,
         selector: &str,
     ) -> Result<ApiKeyRecord, StoreError> {
+        let mut key = self.active_key_matching(selector).await?;
+        self.revoke_api_key(key.id).await?;
+        key.revoked_at = Some(OffsetDateTime::now_utc());
+        Ok(key)
+    }
+
+    /// Changes the quotas of the one active key `selector` designates (as for
+    /// [`Store::revoke_api_key_matching`]) and returns the key as it is now. Takes effect at
+    /// the key's next task creation, claim or WebSocket.
+    pub async fn update_api_key_quotas(
+        &self,
+        selector: &str,
+        update: &QuotaUpdate,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let key = self.active_key_matching(selector).await?;
+        let cost = update.daily_cost_usd.map(|usd| usd.map(|usd| usd.max(0.0)));
+        sqlx::query!(
+            "update api_keys set
+                 max_running = case when $2 then $3 else max_running end,
+                 max_queued = case when $4 then $5 else max_queued end,
+                 max_websockets = case when $6 then $7 else max_websockets end,
+                 daily_steps = case when $8 then $9 else daily_steps end,
+                 daily_cost_usd = case when $10 then $11 else daily_cost_usd end
+             where id = $1",
+            key.id.0,
+            update.max_running.is_some(),
+            update.max_running.and_then(column),
+            update.max_queued.is_some(),
+            update.max_queued.and_then(column),
+            update.max_websockets.is_some(),
+            update.max_websockets.and_then(column),
+            update.daily_steps.is_some(),
+            update.daily_steps.and_then(column),
+            cost.is_some(),
+            cost.flatten(),
+        )
+        .execute(&self.pool)
+        .await?;
+        self.list_api_keys()
+            .await?
+            .into_iter()
+            .find(|k| k.id == key.id)
+            .ok_or_else(|| StoreError::KeySelector(format!("key {} was deleted", key.id)))
+    }
+
+    /// The one active key whose id is `selector`, or whose display prefix starts with
+    /// `selector` (at least `bd_` and 4 more characters).
+    async fn active_key_matching(&self, selector: &str) -> Result<ApiKeyRecord, StoreError> {
         let selector = selector.trim();
         let matches: Vec<ApiKeyRecord> = if let Ok(id) = selector.parse::<uuid::Uuid>() {
             self.list_api_keys()
@@ -208,12 +295,7 @@ impl Store {
             .cloned()
             .collect();
         match active.as_slice() {
-            [key] => {
-                self.revoke_api_key(key.id).await?;
-                let mut key = key.clone();
-                key.revoked_at = Some(OffsetDateTime::now_utc());
-                Ok(key)
-            }
+            [key] => Ok(key.clone()),
             [] if matches.is_empty() => Err(StoreError::KeySelector(format!(
                 "no key matches `{selector}`"
             ))),

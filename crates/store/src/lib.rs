@@ -14,6 +14,7 @@ mod live;
 mod memory;
 mod output_files;
 mod queue;
+mod quotas;
 mod replays;
 mod sealed;
 mod sessions;
@@ -49,6 +50,7 @@ pub use output_files::{
     OutputFile, OutputFileRecord,
 };
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};
 pub use sessions::{
@@ -91,6 +93,8 @@ pub struct Store {
     keyring: Option<std::sync::Arc<SecretsKeyring>>,
     /// Presented keys and tickets looked up in the database (see `api_key_lookups`).
     key_lookups: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The quotas of a key that sets none of its own (`quotas.rs`).
+    default_quotas: Quotas,
 }
 
 impl Store {
@@ -110,6 +114,7 @@ impl Store {
             pool,
             keyring: None,
             key_lookups: std::sync::Arc::default(),
+            default_quotas: Quotas::default(),
         })
     }
 
@@ -119,6 +124,7 @@ impl Store {
             pool,
             keyring: None,
             key_lookups: std::sync::Arc::default(),
+            default_quotas: Quotas::default(),
         }
     }
 

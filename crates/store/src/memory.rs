@@ -8,6 +8,8 @@
 //! stored step. Appends signal the store's own [`EventHub`] (the Postgres store's hub hears
 //! them through `LISTEN`), so an [`EventFeed`](crate::EventFeed) follows a task the same way
 //! over either store. Not supported: secrets (there is no secrets key), `/api/v2` sessions.
+//! Per-key quotas are unlimited here: one process serves one client (the stdio MCP client),
+//! whose tasks are bounded by the `LocalWorker`'s concurrency alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -23,8 +25,9 @@ use crate::hub::{EventHub, Signal};
 use crate::queue::claim_event;
 use crate::tasks::transition_event;
 use crate::{
-    ArtifactBody, ArtifactContent, ClaimedTask, NewTask, SessionChoice, StepRecord, StepWrite,
-    StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TaskStore, TransitionDetails,
+    ArtifactBody, ArtifactContent, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice,
+    StepRecord, StepWrite, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TaskStore,
+    TransitionDetails,
 };
 
 /// Tasks kept in memory; cheap to clone (clones share the tasks).
@@ -532,5 +535,36 @@ impl TaskStore for MemoryStore {
             task.record.updated_at = OffsetDateTime::now_utc();
             Ok(event)
         })
+    }
+
+    /// Unlimited: the in-memory store serves one local client (see the module's note).
+    async fn key_quotas(&self, _key: ApiKeyId) -> Result<Quotas, StoreError> {
+        Ok(Quotas::default())
+    }
+
+    async fn key_usage(&self, key: ApiKeyId) -> Result<KeyUsage, StoreError> {
+        let tasks = self.lock();
+        let today = OffsetDateTime::now_utc().date();
+        let mut usage = KeyUsage::default();
+        for task in tasks.by_id.values().filter(|t| t.record.api_key_id == key) {
+            let status = task.record.status;
+            if status == TaskStatus::Queued {
+                usage.queued += 1;
+            }
+            if task.record.lease_owner.is_some()
+                && matches!(status, TaskStatus::Running | TaskStatus::Paused)
+            {
+                usage.held += 1;
+            }
+            for step in task.steps.iter().filter(|s| s.finished_at.date() == today) {
+                usage.steps_today += i64::from(step.number >= 1);
+                usage.cost_today_usd += step
+                    .usage
+                    .as_ref()
+                    .and_then(|u| u["cost_usd"].as_f64())
+                    .unwrap_or(0.0);
+            }
+        }
+        Ok(usage)
     }
 }

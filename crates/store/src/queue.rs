@@ -84,6 +84,19 @@ pub(crate) fn claim_event(attempt: i32) -> StatusEvent {
     }
 }
 
+/// Claims one statement may lose to another claimer of the same key before the worker is told
+/// that nothing is claimable (each loss means some other claim succeeded).
+const CLAIM_RACES: usize = 8;
+
+/// What one claim statement did.
+enum ClaimAttempt {
+    Claimed(ClaimedTask),
+    /// No queued task is claimable.
+    Empty,
+    /// The chosen task's key reached its `max_running` through a concurrent claim.
+    LostRace,
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -91,71 +104,115 @@ fn secs(d: Duration) -> f64 {
 impl Store {
     /// Claims a queued task for `owner` with a lease of `lease`: status `running`,
     /// `attempts + 1`, and a `status` event, in one transaction. `None` when the queue is empty
-    /// (or every queued task is being claimed by someone else right now).
+    /// (or every queued task is being claimed by someone else right now, or belongs to a key
+    /// that has its `max_running` already).
     ///
-    /// Fair across API keys: each key's queued tasks, oldest first, are ranked after its
-    /// running ones (a key with 2 running has its oldest queued task at place 3, the next at 4…)
-    /// and the lowest place wins (ties: the older task). Keys take turns, and one key's flood
-    /// waits behind every other key's next task instead of in front of it. Still one
-    /// `FOR UPDATE SKIP LOCKED` statement over each key's 16 oldest queued tasks: concurrent
-    /// claimers skip each other's candidates.
+    /// Fair across API keys: each key's queued tasks, oldest first, are ranked after the tasks
+    /// a worker holds for it (a key with 2 running has its oldest queued task at place 3, the
+    /// next at 4…) and the lowest place wins (ties: the older task). Keys take turns, and one
+    /// key's flood waits behind every other key's next task instead of in front of it. Still
+    /// one `FOR UPDATE SKIP LOCKED` statement over each key's 16 oldest queued tasks:
+    /// concurrent claimers skip each other's candidates.
+    ///
+    /// Per-key `max_running` (the key's own, else the store's default): a key whose held tasks
+    /// (`api_key_held_tasks`, kept by a trigger) reach it gets no claim, and its tasks stay
+    /// queued. The snapshot's count only preselects; the decision is made on the key's counter
+    /// row locked `for update` (no `skip locked`: claims of one key wait for each other there,
+    /// for the few milliseconds of a claim), which Postgres reads at its newest committed
+    /// version and re-checks after the wait. So two claimers of one key serialize and the
+    /// second sees the first one's task: a key never exceeds its quota, whatever the number of
+    /// claimers. Why a counter row and not `pg_try_advisory_xact_lock` per key: a lock taken
+    /// inside the statement does not refresh the statement's snapshot, so a count read with it
+    /// can miss a claim committed just before; the row lock re-reads the row itself. A claim
+    /// refused by that re-check (another claimer of the key got there first) is retried, so a
+    /// lost race does not send the worker to sleep while other keys have work.
     pub async fn claim_task(
         &self,
         owner: &str,
         lease: Duration,
     ) -> Result<Option<ClaimedTask>, StoreError> {
+        for _ in 0..CLAIM_RACES {
+            match self.claim_once(owner, lease).await? {
+                ClaimAttempt::Claimed(claimed) => return Ok(Some(claimed)),
+                ClaimAttempt::Empty => return Ok(None),
+                ClaimAttempt::LostRace => continue,
+            }
+        }
+        Ok(None)
+    }
+
+    async fn claim_once(&self, owner: &str, lease: Duration) -> Result<ClaimAttempt, StoreError> {
+        let default_max_running = self
+            .default_quotas
+            .max_running
+            .map_or(0, |n| i32::try_from(n.max(0)).unwrap_or(i32::MAX));
         let mut tx = self.pool.begin().await?;
-        let claimed = sqlx::query!(
-            "with running as (
-                 select api_key_id, count(*) as n from tasks
-                 where status = 'running' group by api_key_id
-             ), keys as (
-                 select distinct api_key_id from tasks where status = 'queued'
-             ), candidates as (
+        let attempt = sqlx::query!(
+            r#"with candidates as (
                  select c.id, c.created_at, k.api_key_id,
                         row_number() over (partition by k.api_key_id
                                            order by c.created_at, c.id) as rank
-                 from keys k
+                 from (select distinct api_key_id from tasks where status = 'queued') k
                  cross join lateral (
                      select q.id, q.created_at from tasks q
                      where q.api_key_id = k.api_key_id and q.status = 'queued'
                      order by q.created_at, q.id
                      limit 16) c
              ), next as (
-                 select t.id from tasks t
+                 select t.id, c.api_key_id,
+                        nullif(coalesce(k.max_running, $3), 0) as max_running
+                 from tasks t
                  join candidates c on c.id = t.id
-                 left join running r on r.api_key_id = c.api_key_id
+                 join api_keys k on k.id = c.api_key_id
+                 join api_key_held_tasks h on h.api_key_id = c.api_key_id
                  where t.status = 'queued'
-                 order by coalesce(r.n, 0) + c.rank, c.created_at, c.id
+                   and (coalesce(k.max_running, $3) = 0 or h.held < coalesce(k.max_running, $3))
+                 order by h.held + c.rank, c.created_at, c.id
                  limit 1
-                 for update of t skip locked)
-             update tasks t set
-                 status = 'running',
-                 started_at = coalesce(t.started_at, now()),
-                 lease_owner = $1,
-                 lease_expires_at = now() + make_interval(secs => $2),
-                 heartbeat_at = now(),
-                 attempts = t.attempts + 1,
-                 updated_at = now()
-             from next where t.id = next.id
-             returning t.id, t.attempts, t.secrets_sealed",
+                 for update of t skip locked
+             ), admitted as (
+                 select n.id from next n
+                 join api_key_held_tasks h on h.api_key_id = n.api_key_id
+                 where n.max_running is null or h.held < n.max_running
+                 for update of h
+             ), claimed as (
+                 update tasks t set
+                     status = 'running',
+                     started_at = coalesce(t.started_at, now()),
+                     lease_owner = $1,
+                     lease_expires_at = now() + make_interval(secs => $2),
+                     heartbeat_at = now(),
+                     attempts = t.attempts + 1,
+                     updated_at = now()
+                 from admitted where t.id = admitted.id
+                 returning t.id, t.attempts, t.secrets_sealed
+             )
+             select (select count(*) from next) as "candidates!",
+                    claimed.id as "id?", claimed.attempts as "attempts?",
+                    claimed.secrets_sealed
+             from (select 1) as one left join claimed on true"#,
             owner,
             secs(lease),
+            default_max_running,
         )
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        let Some(claimed) = claimed else {
-            return Ok(None);
+        let (Some(id), Some(attempts)) = (attempt.id, attempt.attempts) else {
+            return Ok(if attempt.candidates > 0 {
+                ClaimAttempt::LostRace
+            } else {
+                ClaimAttempt::Empty
+            });
         };
-        let id = TaskId(claimed.id);
-        let started = EventBody::Status(claim_event(claimed.attempts));
+        let id = TaskId(id);
+        let started = EventBody::Status(claim_event(attempts));
         append_body_in(&mut tx, id, &started, EventGuard::Any).await?;
         tx.commit().await?;
         let record = self
             .get_task(None, id)
             .await?
             .ok_or(StoreError::TaskNotFound(id))?;
-        let (secrets, secrets_error) = match (&claimed.secrets_sealed, &self.keyring) {
+        let (secrets, secrets_error) = match (&attempt.secrets_sealed, &self.keyring) {
             (None, _) => (BTreeMap::new(), None),
             (Some(_), None) => (BTreeMap::new(), Some(StoreError::NoSecretsKey.to_string())),
             (Some(sealed), Some(keyring)) => match keyring.open(id, sealed) {
@@ -163,7 +220,7 @@ impl Store {
                 Err(err) => (BTreeMap::new(), Some(format!("task secrets: {err}"))),
             },
         };
-        Ok(Some(ClaimedTask {
+        Ok(ClaimAttempt::Claimed(ClaimedTask {
             record,
             secrets,
             secrets_error,

@@ -98,6 +98,12 @@ impl SecretsKeyring {
         hex::encode(self.current.id)
     }
 
+    /// Whether `sealed` was sealed with the current key (values sealed with a previous one
+    /// open, and may be sealed again with the current key).
+    pub fn sealed_with_current(&self, sealed: &[u8]) -> bool {
+        sealed.get(4..4 + KEY_ID_LEN) == Some(self.current.id.as_slice())
+    }
+
     /// Seals task `task`'s secrets.
     pub fn seal(&self, task: TaskId, secrets: &BTreeMap<String, SecretString>) -> Vec<u8> {
         let plain: serde_json::Map<String, serde_json::Value> = secrets
@@ -202,6 +208,8 @@ mod tests {
         let sealed = old.seal(task, &secrets());
         let rotated = SecretsKeyring::from_base64(KEY_B, &[KEY_A]).unwrap();
         assert!(rotated.open(task, &sealed).is_ok());
+        assert!(old.sealed_with_current(&sealed));
+        assert!(!rotated.sealed_with_current(&sealed));
         let without_old = SecretsKeyring::from_base64(KEY_B, &[]).unwrap();
         assert!(matches!(
             without_old.open(task, &sealed),

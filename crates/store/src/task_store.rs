@@ -14,8 +14,8 @@ use browserd_types::{ApiKeyId, EventBody, TaskEvent, TaskId, TaskStatus, Transit
 use uuid::Uuid;
 
 use crate::{
-    ArtifactBody, ClaimedTask, NewTask, SessionChoice, StepRecord, StepWrite, Store, StoreError,
-    TaskCursor, TaskPage, TaskRecord, TaskReplay, TransitionDetails,
+    ArtifactBody, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice, StepRecord, StepWrite,
+    Store, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TransitionDetails,
 };
 
 /// A store of tasks, their steps and their event logs. Every method means what the
@@ -122,6 +122,12 @@ pub trait TaskStore: Send + Sync + 'static {
         owner: &str,
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError>;
+
+    /// The quotas that apply to key `key` (its own, else the configured defaults).
+    async fn key_quotas(&self, key: ApiKeyId) -> Result<Quotas, StoreError>;
+
+    /// What key `key` has queued and held, and spent today (UTC).
+    async fn key_usage(&self, key: ApiKeyId) -> Result<KeyUsage, StoreError>;
 }
 
 #[async_trait]
@@ -253,5 +259,13 @@ impl TaskStore for Store {
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError> {
         Store::write_step(self, id, owner, step).await
+    }
+
+    async fn key_quotas(&self, key: ApiKeyId) -> Result<Quotas, StoreError> {
+        Store::key_quotas(self, key).await
+    }
+
+    async fn key_usage(&self, key: ApiKeyId) -> Result<KeyUsage, StoreError> {
+        Store::key_usage(self, key).await
     }
 }

@@ -2,14 +2,27 @@
 //! 0008) queues a delivery in the transaction of each task status change; workers claim due
 //! deliveries (`FOR UPDATE SKIP LOCKED`, one at a time per webhook and task, so a task's events
 //! arrive in order), and record the outcome with the next attempt's time.
+//!
+//! Signing secrets are sealed at rest when the store has a secrets key (migration 0014): sealed
+//! like task secrets, under the webhook id as associated data, in `secret_sealed`, with
+//! `secret` NULL. Without a key they are stored in clear, as before; rows written in clear are
+//! sealed by [`Store::seal_webhook_secrets`], which every serving process with a key runs at
+//! start-up. A claim opens the secret in memory for the attempt.
+
+use std::collections::BTreeMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use browserd_types::ApiKeyId;
+use browserd_types::{ApiKeyId, TaskId};
+use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::{Store, StoreError};
+
+/// The one entry of a webhook's sealed signing secret (sealed like task secrets, under the
+/// webhook id).
+const WEBHOOK_SECRET_ENTRY: &str = "signing_secret";
 
 /// A registered webhook (its secret is only returned by [`Store::create_webhook`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -42,8 +55,11 @@ pub struct ClaimedDelivery {
     pub id: i64,
     pub webhook_id: Uuid,
     pub url: String,
-    /// The signing key (never logged).
+    /// The signing key (never logged); empty when it could not be opened.
     pub secret: String,
+    /// The sealed signing key could not be opened (no secrets key, another key, damaged):
+    /// the delivery cannot be signed.
+    pub secret_error: Option<String>,
     pub body: serde_json::Value,
     /// Attempts including this one.
     pub attempts: i32,
@@ -91,14 +107,21 @@ impl Store {
         getrandom::fill(&mut bytes)
             .map_err(|err| StoreError::Corrupt(format!("no randomness available: {err}")))?;
         let secret = format!("whsec_{}", URL_SAFE_NO_PAD.encode(bytes));
+        let id = Uuid::now_v7();
+        let (plain, sealed) = match self.seal_webhook_secret(id, &secret) {
+            Some(sealed) => (None, Some(sealed)),
+            None => (Some(secret.as_str()), None),
+        };
         let row = sqlx::query!(
-            "insert into webhooks (id, api_key_id, url, events, secret) values ($1, $2, $3, $4, $5)
+            "insert into webhooks (id, api_key_id, url, events, secret, secret_sealed)
+             values ($1, $2, $3, $4, $5, $6)
              returning id, url, events, created_at",
-            Uuid::now_v7(),
+            id,
             owner.0,
             url,
             events,
-            secret,
+            plain,
+            sealed,
         )
         .fetch_one(&self.pool)
         .await?;
@@ -214,7 +237,8 @@ impl Store {
                  next_attempt_at = now() + make_interval(secs => $2::bigint / 1000.0)
              from due, webhooks w
              where d.id = due.id and w.id = d.webhook_id
-             returning d.id, d.webhook_id, w.url, w.secret, d.body, d.attempts, d.created_at",
+             returning d.id, d.webhook_id, w.url, w.secret, w.secret_sealed, d.body, d.attempts,
+                 d.created_at",
             limit,
             lease_ms,
             skip_webhooks,
@@ -224,18 +248,106 @@ impl Store {
         .await?;
         let mut claimed: Vec<ClaimedDelivery> = rows
             .into_iter()
-            .map(|row| ClaimedDelivery {
-                id: row.id,
-                webhook_id: row.webhook_id,
-                url: row.url,
-                secret: row.secret,
-                body: row.body,
-                attempts: row.attempts,
-                created_at: row.created_at,
+            .map(|row| {
+                let (secret, secret_error) =
+                    match self.webhook_secret(row.webhook_id, row.secret, row.secret_sealed) {
+                        Ok(secret) => (secret, None),
+                        Err(error) => (String::new(), Some(error)),
+                    };
+                ClaimedDelivery {
+                    id: row.id,
+                    webhook_id: row.webhook_id,
+                    url: row.url,
+                    secret,
+                    secret_error,
+                    body: row.body,
+                    attempts: row.attempts,
+                    created_at: row.created_at,
+                }
             })
             .collect();
         claimed.sort_by_key(|d| d.id);
         Ok(claimed)
+    }
+
+    /// Seals every signing secret still stored in clear (rows written without a secrets key,
+    /// or before migration 0014), and seals again with the current key those sealed with a
+    /// previous one (after a rotation, so the old key can be dropped); returns how many rows
+    /// it rewrote. Nothing without a key. Safe to run from several processes at once: a row is
+    /// only rewritten while it still holds the value read.
+    pub async fn seal_webhook_secrets(&self) -> Result<u64, StoreError> {
+        let Some(keyring) = &self.keyring else {
+            return Ok(0);
+        };
+        let rows = sqlx::query!("select id, secret, secret_sealed from webhooks")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut rewritten = 0;
+        for row in rows {
+            if row
+                .secret_sealed
+                .as_deref()
+                .is_some_and(|sealed| keyring.sealed_with_current(sealed))
+            {
+                continue;
+            }
+            let Ok(secret) =
+                self.webhook_secret(row.id, row.secret.clone(), row.secret_sealed.clone())
+            else {
+                // Sealed with a key this process does not have: its deliveries say so.
+                continue;
+            };
+            let Some(sealed) = self.seal_webhook_secret(row.id, &secret) else {
+                break;
+            };
+            let done = sqlx::query!(
+                "update webhooks set secret = null, secret_sealed = $4
+                 where id = $1 and secret is not distinct from $2
+                   and secret_sealed is not distinct from $3",
+                row.id,
+                row.secret,
+                row.secret_sealed,
+                sealed,
+            )
+            .execute(&self.pool)
+            .await?;
+            rewritten += done.rows_affected();
+        }
+        Ok(rewritten)
+    }
+
+    /// Webhook `id`'s signing secret sealed with the store's secrets key; `None` without one.
+    fn seal_webhook_secret(&self, id: Uuid, secret: &str) -> Option<Vec<u8>> {
+        let keyring = self.keyring.as_ref()?;
+        let plain = BTreeMap::from([(
+            WEBHOOK_SECRET_ENTRY.to_owned(),
+            SecretString::from(secret.to_owned()),
+        )]);
+        Some(keyring.seal(TaskId(id), &plain))
+    }
+
+    /// The signing secret of webhook `id` from its row: in clear, or opened.
+    fn webhook_secret(
+        &self,
+        id: Uuid,
+        plain: Option<String>,
+        sealed: Option<Vec<u8>>,
+    ) -> Result<String, String> {
+        if let Some(plain) = plain {
+            return Ok(plain);
+        }
+        let sealed = sealed.ok_or("the webhook has no signing secret")?;
+        let keyring = self.keyring.as_ref().ok_or(
+            "the webhook's signing secret is sealed and this worker has no secrets key \
+             (BROWSERD_SECRETS_KEY or --secrets-key-file)",
+        )?;
+        let mut opened = keyring
+            .open(TaskId(id), &sealed)
+            .map_err(|err| format!("the webhook's signing secret: {err}"))?;
+        opened
+            .remove(WEBHOOK_SECRET_ENTRY)
+            .map(|secret| secret.expose_secret().to_owned())
+            .ok_or_else(|| "the webhook's sealed signing secret is damaged".to_owned())
     }
 
     /// Records how an attempt of delivery `id` ended.

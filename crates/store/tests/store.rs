@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use browserd_store::{
-    ArtifactContent, EventHub, MemoryStore, NewArtifact, NewStep, NewTask, SecretsKeyring, Signal,
-    StepWrite, Store, StoreError, TaskStore, TransitionDetails,
+    ArtifactContent, EventHub, MemoryStore, NewArtifact, NewStep, NewTask, QuotaOverrides,
+    QuotaUpdate, Quotas, SecretsKeyring, Signal, StepWrite, Store, StoreError, TaskStore,
+    TransitionDetails,
 };
 use browserd_types::{
     ApiKeyId, ArtifactId, EventBody, StepEvent, TaskId, TaskOptions, TaskStatus, Transition,
@@ -903,6 +904,307 @@ async fn claims_take_turns_across_keys(pool: PgPool) {
     assert_eq!(claim().await, flood[1]);
     // The flooder alone: its tasks in creation order.
     assert_eq!(claim().await, flood[2]);
+}
+
+fn plain_task(text: &str) -> NewTask {
+    NewTask {
+        secrets: BTreeMap::new(),
+        ..new_task(text)
+    }
+}
+
+async fn key_with(store: &Store, max_running: Option<i64>) -> ApiKeyId {
+    let own = QuotaOverrides {
+        max_running,
+        ..QuotaOverrides::default()
+    };
+    store
+        .create_api_key_with_quotas("quota", own)
+        .await
+        .unwrap()
+        .record
+        .id
+}
+
+/// Running tasks per key, as one statement sees them.
+async fn running_by_key(store: &Store) -> BTreeMap<uuid::Uuid, i64> {
+    sqlx::query_as::<_, (uuid::Uuid, i64)>(
+        "select api_key_id, count(*) from tasks where status = 'running' group by api_key_id",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+/// The trigger-kept counter of held tasks per key.
+async fn held_counters(store: &Store) -> BTreeMap<uuid::Uuid, i64> {
+    sqlx::query_as::<_, (uuid::Uuid, i32)>("select api_key_id, held from api_key_held_tasks")
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, held)| (key, i64::from(held)))
+        .collect()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn concurrent_claims_never_take_a_key_over_its_max_running(pool: PgPool) {
+    // Default max_running 3; one key overrides it with 1, one with 0 (unlimited).
+    let store = Store::from_pool(pool).with_default_quotas(Quotas {
+        max_running: Some(3),
+        ..Quotas::default()
+    });
+    let limited = key_with(&store, None).await;
+    let tight = key_with(&store, Some(1)).await;
+    let free = key_with(&store, Some(0)).await;
+    // The quotas of the churn below (the tight key's raised to 2 by then).
+    let quota = |key: uuid::Uuid| match key {
+        k if k == limited.0 => 3,
+        k if k == tight.0 => 2,
+        _ => i64::MAX,
+    };
+    for i in 0..5 {
+        for owner in [limited, tight, free] {
+            store
+                .create_task(owner, plain_task(&format!("t{i}")))
+                .await
+                .unwrap();
+        }
+    }
+    let claim_all = |n: usize, prefix: &'static str| {
+        let store = store.clone();
+        async move {
+            futures::future::join_all((0..n).map(|i| {
+                let store = store.clone();
+                async move {
+                    store
+                        .claim_task(&format!("{prefix}{i}"), Duration::from_secs(60))
+                        .await
+                        .unwrap()
+                }
+            }))
+            .await
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+        }
+    };
+    // Eight claimers at once: 9 tasks are claimable (1 + 3 + 5), so each gets one, and the
+    // limited keys' quotas leave the rest to the unlimited key.
+    let first = claim_all(8, "a").await;
+    assert_eq!(first.len(), 8, "every claimer got a task");
+    let running = running_by_key(&store).await;
+    assert!(running.get(&tight.0).copied().unwrap_or(0) <= 1, "{running:?}");
+    assert!(running.get(&limited.0).copied().unwrap_or(0) <= 3, "{running:?}");
+    assert!(running.get(&free.0).copied().unwrap_or(0) >= 4, "{running:?}");
+    assert_eq!(held_counters(&store).await, {
+        let mut held = running.clone();
+        for key in [limited, tight, free] {
+            held.entry(key.0).or_insert(0);
+        }
+        held
+    });
+    // Whatever is left claimable goes; then only tasks of keys at their quota are queued.
+    let rest = claim_all(8, "b").await;
+    assert_eq!(first.len() + rest.len(), 9);
+    let running = running_by_key(&store).await;
+    assert_eq!(running[&tight.0], 1);
+    assert_eq!(running[&limited.0], 3);
+    assert_eq!(running[&free.0], 5);
+    assert!(
+        store
+            .claim_task("c", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The tight key's task ends: its next one is claimable at once.
+    let tight_task = first
+        .iter()
+        .chain(&rest)
+        .find(|c| c.record.api_key_id == tight)
+        .unwrap();
+    let holder = tight_task.record.lease_owner.clone().unwrap();
+    store
+        .transition_claimed_task(
+            &holder,
+            tight_task.record.id,
+            Transition::Finish,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let next = store
+        .claim_task("c", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.record.api_key_id, tight);
+    // A paused task keeps its worker's place: pausing the tight key's task frees nothing.
+    store
+        .transition_task(
+            Some(tight),
+            next.record.id,
+            Transition::Pause,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        store
+            .claim_task("c", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Raising the key's quota takes effect at the next claim.
+    let update = QuotaUpdate {
+        max_running: Some(Some(2)),
+        ..QuotaUpdate::default()
+    };
+    store
+        .update_api_key_quotas(&tight.to_string(), &update)
+        .await
+        .unwrap();
+    let raised = store
+        .claim_task("c", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raised.record.api_key_id, tight);
+
+    // Churn: 8 claimers claim and finish until the queue is empty while a monitor reads the
+    // running counts; no statement ever sees a key above its quota.
+    for i in 0..40 {
+        for owner in [limited, tight, free] {
+            store
+                .create_task(owner, plain_task(&format!("u{i}")))
+                .await
+                .unwrap();
+        }
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let monitor = {
+        let store = store.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut observations = 0u64;
+            let mut peak: BTreeMap<uuid::Uuid, i64> = BTreeMap::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for (key, n) in running_by_key(&store).await {
+                    let top = peak.entry(key).or_insert(0);
+                    *top = (*top).max(n);
+                }
+                observations += 1;
+                tokio::task::yield_now().await;
+            }
+            (observations, peak)
+        })
+    };
+    // Everything claimed so far ends first, so the churn starts from empty workers.
+    for claimed in first.iter().chain(&rest).chain([&raised]) {
+        let _ = store
+            .transition_claimed_task(
+                claimed.record.lease_owner.as_deref().unwrap(),
+                claimed.record.id,
+                Transition::Finish,
+                Default::default(),
+            )
+            .await;
+    }
+    store
+        .transition_task(Some(tight), next.record.id, Transition::Stop, Default::default())
+        .await
+        .unwrap();
+    let queued = store.queued_tasks().await.unwrap();
+    let claimers = (0..8).map(|i| {
+        let store = store.clone();
+        async move {
+            let owner = format!("churn{i}");
+            let mut finished = 0i64;
+            loop {
+                match store.claim_task(&owner, Duration::from_secs(60)).await.unwrap() {
+                    Some(claimed) => {
+                        // Let the other claimers run while this one holds its task.
+                        for _ in 0..3 {
+                            tokio::task::yield_now().await;
+                        }
+                        store
+                            .transition_claimed_task(
+                                &owner,
+                                claimed.record.id,
+                                Transition::Finish,
+                                Default::default(),
+                            )
+                            .await
+                            .unwrap();
+                        finished += 1;
+                    }
+                    None if store.queued_tasks().await.unwrap() == 0 => return finished,
+                    // Only tasks of keys at their quota are left: their holders finish soon.
+                    None => tokio::task::yield_now().await,
+                }
+            }
+        }
+    });
+    let finished: Vec<i64> = futures::future::join_all(claimers).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (observations, peak) = monitor.await.unwrap();
+    assert_eq!(finished.iter().sum::<i64>(), queued, "{finished:?}");
+    assert!(observations > 0);
+    for (key, top) in &peak {
+        assert!(*top <= quota(*key), "key {key} had {top} running: {peak:?}");
+    }
+    // The counter is back to zero everywhere: it followed every claim and end.
+    assert!(
+        held_counters(&store).await.values().all(|held| *held == 0),
+        "{:?}",
+        held_counters(&store).await
+    );
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn key_usage_counts_queued_held_and_todays_steps(pool: PgPool) {
+    let store = Store::from_pool(pool).with_default_quotas(Quotas {
+        max_queued: Some(10),
+        ..Quotas::default()
+    });
+    let owner = key_with(&store, None).await;
+    let other = key_with(&store, None).await;
+    let a = store.create_task(owner, plain_task("a")).await.unwrap().id;
+    store.create_task(owner, plain_task("b")).await.unwrap();
+    store.create_task(other, plain_task("c")).await.unwrap();
+    store.claim_task("w", Duration::from_secs(60)).await.unwrap();
+    for number in 0..3 {
+        store
+            .insert_step(
+                a,
+                NewStep {
+                    number,
+                    url: None,
+                    title: None,
+                    model_output: None,
+                    results: json!([]),
+                    usage: Some(json!({"cost_usd": 0.25})),
+                    screenshot: None,
+                    started_at: OffsetDateTime::now_utc(),
+                    finished_at: OffsetDateTime::now_utc(),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let usage = store.key_usage(owner).await.unwrap();
+    assert_eq!(usage.queued, 1);
+    assert_eq!(usage.held, 1);
+    // Step 0 (the initial navigation) is not a model step.
+    assert_eq!(usage.steps_today, 2);
+    assert!((usage.cost_today_usd - 0.75).abs() < 1e-9, "{usage:?}");
+    let quotas = store.key_quotas(owner).await.unwrap();
+    assert_eq!(quotas.max_queued, Some(10));
+    assert_eq!(store.key_usage(other).await.unwrap().steps_today, 0);
 }
 
 /// One operation of a status machine sequence, made on a task of either store.

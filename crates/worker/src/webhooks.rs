@@ -232,6 +232,10 @@ async fn attempt(
         }
         Err(Target::Unreachable(error)) => return retry(delivery, settings, None, error),
     };
+    if let Some(error) = &delivery.secret_error {
+        // The operator may configure the right secrets key before the delivery gets too old.
+        return retry(delivery, settings, None, error.clone());
+    }
     let body = python_json(&delivery.body);
     let timestamp = OffsetDateTime::now_utc().unix_timestamp().to_string();
     let signature = sign(&delivery.secret, &timestamp, &body);

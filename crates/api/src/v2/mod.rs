@@ -211,6 +211,11 @@ impl From<ApiError> for V2Error {
                 format!("The task queue is full ({queued} tasks waiting)"),
                 retry_after_secs,
             ),
+            ApiError::QuotaExceeded {
+                message,
+                retry_after_secs,
+                ..
+            } => V2Error::TooMany(message, retry_after_secs),
             ApiError::Internal(detail) => V2Error::Internal(detail),
             other => V2Error::Detail(StatusCode::BAD_REQUEST, other.to_string()),
         }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use browserd_api::ApiConfig;
-use browserd_store::{EventHub, SecretsKeyring, Store};
+use browserd_store::{EventHub, Quotas, SecretsKeyring, Store};
 use browserd_types::ApiKeyId;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -66,8 +66,18 @@ impl TestServer {
     /// Serves the router with `config`; `keyring` seals task secrets (without it, tasks with
     /// secrets are refused).
     pub async fn serve(pool: PgPool, config: ApiConfig, keyring: bool) -> Self {
+        Self::serve_with_quotas(pool, config, keyring, Quotas::default()).await
+    }
+
+    /// [`TestServer::serve`] with `quotas` as every key's default quotas.
+    pub async fn serve_with_quotas(
+        pool: PgPool,
+        config: ApiConfig,
+        keyring: bool,
+        quotas: Quotas,
+    ) -> Self {
         capture_logs();
-        let mut store = Store::from_pool(pool);
+        let mut store = Store::from_pool(pool).with_default_quotas(quotas);
         if keyring {
             store =
                 store.with_secrets_keyring(SecretsKeyring::from_base64(SECRETS_KEY, &[]).unwrap());
