@@ -595,10 +595,35 @@ pub fn assert_steps_contiguous(steps: &[Value]) {
     );
 }
 
-/// A task's stored steps (`GET /v1/tasks/{id}/steps`).
-pub async fn stored_steps(client: &Client, id: &str) -> Vec<Value> {
-    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-    steps["items"].as_array().cloned().unwrap_or_default()
+/// A task's stored steps (`GET /v1/tasks/{id}/steps`, every page).
+pub async fn stored_steps(client: &Client, id: impl std::fmt::Display) -> Vec<Value> {
+    let mut steps = Vec::new();
+    let mut path = format!("/v1/tasks/{id}/steps?limit=500");
+    loop {
+        let (status, page) = client.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        steps.extend(page["items"].as_array().cloned().unwrap_or_default());
+        match page["next_after_step"].as_i64() {
+            Some(after) => path = format!("/v1/tasks/{id}/steps?limit=500&after_step={after}"),
+            None => return steps,
+        }
+    }
+}
+
+/// A task's AgentHistory items (`GET /v1/tasks/{id}/history`, every page) and its usage: the
+/// `{"history", "usage"}` document of `browserd run --history-out`.
+pub async fn stored_history(client: &Client, id: impl std::fmt::Display) -> Value {
+    let mut history = Vec::new();
+    let mut path = format!("/v1/tasks/{id}/history?limit=500");
+    loop {
+        let (status, page) = client.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        history.extend(page["history"].as_array().cloned().unwrap_or_default());
+        match page["next_after_step"].as_i64() {
+            Some(after) => path = format!("/v1/tasks/{id}/history?limit=500&after_step={after}"),
+            None => return serde_json::json!({"history": history, "usage": page["usage"]}),
+        }
+    }
 }
 
 /// A `serve` with the stairs site, a mock model answering with `brain`, a fresh database and a

@@ -14,7 +14,7 @@ use axum::routing::get;
 use browserd_agent::AgentHistoryList;
 use browserd_tests::{
     Client, Process, SECRETS_KEY, Scenario, assert_steps_contiguous, climb_task, done_reply, reply,
-    stairs_brain, stored_steps,
+    stairs_brain, stored_history, stored_steps,
 };
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -307,7 +307,7 @@ async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
         "Chrome survived"
     );
     // What the agent was told, in the step after the kill.
-    let (_, history) = client.get(&format!("/v1/tasks/{hog}/history")).await;
+    let history = stored_history(&client, &hog).await;
     let history: AgentHistoryList = serde_json::from_value(history).unwrap();
     assert!(history.is_done());
     assert!(
@@ -399,7 +399,7 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
             "one more attempt after the crash: {task}"
         );
         assert_steps_contiguous(&stored_steps(&client, id).await);
-        let (_, history) = client.get(&format!("/v1/tasks/{id}/history")).await;
+        let history = stored_history(&client, &id).await;
         let history: AgentHistoryList = serde_json::from_value(history).unwrap();
         let navigations = history
             .history

@@ -1,22 +1,48 @@
-//! Property-based fuzzing of the whole HTTP API from `openapi.yaml` with schemathesis (PyPI,
-//! pinned with its dependencies in `tests/python/schemathesis/requirements.txt`) against a
-//! running `browserd serve` (real Postgres and Chromium; the mock model ends every task at
-//! once), with a valid key as header. Every check must pass: no 5xx, status codes, content
+//! Property-based fuzzing of the whole HTTP API from `openapi.yaml` (`/v1` and ops) and
+//! `openapi-v2.yaml` (the `/api/v2` subset browserd implements, served under its server URL
+//! `/api/v2`) with schemathesis (PyPI, pinned with its dependencies in
+//! `tests/python/schemathesis/requirements.txt`) against a running `browserd serve` (real
+//! Postgres and Chromium; the mock model ends every task at once), with a valid key as header
+//! (`Authorization: Bearer` for `/v1`, `X-Browser-Use-API-Key` for `/api/v2`). Every check must pass: no 5xx, status codes, content
 //! types, headers and bodies as the spec says, invalid input refused, valid input accepted,
 //! auth enforced, deleted resources gone (`tests/python/schemathesis/schemathesis.toml` widens
-//! the accepted statuses of three operations, for rules a schema cannot state). Bounded: a few examples per operation (about a
-//! minute or two on 2 cores).
+//! the accepted statuses of some operations, for rules a schema cannot state). Bounded: a few
+//! examples per operation (about a minute or two per document on 2 cores). The two runs take
+//! turns (each runs its own server), so they do not share the machine.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use browserd_tests::{MockModel, Process, TestDb, create_key, done_reply, python_venv, repo_root};
+use tokio::sync::Mutex;
 
 /// Test cases per API operation and phase.
 const MAX_EXAMPLES: &str = "30";
 
+/// One schemathesis run at a time.
+static TURN: Mutex<()> = Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
+    fuzz("openapi.yaml", "", |key| {
+        format!("Authorization: Bearer {key}")
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_v2_api_conforms_to_its_openapi_document_under_fuzzing() {
+    fuzz("openapi-v2.yaml", "/api/v2", |key| {
+        format!("X-Browser-Use-API-Key: {key}")
+    })
+    .await;
+}
+
+/// Runs schemathesis on the document `spec` (in the repository's root) against a fresh
+/// `serve`, at `base` under its address, with the header `auth` makes of a valid key.
+async fn fuzz(spec: &str, base: &str, auth: impl Fn(&str) -> String) {
+    let _turn = TURN.lock().await;
+
     let python = python_venv("tests/python/schemathesis/requirements.txt");
     let schemathesis = python.with_file_name("schemathesis");
     let db = TestDb::create().await;
@@ -40,9 +66,9 @@ async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
         .arg("--config-file")
         .arg(repo_root().join("tests/python/schemathesis/schemathesis.toml"))
         .arg("run")
-        .arg(repo_root().join("openapi.yaml"))
-        .args(["--url", &format!("http://{}", server.address())])
-        .args(["--header", &format!("Authorization: Bearer {key}")])
+        .arg(repo_root().join(spec))
+        .args(["--url", &format!("http://{}{base}", server.address())])
+        .args(["--header", &auth(&key)])
         .args(["--checks", "all"])
         .args(["--max-examples", MAX_EXAMPLES])
         .args(["--workers", "2"])

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use browserd_tests::cable_shop::{CableShop, button_labelled};
-use browserd_tests::{Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply};
+use browserd_tests::{
+    Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply, stored_history,
+    stored_steps,
+};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(120);
@@ -202,8 +205,7 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
 
     // Its steps show the elements found again: the recorded actions with today's indices,
     // each result carrying its replay entry, a screenshot per step.
-    let (_, steps) = client.get(&format!("/v1/tasks/{replay}/steps")).await;
-    let steps = steps["items"].as_array().unwrap().clone();
+    let steps = stored_steps(&client, &replay).await;
     let numbers: Vec<i64> = steps
         .iter()
         .map(|s| s["number"].as_i64().unwrap())
@@ -303,6 +305,6 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
         "still no model request"
     );
     // The secret typed by the replays is stored nowhere.
-    let (_, history) = client.get(&format!("/v1/tasks/{replay}/history")).await;
+    let history = stored_history(&client, &replay).await;
     assert!(history.to_string().contains("<secret>query</secret>"));
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use browserd_agent::AgentHistoryList;
 use browserd_tests::{
     Client, MockModel, Process, Site, TestDb, assert_steps_contiguous, create_key, done_reply,
-    index_of, reply, stairs_brain,
+    index_of, reply, stairs_brain, stored_history, stored_steps,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -147,8 +147,7 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
     );
 
     // Steps, their events, the screenshots and the history agree.
-    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-    let steps = steps["items"].as_array().unwrap().clone();
+    let steps = stored_steps(&client, &id).await;
     assert_steps_contiguous(&steps);
     let step_events: Vec<&Value> = events.iter().filter(|e| e["kind"] == "step").collect();
     assert_eq!(step_events.len(), steps.len());
@@ -163,7 +162,7 @@ async fn a_submitted_task_runs_with_every_field_and_is_persisted_and_streamed() 
     assert_eq!(status, 200);
     assert!(content_type.starts_with("image/"), "{content_type}");
     assert!(bytes.len() > 100);
-    let (_, history) = client.get(&format!("/v1/tasks/{id}/history")).await;
+    let history = stored_history(&client, &id).await;
     let parsed: AgentHistoryList =
         serde_json::from_value(history.clone()).expect("the history has the CLI's shape");
     assert_eq!(parsed.history.len(), steps.len());
@@ -244,7 +243,7 @@ async fn a_secret_is_typed_into_the_page_and_never_stored() {
         [("alice".to_owned(), secret.clone())],
         "the page received the real value"
     );
-    let (_, history) = client.get(&format!("/v1/tasks/{id}/history")).await;
+    let history = stored_history(&client, &id).await;
     let dump = pg_dump(&db).await;
     for (what, text) in [
         ("pg_dump", dump),
@@ -342,12 +341,11 @@ async fn a_killed_worker_is_replaced_and_clients_of_any_api_follow_the_task() {
         task["output"].as_str().unwrap().contains("CODE8X"),
         "{task}"
     );
-    let (_, steps) = client_b.get(&format!("/v1/tasks/{id}/steps")).await;
-    let steps = steps["items"].as_array().unwrap().clone();
+    let steps = stored_steps(&client_b, &id).await;
     assert_steps_contiguous(&steps);
     // The history reads as one run: one initial navigation, then model steps that climb
     // stair after stair to the top.
-    let (_, history) = client_a.get(&format!("/v1/tasks/{id}/history")).await;
+    let history = stored_history(&client_a, &id).await;
     let history: AgentHistoryList = serde_json::from_value(history).unwrap();
     assert_eq!(history.history.len(), steps.len());
     let navigations = history
@@ -453,8 +451,8 @@ async fn stop_pause_resume_sigterm_and_a_dropped_listener() {
         "{task}"
     );
     assert_eq!(task["attempts"], 2, "{task}");
-    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-    assert_steps_contiguous(steps["items"].as_array().unwrap());
+    let steps = stored_steps(&client, &id).await;
+    assert_steps_contiguous(&steps);
 
     // The LISTEN connections are dropped: claims and events still flow.
     let pool = db.pool().await;
@@ -486,8 +484,7 @@ async fn wait_for_step(stream: &mut browserd_tests::EventStream, number: i64) {
 }
 
 async fn step_count(client: &Client, id: &str) -> usize {
-    let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
-    steps["items"].as_array().unwrap().len()
+    stored_steps(&client, &id).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,21 +24,20 @@ const APP_CSS: &str = include_str!("../ui/app.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// The dashboard's routes: `/` and its assets under `/ui/`.
+/// The dashboard's files: path, body and content type (each one `GET` route).
+pub(crate) const ASSETS: [(&str, &str, &str); 3] = [
+    ("/", INDEX_HTML, "text/html; charset=utf-8"),
+    ("/ui/app.js", APP_JS, "text/javascript; charset=utf-8"),
+    ("/ui/app.css", APP_CSS, "text/css; charset=utf-8"),
+];
+
+/// The dashboard's routes: `/` and its assets under `/ui/` ([`ASSETS`]).
 pub(crate) fn router() -> Router<AppState> {
-    Router::new()
-        .route(
-            "/",
-            get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| async { asset(APP_CSS, "text/css; charset=utf-8") }),
-        )
+    ASSETS
+        .into_iter()
+        .fold(Router::new(), |router, (path, body, content_type)| {
+            router.route(path, get(move || async move { asset(body, content_type) }))
+        })
 }
 
 fn asset(body: &'static str, content_type: &'static str) -> Response {

@@ -240,6 +240,74 @@ pub fn openapi_yaml() -> String {
         .unwrap_or_else(|err| format!("# could not render OpenAPI document: {err}\n"))
 }
 
+/// The OpenAPI document of the `/api/v2` subset browserd implements (paths relative to its
+/// server URL, `/api/v2`).
+pub fn openapi_v2() -> utoipa::openapi::OpenApi {
+    v2::openapi()
+}
+
+/// [`openapi_v2`] as YAML (the content of `openapi-v2.yaml`).
+pub fn openapi_v2_yaml() -> String {
+    openapi_v2()
+        .to_yaml()
+        .unwrap_or_else(|err| format!("# could not render OpenAPI document: {err}\n"))
+}
+
+/// Where the MCP server is mounted (every method goes to rmcp's streamable HTTP service).
+pub const MCP_PATH: &str = "/mcp";
+
+/// One route of [`router`]: a method (`ANY` for a mounted service) and a path template
+/// (`{name}` for a path segment), as written in the OpenAPI documents.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Route {
+    pub method: String,
+    pub path: String,
+}
+
+/// Every route [`router`] serves, taken from the same lists the router is built from: the
+/// operations of [`openapi`] (`/v1` and ops), of [`openapi_v2`] (under `/api/v2`), the MCP
+/// service at [`MCP_PATH`] and the dashboard's files. (Unknown paths get the fallbacks: 404,
+/// and 501 under `/api/v2`.)
+pub fn routes() -> Vec<Route> {
+    fn operations(doc: &utoipa::openapi::OpenApi, prefix: &str, into: &mut Vec<Route>) {
+        for (path, item) in &doc.paths.paths {
+            let methods = [
+                ("GET", item.get.is_some()),
+                ("POST", item.post.is_some()),
+                ("PUT", item.put.is_some()),
+                ("PATCH", item.patch.is_some()),
+                ("DELETE", item.delete.is_some()),
+                ("HEAD", item.head.is_some()),
+                ("OPTIONS", item.options.is_some()),
+                ("TRACE", item.trace.is_some()),
+            ];
+            for (method, present) in methods {
+                if present {
+                    into.push(Route {
+                        method: method.to_owned(),
+                        path: format!("{prefix}{path}"),
+                    });
+                }
+            }
+        }
+    }
+    let mut routes = Vec::new();
+    operations(&openapi(), "", &mut routes);
+    operations(&openapi_v2(), v2::PREFIX, &mut routes);
+    routes.push(Route {
+        method: "ANY".to_owned(),
+        path: MCP_PATH.to_owned(),
+    });
+    for (path, _, _) in dashboard::ASSETS {
+        routes.push(Route {
+            method: "GET".to_owned(),
+            path: path.to_owned(),
+        });
+    }
+    routes.sort();
+    routes
+}
+
 /// Builds the application. `shutdown` closes open WebSockets (code 1001) when cancelled.
 ///
 /// Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that the per-address
@@ -301,7 +369,10 @@ pub fn router(
     let (ops, _) = ops_routes().split_for_parts();
     // MCP over streamable HTTP, behind the same key check (and rate limit) as /v1.
     let mcp = Router::new()
-        .route_service("/mcp", mcp::service(state.clone(), config.body_limit_bytes))
+        .route_service(
+            MCP_PATH,
+            mcp::service(state.clone(), config.body_limit_bytes),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_api_key,
@@ -309,7 +380,7 @@ pub fn router(
 
     Router::new()
         .merge(v1)
-        .nest("/api/v2", v2::router(state.clone()))
+        .nest(v2::PREFIX, v2::router(state.clone()))
         .merge(ops)
         .merge(mcp)
         .merge(dashboard::router())

@@ -156,7 +156,7 @@ impl Backend for McpBackend {
     }
 
     async fn steps(&self, cx: &CallContext, id: TaskId) -> Result<Vec<StepView>, ToolError> {
-        Ok(task_ops::steps(&self.tasks, &self.caller(cx)?, id).await?)
+        Ok(task_ops::all_steps(&self.tasks, &self.caller(cx)?, id).await?)
     }
 
     async fn control(
@@ -178,7 +178,7 @@ impl Backend for McpBackend {
         let number = match step {
             Some(number) => number,
             None => {
-                let steps = task_ops::steps(&self.tasks, &caller, id).await?;
+                let steps = task_ops::all_steps(&self.tasks, &caller, id).await?;
                 latest_screenshot_step(&steps)
                     .ok_or_else(|| browserd_mcp::screenshot_not_found(None))?
             }

@@ -192,6 +192,23 @@ pub async fn download_file(
 /// without a key); the signature is checked with the file's key alone before its bytes are
 /// read, and an unknown file answers exactly as a wrong signature does (403), so a link without
 /// its signature tells nothing about which files exist.
+#[utoipa::path(
+    get,
+    path = "/files/output-files/{file_id}/content",
+    tag = "files",
+    operation_id = "v2_signed_download",
+    params(
+        ("file_id" = uuid::Uuid, Path, description = "Output file id"),
+        ("expires" = i64, Query, description = "Unix time the link expires at (from `downloadUrl`)"),
+        ("signature" = String, Query, description = "Hex HMAC-SHA256 of the link (from `downloadUrl`)"),
+    ),
+    responses(
+        (status = 200, description = "File bytes (`Content-Disposition: attachment`)", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 403, description = "The link is invalid, malformed or expired; a file that does not exist answers as a wrong signature", body = crate::v2::V2ErrorBody),
+        (status = 422, description = "Malformed file id", body = crate::v2::V2ErrorBody),
+        (status = 429, description = "Rate limited (the pre-auth limit of the client address); see `Retry-After`", body = crate::v2::V2ErrorBody),
+    )
+)]
 pub(crate) async fn signed_download(
     State(state): State<AppState>,
     Path(file_id): Path<String>,

@@ -15,8 +15,8 @@ use browserd_store::{
     TaskCursor, TaskStore, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
-    CreateTaskRequest, ReplayActionView, ReplayReportView, StepView, TaskList, TaskView,
-    screenshot_path,
+    CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView, TaskList, TaskView,
+    limits, screenshot_path,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
@@ -380,28 +380,74 @@ pub(crate) async fn control(
     Ok(task.into())
 }
 
-/// The task's steps, in order.
+/// A page of the task's steps, in order: up to `limit` (1–500, default 100, checked here)
+/// numbered above `after_step`, and the `after_step` of the next page when there is one.
 pub(crate) async fn steps(
     tasks: &TaskService,
     caller: &Caller,
     id: TaskId,
-) -> Result<Vec<StepView>, ApiError> {
+    after_step: Option<i32>,
+    limit: Option<i64>,
+) -> Result<StepList, ApiError> {
+    let limit = crate::validation::step_page_limit(limit)?;
     owned_task(tasks, caller, id).await?;
-    let steps = tasks.store.list_steps(id).await?;
-    Ok(steps
-        .into_iter()
-        .map(|step| StepView {
-            number: step.number,
-            screenshot_url: step.screenshot.map(|_| screenshot_path(id, step.number)),
-            url: step.url,
-            title: step.title,
-            model_output: step.model_output,
-            results: step.results,
-            usage: step.usage,
-            started_at: step.started_at,
-            finished_at: step.finished_at,
-        })
-        .collect())
+    let mut steps = tasks
+        .store
+        .list_steps_page(id, after_step, limit + 1)
+        .await?;
+    let next_after_step = next_page_after(&mut steps, limit, |step| step.number);
+    Ok(StepList {
+        items: steps.into_iter().map(|step| step_view(id, step)).collect(),
+        next_after_step,
+    })
+}
+
+/// Every step of the task, in order, read page by page (the MCP tools count and summarise
+/// them).
+pub(crate) async fn all_steps(
+    tasks: &TaskService,
+    caller: &Caller,
+    id: TaskId,
+) -> Result<Vec<StepView>, ApiError> {
+    let mut all = Vec::new();
+    let mut after_step = None;
+    loop {
+        let page = steps(tasks, caller, id, after_step, Some(limits::STEP_PAGE_MAX)).await?;
+        all.extend(page.items);
+        match page.next_after_step {
+            Some(next) => after_step = Some(next),
+            None => return Ok(all),
+        }
+    }
+}
+
+/// Cuts `rows` (read with `limit + 1`) to `limit` and answers the cursor of the next page:
+/// the number of the page's last row when a row was left over.
+pub(crate) fn next_page_after<T>(
+    rows: &mut Vec<T>,
+    limit: i64,
+    number: impl Fn(&T) -> i32,
+) -> Option<i32> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    if rows.len() <= limit {
+        return None;
+    }
+    rows.truncate(limit);
+    rows.last().map(number)
+}
+
+fn step_view(id: TaskId, step: browserd_store::StepRecord) -> StepView {
+    StepView {
+        number: step.number,
+        screenshot_url: step.screenshot.map(|_| screenshot_path(id, step.number)),
+        url: step.url,
+        title: step.title,
+        model_output: step.model_output,
+        results: step.results,
+        usage: step.usage,
+        started_at: step.started_at,
+        finished_at: step.finished_at,
+    }
 }
 
 /// The screenshot of step `number`: its content type and bytes.

@@ -7,14 +7,15 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::TaskCursor;
 use browserd_types::dto::{
-    CreateTaskRequest, ErrorBody, ReplayReportView, StepList, TaskList, TaskView, limits,
+    CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList, TaskView,
+    limits,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller, QueryParams, StepPath, TaskPath};
-use crate::task_ops::{self, owned_task};
+use crate::task_ops;
 
 /// Create a task. It starts in status `queued`. With `replay_of` it is a replay: a worker
 /// re-runs the source task's recorded actions without a model (see
@@ -280,17 +281,23 @@ pub async fn resume_task(
     control(&state, &caller, id, Transition::Resume).await
 }
 
-/// The task's steps, in order.
+/// A page of the task's steps, in order. Follow `next_after_step` (pass it as `after_step`)
+/// until it is `null` to read them all; a running task may add steps after that.
 #[utoipa::path(
     get,
     path = "/v1/tasks/{id}/steps",
     tag = "tasks",
-    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "Task id"),
+        ("after_step" = Option<i32>, Query, description = "Only steps numbered above this (the previous page's `next_after_step`); from the first step when absent", minimum = 0, maximum = 2147483647),
+        ("limit" = Option<i64>, Query, description = "Page size, 1–500 (default 100)", minimum = 1, maximum = 500),
+    ),
     responses(
-        (status = 200, description = "Steps", body = StepList),
+        (status = 200, description = "A page of steps", body = StepList),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 422, description = "Invalid query parameter (`limit` out of 1–500, `after_step` not a step number)", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
@@ -300,10 +307,23 @@ pub async fn list_steps(
     State(state): State<AppState>,
     caller: Caller,
     TaskPath(id): TaskPath,
+    query: QueryParams,
 ) -> Result<Json<StepList>, ApiError> {
-    Ok(Json(StepList {
-        items: task_ops::steps(&state.tasks, &caller, id).await?,
-    }))
+    let (after_step, limit) = step_page(&query)?;
+    Ok(Json(
+        task_ops::steps(&state.tasks, &caller, id, after_step, limit).await?,
+    ))
+}
+
+/// `after_step` and `limit` of a page of steps or history items (the limit's range is checked
+/// by the task service).
+fn step_page(query: &QueryParams) -> Result<(Option<i32>, Option<i64>), ApiError> {
+    query.only(&["after_step", "limit"])?;
+    let after_step = query
+        .int_in("after_step", 0..=i64::from(i32::MAX))?
+        .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
+    let limit = query.int_in("limit", i64::MIN..=i64::MAX)?;
+    Ok((after_step, limit))
 }
 
 /// The screenshot taken at step `n`, with its content type.
@@ -343,18 +363,25 @@ pub async fn step_screenshot(
         .map_err(|err| ApiError::Internal(err.to_string()))
 }
 
-/// The task's AgentHistory, in the shape `browserd run --history-out` writes
+/// A page of the task's AgentHistory, in the shape `browserd run --history-out` writes
 /// (`{"history": [AgentHistory…], "usage": UsageSummary}`): step 0 is the initial navigation.
+/// Follow `next_after_step` (pass it as `after_step`) until it is `null` and concatenate the
+/// pages' `history` for the whole file.
 #[utoipa::path(
     get,
     path = "/v1/tasks/{id}/history",
     tag = "tasks",
-    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "Task id"),
+        ("after_step" = Option<i32>, Query, description = "Only items of steps numbered above this (the previous page's `next_after_step`); from the first when absent", minimum = 0, maximum = 2147483647),
+        ("limit" = Option<i64>, Query, description = "Page size, 1–500 (default 100)", minimum = 1, maximum = 500),
+    ),
     responses(
-        (status = 200, description = "The history so far", body = Object),
+        (status = 200, description = "A page of the history so far", body = HistoryPage),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 422, description = "Invalid query parameter (`limit` out of 1–500, `after_step` not a step number)", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
         (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
@@ -364,9 +391,30 @@ pub async fn task_history(
     State(state): State<AppState>,
     caller: Caller,
     TaskPath(id): TaskPath,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let task = owned_task(&state.tasks, &caller, id).await?;
-    let history = state.store.step_records(id).await?;
+    query: QueryParams,
+) -> Result<Json<HistoryPage>, ApiError> {
+    let (after_step, limit) = step_page(&query)?;
+    Ok(Json(
+        history_page(&state, &caller, id, after_step, limit).await?,
+    ))
+}
+
+/// A page of task `id`'s history: up to `limit` (1–500, default 100, checked here) items of
+/// steps numbered above `after_step`, the task's usage, and the next page's `after_step`.
+pub(crate) async fn history_page(
+    state: &AppState,
+    caller: &Caller,
+    id: TaskId,
+    after_step: Option<i32>,
+    limit: Option<i64>,
+) -> Result<HistoryPage, ApiError> {
+    let limit = crate::validation::step_page_limit(limit)?;
+    let task = task_ops::owned_task(&state.tasks, caller, id).await?;
+    let mut records = state
+        .store
+        .step_records_page(id, after_step, limit + 1)
+        .await?;
+    let next_after_step = task_ops::next_page_after(&mut records, limit, |(number, _)| *number);
     let usage = task.usage.unwrap_or_else(|| {
         serde_json::json!({
             "total": {"input_tokens": 0, "cached_input_tokens": 0,
@@ -374,9 +422,11 @@ pub async fn task_history(
             "invocations": 0
         })
     });
-    Ok(Json(
-        serde_json::json!({"history": history, "usage": usage}),
-    ))
+    Ok(HistoryPage {
+        history: records.into_iter().map(|(_, record)| record).collect(),
+        usage,
+        next_after_step,
+    })
 }
 
 /// A replay task's report: per recorded action, the index it had and has now, how its

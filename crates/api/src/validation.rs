@@ -319,6 +319,25 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
     })
 }
 
+/// The `limit` of a page of steps or history items: 1–500, default 100.
+pub fn step_page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let Some(value) = limit else {
+        return Ok(limits::STEP_PAGE_DEFAULT);
+    };
+    let range = 1..=limits::STEP_PAGE_MAX;
+    if !range.contains(&value) {
+        return Err(ApiError::validation(
+            "limit",
+            format!(
+                "limit must be between {} and {}, got {value}",
+                range.start(),
+                range.end()
+            ),
+        ));
+    }
+    Ok(value)
+}
+
 /// The page size of a task list: 1–100, 20 when not given (`GET /v1/tasks?limit=`, the MCP
 /// `list_tasks` tool).
 pub fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {

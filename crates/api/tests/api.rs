@@ -994,6 +994,218 @@ async fn control_endpoints_follow_the_status_machine(pool: PgPool) {
     );
 }
 
+/// Steps `0..count` of task `id`, written in one statement, with an AgentHistory record on
+/// every step whose number is not a multiple of 10 (steps without one are not history items).
+async fn insert_steps(pool: &PgPool, id: TaskId, from: i32, count: i32) {
+    sqlx::query(
+        "insert into task_steps (task_id, number, url, model_output, results, started_at,
+             finished_at, record)
+         select $1, n, 'http://127.0.0.1/page' || n, jsonb_build_object('memory', 'm' || n),
+             '[]'::jsonb, now(), now(),
+             case when n % 10 = 0 then null else jsonb_build_object('step', n) end
+         from generate_series($2::int, $2::int + $3::int - 1) as n",
+    )
+    .bind(id.0)
+    .bind(from)
+    .bind(count)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Follows `next_after_step` from the first page of `path` (with `query`), collecting
+/// `field` of every page; answers the items and the number of pages.
+async fn read_pages(app: &TestApp, path: &str, query: &str, field: &str) -> (Vec<Value>, usize) {
+    let mut items = Vec::new();
+    let mut pages = 0;
+    let mut after: Option<i64> = None;
+    loop {
+        let url = match after {
+            Some(after) => format!("{path}?{query}&after_step={after}"),
+            None => format!("{path}?{query}"),
+        };
+        let response = app.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let page: Value = response.json().await.unwrap();
+        pages += 1;
+        let got = page[field].as_array().unwrap();
+        assert!(
+            !got.is_empty() || pages == 1,
+            "no empty page after the first"
+        );
+        items.extend(got.iter().cloned());
+        match page["next_after_step"].as_i64() {
+            Some(next) => after = Some(next),
+            None => return (items, pages),
+        }
+    }
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn steps_and_history_are_read_page_by_page(pool: PgPool) {
+    let app = TestApp::start(pool.clone()).await;
+    let id = task_id(&app.create(json!({"task": "long"})).await);
+    insert_steps(&pool, id, 0, 250).await;
+    let steps_path = format!("/v1/tasks/{id}/steps");
+    let history_path = format!("/v1/tasks/{id}/history");
+
+    // The default page is 100 steps: 250 steps are three pages, every step once, in order.
+    let (steps, pages) = read_pages(&app, &steps_path, "", "items").await;
+    assert_eq!(pages, 3);
+    let numbers: Vec<i64> = steps
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (0..250).collect::<Vec<i64>>());
+    assert_eq!(steps[7]["model_output"]["memory"], "m7");
+
+    // Small pages, and steps written while a reader pages: each step exactly once, in order.
+    let mut seen = Vec::new();
+    let mut after: Option<i64> = None;
+    let mut written = 250;
+    loop {
+        let url = match after {
+            Some(after) => format!("{steps_path}?limit=7&after_step={after}"),
+            None => format!("{steps_path}?limit=7"),
+        };
+        let page: Value = app.get(&url).send().await.unwrap().json().await.unwrap();
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 7);
+        seen.extend(items.iter().map(|s| s["number"].as_i64().unwrap()));
+        if written < 260 {
+            insert_steps(&pool, id, written, 1).await;
+            written += 1;
+        }
+        match page["next_after_step"].as_i64() {
+            Some(next) => {
+                assert_eq!(
+                    Some(&next),
+                    seen.last(),
+                    "the cursor is the page's last step"
+                );
+                after = Some(next);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..260).collect::<Vec<i64>>());
+    // A page that ends exactly at the last step says so (no empty page to fetch).
+    let page: Value = app
+        .get(&format!("{steps_path}?limit=10&after_step=249"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["items"].as_array().unwrap().len(), 10);
+    assert!(page["next_after_step"].is_null(), "{page}");
+
+    // The history pages the same way over the steps that have a record (not 0, 10, 20, …).
+    let (history, pages) = read_pages(&app, &history_path, "limit=100", "history").await;
+    let expected: Vec<Value> = (0..260)
+        .filter(|n| n % 10 != 0)
+        .map(|n| json!({"step": n}))
+        .collect();
+    assert_eq!(history, expected);
+    assert_eq!(pages, 3);
+    let page: Value = app
+        .get(&format!("{history_path}?limit=500"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["history"].as_array().unwrap().len(), 234);
+    assert!(page["next_after_step"].is_null());
+    assert_eq!(page["usage"]["invocations"], 0);
+
+    // Bounds: a 422 naming the bound.
+    for path in [&steps_path, &history_path] {
+        for (query, field, says) in [
+            ("limit=0", "limit", "limit must be between 1 and 500, got 0"),
+            (
+                "limit=501",
+                "limit",
+                "limit must be between 1 and 500, got 501",
+            ),
+            ("limit=ten", "limit", "limit must be an integer"),
+            (
+                "after_step=-1",
+                "after_step",
+                "after_step must be between 0 and 2147483647",
+            ),
+            (
+                "after_step=x",
+                "after_step",
+                "after_step must be an integer",
+            ),
+            ("page=2", "page", "unknown query parameter `page`"),
+        ] {
+            let response = app.get(&format!("{path}?{query}")).send().await.unwrap();
+            let body = error(
+                response,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_failed",
+            )
+            .await;
+            assert_eq!(body["error"]["field"], field, "{body}");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{query}: {message}");
+        }
+    }
+
+    // /api/v2's history (the logs' download) is the whole document, streamed page by page
+    // from the database: 1 300 steps are three of its pages.
+    insert_steps(&pool, id, 260, 1040).await;
+    let response = app
+        .http
+        .get(app.url(&format!("/api/v2/tasks/{id}/history")))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let whole: Value = response.json().await.unwrap();
+    let expected: Vec<Value> = (0..1300)
+        .filter(|n| n % 10 != 0)
+        .map(|n| json!({"step": n}))
+        .collect();
+    assert_eq!(whole["history"], Value::Array(expected));
+    assert_eq!(whole["usage"], json!({}));
+    // v2's task view lists every model step (the SDK's stream indexes them).
+    let response = app
+        .http
+        .get(app.url(&format!("/api/v2/tasks/{id}")))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap();
+    let view: Value = response.json().await.unwrap();
+    let numbers: Vec<i64> = view["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, (1..1300).collect::<Vec<i64>>());
+    // An empty history streams as a document too.
+    let empty = task_id(&app.create(json!({"task": "new"})).await);
+    let whole: Value = app
+        .http
+        .get(app.url(&format!("/api/v2/tasks/{empty}/history")))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole, json!({"history": [], "usage": {}}));
+}
+
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn steps_and_screenshots_are_served(pool: PgPool) {
     let app = TestApp::start(pool).await;
@@ -1585,6 +1797,77 @@ fn openapi_yaml_is_up_to_date() {
         "/metrics:",
     ] {
         assert!(generated.contains(route), "{route} missing from the spec");
+    }
+}
+
+#[test]
+fn openapi_v2_yaml_is_up_to_date() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi-v2.yaml");
+    let generated = browserd_api::openapi_v2_yaml();
+    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
+        std::fs::write(path, &generated).unwrap();
+        return;
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "openapi-v2.yaml is stale; regenerate it with `UPDATE_OPENAPI=1 cargo test -p browserd-api --test api openapi`"
+    );
+}
+
+/// The route table is the router's: every route of it is served (not the fallbacks' 404 /
+/// 501, nor 405), and the documents' operations are all in it.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn every_route_of_the_table_is_served(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let routes = browserd_api::routes();
+    for expected in [
+        ("GET", "/v1/tasks/{id}/steps"),
+        ("GET", "/api/v2/tasks/{task_id}"),
+        ("GET", "/api/v2/files/output-files/{file_id}/content"),
+        ("ANY", "/mcp"),
+        ("GET", "/"),
+        ("GET", "/healthz"),
+    ] {
+        assert!(
+            routes
+                .iter()
+                .any(|r| (r.method.as_str(), r.path.as_str()) == expected),
+            "{expected:?} is not in the route table"
+        );
+    }
+    for route in &routes {
+        // Any value for each path parameter: the route matches whatever it is.
+        let mut path = String::new();
+        for segment in route.path.split('/').skip(1) {
+            path.push('/');
+            path.push_str(if segment.starts_with('{') {
+                "1"
+            } else {
+                segment
+            });
+        }
+        let method = if route.method == "ANY" {
+            reqwest::Method::GET
+        } else {
+            route.method.parse().unwrap()
+        };
+        let response = app
+            .http
+            .request(method, app.url(&path))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        assert!(
+            status != StatusCode::METHOD_NOT_ALLOWED
+                && status != StatusCode::NOT_IMPLEMENTED
+                && !body.contains("route_not_found"),
+            "{} {} is not served: {status} {body}",
+            route.method,
+            route.path
+        );
     }
 }
 

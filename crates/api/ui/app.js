@@ -448,8 +448,19 @@ function renderTask(app, id) {
 
   download.addEventListener('click', async () => {
     try {
-      const response = await api(`/v1/tasks/${id}/history`, { raw: true });
-      const blob = await response.blob();
+      // The history comes in pages: follow `next_after_step` and join them into one file.
+      const history = [];
+      let usage = {};
+      let after = null;
+      do {
+        const query = after === null ? 'limit=500' : `limit=500&after_step=${after}`;
+        const page = await api(`/v1/tasks/${id}/history?${query}`);
+        history.push(...page.history);
+        usage = page.usage;
+        after = page.next_after_step;
+      } while (after !== null && after !== undefined);
+      const blob = new Blob([JSON.stringify({ history, usage }, null, 2)],
+        { type: 'application/json' });
       const url = URL.createObjectURL(blob);
       const link = el('a', { href: url, download: `task-${id}-history.json` });
       document.body.append(link);

@@ -26,6 +26,8 @@ const RETRY_FIRST: Duration = Duration::from_millis(250);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 /// The server pings every 30 s: a stream silent this long is dead.
 const SILENCE_LIMIT: Duration = Duration::from_secs(75);
+/// Steps asked for per page of `GET /v1/tasks/{id}/steps` (the server's largest page).
+const STEP_PAGE: i64 = browserd_types::dto::limits::STEP_PAGE_MAX;
 
 /// A browserd server reached over HTTP with one API key.
 #[derive(Clone)]
@@ -296,11 +298,20 @@ impl Backend for RemoteBackend {
         Ok(list.items)
     }
 
+    /// Every step, page after page (`next_after_step`).
     async fn steps(&self, _cx: &CallContext, id: TaskId) -> Result<Vec<StepView>, ToolError> {
-        let list: StepList = self
-            .json(Method::GET, &format!("/v1/tasks/{id}/steps"), None)
-            .await?;
-        Ok(list.items)
+        let mut steps = Vec::new();
+        let mut path = format!("/v1/tasks/{id}/steps?limit={STEP_PAGE}");
+        loop {
+            let page: StepList = self.json(Method::GET, &path, None).await?;
+            steps.extend(page.items);
+            match page.next_after_step {
+                Some(after) => {
+                    path = format!("/v1/tasks/{id}/steps?limit={STEP_PAGE}&after_step={after}")
+                }
+                None => return Ok(steps),
+            }
+        }
     }
 
     async fn control(

@@ -381,6 +381,23 @@ impl TaskStore for MemoryStore {
             .unwrap_or_default())
     }
 
+    async fn list_steps_page(
+        &self,
+        id: TaskId,
+        after_step: Option<i32>,
+        limit: i64,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let after = after_step.unwrap_or(i32::MIN);
+        Ok(self.lock().by_id.get(&id).map_or_else(Vec::new, |t| {
+            t.steps
+                .iter()
+                .filter(|step| step.number > after)
+                .take(usize::try_from(limit).unwrap_or(0))
+                .cloned()
+                .collect()
+        }))
+    }
+
     async fn step_screenshot(
         &self,
         id: TaskId,

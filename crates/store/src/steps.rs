@@ -103,6 +103,68 @@ impl Store {
             .collect())
     }
 
+    /// Up to `limit` steps of task `task_id` numbered above `after_step` (from the first when
+    /// `None`), in order: one page of [`Store::list_steps`], read with the primary key.
+    pub async fn list_steps_page(
+        &self,
+        task_id: TaskId,
+        after_step: Option<i32>,
+        limit: i64,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        let rows = sqlx::query!(
+            r#"select s.number, s.url, s.title, s.model_output, s.results, s.usage,
+                 a.id as "screenshot_artifact_id?", s.started_at, s.finished_at
+             from task_steps s
+             left join artifacts a on a.id = s.screenshot_artifact_id and a.task_id = s.task_id
+             where s.task_id = $1 and s.number > $2 order by s.number limit $3"#,
+            task_id.0,
+            after_step.unwrap_or(i32::MIN),
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| StepRecord {
+                task_id,
+                number: row.number,
+                url: row.url,
+                title: row.title,
+                model_output: row.model_output,
+                results: row.results,
+                usage: row.usage,
+                screenshot: row.screenshot_artifact_id.map(ArtifactId),
+                started_at: row.started_at,
+                finished_at: row.finished_at,
+            })
+            .collect())
+    }
+
+    /// Up to `limit` persisted AgentHistory items of task `id` whose step is numbered above
+    /// `after_step` (from the first when `None`), in step order, each with its step number:
+    /// one page of [`Store::step_records`].
+    pub async fn step_records_page(
+        &self,
+        id: TaskId,
+        after_step: Option<i32>,
+        limit: i64,
+    ) -> Result<Vec<(i32, serde_json::Value)>, StoreError> {
+        let rows = sqlx::query!(
+            r#"select number, record as "record!" from task_steps
+             where task_id = $1 and number > $2 and record is not null
+             order by number limit $3"#,
+            id.0,
+            after_step.unwrap_or(i32::MIN),
+            limit,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.number, row.record))
+            .collect())
+    }
+
     /// The screenshot of step `number` of task `task_id`, if there is one. An artifact of
     /// another task is never served through this task, even if a step row points at it.
     pub async fn step_screenshot(

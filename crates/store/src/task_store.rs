@@ -70,6 +70,14 @@ pub trait TaskStore: Send + Sync + 'static {
 
     async fn list_steps(&self, id: TaskId) -> Result<Vec<StepRecord>, StoreError>;
 
+    /// Up to `limit` steps numbered above `after_step` (from the first when `None`), in order.
+    async fn list_steps_page(
+        &self,
+        id: TaskId,
+        after_step: Option<i32>,
+        limit: i64,
+    ) -> Result<Vec<StepRecord>, StoreError>;
+
     async fn step_screenshot(
         &self,
         id: TaskId,
@@ -196,6 +204,15 @@ impl TaskStore for Store {
 
     async fn list_steps(&self, id: TaskId) -> Result<Vec<StepRecord>, StoreError> {
         Store::list_steps(self, id).await
+    }
+
+    async fn list_steps_page(
+        &self,
+        id: TaskId,
+        after_step: Option<i32>,
+        limit: i64,
+    ) -> Result<Vec<StepRecord>, StoreError> {
+        Store::list_steps_page(self, id, after_step, limit).await
     }
 
     async fn step_screenshot(

@@ -59,6 +59,11 @@ pub mod limits {
     pub const REPLAY_RETRY_DELAY_MS_RANGE: std::ops::RangeInclusive<i64> = 0..=60_000;
     pub const LIST_LIMIT_DEFAULT: i64 = 20;
     pub const LIST_LIMIT_MAX: i64 = 100;
+    /// Steps (or history items) in a page of `/v1/tasks/{id}/steps` and `/history` when the
+    /// client names no `limit`.
+    pub const STEP_PAGE_DEFAULT: i64 = 100;
+    /// The largest `limit` of a page of steps or history items.
+    pub const STEP_PAGE_MAX: i64 = 500;
 }
 
 /// Size of a task's browser viewport in CSS pixels (device scale factor 1, not mobile): what
@@ -445,10 +450,30 @@ pub struct StepView {
     pub finished_at: OffsetDateTime,
 }
 
-/// All steps of a task, in order.
+/// A page of a task's steps, in order.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct StepList {
     pub items: Vec<StepView>,
+    /// Pass as `after_step` to get the next page; `null` when no step after this page is
+    /// stored yet (a running task may still add some).
+    #[serde(default)]
+    pub next_after_step: Option<i32>,
+}
+
+/// A page of a task's AgentHistory (`GET /v1/tasks/{id}/history`): the items of `browserd run
+/// --history-out`'s file, in step order, and the task's usage so far.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct HistoryPage {
+    /// AgentHistory items (step 0 is the initial navigation).
+    #[schema(value_type = Vec<Object>)]
+    pub history: Vec<serde_json::Value>,
+    /// The task's `UsageSummary` so far.
+    #[schema(value_type = Object)]
+    pub usage: serde_json::Value,
+    /// Pass as `after_step` to get the next page; `null` when no item after this page is
+    /// stored yet.
+    #[serde(default)]
+    pub next_after_step: Option<i32>,
 }
 
 /// A file the agent left in its workspace when the task ended (`write_file` / `replace_file`).

@@ -8,6 +8,7 @@ use std::fmt;
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::TaskStatus;
@@ -23,7 +24,7 @@ pub mod limits {
 }
 
 /// A task's status in v2 words: `queued` is `created`, `running` and `paused` are `started`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum V2TaskStatus {
     Created,
@@ -93,37 +94,71 @@ impl From<TaskStatus> for V2TaskStatus {
 }
 
 /// `sessionSettings` of the create request (only for a new session).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSettings {
+    /// Browser profiles are a cloud feature: any value is answered 501.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub profile_id: Option<String>,
+    /// The viewport's width in CSS pixels (with `browserScreenHeight`; the cloud's range).
     #[serde(default)]
+    #[schema(minimum = 320, maximum = 6144)]
     pub browser_screen_width: Option<i64>,
+    /// The viewport's height in CSS pixels (with `browserScreenWidth`).
     #[serde(default)]
+    #[schema(minimum = 320, maximum = 3456)]
     pub browser_screen_height: Option<i64>,
 }
 
-/// Body of `POST /api/v2/tasks`. Unknown fields are ignored.
-#[derive(Deserialize)]
+/// `vision` of the create request: a switch, or `"auto"`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum VisionSetting {
+    Switch(bool),
+    Auto(VisionAuto),
+}
+
+/// The `"auto"` of [`VisionSetting`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema)]
+pub enum VisionAuto {
+    #[serde(rename = "auto")]
+    Auto,
+}
+
+/// Body of `POST /api/v2/tasks`. Unknown fields are ignored. Cloud-only features
+/// (`opVaultId`, `judge: true`, `skillIds`, `sessionSettings.profileId`) are answered 501.
+#[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateTaskRequest {
+    /// What the agent should do (1–20 000 characters, not only whitespace: browserd's limit,
+    /// below the cloud's 50 000).
+    #[schema(min_length = 1, max_length = 20000, pattern = r"\S")]
     pub task: String,
+    /// Name of a model of the server's catalog (the server's default when omitted).
     #[serde(default)]
     pub llm: Option<String>,
+    /// An http(s) URL the browser opens before the first step.
     #[serde(default)]
     pub start_url: Option<String>,
+    /// Step budget, 1–10 000 (default 100).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
     pub max_steps: Option<i64>,
-    /// A JSON Schema, stringified.
+    /// A JSON Schema (an object), stringified; the output is a JSON string matching it.
     #[serde(default)]
     pub structured_output: Option<String>,
+    /// Run in this active, idle session of the caller (its cookies and tabs).
     #[serde(default)]
     pub session_id: Option<Uuid>,
+    /// At most 10 pairs.
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
+    /// Write-only secrets (name → value), as `/v1`'s.
     #[serde(default)]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
     pub secrets: Option<BTreeMap<String, SecretString>>,
+    /// Only these domains may be visited (patterns like `*.example.com`).
     #[serde(default)]
     pub allowed_domains: Option<Vec<String>>,
     #[serde(default)]
@@ -134,16 +169,22 @@ pub struct CreateTaskRequest {
     pub thinking: Option<bool>,
     /// `true`, `false` or `"auto"`.
     #[serde(default)]
+    #[schema(value_type = Option<VisionSetting>)]
     pub vision: Option<serde_json::Value>,
+    /// At most 10 000 characters.
     #[serde(default)]
+    #[schema(max_length = 10000)]
     pub system_prompt_extension: Option<String>,
     #[serde(default)]
     pub session_settings: Option<SessionSettings>,
     // Cloud-only features (answered with 501 when asked for).
+    /// 1Password vaults are a cloud feature: any value is answered 501.
     #[serde(default)]
     pub op_vault_id: Option<String>,
+    /// The judge is a cloud feature: `true` is answered 501.
     #[serde(default)]
     pub judge: Option<bool>,
+    /// Skills are a cloud feature: a non-empty list is answered 501.
     #[serde(default)]
     pub skill_ids: Option<Vec<String>>,
 }
@@ -162,30 +203,35 @@ impl fmt::Debug for CreateTaskRequest {
     }
 }
 
-/// Body of `PATCH /api/v2/tasks/{id}` and `PATCH /api/v2/sessions/{id}`.
-#[derive(Clone, Debug, Deserialize)]
+/// Body of `PATCH /api/v2/tasks/{id}` (`stop`, `stop_task_and_session`, and browserd's
+/// `pause` / `resume`) and `PATCH /api/v2/sessions/{id}` (`stop`).
+#[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct UpdateRequest {
     pub action: String,
 }
 
-/// Body of `POST /api/v2/sessions`. Unknown fields are ignored.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Body of `POST /api/v2/sessions` (optional). Unknown fields are ignored.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
+    /// Browser profiles are a cloud feature: any value is answered 501.
     #[serde(default)]
     pub profile_id: Option<String>,
+    /// An absolute http(s) URL the session's first task opens.
     #[serde(default)]
     pub start_url: Option<String>,
     #[serde(default)]
     pub persist_memory: Option<bool>,
     #[serde(default)]
     pub keep_alive: Option<bool>,
+    /// Not supported: any value but `null` is answered 501.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub custom_proxy: Option<serde_json::Value>,
 }
 
 /// `202` answer of `POST /api/v2/tasks`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskCreatedResponse {
     pub id: Uuid,
@@ -193,13 +239,14 @@ pub struct TaskCreatedResponse {
 }
 
 /// `GET /api/v2/tasks/{id}/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskStatusView {
     pub id: Uuid,
     pub status: V2TaskStatus,
     pub output: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<OffsetDateTime>,
     pub is_success: Option<bool>,
     /// USD as a decimal string.
@@ -207,7 +254,7 @@ pub struct TaskStatusView {
 }
 
 /// One step of a task.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskStepView {
     pub number: i32,
@@ -223,7 +270,7 @@ pub struct TaskStepView {
 }
 
 /// A file the task produced.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileView {
     pub id: Uuid,
@@ -231,7 +278,7 @@ pub struct FileView {
 }
 
 /// A task in a listing (no steps, no files).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskItemView {
     pub id: Uuid,
@@ -240,10 +287,13 @@ pub struct TaskItemView {
     pub task: String,
     pub status: V2TaskStatus,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub started_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<OffsetDateTime>,
     pub metadata: Option<BTreeMap<String, String>>,
     pub output: Option<String>,
@@ -255,7 +305,7 @@ pub struct TaskItemView {
 }
 
 /// `GET /api/v2/tasks/{id}`: the item fields plus steps and output files.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskView {
     #[serde(flatten)]
@@ -265,7 +315,7 @@ pub struct TaskView {
 }
 
 /// The envelope of every v2 listing (page-number pagination).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ListResponse<T> {
     pub items: Vec<T>,
@@ -275,7 +325,7 @@ pub struct ListResponse<T> {
 }
 
 /// `active` or `stopped`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum V2SessionStatus {
     Active,
@@ -283,7 +333,7 @@ pub enum V2SessionStatus {
 }
 
 /// A session in a listing (and the answer of `POST /api/v2/sessions`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionItemView {
     pub id: Uuid,
@@ -292,8 +342,10 @@ pub struct SessionItemView {
     pub live_url: Option<String>,
     pub recording_url: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
+    #[schema(value_type = String, format = DateTime)]
     pub started_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<OffsetDateTime>,
     pub persist_memory: bool,
     pub keep_alive: bool,
@@ -302,7 +354,7 @@ pub struct SessionItemView {
 }
 
 /// `GET /api/v2/sessions/{id}`: the item fields plus the session's tasks.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionView {
     #[serde(flatten)]
@@ -313,7 +365,7 @@ pub struct SessionView {
 
 /// `GET /api/v2/tasks/{id}/logs`.
 /// `GET /files/tasks/{task_id}/output-files/{file_id}`: where to download one output file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskOutputFileResponse {
     pub id: Uuid,
@@ -322,7 +374,7 @@ pub struct TaskOutputFileResponse {
     pub download_url: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogsResponse {
     pub download_url: String,

@@ -15,55 +15,171 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use browserd_store::StoreError;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
 
+/// Where the v2 routes are mounted (the SDK's `base_url` ends with it).
+pub(crate) const PREFIX: &str = "/api/v2";
+
 /// The header the SDK sends the key in.
 pub(crate) const API_KEY_HEADER: &str = "x-browser-use-api-key";
 
-/// The `/api/v2` routes (to be nested under `/api/v2`).
-pub(crate) fn router(state: AppState) -> Router<AppState> {
+/// The document of the `/api/v2` subset browserd implements (paths relative to `/api/v2`, the
+/// server URL), generated from the same handlers [`router`] serves: `openapi-v2.yaml`.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "browserd /api/v2",
+        description = "The subset of browser-use cloud's v2 task API that browserd implements, so the official `browser-use-sdk` works with `base_url=\"http://HOST/api/v2\"`. The key goes in `X-Browser-Use-API-Key`; errors are FastAPI's `{\"detail\": …}`. Every other path under `/api/v2` answers 501.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    servers((url = "/api/v2")),
+    modifiers(&BrowserUseKey),
+    tags(
+        (name = "tasks", description = "Tasks (v2 view of browserd's tasks)"),
+        (name = "sessions", description = "Browser state that later tasks reuse"),
+        (name = "files", description = "Task output files"),
+    )
+)]
+struct V2ApiDoc;
+
+struct BrowserUseKey;
+
+impl Modify for BrowserUseKey {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "browser_use_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(API_KEY_HEADER))),
+        );
+    }
+}
+
+/// An `/api/v2` error body: FastAPI's `detail`, a message or (422) a list of
+/// `{"loc", "msg", "type"}`.
+#[derive(ToSchema)]
+#[allow(dead_code)] // Documentation only: the bodies are built by `V2Error`.
+pub(crate) struct V2ErrorBody {
+    #[schema(value_type = V2ErrorDetail)]
+    detail: (),
+}
+
+/// A message, or the list of invalid values.
+#[derive(ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum V2ErrorDetail {
+    Message(String),
+    Invalid(Vec<V2InvalidValue>),
+}
+
+/// One invalid value: where (`["body", "maxSteps"]`, `["path", "task_id"]`, …), what is wrong,
+/// and FastAPI's error type.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+struct V2InvalidValue {
+    #[schema(value_type = Vec<Value>)]
+    loc: (),
+    msg: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+/// Body of `PATCH /tasks/{task_id}`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct TaskUpdateRequest {
+    action: TaskUpdateAction,
+}
+
+/// `stop` ends the task, `stop_task_and_session` its session too; `pause` and `resume` are
+/// browserd's (a paused task still reads `started`).
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum TaskUpdateAction {
+    Stop,
+    StopTaskAndSession,
+    Pause,
+    Resume,
+}
+
+/// Body of `PATCH /sessions/{session_id}`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct SessionUpdateRequest {
+    action: SessionUpdateAction,
+}
+
+/// `stop`: the session and its unfinished tasks.
+#[derive(ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)]
+enum SessionUpdateAction {
+    Stop,
+}
+
+/// A task's whole AgentHistory (the log `logs` points at).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct V2History {
+    /// AgentHistory items in step order (step 0 is the initial navigation).
+    #[schema(value_type = Vec<Object>)]
+    history: (),
+    /// The task's usage so far (`{}` before its first model call).
+    #[schema(value_type = Object)]
+    usage: (),
+}
+
+/// The keyed `/api/v2` routes and the signed download route (which needs no key), with their
+/// document: one list, so the router serves exactly what the document describes.
+fn routes() -> (OpenApiRouter<AppState>, OpenApiRouter<AppState>) {
     // Signed download links of output files: no key (the link is the credential, like the
     // cloud's presigned URLs).
-    let public = Router::new().route(
-        "/files/output-files/{file_id}/content",
-        get(crate::output_files::signed_download),
-    );
-    let keyed = Router::new()
-        .route("/tasks", post(tasks::create_task).get(tasks::list_tasks))
-        .route(
-            "/tasks/{task_id}",
-            get(tasks::get_task).patch(tasks::update_task),
-        )
-        .route("/tasks/{task_id}/status", get(tasks::task_status))
-        .route("/tasks/{task_id}/logs", get(tasks::task_logs))
-        .route("/tasks/{task_id}/history", get(tasks::task_history))
-        .route(
-            "/tasks/{task_id}/steps/{number}/screenshot",
-            get(tasks::step_screenshot),
-        )
-        .route(
-            "/files/tasks/{task_id}/output-files/{file_id}",
-            get(tasks::output_file),
-        )
-        .route(
-            "/sessions",
-            post(sessions::create_session).get(sessions::list_sessions),
-        )
-        .route(
-            "/sessions/{session_id}",
-            get(sessions::get_session)
-                .patch(sessions::update_session)
-                .delete(sessions::delete_session),
-        )
-        .route_layer(middleware::from_fn_with_state(state, require_key));
+    let public = OpenApiRouter::new().routes(routes!(crate::output_files::signed_download));
+    let keyed = OpenApiRouter::new()
+        .routes(routes!(tasks::create_task, tasks::list_tasks))
+        .routes(routes!(tasks::get_task, tasks::update_task))
+        .routes(routes!(tasks::task_status))
+        .routes(routes!(tasks::task_logs))
+        .routes(routes!(tasks::task_history))
+        .routes(routes!(tasks::step_screenshot))
+        .routes(routes!(tasks::output_file))
+        .routes(routes!(sessions::create_session, sessions::list_sessions))
+        .routes(routes!(
+            sessions::get_session,
+            sessions::update_session,
+            sessions::delete_session
+        ));
+    (public, keyed)
+}
+
+/// [`V2ApiDoc`] with every route of [`router`].
+pub(crate) fn openapi() -> utoipa::openapi::OpenApi {
+    let (public, keyed) = routes();
+    OpenApiRouter::<AppState>::with_openapi(V2ApiDoc::openapi())
+        .merge(public)
+        .merge(keyed)
+        .into_openapi()
+}
+
+/// The `/api/v2` routes (to be nested under `/api/v2`).
+pub(crate) fn router(state: AppState) -> Router<AppState> {
+    let (public, keyed) = routes();
+    let (public, _) = public.split_for_parts();
+    let (keyed, _) = keyed
+        .route_layer(middleware::from_fn_with_state(state, require_key))
+        .split_for_parts();
     public.merge(keyed).fallback(not_implemented)
 }
 

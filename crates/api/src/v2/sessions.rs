@@ -16,7 +16,9 @@ use browserd_types::v2::{
 use uuid::Uuid;
 
 use super::tasks::{item_view, paging, query_params};
-use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
+use super::{
+    SessionUpdateRequest, V2Body, V2Error, V2ErrorBody, V2Path, absolute_url, parse_body, path_uuid,
+};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
@@ -66,6 +68,23 @@ async fn view(
 }
 
 /// `POST /sessions`: 201, an active session for later tasks.
+#[utoipa::path(
+    post,
+    path = "/sessions",
+    tag = "sessions",
+    operation_id = "v2_create_session",
+    request_body(content = Option<CreateSessionRequest>, description = "Optional: an empty body is a session with the defaults", content_type = "application/json"),
+    responses(
+        (status = 201, description = "The new active session", body = SessionItemView),
+        (status = 400, description = "Malformed JSON", body = V2ErrorBody),
+        (status = 413, description = "Body too large", body = V2ErrorBody),
+        (status = 422, description = "Invalid field (`startUrl` not an absolute http(s) URL)", body = V2ErrorBody),
+        (status = 501, description = "`profileId` or `customProxy` was asked for", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn create_session(
     State(state): State<AppState>,
     caller: Caller,
@@ -115,6 +134,24 @@ pub(crate) async fn create_session(
 }
 
 /// `GET /sessions?pageSize&pageNumber&filterBy=active|stopped`.
+#[utoipa::path(
+    get,
+    path = "/sessions",
+    tag = "sessions",
+    operation_id = "v2_list_sessions",
+    params(
+        ("pageSize" = Option<i64>, Query, description = "Page size, 1–100 (default 10)", minimum = 1, maximum = 100),
+        ("pageNumber" = Option<i64>, Query, description = "Page number from 1 (default 1)", minimum = 1, maximum = 1000000),
+        ("filterBy" = Option<V2SessionStatus>, Query, description = "Only sessions in this status"),
+    ),
+    responses(
+        (status = 200, description = "A page of sessions, newest first", body = ListResponse<SessionItemView>),
+        (status = 422, description = "Invalid query parameter", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn list_sessions(
     State(state): State<AppState>,
     caller: Caller,
@@ -147,6 +184,23 @@ pub(crate) async fn list_sessions(
 }
 
 /// `GET /sessions/{id}`.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    operation_id = "v2_get_session",
+    params(
+        ("session_id" = uuid::Uuid, Path, description = "Session id"),
+    ),
+    responses(
+        (status = 200, description = "The session with its tasks", body = SessionView),
+        (status = 404, description = "No such session for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn get_session(
     State(state): State<AppState>,
     caller: Caller,
@@ -185,6 +239,26 @@ pub(crate) async fn stop_session_and_tasks(
 }
 
 /// `PATCH /sessions/{id}` `{"action": "stop"}`: stops the session and its running tasks.
+#[utoipa::path(
+    patch,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    operation_id = "v2_update_session",
+    params(
+        ("session_id" = uuid::Uuid, Path, description = "Session id"),
+    ),
+    request_body = SessionUpdateRequest,
+    responses(
+        (status = 200, description = "The stopped session (its unfinished tasks are stopped)", body = SessionView),
+        (status = 400, description = "Malformed JSON", body = V2ErrorBody),
+        (status = 404, description = "No such session for this key", body = V2ErrorBody),
+        (status = 413, description = "Body too large", body = V2ErrorBody),
+        (status = 422, description = "Malformed id, or an action other than `stop`", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn update_session(
     State(state): State<AppState>,
     caller: Caller,
@@ -206,6 +280,23 @@ pub(crate) async fn update_session(
 }
 
 /// `DELETE /sessions/{id}`: 204; stops its unfinished tasks and forgets its browser state.
+#[utoipa::path(
+    delete,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    operation_id = "v2_delete_session",
+    params(
+        ("session_id" = uuid::Uuid, Path, description = "Session id"),
+    ),
+    responses(
+        (status = 204, description = "Deleted (its unfinished tasks are stopped)"),
+        (status = 404, description = "No such session for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn delete_session(
     State(state): State<AppState>,
     caller: Caller,

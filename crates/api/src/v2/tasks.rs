@@ -20,7 +20,10 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
-use super::{V2Body, V2Error, V2Path, absolute_url, parse_body, path_uuid};
+use super::{
+    TaskUpdateRequest, V2Body, V2Error, V2ErrorBody, V2History, V2Path, absolute_url, parse_body,
+    path_uuid,
+};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
@@ -28,6 +31,24 @@ use crate::task_ops::{self, Placement};
 
 /// `POST /tasks`: 202 `{id, sessionId}`; the task runs in a new one-off session, or in the
 /// caller's active, idle session `sessionId`.
+#[utoipa::path(
+    post,
+    path = "/tasks",
+    tag = "tasks",
+    operation_id = "v2_create_task",
+    request_body = CreateTaskRequest,
+    responses(
+        (status = 202, description = "Task created (status `created`)", body = TaskCreatedResponse),
+        (status = 400, description = "The session is stopped or already has a running task; or malformed JSON", body = V2ErrorBody),
+        (status = 404, description = "`sessionId` names no session of this key", body = V2ErrorBody),
+        (status = 413, description = "Body too large", body = V2ErrorBody),
+        (status = 422, description = "Invalid field (FastAPI's `detail` list names it)", body = V2ErrorBody),
+        (status = 429, description = "Rate limited, or the task queue is full; see `Retry-After`", body = V2ErrorBody),
+        (status = 501, description = "A cloud-only feature was asked for (`opVaultId`, `judge`, `skillIds`, `sessionSettings.profileId`)", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn create_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -185,6 +206,27 @@ fn cloud_only(feature: &str) -> V2Error {
 
 /// `GET /tasks`: newest first, page-number pagination; filters `sessionId`, `filterBy`
 /// (status), `after` and `before` (creation time). Unknown parameters are ignored.
+#[utoipa::path(
+    get,
+    path = "/tasks",
+    tag = "tasks",
+    operation_id = "v2_list_tasks",
+    params(
+        ("pageSize" = Option<i64>, Query, description = "Page size, 1–100 (default 10)", minimum = 1, maximum = 100),
+        ("pageNumber" = Option<i64>, Query, description = "Page number from 1 (default 1)", minimum = 1, maximum = 1000000),
+        ("sessionId" = Option<uuid::Uuid>, Query, description = "Only the tasks of this session"),
+        ("filterBy" = Option<V2TaskStatus>, Query, description = "Only tasks in this status"),
+        ("after" = Option<String>, Query, description = "Only tasks created after this time (RFC 3339)", format = DateTime),
+        ("before" = Option<String>, Query, description = "Only tasks created before this time (RFC 3339)", format = DateTime),
+    ),
+    responses(
+        (status = 200, description = "A page of tasks, newest first", body = ListResponse<TaskItemView>),
+        (status = 422, description = "Invalid query parameter", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn list_tasks(
     State(state): State<AppState>,
     caller: Caller,
@@ -297,6 +339,23 @@ async fn owned(state: &AppState, caller: &Caller, raw_id: &str) -> Result<V2Task
 }
 
 /// `GET /tasks/{id}`.
+#[utoipa::path(
+    get,
+    path = "/tasks/{task_id}",
+    tag = "tasks",
+    operation_id = "v2_get_task",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+    ),
+    responses(
+        (status = 200, description = "The task with its steps (every model step: the SDK's stream indexes them; a task has at most `maxSteps`, ≤ 10 000) and output files", body = TaskView),
+        (status = 404, description = "No such task for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -308,6 +367,23 @@ pub(crate) async fn get_task(
 }
 
 /// `GET /tasks/{id}/status`: the cheap poll target of every SDK helper.
+#[utoipa::path(
+    get,
+    path = "/tasks/{task_id}/status",
+    tag = "tasks",
+    operation_id = "v2_task_status",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+    ),
+    responses(
+        (status = 200, description = "The task's status and result", body = TaskStatusView),
+        (status = 404, description = "No such task for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn task_status(
     State(state): State<AppState>,
     caller: Caller,
@@ -327,6 +403,26 @@ pub(crate) async fn task_status(
 
 /// `PATCH /tasks/{id}`: `stop`, `stop_task_and_session`, and browserd's `pause` / `resume`
 /// (a paused task still reads `started`). Stopping an ended task answers it unchanged.
+#[utoipa::path(
+    patch,
+    path = "/tasks/{task_id}",
+    tag = "tasks",
+    operation_id = "v2_update_task",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+    ),
+    request_body = TaskUpdateRequest,
+    responses(
+        (status = 200, description = "The task after the action (stopping an ended task answers it unchanged)", body = TaskView),
+        (status = 400, description = "The action is illegal in the task's status (e.g. pause a finished task); or malformed JSON", body = V2ErrorBody),
+        (status = 404, description = "No such task for this key", body = V2ErrorBody),
+        (status = 413, description = "Body too large", body = V2ErrorBody),
+        (status = 422, description = "Malformed id, or an unknown action", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn update_task(
     State(state): State<AppState>,
     caller: Caller,
@@ -377,6 +473,23 @@ pub(crate) async fn update_task(
 }
 
 /// `GET /tasks/{id}/logs`: where to download the task's log (its AgentHistory JSON).
+#[utoipa::path(
+    get,
+    path = "/tasks/{task_id}/logs",
+    tag = "tasks",
+    operation_id = "v2_task_logs",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+    ),
+    responses(
+        (status = 200, description = "Where to download the task's log (its whole AgentHistory)", body = LogsResponse),
+        (status = 404, description = "No such task for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn task_logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -392,19 +505,135 @@ pub(crate) async fn task_logs(
     }))
 }
 
-/// `GET /tasks/{id}/history`: the AgentHistory (as `/v1/tasks/{id}/history`).
+/// `GET /tasks/{id}/history`: the whole AgentHistory, `{"history": [...], "usage": ...}` (the
+/// items `/v1/tasks/{id}/history` pages), the download behind the logs' `downloadUrl`. It is
+/// streamed: read from the database one page of [`limits::STEP_PAGE_MAX`] items at a time, so a
+/// long task's log never sits whole in the server's memory. The usage is read after the last
+/// item.
+#[utoipa::path(
+    get,
+    path = "/tasks/{task_id}/history",
+    tag = "tasks",
+    operation_id = "v2_task_history",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+    ),
+    responses(
+        (status = 200, description = "The whole AgentHistory `{\"history\": […], \"usage\": …}`, streamed", body = V2History),
+        (status = 404, description = "No such task for this key", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn task_history(
     State(state): State<AppState>,
     caller: Caller,
     V2Path(task_id): V2Path<String>,
-) -> Result<Json<Value>, V2Error> {
+) -> Result<Response, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
-    let history = state.store.step_records(task.record.id).await?;
-    let usage = task.record.usage.unwrap_or_else(|| json!({}));
-    Ok(Json(json!({"history": history, "usage": usage})))
+    let id = task.record.id;
+    let key = caller.key_id;
+    enum Part {
+        Open,
+        Items {
+            after_step: Option<i32>,
+            first: bool,
+        },
+        Usage,
+        Done,
+    }
+    let body = futures::stream::unfold(Part::Open, move |part| {
+        let store = state.store.clone();
+        async move {
+            let (bytes, next) = match part {
+                Part::Open => (
+                    b"{\"history\":[".to_vec(),
+                    Part::Items {
+                        after_step: None,
+                        first: true,
+                    },
+                ),
+                Part::Items { after_step, first } => {
+                    let page = dto::limits::STEP_PAGE_MAX;
+                    let mut records = match store.step_records_page(id, after_step, page + 1).await
+                    {
+                        Ok(records) => records,
+                        Err(err) => return Some((Err(history_error(id, &err)), Part::Done)),
+                    };
+                    let next_after =
+                        task_ops::next_page_after(&mut records, page, |(number, _)| *number);
+                    let mut bytes = Vec::new();
+                    for (index, (_, record)) in records.iter().enumerate() {
+                        if !(first && index == 0) {
+                            bytes.push(b',');
+                        }
+                        if let Err(err) = serde_json::to_writer(&mut bytes, record) {
+                            return Some((Err(history_error(id, &err)), Part::Done));
+                        }
+                    }
+                    let first = first && records.is_empty();
+                    let next = match next_after {
+                        Some(after) => Part::Items {
+                            after_step: Some(after),
+                            first,
+                        },
+                        None => Part::Usage,
+                    };
+                    (bytes, next)
+                }
+                Part::Usage => {
+                    let usage = match store.get_task(Some(key), id).await {
+                        Ok(task) => task.and_then(|t| t.usage).unwrap_or_else(|| json!({})),
+                        Err(err) => return Some((Err(history_error(id, &err)), Part::Done)),
+                    };
+                    let mut bytes = b"],\"usage\":".to_vec();
+                    if let Err(err) = serde_json::to_writer(&mut bytes, &usage) {
+                        return Some((Err(history_error(id, &err)), Part::Done));
+                    }
+                    bytes.push(b'}');
+                    (bytes, Part::Done)
+                }
+                Part::Done => return None,
+            };
+            Some((Ok(axum::body::Bytes::from(bytes)), next))
+        }
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(body))
+        .map_err(|err| V2Error::Internal(err.to_string()))
+}
+
+/// A failure in the middle of a streamed history: logged; the response is cut short (its
+/// status is already sent), so the client sees a broken download, never a partial document
+/// that parses.
+fn history_error(id: TaskId, err: &dyn std::fmt::Display) -> std::io::Error {
+    tracing::error!(task_id = %id, error = %err, "streaming a task's history failed");
+    std::io::Error::other(format!("reading the history of task {id} failed"))
 }
 
 /// `GET /tasks/{id}/steps/{n}/screenshot`: a step's screenshot (the steps' `screenshotUrl`).
+#[utoipa::path(
+    get,
+    path = "/tasks/{task_id}/steps/{number}/screenshot",
+    tag = "tasks",
+    operation_id = "v2_step_screenshot",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+        ("number" = i32, Path, description = "Step number", minimum = 0),
+    ),
+    responses(
+        (status = 200, description = "Image bytes", content_type = "image/*", body = Vec<u8>),
+        (status = 404, description = "No such task for this key, or the step has no screenshot", body = V2ErrorBody),
+        (status = 422, description = "Malformed id or step number", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn step_screenshot(
     State(state): State<AppState>,
     caller: Caller,
@@ -444,6 +673,24 @@ pub(crate) async fn step_screenshot(
 /// `downloadUrl` is a signed link valid for an hour that needs no key
 /// (`crate::output_files`); 404 `Output file not found` (also for a file whose content was
 /// skipped).
+#[utoipa::path(
+    get,
+    path = "/files/tasks/{task_id}/output-files/{file_id}",
+    tag = "files",
+    operation_id = "v2_output_file",
+    params(
+        ("task_id" = uuid::Uuid, Path, description = "Task id"),
+        ("file_id" = uuid::Uuid, Path, description = "Output file id"),
+    ),
+    responses(
+        (status = 200, description = "The file's name and a signed `downloadUrl`, valid for an hour, that needs no key", body = TaskOutputFileResponse),
+        (status = 404, description = "No such task or file for this key (or the file's content was skipped)", body = V2ErrorBody),
+        (status = 422, description = "Malformed id", body = V2ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+    ),
+    security(("browser_use_key" = []))
+)]
 pub(crate) async fn output_file(
     State(state): State<AppState>,
     caller: Caller,
