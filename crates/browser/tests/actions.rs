@@ -359,7 +359,8 @@ fn input_types_and_reads_back() {
 /// Fields a framework controls (`fixtures/actions/controlled.html`: the app re-renders each field
 /// from its state on every `input` event, and a value set through the element's own `value`
 /// property is swallowed as React's value tracker does) end with the value meant, in the field
-/// and in the app's state: a number whose intermediate `37.` is no number, date, time and range
+/// and in the app's state: a number written back on every event (typed key by key, `37.5` came out as
+/// `537`: writing `37` back while `37.` is typed drops the dot and moves the caret), date, time and range
 /// fields, a plain controlled text field, and one whose re-render moves the caret to the start
 /// (typed keys come out reversed; the text then goes in at once). A field that reformats what
 /// it is given keeps its format, and the result says so.
