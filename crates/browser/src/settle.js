@@ -43,7 +43,8 @@
   // A finite animation that started this long before the action's start is not its doing.
   const ANIMATION_EARLY_MS = 100;
   const WS_REPLY_MAX_MS = 1500;
-  // Frames may not come at all (a hidden tab): the frame wait gives up after this.
+  // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
+  // long at most.
   const FRAME_WAIT_MAX_MS = 150;
   const LOADING_TEXT_MAX = 200;
   const LOADING_TEXT = /^[\s\W]*(loading|please wait|one moment|just a moment|starting|connecting|initiali[sz]ing)\b/i;
@@ -277,8 +278,14 @@
         const fn = args[0];
         if (typeof fn !== 'function') return Reflect.apply(target, thisArg, args);
         const depth = frameDepth;
+        // A hidden document (or a throttled frame) may not render for a long time: no frame
+        // is waited for there, and none for longer than FRAME_WAIT_MAX_MS.
         const tracked =
-          depth >= 0 && depth < FRAME_CHAIN_MAX && chainDepth >= 0 && (epoch === 0 || acting());
+          depth >= 0 &&
+          depth < FRAME_CHAIN_MAX &&
+          chainDepth >= 0 &&
+          (epoch === 0 || acting()) &&
+          document.visibilityState !== 'hidden';
         if (!tracked) {
           args[0] = function (...a) {
             const saved = frameDepth;
@@ -306,6 +313,7 @@
         };
         handle = Reflect.apply(target, thisArg, args);
         frameItems.set(handle, id);
+        setTimer(() => endNow(id), FRAME_WAIT_MAX_MS);
         return handle;
       },
     });
