@@ -3,20 +3,30 @@
 // starts after an action so the next capture shows the page once that work is done:
 //   - fetch() and XMLHttpRequest requests, and reading a fetched body (json(), text(), …);
 //   - setTimeout callbacks of at most TIMER_MAX_MS (debounces, "show result in 100 ms");
+//   - requestAnimationFrame callbacks (chains of at most FRAME_CHAIN_MAX frames);
+//   - CSS transitions and animations (and Web Animations) that run at most ANIMATION_MAX_MS;
+//   - IntersectionObserver / ResizeObserver callbacks: with observers at work, the settle lasts
+//     two rendering frames at least, after which their callbacks (and what those start) have run;
+//   - WebSocket messages: a message the page sends is pending until the socket's next message
+//     (at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
 //   - scripts, stylesheets and iframes inserted into the document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
-//   - DOM mutations, for a quiet window after the last one.
-// It ignores what is long-lived or not the action's: EventSource, WebSocket, sendBeacon,
-// keepalive fetches, analytics endpoints, setInterval, timers and requests started by the
-// page's own loops (from an ignored callback, or of a kind the page started twice on its own,
-// outside any action, in the CHATTY_MS before the action), work begun before the action, and
-// mutations of nodes that
-// were already changing in the CHATTY_MS before the action (clocks, tickers, animations).
+//   - DOM mutations, for a quiet window after the last one;
+//   - on a new document, a loading screen (a page whose only text says it is loading, or a
+//     progress bar / aria-busy element and little text): the settle waits until it is replaced.
+// It ignores what is long-lived or not the action's: EventSource, sendBeacon, keepalive
+// fetches, analytics endpoints, setInterval, infinite or long animations, timers, frames,
+// requests and WebSocket messages started by the page's own loops (from an ignored callback, or
+// of a kind the page started twice on its own, outside any action, in the CHATTY_MS before the
+// action; frame loops begun outside an action), work begun before the action, and mutations of
+// nodes that were already changing in the CHATTY_MS before the action (clocks, tickers,
+// animations).
 //
 // browserd calls `begin()` just before an action and `settle(doc, quietMs, capMs)` after it;
-// `settle` resolves on events (a request finishing, a timer firing, the quiet window elapsing),
-// never by polling. Everything lives in this closure except one symbol-keyed, non-enumerable
-// property; wrapped functions are Proxies, so they still print as native code.
+// `settle` resolves on events (a request finishing, a timer firing, an animation ending, a
+// frame, the quiet window elapsing), never by polling. Everything lives in this closure except
+// one symbol-keyed, non-enumerable property; wrapped functions are Proxies, so they still print
+// as native code.
 (() => {
   const KEY = Symbol.for('browserd.settle');
   if (Object.prototype.hasOwnProperty.call(window, KEY)) return;
@@ -28,17 +38,32 @@
   const LONG_REQUEST_MS = 1000;
   const CHATTY_COUNT = 5;
   const ACTION_MAX_MS = 60000;
+  const FRAME_CHAIN_MAX = 10;
+  const ANIMATION_MAX_MS = 1500;
+  // A finite animation that started this long before the action's start is not its doing.
+  const ANIMATION_EARLY_MS = 100;
+  const WS_REPLY_MAX_MS = 1500;
+  // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
+  // long at most.
+  const FRAME_WAIT_MAX_MS = 150;
+  const LOADING_TEXT_MAX = 200;
+  const LOADING_TEXT = /^[\s\W]*(loading|please wait|one moment|just a moment|starting|connecting|initiali[sz]ing)\b/i;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
   const dateNow = Date.now;
   const now = () => dateNow.call(Date);
   const setTimer = window.setTimeout.bind(window);
   const clearTimer = window.clearTimeout.bind(window);
+  const nextFrame =
+    typeof window.requestAnimationFrame === 'function' ? window.requestAnimationFrame.bind(window) : null;
+  const perf = window.performance;
+  const perfNow = perf && typeof perf.now === 'function' ? perf.now.bind(perf) : () => 0;
   const docId = Math.random().toString(36).slice(2) + now().toString(36);
 
   const pending = new Map(); // id → {kind, what, start}
   let nextId = 1;
   let epoch = 0; // start of the current action; 0 = the document's start
+  let perfEpoch = 0; // the same instant on the performance clock (animations' time base)
   let lastMutation = 0; // last mutation that counts
   let unloading = 0; // when a cross-document navigation began
   const nodeTimes = new WeakMap(); // node → {last, beforeEpoch, epoch}: its mutation times
@@ -240,6 +265,221 @@
     },
   });
 
+  // ---- animation frames ----
+  // frameDepth: 0 outside frame callbacks, n inside a tracked frame callback of chain depth n,
+  // -1 inside a frame callback the tracker ignores. A frame requested outside an action (on a
+  // document that has had one) belongs to the page's own loop, and so do the frames that loop
+  // requests later, even while an action is under way.
+  let frameDepth = 0;
+  if (nextFrame) {
+    const frameItems = new Map(); // handle → item id
+    window.requestAnimationFrame = new Proxy(window.requestAnimationFrame, {
+      apply(target, thisArg, args) {
+        const fn = args[0];
+        if (typeof fn !== 'function') return Reflect.apply(target, thisArg, args);
+        const depth = frameDepth;
+        // A hidden document (or a throttled frame) may not render for a long time: no frame
+        // is waited for there, and none for longer than FRAME_WAIT_MAX_MS.
+        const tracked =
+          depth >= 0 &&
+          depth < FRAME_CHAIN_MAX &&
+          chainDepth >= 0 &&
+          (epoch === 0 || acting()) &&
+          document.visibilityState !== 'hidden';
+        if (!tracked) {
+          args[0] = function (...a) {
+            const saved = frameDepth;
+            frameDepth = -1;
+            try {
+              return fn.apply(this, a);
+            } finally {
+              frameDepth = saved;
+            }
+          };
+          return Reflect.apply(target, thisArg, args);
+        }
+        const id = begin('frame', '');
+        let handle;
+        args[0] = function (...a) {
+          frameItems.delete(handle);
+          const saved = frameDepth;
+          frameDepth = depth + 1;
+          try {
+            return fn.apply(this, a);
+          } finally {
+            frameDepth = saved;
+            endLater(id);
+          }
+        };
+        handle = Reflect.apply(target, thisArg, args);
+        frameItems.set(handle, id);
+        setTimer(() => endNow(id), FRAME_WAIT_MAX_MS);
+        return handle;
+      },
+    });
+    if (typeof window.cancelAnimationFrame === 'function') {
+      window.cancelAnimationFrame = new Proxy(window.cancelAnimationFrame, {
+        apply(target, thisArg, args) {
+          const id = frameItems.get(args[0]);
+          if (id !== undefined) {
+            frameItems.delete(args[0]);
+            endNow(id);
+          }
+          return Reflect.apply(target, thisArg, args);
+        },
+      });
+    }
+  }
+
+  // ---- CSS transitions and animations ----
+  const hookedAnimations = new WeakSet();
+  const animationEnded = () => {
+    // What the page does on transitionend/animationend (dispatched in the same rendering step)
+    // comes before the quiet window ends.
+    lastMutation = now();
+    wake();
+  };
+  // The finite animations the action started that are still running (names for the report).
+  const runningAnimations = (since) => {
+    const running = [];
+    if (typeof document.getAnimations !== 'function') return running;
+    let animations;
+    try {
+      animations = document.getAnimations();
+    } catch (_) {
+      return running;
+    }
+    const earliest = since === 0 ? -Infinity : perfEpoch - ANIMATION_EARLY_MS;
+    for (const animation of animations) {
+      try {
+        if (animation.playState !== 'running') continue;
+        const timing = animation.effect && animation.effect.getComputedTiming();
+        if (!timing || !(timing.endTime <= ANIMATION_MAX_MS)) continue;
+        const start = animation.startTime;
+        if (start !== null && start < earliest) continue;
+        if (!hookedAnimations.has(animation)) {
+          hookedAnimations.add(animation);
+          animation.finished.then(animationEnded, animationEnded);
+        }
+        running.push(animation.transitionProperty || animation.animationName || animation.id || 'animation');
+      } catch (_) {}
+    }
+    return running;
+  };
+
+  // ---- IntersectionObserver and ResizeObserver ----
+  // Their callbacks run after the next rendering frame: while any observes something, a settle
+  // lasts two frames at least.
+  let observedTargets = 0;
+  for (const name of ['IntersectionObserver', 'ResizeObserver']) {
+    const Observer = window[name];
+    if (typeof Observer !== 'function' || !Observer.prototype) continue;
+    const proto = Observer.prototype;
+    const targets = new WeakMap(); // observer → Set of targets
+    const observe = proto.observe;
+    const unobserve = proto.unobserve;
+    const disconnect = proto.disconnect;
+    if (typeof observe !== 'function') continue;
+    proto.observe = new Proxy(observe, {
+      apply(target, observer, args) {
+        const result = Reflect.apply(target, observer, args);
+        let set = targets.get(observer);
+        if (!set) {
+          set = new Set();
+          targets.set(observer, set);
+        }
+        if (args[0] && !set.has(args[0])) {
+          set.add(args[0]);
+          observedTargets += 1;
+        }
+        return result;
+      },
+    });
+    if (typeof unobserve === 'function') {
+      proto.unobserve = new Proxy(unobserve, {
+        apply(target, observer, args) {
+          const set = targets.get(observer);
+          if (set && set.delete(args[0])) observedTargets -= 1;
+          return Reflect.apply(target, observer, args);
+        },
+      });
+    }
+    if (typeof disconnect === 'function') {
+      proto.disconnect = new Proxy(disconnect, {
+        apply(target, observer, args) {
+          const set = targets.get(observer);
+          if (set) {
+            observedTargets -= set.size;
+            set.clear();
+          }
+          return Reflect.apply(target, observer, args);
+        },
+      });
+    }
+  }
+
+  // ---- WebSocket ----
+  // A message the page sends is pending until the socket's next message arrives (one task
+  // after the page's own handlers ran), a socket opened until it is open.
+  if (typeof window.WebSocket === 'function' && window.WebSocket.prototype) {
+    const awaiting = new WeakMap(); // socket → Set of item ids
+    const settleSocket = (socket) => {
+      const ids = awaiting.get(socket);
+      if (!ids) return;
+      for (const id of ids) endLater(id);
+      ids.clear();
+    };
+    const expect = (socket, kind) => {
+      let ids = awaiting.get(socket);
+      if (!ids) {
+        ids = new Set();
+        awaiting.set(socket, ids);
+        // The item ends one task after the message, once the page's own handlers have run.
+        socket.addEventListener('message', () => settleSocket(socket));
+        socket.addEventListener('close', () => settleSocket(socket));
+        socket.addEventListener('error', () => settleSocket(socket));
+      }
+      const id = begin(kind, socket.url);
+      ids.add(id);
+      setTimer(() => {
+        if (ids.delete(id)) endNow(id);
+      }, WS_REPLY_MAX_MS);
+      return ids;
+    };
+    const tracksSocket = (key) => {
+      // Evaluate `recurring` first: it must see every use to keep its history.
+      const loop = recurring(key);
+      return !loop && chainDepth >= 0 && (epoch === 0 || acting());
+    };
+    const proto = window.WebSocket.prototype;
+    if (typeof proto.send === 'function') {
+      proto.send = new Proxy(proto.send, {
+        apply(target, socket, args) {
+          const result = Reflect.apply(target, socket, args);
+          try {
+            if (tracksSocket('websocket ' + socket.url)) expect(socket, 'websocket');
+          } catch (_) {}
+          return result;
+        },
+      });
+    }
+    window.WebSocket = new Proxy(window.WebSocket, {
+      construct(target, args, newTarget) {
+        const socket = Reflect.construct(target, args, newTarget);
+        try {
+          if (tracksSocket('websocket open ' + socket.url)) {
+            const ids = expect(socket, 'websocket open');
+            socket.addEventListener('open', () => {
+              for (const id of ids) endLater(id);
+              ids.clear();
+            });
+          }
+        } catch (_) {}
+        return socket;
+      },
+    });
+  }
+
   // ---- inserted resources and DOM mutations ----
   // `reloading`: a frame element whose document just began to navigate (told by the frame).
   const trackElement = (el, reloading) => {
@@ -346,21 +586,40 @@
       const since = epoch;
       let quietTimer = 0;
       let capTimer = 0;
+      let animations = [];
+      let loading = false;
+      // With observers at work, two rendering frames pass first (see the header).
+      let framesLeft = observedTargets > 0 && nextFrame !== null;
+      if (framesLeft) {
+        const framesDone = () => {
+          if (!framesLeft) return;
+          framesLeft = false;
+          check();
+        };
+        nextFrame(() => nextFrame(framesDone));
+        setTimer(framesDone, FRAME_WAIT_MAX_MS);
+      }
       const finish = (reason) => {
         actionUntil = 0;
+        framesLeft = false;
         waiters.delete(check);
         clearTimer(quietTimer);
         clearTimer(capTimer);
-        const busy = [...pending.values()].filter((p) => p.start >= since);
+        const busy = [...pending.values()]
+          .filter((p) => p.start >= since)
+          .map((p) => p.kind + (p.what ? ' ' + p.what : ''));
+        for (const name of animations) busy.push('animation ' + name);
+        if (loading) busy.push('loading screen');
         resolve({
           reason,
           doc: docId,
           waited_ms: now() - started,
-          pending: busy.slice(0, 10).map((p) => p.kind + (p.what ? ' ' + p.what : '')),
+          pending: busy.slice(0, 10),
         });
       };
       const check = () => {
         if (unloading && unloading >= since) return finish('navigation');
+        if (framesLeft) return;
         const t = now();
         let recheck = Infinity;
         let busy = false;
@@ -382,6 +641,9 @@
           }
           return;
         }
+        // Ends with `animationEnded`, which wakes this check.
+        animations = runningAnimations(since);
+        if (animations.length > 0) return;
         if (lastMutation >= since) {
           const left = lastMutation + quietMs - now();
           if (left > 0) {
@@ -390,12 +652,29 @@
             return;
           }
         }
+        // A new document still showing its loading screen: its next mutation wakes this check.
+        loading = since === 0 && loadingScreen();
+        if (loading) return;
         finish('quiet');
       };
       capTimer = setTimer(() => finish('cap'), capMs);
       waiters.add(check);
       check();
     });
+  // Whether the document shows a loading screen rather than content: its only text says it
+  // is loading, or it shows a progress bar or a busy region and little text. Costs a layout
+  // only when the document holds little text.
+  const loadingScreen = () => {
+    const body = document.body;
+    if (!body || (body.textContent || '').length > 20 * LOADING_TEXT_MAX) return false;
+    const text = (body.innerText || '').trim();
+    if (text.length > LOADING_TEXT_MAX) return false;
+    if (LOADING_TEXT.test(text)) return true;
+    for (const indicator of body.querySelectorAll('[role=progressbar],progress,[aria-busy=true]')) {
+      if (indicator.getClientRects().length > 0) return true;
+    }
+    return false;
+  };
   const sameOriginFrames = () => {
     const found = [];
     for (let i = 0; i < window.frames.length; i++) {
@@ -410,6 +689,7 @@
     // Marks the start of an action in this document and its same-origin frames.
     begin() {
       epoch = now();
+      perfEpoch = perfNow();
       actionUntil = epoch + ACTION_MAX_MS;
       unloading = 0;
       for (const frame of sameOriginFrames()) frame.begin();

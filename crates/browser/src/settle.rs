@@ -5,9 +5,11 @@
 //! the focused tab's documents (one round trip, pipelined over the tab and the cross-origin
 //! frames of the last capture); after it [`BrowserSession::settle_after`] waits — inside the
 //! page, on the page's own events — until what the action started has finished: requests,
-//! short timers, inserted scripts/frames, a navigation (whose load is awaited here, on CDP
-//! lifecycle events, then the new document settles from its start), and a short quiet window
-//! after the last DOM mutation. A page that never settles costs at most the cap; the report
+//! short timers, animation frames, CSS transitions and animations, the callbacks of
+//! IntersectionObservers and ResizeObservers (two rendering frames when any is at work),
+//! WebSocket messages and their answers, inserted scripts/frames, a navigation (whose load is
+//! awaited here, on CDP lifecycle events, then the new document settles from its start, past
+//! its loading screen), and a short quiet window after the last DOM mutation. A page that never settles costs at most the cap; the report
 //! says how long the settle took, why it ended and what was still pending.
 
 use std::{sync::Arc, time::Duration};

@@ -356,6 +356,100 @@ fn input_types_and_reads_back() {
     });
 }
 
+/// Fields a framework controls (`fixtures/actions/controlled.html`: the app re-renders each field
+/// from its state on every `input` event, and a value set through the element's own `value`
+/// property is swallowed as React's value tracker does) end with the value meant, in the field
+/// and in the app's state: a number written back on every event (typed key by key, `37.5` came out as
+/// `537`: writing `37` back while `37.` is typed drops the dot and moves the caret), date, time and range
+/// fields, a plain controlled text field, and one whose re-render moves the caret to the start
+/// (typed keys come out reversed; the text then goes in at once). A field that reformats what
+/// it is given keeps its format, and the result says so.
+#[test]
+fn controlled_fields_end_with_the_intended_value() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let srv = server().await;
+        let session = guard.pool().lease().await.expect("lease");
+        session
+            .navigate(&url("/actions/controlled.html", srv.addr))
+            .await
+            .expect("navigate");
+        let state = capture(&session).await;
+        for (id, text, value) in [
+            ("amount", "37.5", "37.5"),
+            ("day", "2024-02-29", "2024-02-29"),
+            ("at", "14:30", "14:30"),
+            ("level", "70", "70"),
+            ("name", "Ada Lovelace", "Ada Lovelace"),
+            ("code", "XK-42", "XK-42"),
+        ] {
+            let result = run(
+                &session,
+                Action::Input(InputParams {
+                    index: index_of(&state, id),
+                    text: text.into(),
+                    clear: true,
+                }),
+            )
+            .await;
+            let said = ok(&result);
+            assert!(!said.contains("Note:"), "#{id}: {result:?}");
+            assert_eq!(
+                js(&session, &format!("document.getElementById('{id}').value")).await,
+                value,
+                "#{id}: {result:?}"
+            );
+            assert_eq!(
+                js(&session, &format!("document.getElementById('{id}-state').textContent")).await,
+                value,
+                "#{id}: the app's state"
+            );
+        }
+        // Appending to a number extends it.
+        ok(&run(
+            &session,
+            Action::Input(InputParams {
+                index: index_of(&state, "amount"),
+                text: "25".into(),
+                clear: false,
+            }),
+        )
+        .await);
+        assert_eq!(js(&session, "document.getElementById('amount-state').textContent").await, "37.525");
+        // The capture shows what the app holds.
+        let after = capture(&session).await;
+        assert!(after.llm_text.contains("37.525"), "{}", after.llm_text);
+        assert!(after.llm_text.contains("XK-42"), "{}", after.llm_text);
+        // A number field given no number is an error naming the format.
+        let bad = run(
+            &session,
+            Action::Input(InputParams {
+                index: index_of(&state, "amount"),
+                text: "thirty".into(),
+                clear: true,
+            }),
+        )
+        .await;
+        assert!(err(&bad).contains("37.5"), "{bad:?}");
+        // A field that formats what it is given: its value differs, and the result says so.
+        let phone = run(
+            &session,
+            Action::Input(InputParams {
+                index: index_of(&state, "phone"),
+                text: "5551234567".into(),
+                clear: true,
+            }),
+        )
+        .await;
+        assert!(
+            ok(&phone).contains("Note: the field's actual value '(555) 123-4567' differs from typed text '5551234567'"),
+            "{phone:?}"
+        );
+        assert_eq!(js(&session, "document.getElementById('phone-state').textContent").await, "5551234567");
+        session.release().await;
+    });
+}
+
 #[test]
 fn clicks_checkbox_covered_shadow_iframe_and_server() {
     let guard = support::shared_pool();

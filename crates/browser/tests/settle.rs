@@ -1,8 +1,10 @@
 //! Settling after actions, against real Chromium: the capture after an action shows what the
 //! action started once it has finished (requests answered after 0 ms, 300 ms and 1.5 s, a
 //! 100 ms timer, a form that navigates to a page that loads its data, same- and cross-origin
-//! frames), and pages that never go quiet (a hanging long poll, an EventSource feed, a
-//! ticking clock, an animation) do not cost the cap.
+//! frames, a dropdown's closing transition and the frame after it, an IntersectionObserver
+//! feed's next page, a WebSocket app's answer, a single-page app's loading screen), and pages
+//! that never go quiet (a hanging long poll, an EventSource feed, a ticking clock, an
+//! animation) do not cost the cap.
 
 mod support;
 
@@ -17,8 +19,11 @@ use std::{
 use axum::{
     Router,
     body::{Body, Bytes},
-    extract::{Query, State},
-    http::header,
+    extract::{
+        Path, Query, State,
+        ws::{Message, WebSocket, WebSocketUpgrade},
+    },
+    http::{StatusCode, header},
     response::{Html, IntoResponse, Response},
     routing::get,
 };
@@ -62,6 +67,10 @@ async fn server() -> (SocketAddr, Counts) {
                 .route("/frames", get(frames_page))
                 .route("/static", get(|| async { Html(STATIC_PAGE) }))
                 .route("/multi", get(|| async { Html(MULTI_PAGE) }))
+                .route("/fixture/{name}", get(fixture))
+                .route("/feed-page", get(feed_page))
+                .route("/api/config", get(config))
+                .route("/ws", get(socket))
                 .with_state(counts.clone());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
@@ -114,6 +123,67 @@ async fn api_add(State(counts): State<Counts>, Query(q): Query<AddQuery>) -> Res
         format!("{{\"count\":{count}}}"),
     )
         .into_response()
+}
+
+/// A page of `tests/fixtures/settle/`.
+async fn fixture(Path(name): Path<String>) -> Response {
+    if name.contains('/') || name.contains("..") {
+        return StatusCode::BAD_REQUEST.into_response();
+    }
+    let path = support::fixtures_dir().join("settle").join(name);
+    match tokio::fs::read(path).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], bytes).into_response(),
+        Err(_) => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Delayed {
+    #[serde(default)]
+    page: u32,
+    #[serde(default)]
+    delay: u64,
+}
+
+/// Page `page` of the feed (ten post titles), after `delay` ms.
+async fn feed_page(Query(q): Query<Delayed>) -> Response {
+    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+    let first = q.page.saturating_sub(1) * 10 + 1;
+    let titles: Vec<String> = (first..first + 10).map(|n| format!("Post {n}")).collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string(&titles).expect("json"),
+    )
+        .into_response()
+}
+
+/// The single-page app's configuration, after `delay` ms.
+async fn config(Query(q): Query<Delayed>) -> Response {
+    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"title":"Inventory"}"#,
+    )
+        .into_response()
+}
+
+/// A WebSocket that answers each text message after `delay` ms.
+async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response {
+    upgrade.on_upgrade(move |mut ws: WebSocket| async move {
+        while let Some(Ok(message)) = ws.recv().await {
+            if let Message::Text(text) = message {
+                tokio::time::sleep(Duration::from_millis(q.delay)).await;
+                let answer = if text.as_str() == "six times seven" {
+                    "42".to_owned()
+                } else {
+                    format!("unknown question {}", text.as_str())
+                };
+                if ws.send(Message::Text(answer.into())).await.is_err() {
+                    break;
+                }
+            }
+        }
+    })
 }
 
 /// Never answers (a long poll).
@@ -559,6 +629,150 @@ fn the_same_call_repeated_by_quick_actions_is_waited_for_each_time() {
                 after.llm_text
             );
         }
+        session.release().await;
+    });
+}
+
+/// The index of the first element whose text is `text`.
+fn index_by_text(state: &PageState, text: &str) -> u32 {
+    let mut found: Vec<_> = state
+        .selector_map
+        .values()
+        .filter(|e| e.text.trim() == text)
+        .collect();
+    found.sort_by_key(|e| e.index);
+    found
+        .first()
+        .map(|e| e.index)
+        .unwrap_or_else(|| panic!("no element {text:?}:\n{}", state.llm_text))
+}
+
+async fn navigate(session: &BrowserSession, path: &str) -> ActionResult {
+    let (addr, _) = server().await;
+    run(
+        session,
+        Action::Navigate(NavigateParams {
+            url: format!("http://{addr}{path}"),
+            new_tab: false,
+        }),
+    )
+    .await
+}
+
+/// `fixtures/settle/dropdown.html`: choosing an option re-renders the main button empty, fades
+/// the option list out over 200 ms and gives the button its text in the frame after the
+/// transition; the capture after the choice shows neither the list nor the empty button.
+#[test]
+fn a_dropdown_is_captured_once_its_closing_transition_and_the_frame_after_it_ran() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/fixture/dropdown.html", Duration::from_secs(6)).await;
+        let closed = capture(&session).await;
+        run(&session, click(index_of(&closed, "pick"))).await;
+        let open = capture(&session).await;
+        assert!(open.llm_text.contains("Cherry"), "{}", open.llm_text);
+        let result = run(&session, click(index_by_text(&open, "Banana"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            !after.llm_text.contains("Cherry") && after.llm_text.contains("Fruit: Banana"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/feed.html`: an IntersectionObserver (`rootMargin: 200px`) fetches the next
+/// page (answered after 400 ms) when the sentinel under the last post comes near; the capture
+/// right after `scroll down` shows the new posts.
+#[test]
+fn an_intersection_observer_feed_grows_in_the_capture_after_a_scroll() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        navigate(&session, "/fixture/feed.html").await;
+        let before = capture(&session).await;
+        assert!(
+            before.llm_text.contains("Post 10") && !before.llm_text.contains("Post 11"),
+            "{}",
+            before.llm_text
+        );
+        let result = run(
+            &session,
+            Action::Scroll(ScrollParams {
+                down: true,
+                pages: 1.0,
+                index: None,
+            }),
+        )
+        .await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Post 11") && after.llm_text.contains("Post 12"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/websocket.html`: the button sends a WebSocket message, the server answers
+/// 400 ms later and the page shows the answer; the capture after the click shows it. Arriving
+/// on the page waits for its socket to open.
+#[test]
+fn a_websocket_answer_to_the_click_is_waited_for() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/websocket.html").await;
+        let before = capture(&session).await;
+        assert!(
+            before.llm_text.contains("Connected"),
+            "{:?}\n{}",
+            settle_of(&arrived),
+            before.llm_text
+        );
+        let result = run(&session, click(index_of(&before, "ask"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Result: 42"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/loading.html`: a single-page app shows `Loading...` until its configuration
+/// arrives (after 1.2 s: longer than a new document's requests count otherwise); the first
+/// capture after arriving shows the app. A loading screen that never goes away costs the cap.
+#[test]
+fn the_first_capture_waits_for_a_loading_screen_to_be_replaced() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/loading.html?delay=1200").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Inventory") && !state.llm_text.contains("Loading"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Navigation, "{settle:?}");
+        session.release().await;
+
+        let cap = Duration::from_millis(1000);
+        let session = open_with_cap(&guard, "/static", cap).await;
+        let arrived = navigate(&session, "/fixture/loading.html?delay=60000").await;
+        let settle = settle_of(&arrived);
+        assert_eq!(settle.ended, SettleEnd::Cap, "{settle:?}");
         session.release().await;
     });
 }

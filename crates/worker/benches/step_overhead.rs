@@ -320,14 +320,14 @@ fn egress_without_settle() -> ContextOptions {
     }
 }
 
-/// One agent run; returns each model step's (wall − model, capture, actions) in ms.
+/// One agent run; returns each model step's (wall − model, capture, actions, settle) in ms.
 async fn agent_run(
     pool: &BrowserPool,
     scenario: Scenario,
     url: &str,
     vision: bool,
     settle: bool,
-) -> (Vec<(f64, f64, f64)>, PromptPrefix) {
+) -> (Vec<(f64, f64, f64, f64)>, PromptPrefix) {
     let workspace = TaskWorkspace::open(None).unwrap();
     let mut options = if settle {
         egress()
@@ -380,6 +380,7 @@ async fn agent_run(
                 (m.step_end_time - m.step_start_time) * 1000.0 - m.model_ms as f64,
                 m.capture_ms as f64,
                 m.actions_ms as f64,
+                m.settle_ms as f64,
             )
         })
         .collect();
@@ -480,6 +481,7 @@ async fn measure(pool: &BrowserPool, scenario: Scenario, url: &str, vision: bool
     let by_step = |v: &[f64], k: usize| median(v.iter().skip(k).step_by(4).copied().collect());
     let agent_capture_ms: Vec<f64> = agent_steps.iter().map(|s| s.1).collect();
     let agent_action_ms: Vec<f64> = agent_steps.iter().map(|s| s.2).collect();
+    let agent_settle_ms: Vec<f64> = agent_steps.iter().map(|s| s.3).collect();
     let agent_steps: Vec<f64> = agent_steps.iter().map(|s| s.0).collect();
     let capture_ms: Vec<f64> = bare_steps.iter().map(|s| s.1).collect();
     let action_ms: Vec<f64> = bare_steps.iter().map(|s| s.2).collect();
@@ -518,6 +520,14 @@ async fn measure(pool: &BrowserPool, scenario: Scenario, url: &str, vision: bool
         bare_steps.len()
     );
     println!("  ratio agent / baseline: {:.2}", agent / bare);
+    println!(
+        "  settle per step (metadata.settle.ms summed over the step's actions), median: {:5.1} ms (by step {})",
+        median(agent_settle_ms.clone()),
+        (0..4)
+            .map(|k| format!("{:.0}", by_step(&agent_settle_ms, k)))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
     if !unsettled_steps.is_empty() {
         let before = median(unsettled_steps.clone());
         println!(

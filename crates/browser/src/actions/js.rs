@@ -54,14 +54,28 @@ pub const PREPARE_INPUT: &str = r#"function(clear, text) {
     const desc = Object.getOwnPropertyDescriptor(proto, 'value');
     if (desc && desc.set) desc.set.call(n, v); else n.value = v;
   };
-  const fire = n => { n.dispatchEvent(new Event('input', {bubbles: true, composed: true})); n.dispatchEvent(new Event('change', {bubbles: true})); };
+  const fire = (n, data) => {
+    const init = {bubbles: true, composed: true, inputType: 'insertReplacementText', data};
+    n.dispatchEvent(typeof InputEvent === 'function' ? new InputEvent('input', init) : new Event('input', init));
+    n.dispatchEvent(new Event('change', {bubbles: true}));
+  };
   if (el.tagName === 'INPUT') {
     const t = (el.type || 'text').toLowerCase();
-    if (['date', 'time', 'datetime-local', 'month', 'week', 'color', 'range'].includes(t)) {
+    // Fields whose intermediate values are invalid (`37.` of `37.5`, half a date) or that have no
+    // caret: the whole value at once, through the prototype's setter (a framework's own `value`
+    // property, such as React's value tracker, would swallow it) and input + change events.
+    if (['number', 'date', 'time', 'datetime-local', 'month', 'week', 'color', 'range'].includes(t)) {
       el.focus();
-      nativeSetter(el, text);
-      fire(el);
-      return { kind: 'direct', value: el.value, type: t };
+      const before = el.value;
+      const value = (t === 'number' && !clear) ? before + text : text;
+      nativeSetter(el, value);
+      // The field's own sanitising empties a value it cannot hold: left as it was, no events.
+      if (el.value === '' && value !== '') {
+        nativeSetter(el, before);
+        return { kind: 'rejected', type: t };
+      }
+      fire(el, text);
+      return { kind: 'direct', value: el.value, before, type: t };
     }
     if (['checkbox', 'radio', 'file', 'submit', 'button', 'image', 'reset', 'hidden'].includes(t)) {
       return { kind: 'unsupported', type: t };
@@ -84,7 +98,7 @@ pub const PREPARE_INPUT: &str = r#"function(clear, text) {
   if (el.tagName === 'INPUT' || el.tagName === 'TEXTAREA') {
     if (clear && el.value !== '') { nativeSetter(el, ''); el.dispatchEvent(new Event('input', {bubbles: true, composed: true})); }
     try { const n = el.value.length; el.setSelectionRange(n, n); } catch (e) {}
-    return { kind: 'input', autocomplete: el.getAttribute('role') === 'combobox' || !!el.getAttribute('list') || el.getAttribute('aria-autocomplete') !== null };
+    return { kind: 'input', before: el.value, maxLength: el.maxLength, autocomplete: el.getAttribute('role') === 'combobox' || !!el.getAttribute('list') || el.getAttribute('aria-autocomplete') !== null };
   }
   const active = document.activeElement;
   return { kind: (active && editable(active)) ? 'focused' : 'other' };
@@ -97,6 +111,49 @@ pub const READ_VALUE: &str = r#"function() {
   if (!(el.isContentEditable || 'value' in el)) el = deepActive() || el;
   if (el.isContentEditable) return el.innerText;
   return ('value' in el) ? String(el.value) : null;
+}"#;
+
+/// `this` = element: [`READ_VALUE`] once the page's reaction to the typing has run (a task
+/// after the next animation frame, at most 100 ms later: frameworks that re-render in a frame
+/// or a timer rewrite the field by then).
+pub const READ_VALUE_LATER: &str = r#"function() {
+  let el = this;
+  const deepActive = () => { let a = document.activeElement; while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement; return a; };
+  if (!(el.isContentEditable || 'value' in el)) el = deepActive() || el;
+  return new Promise((resolve) => {
+    let done = false;
+    const read = () => {
+      if (done) return;
+      done = true;
+      resolve(el.isContentEditable ? el.innerText : ('value' in el) ? String(el.value) : null);
+    };
+    requestAnimationFrame(() => setTimeout(read, 0));
+    setTimeout(read, 100);
+  });
+}"#;
+
+/// `this` = text field (`input` or `textarea`): sets `value` at once through the prototype's
+/// setter (past a framework's own `value` property) and fires input + change, as a paste would;
+/// answers the value once the page has reacted ([`READ_VALUE_LATER`]).
+pub const SET_VALUE: &str = r#"function(value) {
+  let el = this;
+  if (!(el.tagName === 'INPUT' || el.tagName === 'TEXTAREA')) {
+    const inner = el.querySelector ? el.querySelector('input:not([type=hidden]), textarea') : null;
+    if (inner) el = inner;
+  }
+  const proto = el.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+  const desc = Object.getOwnPropertyDescriptor(proto, 'value');
+  el.focus();
+  if (desc && desc.set) desc.set.call(el, value); else el.value = value;
+  const init = {bubbles: true, composed: true, inputType: 'insertReplacementText', data: value};
+  el.dispatchEvent(typeof InputEvent === 'function' ? new InputEvent('input', init) : new Event('input', init));
+  el.dispatchEvent(new Event('change', {bubbles: true}));
+  return new Promise((resolve) => {
+    let done = false;
+    const read = () => { if (done) return; done = true; resolve(String(el.value)); };
+    requestAnimationFrame(() => setTimeout(read, 0));
+    setTimeout(read, 100);
+  });
 }"#;
 
 /// Expression template: scrolls the page by `__ARG__.dy` (falls back to the largest visible
