@@ -501,7 +501,10 @@ async fn signing_secrets_are_sealed_at_rest_and_still_sign() {
     let key = create_key(&db).await;
     let client = Client::new(server.address(), &key);
     let (status, old) = client
-        .post("/v1/webhooks", json!({"url": old_url, "events": ["finished"]}))
+        .post(
+            "/v1/webhooks",
+            json!({"url": old_url, "events": ["finished"]}),
+        )
         .await;
     assert_eq!(status, 201, "{old}");
     let old_id = old["id"].as_str().unwrap().to_owned();
@@ -518,7 +521,10 @@ async fn signing_secrets_are_sealed_at_rest_and_still_sign() {
     let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
     let client = Client::new(server.address(), &key);
     let (status, new) = client
-        .post("/v1/webhooks", json!({"url": new_url, "events": ["finished"]}))
+        .post(
+            "/v1/webhooks",
+            json!({"url": new_url, "events": ["finished"]}),
+        )
         .await;
     assert_eq!(status, 201, "{new}");
     let new_id = new["id"].as_str().unwrap().to_owned();
@@ -529,9 +535,7 @@ async fn signing_secrets_are_sealed_at_rest_and_still_sign() {
         assert_eq!(plain, None, "webhook {id} keeps no secret in clear");
         let sealed = sealed.expect("the secret is sealed");
         assert!(
-            !sealed
-                .windows(secret.len())
-                .any(|w| w == secret.as_bytes()),
+            !sealed.windows(secret.len()).any(|w| w == secret.as_bytes()),
             "the sealed value does not contain the secret"
         );
     }

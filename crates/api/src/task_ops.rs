@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use browserd_store::{
-    ArtifactContent, EventFeed, EventHub, KeyUsage, Quotas, SessionChoice, StoreError,
-    TaskCursor, TaskStore, TransitionDetails, seconds_until_utc_midnight,
+    ArtifactContent, EventFeed, EventHub, KeyUsage, Quotas, SessionChoice, StoreError, TaskCursor,
+    TaskStore, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
     CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView, TaskList, TaskView,
@@ -160,8 +160,7 @@ async fn admit_for_key(tasks: &TaskService, caller: &Caller) -> Result<(), ApiEr
     match quota_refusal(&quotas, &usage, time::OffsetDateTime::now_utc()) {
         Some(refusal) => {
             if let ApiError::QuotaExceeded { quota, .. } = &refusal {
-                metrics::counter!("browserd_quota_refusals_total", "quota" => *quota)
-                    .increment(1);
+                metrics::counter!("browserd_quota_refusals_total", "quota" => *quota).increment(1);
             }
             Err(refusal)
         }

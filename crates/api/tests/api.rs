@@ -701,7 +701,10 @@ async fn max_queued_is_per_key_on_every_front_end(pool: PgPool) {
         })
         .await;
     for _ in 0..4 {
-        assert_eq!(app.create_as(&unlimited).await.status(), StatusCode::CREATED);
+        assert_eq!(
+            app.create_as(&unlimited).await.status(),
+            StatusCode::CREATED
+        );
     }
     // A task that starts leaves the queue: the first key may queue one more.
     let claimed = app

@@ -112,9 +112,9 @@ fn parse_count(raw: &str) -> Result<Setting<u32>, String> {
 
 fn parse_usd(raw: &str) -> Result<Setting<f64>, String> {
     match parse_setting::<f64>(raw, "a number of dollars")? {
-        Setting::Limit(usd) if !usd.is_finite() || usd < 0.0 => {
-            Err(format!("expected a number of dollars, 0 or more, got `{raw}`"))
-        }
+        Setting::Limit(usd) if !usd.is_finite() || usd < 0.0 => Err(format!(
+            "expected a number of dollars, 0 or more, got `{raw}`"
+        )),
         setting => Ok(setting),
     }
 }

@@ -371,7 +371,10 @@ async fn keys_create_update_and_list_their_quotas(pool: PgPool) {
     ];
     let (ok, list, stderr) = keys_cli(&url, &["list"], &defaults).await;
     assert!(ok, "{stderr}");
-    assert!(list.contains("RUNNING") && list.contains("USD/DAY"), "{list}");
+    assert!(
+        list.contains("RUNNING") && list.contains("USD/DAY"),
+        "{list}"
+    );
     // `*`: the key's own; the rest are the defaults (flags, env, or built in: 20 sockets).
     assert_eq!(
         listed_quotas(&list, &prefix),

@@ -90,7 +90,7 @@ const CLAIM_RACES: usize = 8;
 
 /// What one claim statement did.
 enum ClaimAttempt {
-    Claimed(ClaimedTask),
+    Claimed(Box<ClaimedTask>),
     /// No queued task is claimable.
     Empty,
     /// The chosen task's key reached its `max_running` through a concurrent claim.
@@ -133,7 +133,7 @@ impl Store {
     ) -> Result<Option<ClaimedTask>, StoreError> {
         for _ in 0..CLAIM_RACES {
             match self.claim_once(owner, lease).await? {
-                ClaimAttempt::Claimed(claimed) => return Ok(Some(claimed)),
+                ClaimAttempt::Claimed(claimed) => return Ok(Some(*claimed)),
                 ClaimAttempt::Empty => return Ok(None),
                 ClaimAttempt::LostRace => continue,
             }
@@ -220,11 +220,11 @@ impl Store {
                 Err(err) => (BTreeMap::new(), Some(format!("task secrets: {err}"))),
             },
         };
-        Ok(ClaimAttempt::Claimed(ClaimedTask {
+        Ok(ClaimAttempt::Claimed(Box::new(ClaimedTask {
             record,
             secrets,
             secrets_error,
-        }))
+        })))
     }
 
     /// Renews `owner`'s lease on task `id` and returns the task's status, or `None` when the

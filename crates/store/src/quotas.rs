@@ -107,9 +107,8 @@ pub struct KeyUsage {
 /// Seconds from `now` until the next midnight UTC, when the daily budgets start afresh.
 pub fn seconds_until_utc_midnight(now: OffsetDateTime) -> u64 {
     let now = now.to_offset(time::UtcOffset::UTC);
-    let since_midnight = u64::from(now.hour()) * 3600
-        + u64::from(now.minute()) * 60
-        + u64::from(now.second());
+    let since_midnight =
+        u64::from(now.hour()) * 3600 + u64::from(now.minute()) * 60 + u64::from(now.second());
     (86_400 - since_midnight).max(1)
 }
 

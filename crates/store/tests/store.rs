@@ -996,9 +996,18 @@ async fn concurrent_claims_never_take_a_key_over_its_max_running(pool: PgPool) {
     let first = claim_all(8, "a").await;
     assert_eq!(first.len(), 8, "every claimer got a task");
     let running = running_by_key(&store).await;
-    assert!(running.get(&tight.0).copied().unwrap_or(0) <= 1, "{running:?}");
-    assert!(running.get(&limited.0).copied().unwrap_or(0) <= 3, "{running:?}");
-    assert!(running.get(&free.0).copied().unwrap_or(0) >= 4, "{running:?}");
+    assert!(
+        running.get(&tight.0).copied().unwrap_or(0) <= 1,
+        "{running:?}"
+    );
+    assert!(
+        running.get(&limited.0).copied().unwrap_or(0) <= 3,
+        "{running:?}"
+    );
+    assert!(
+        running.get(&free.0).copied().unwrap_or(0) >= 4,
+        "{running:?}"
+    );
     assert_eq!(held_counters(&store).await, {
         let mut held = running.clone();
         for key in [limited, tight, free] {
@@ -1115,7 +1124,12 @@ async fn concurrent_claims_never_take_a_key_over_its_max_running(pool: PgPool) {
             .await;
     }
     store
-        .transition_task(Some(tight), next.record.id, Transition::Stop, Default::default())
+        .transition_task(
+            Some(tight),
+            next.record.id,
+            Transition::Stop,
+            Default::default(),
+        )
         .await
         .unwrap();
     let queued = store.queued_tasks().await.unwrap();
@@ -1125,7 +1139,11 @@ async fn concurrent_claims_never_take_a_key_over_its_max_running(pool: PgPool) {
             let owner = format!("churn{i}");
             let mut finished = 0i64;
             loop {
-                match store.claim_task(&owner, Duration::from_secs(60)).await.unwrap() {
+                match store
+                    .claim_task(&owner, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                {
                     Some(claimed) => {
                         // Let the other claimers run while this one holds its task.
                         for _ in 0..3 {
@@ -1176,7 +1194,10 @@ async fn key_usage_counts_queued_held_and_todays_steps(pool: PgPool) {
     let a = store.create_task(owner, plain_task("a")).await.unwrap().id;
     store.create_task(owner, plain_task("b")).await.unwrap();
     store.create_task(other, plain_task("c")).await.unwrap();
-    store.claim_task("w", Duration::from_secs(60)).await.unwrap();
+    store
+        .claim_task("w", Duration::from_secs(60))
+        .await
+        .unwrap();
     for number in 0..3 {
         store
             .insert_step(
