@@ -97,9 +97,10 @@ impl From<TaskStatus> for V2TaskStatus {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSettings {
-    /// Browser profiles are a cloud feature: any value is answered 501.
+    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document of
+    /// what browserd implements).
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(ignore)]
     pub profile_id: Option<String>,
     /// The viewport's width in CSS pixels (with `browserScreenHeight`; the cloud's range).
     #[serde(default)]
@@ -178,14 +179,18 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     pub session_settings: Option<SessionSettings>,
     // Cloud-only features (answered with 501 when asked for).
+    // Not in the document of what browserd implements.
     /// 1Password vaults are a cloud feature: any value is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub op_vault_id: Option<String>,
     /// The judge is a cloud feature: `true` is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub judge: Option<bool>,
     /// Skills are a cloud feature: a non-empty list is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub skill_ids: Option<Vec<String>>,
 }
 
@@ -214,8 +219,9 @@ pub struct UpdateRequest {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
-    /// Browser profiles are a cloud feature: any value is answered 501.
+    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document).
     #[serde(default)]
+    #[schema(ignore)]
     pub profile_id: Option<String>,
     /// An absolute http(s) URL the session's first task opens.
     #[serde(default)]
@@ -224,9 +230,9 @@ pub struct CreateSessionRequest {
     pub persist_memory: Option<bool>,
     #[serde(default)]
     pub keep_alive: Option<bool>,
-    /// Not supported: any value but `null` is answered 501.
+    /// Not supported: any value but `null` is answered 501 (not in the document).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(ignore)]
     pub custom_proxy: Option<serde_json::Value>,
 }
 
