@@ -24,7 +24,7 @@ static TURN: Mutex<()> = Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_conforms_to_its_openapi_document_under_fuzzing() {
-    fuzz("openapi.yaml", "", |key| {
+    fuzz("openapi.yaml", "", "2", |key| {
         format!("Authorization: Bearer {key}")
     })
     .await;
