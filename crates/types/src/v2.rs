@@ -176,7 +176,7 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     #[schema(max_length = 10000)]
     pub system_prompt_extension: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_or_null")]
     pub session_settings: Option<SessionSettings>,
     // Cloud-only features (answered with 501 when asked for).
     // Not in the document of what browserd implements.
@@ -192,6 +192,31 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     #[schema(ignore)]
     pub skill_ids: Option<Vec<String>>,
+}
+
+/// A nested object of a request: a JSON object, or `null` for none. (serde's derived
+/// `Deserialize` would also take an array for a struct, filling its fields in order.)
+fn object_or_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value @ serde_json::Value::Object(_)) => serde_json::from_value(value)
+            .map(Some)
+            .map_err(D::Error::custom),
+        Some(other) => Err(D::Error::custom(format!(
+            "invalid type: {}, expected an object",
+            match other {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                _ => "a boolean",
+            }
+        ))),
+    }
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -420,6 +445,28 @@ mod tests {
         assert_eq!(cost_string(0.0), "0");
         assert_eq!(cost_string(0.0021), "0.0021");
         assert_eq!(cost_string(12.0), "12");
+    }
+
+    #[test]
+    fn nested_objects_are_objects() {
+        let parse = |body: &str| serde_json::from_str::<CreateTaskRequest>(body);
+        let err = parse(r#"{"task": "t", "sessionSettings": ["x"]}"#).unwrap_err();
+        assert!(err.to_string().contains("expected an object"), "{err}");
+        assert!(parse(r#"{"task": "t", "sessionSettings": 1}"#).is_err());
+        let ok = parse(r#"{"task": "t", "sessionSettings": {"browserScreenWidth": 800}}"#).unwrap();
+        assert_eq!(ok.session_settings.unwrap().browser_screen_width, Some(800));
+        assert!(
+            parse(r#"{"task": "t", "sessionSettings": null}"#)
+                .unwrap()
+                .session_settings
+                .is_none()
+        );
+        assert!(
+            parse(r#"{"task": "t"}"#)
+                .unwrap()
+                .session_settings
+                .is_none()
+        );
     }
 
     #[test]
