@@ -21,6 +21,10 @@ pub mod limits {
     pub const METADATA_MAX_PAIRS: usize = 10;
     pub const PAGE_SIZE_DEFAULT: i64 = 10;
     pub const PAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+    /// `sessionSettings.browserScreenWidth` (the cloud's range).
+    pub const SCREEN_WIDTH_RANGE: std::ops::RangeInclusive<i64> = 320..=6144;
+    /// `sessionSettings.browserScreenHeight` (the cloud's range).
+    pub const SCREEN_HEIGHT_RANGE: std::ops::RangeInclusive<i64> = 320..=3456;
 }
 
 /// A task's status in v2 words: `queued` is `created`, `running` and `paused` are `started`.
