@@ -21,6 +21,10 @@ pub mod limits {
     pub const METADATA_MAX_PAIRS: usize = 10;
     pub const PAGE_SIZE_DEFAULT: i64 = 10;
     pub const PAGE_SIZE_RANGE: std::ops::RangeInclusive<i64> = 1..=100;
+    /// `sessionSettings.browserScreenWidth` (the cloud's range).
+    pub const SCREEN_WIDTH_RANGE: std::ops::RangeInclusive<i64> = 320..=6144;
+    /// `sessionSettings.browserScreenHeight` (the cloud's range).
+    pub const SCREEN_HEIGHT_RANGE: std::ops::RangeInclusive<i64> = 320..=3456;
 }
 
 /// A task's status in v2 words: `queued` is `created`, `running` and `paused` are `started`.
@@ -97,9 +101,10 @@ impl From<TaskStatus> for V2TaskStatus {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSettings {
-    /// Browser profiles are a cloud feature: any value is answered 501.
+    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document of
+    /// what browserd implements).
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(ignore)]
     pub profile_id: Option<String>,
     /// The viewport's width in CSS pixels (with `browserScreenHeight`; the cloud's range).
     #[serde(default)]
@@ -175,18 +180,47 @@ pub struct CreateTaskRequest {
     #[serde(default)]
     #[schema(max_length = 10000)]
     pub system_prompt_extension: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_or_null")]
     pub session_settings: Option<SessionSettings>,
     // Cloud-only features (answered with 501 when asked for).
+    // Not in the document of what browserd implements.
     /// 1Password vaults are a cloud feature: any value is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub op_vault_id: Option<String>,
     /// The judge is a cloud feature: `true` is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub judge: Option<bool>,
     /// Skills are a cloud feature: a non-empty list is answered 501.
     #[serde(default)]
+    #[schema(ignore)]
     pub skill_ids: Option<Vec<String>>,
+}
+
+/// A nested object of a request: a JSON object, or `null` for none. (serde's derived
+/// `Deserialize` would also take an array for a struct, filling its fields in order.)
+fn object_or_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<serde_json::Value>::deserialize(deserializer)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(value @ serde_json::Value::Object(_)) => serde_json::from_value(value)
+            .map(Some)
+            .map_err(D::Error::custom),
+        Some(other) => Err(D::Error::custom(format!(
+            "invalid type: {}, expected an object",
+            match other {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                _ => "a boolean",
+            }
+        ))),
+    }
 }
 
 impl fmt::Debug for CreateTaskRequest {
@@ -214,8 +248,9 @@ pub struct UpdateRequest {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
-    /// Browser profiles are a cloud feature: any value is answered 501.
+    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document).
     #[serde(default)]
+    #[schema(ignore)]
     pub profile_id: Option<String>,
     /// An absolute http(s) URL the session's first task opens.
     #[serde(default)]
@@ -224,9 +259,9 @@ pub struct CreateSessionRequest {
     pub persist_memory: Option<bool>,
     #[serde(default)]
     pub keep_alive: Option<bool>,
-    /// Not supported: any value but `null` is answered 501.
+    /// Not supported: any value but `null` is answered 501 (not in the document).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(ignore)]
     pub custom_proxy: Option<serde_json::Value>,
 }
 
@@ -414,6 +449,28 @@ mod tests {
         assert_eq!(cost_string(0.0), "0");
         assert_eq!(cost_string(0.0021), "0.0021");
         assert_eq!(cost_string(12.0), "12");
+    }
+
+    #[test]
+    fn nested_objects_are_objects() {
+        let parse = |body: &str| serde_json::from_str::<CreateTaskRequest>(body);
+        let err = parse(r#"{"task": "t", "sessionSettings": ["x"]}"#).unwrap_err();
+        assert!(err.to_string().contains("expected an object"), "{err}");
+        assert!(parse(r#"{"task": "t", "sessionSettings": 1}"#).is_err());
+        let ok = parse(r#"{"task": "t", "sessionSettings": {"browserScreenWidth": 800}}"#).unwrap();
+        assert_eq!(ok.session_settings.unwrap().browser_screen_width, Some(800));
+        assert!(
+            parse(r#"{"task": "t", "sessionSettings": null}"#)
+                .unwrap()
+                .session_settings
+                .is_none()
+        );
+        assert!(
+            parse(r#"{"task": "t"}"#)
+                .unwrap()
+                .session_settings
+                .is_none()
+        );
     }
 
     #[test]

@@ -60,7 +60,8 @@ impl Modify for BrowserUseKey {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "browser_use_key",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(API_KEY_HEADER))),
+            // The SDK's spelling (header names are case-insensitive on the wire).
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Browser-Use-API-Key"))),
         );
     }
 }

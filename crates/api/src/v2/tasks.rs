@@ -140,6 +140,33 @@ pub(crate) async fn create_task(
                 })
         })
         .transpose()?;
+    // Each size is checked when given, also alone (it is used only with the other one).
+    for (name, value, range) in [
+        (
+            "browserScreenWidth",
+            settings.browser_screen_width,
+            limits::SCREEN_WIDTH_RANGE,
+        ),
+        (
+            "browserScreenHeight",
+            settings.browser_screen_height,
+            limits::SCREEN_HEIGHT_RANGE,
+        ),
+    ] {
+        if let Some(value) = value
+            && !range.contains(&value)
+        {
+            return Err(V2Error::invalid(
+                &["body", "sessionSettings", name],
+                format!(
+                    "Input should be between {} and {}",
+                    range.start(),
+                    range.end()
+                ),
+                "less_than_equal",
+            ));
+        }
+    }
     let viewport = match (
         settings.browser_screen_width,
         settings.browser_screen_height,
