@@ -484,7 +484,7 @@ async fn wait_for_step(stream: &mut browserd_tests::EventStream, number: i64) {
 }
 
 async fn step_count(client: &Client, id: &str) -> usize {
-    stored_steps(&client, &id).await.len()
+    stored_steps(client, &id).await.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -241,23 +241,11 @@ impl RemoteBackend {
     }
 }
 
-/// The JSON body of a create request (secrets are not among the tools' fields).
-fn request_json(request: &CreateTaskRequest) -> Value {
-    let mut body = serde_json::json!({
-        "task": request.task,
-        "start_url": request.start_url,
-        "model": request.model,
-        "max_steps": request.max_steps,
-        "allowed_domains": request.allowed_domains,
-        "output_schema": request.output_schema,
-        "timeout_s": request.timeout_s,
-        "max_tokens": request.max_tokens,
-        "max_cost_usd": request.max_cost_usd,
-    });
-    if let Some(object) = body.as_object_mut() {
-        object.retain(|_, v| !v.is_null());
-    }
-    body
+/// The JSON body of a create request: the request's own serialization (the options it was
+/// given, never its secrets), so no option is listed here.
+fn request_json(request: &CreateTaskRequest) -> Result<Value, ToolError> {
+    serde_json::to_value(request)
+        .map_err(|err| ToolError::new("internal", format!("encoding the create request: {err}")))
 }
 
 #[async_trait]
@@ -267,7 +255,7 @@ impl Backend for RemoteBackend {
         _cx: &CallContext,
         request: CreateTaskRequest,
     ) -> Result<TaskView, ToolError> {
-        self.json(Method::POST, "/v1/tasks", Some(request_json(&request)))
+        self.json(Method::POST, "/v1/tasks", Some(request_json(&request)?))
             .await
     }
 
