@@ -33,7 +33,8 @@ ensure_chrome_user() {
 # Live (not zombie) processes of Chrome's user, one pid a line.
 chrome_pids() {
     id -u browserd-chrome >/dev/null 2>&1 || return 0
-    ps -u browserd-chrome -o pid=,stat= | awk '$2 !~ /^Z/ { print $1 }' | sort
+    # ps exits 1 when the user has no process.
+    { ps -u browserd-chrome -o pid=,stat= || true; } | awk '$2 !~ /^Z/ { print $1 }' | sort
 }
 
 # Lists, then kills, Chrome processes that appeared since `chrome_pids` printed $1 and are still

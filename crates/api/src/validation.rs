@@ -321,38 +321,24 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
 
 /// The `limit` of a page of steps or history items: 1–500, default 100.
 pub fn step_page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
-    let Some(value) = limit else {
-        return Ok(limits::STEP_PAGE_DEFAULT);
-    };
-    let range = 1..=limits::STEP_PAGE_MAX;
-    if !range.contains(&value) {
-        return Err(ApiError::validation(
-            "limit",
-            format!(
-                "limit must be between {} and {}, got {value}",
-                range.start(),
-                range.end()
-            ),
-        ));
-    }
-    Ok(value)
+    page_limit(limit, limits::STEP_PAGE_DEFAULT, limits::STEP_PAGE_MAX)
 }
 
 /// The page size of a task list: 1–100, 20 when not given (`GET /v1/tasks?limit=`, the MCP
 /// `list_tasks` tool).
 pub fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    page_limit(limit, limits::LIST_LIMIT_DEFAULT, limits::LIST_LIMIT_MAX)
+}
+
+/// A page's `limit`: `default` when not given, else 1 to `max`.
+fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
     let Some(value) = limit else {
-        return Ok(limits::LIST_LIMIT_DEFAULT);
+        return Ok(default);
     };
-    let range = 1..=limits::LIST_LIMIT_MAX;
-    if !range.contains(&value) {
+    if !(1..=max).contains(&value) {
         return Err(ApiError::validation(
             "limit",
-            format!(
-                "limit must be between {} and {}, got {value}",
-                range.start(),
-                range.end()
-            ),
+            format!("limit must be between 1 and {max}, got {value}"),
         ));
     }
     Ok(value)

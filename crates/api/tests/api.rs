@@ -1773,19 +1773,28 @@ async fn websocket_route_rejects_bad_requests(pool: PgPool) {
 // ---------------------------------------------------------------------------------------------
 // OpenAPI
 
-#[test]
-fn openapi_yaml_is_up_to_date() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi.yaml");
-    let generated = browserd_api::openapi_yaml();
+/// The committed document `file` (at the repository's root) is `generated`; with
+/// `UPDATE_OPENAPI=1` it is rewritten instead. False when it was rewritten.
+fn committed_spec_matches(file: &str, generated: &str) -> bool {
+    let path = format!("{}/../../{file}", env!("CARGO_MANIFEST_DIR"));
     if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
-        std::fs::write(path, &generated).unwrap();
-        return;
+        std::fs::write(&path, generated).unwrap();
+        return false;
     }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "openapi.yaml is stale; regenerate it with `UPDATE_OPENAPI=1 cargo test -p browserd-api --test api openapi`"
+        "{file} is stale; regenerate it with `UPDATE_OPENAPI=1 cargo test -p browserd-api --test api openapi`"
     );
+    true
+}
+
+#[test]
+fn openapi_yaml_is_up_to_date() {
+    let generated = browserd_api::openapi_yaml();
+    if !committed_spec_matches("openapi.yaml", &generated) {
+        return;
+    }
     for route in [
         "/v1/tasks:",
         "/v1/tasks/{id}:",
@@ -1805,17 +1814,7 @@ fn openapi_yaml_is_up_to_date() {
 
 #[test]
 fn openapi_v2_yaml_is_up_to_date() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../openapi-v2.yaml");
-    let generated = browserd_api::openapi_v2_yaml();
-    if std::env::var_os("UPDATE_OPENAPI").is_some_and(|v| v == "1") {
-        std::fs::write(path, &generated).unwrap();
-        return;
-    }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "openapi-v2.yaml is stale; regenerate it with `UPDATE_OPENAPI=1 cargo test -p browserd-api --test api openapi`"
-    );
+    committed_spec_matches("openapi-v2.yaml", &browserd_api::openapi_v2_yaml());
 }
 
 /// The route table is the router's: every route of it is served (not the fallbacks' 404 /
