@@ -16,6 +16,7 @@ pub fn validate_create_task(
     request: CreateTaskRequest,
     models: &ModelCatalog,
 ) -> Result<NewTask, ApiError> {
+    refuse_nul_characters(&request)?;
     let replay = match request.replay_of {
         Some(source) => Some(validate_replay(&request, source)?),
         None => {
@@ -718,5 +719,70 @@ mod tests {
         let hostile = format!("{}!", "a".repeat(64));
         assert!(!validator.is_valid(&json!(hostile)));
         assert!(validator.is_valid(&json!("aaaa")));
+    }
+}
+
+/// Postgres stores no NUL character in text or jsonb: a request carrying one anywhere (the task,
+/// metadata, an output schema's strings or keys, …) is refused here, naming where, rather than
+/// failing at the insert. Walks the request's own serialization, so every field is covered.
+fn refuse_nul_characters(request: &CreateTaskRequest) -> Result<(), ApiError> {
+    fn find(value: &serde_json::Value, path: &str) -> Option<String> {
+        match value {
+            serde_json::Value::String(text) => text.contains('\0').then(|| path.to_owned()),
+            serde_json::Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| find(item, &format!("{path}[{i}]"))),
+            serde_json::Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+                let inner = if path.is_empty() {
+                    key.replace('\0', "\\0")
+                } else {
+                    format!("{path}.{}", key.replace('\0', "\\0"))
+                };
+                if key.contains('\0') {
+                    Some(inner)
+                } else {
+                    find(item, &inner)
+                }
+            }),
+            _ => None,
+        }
+    }
+    let Ok(value) = serde_json::to_value(request) else {
+        return Ok(());
+    };
+    match find(&value, "") {
+        Some(field) => Err(ApiError::validation(
+            field.clone(),
+            format!("{field} contains a NUL character (\\u0000), which cannot be stored"),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod nul_tests {
+    use super::*;
+
+    #[test]
+    fn a_nul_character_anywhere_in_a_create_request_is_refused_naming_where() {
+        let mut request = CreateTaskRequest {
+            task: Some("find it".to_owned()),
+            metadata: Some(BTreeMap::from([("k\0ey".to_owned(), "v".to_owned())])),
+            ..CreateTaskRequest::default()
+        };
+        let err = refuse_nul_characters(&request).unwrap_err().to_string();
+        assert!(err.contains("metadata.k\\0ey"), "{err}");
+        request.metadata = None;
+        request.output_schema = Some(
+            serde_json::json!({"type": "object", "properties": {"a": {"enum": ["x", "y\0"]}}}),
+        );
+        let err = refuse_nul_characters(&request).unwrap_err().to_string();
+        assert!(err.contains("output_schema.properties.a.enum[1]"), "{err}");
+        request.output_schema = None;
+        request.task = Some("a\0b".to_owned());
+        assert!(refuse_nul_characters(&request).is_err());
+        request.task = Some("fine".to_owned());
+        assert!(refuse_nul_characters(&request).is_ok());
     }
 }

@@ -259,6 +259,8 @@ async fn migrate_creates_a_missing_database() {
     assert_eq!(
         tables,
         [
+            "api_key_daily_usage",
+            "api_key_held_tasks",
             "api_keys",
             "artifacts",
             "browser_sessions",
