@@ -180,6 +180,9 @@ pub(crate) struct LaunchedChrome {
     pub child: Child,
     pub pid: u32,
     pub ws_url: String,
+    /// Kills Chrome if this process dies ([`crate::pool::kill_when_this_process_exits`]),
+    /// started right after the spawn so that no launch goes unwatched.
+    pub exit_watcher: Option<std::process::Child>,
 }
 
 /// What Chrome prints on stderr once its DevTools endpoint listens.
@@ -228,6 +231,8 @@ pub(crate) async fn launch_chrome(
     let pid = child
         .id()
         .ok_or_else(|| BrowserError::Launch("chrome exited at once".into()))?;
+    // Before the wait for DevTools: a worker killed during that wait must not leave Chrome.
+    let mut exit_watcher = crate::pool::kill_when_this_process_exits(pid, &dir.to_string_lossy());
     let stderr = child
         .stderr
         .take()
@@ -251,10 +256,12 @@ pub(crate) async fn launch_chrome(
         Ok(Some(url)) => url,
         Ok(None) => {
             let _ = child.kill().await;
+            crate::pool::stop_exit_watcher_of(exit_watcher.take());
             return Err(BrowserError::Launch(exit_reason(&seen, identity)));
         }
         Err(_) => {
             let _ = child.kill().await;
+            crate::pool::stop_exit_watcher_of(exit_watcher.take());
             return Err(BrowserError::Launch(format!(
                 "chrome did not open its DevTools endpoint within {} s",
                 timeout.as_secs()
@@ -268,7 +275,12 @@ pub(crate) async fn launch_chrome(
             tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
         }
     });
-    Ok(LaunchedChrome { child, pid, ws_url })
+    Ok(LaunchedChrome {
+        child,
+        pid,
+        ws_url,
+        exit_watcher,
+    })
 }
 
 /// Chrome's whole environment: [`CHROME_ENV_KEPT`] from the worker, its own `HOME` and

@@ -256,11 +256,11 @@ impl Chrome {
             mut child,
             pid,
             ws_url,
+            exit_watcher: watcher,
         } = launched;
         if let Some(nice) = config.nice {
             lower_priority(pid, nice).await;
         }
-        let watcher = kill_when_this_process_exits(pid, &dir.path().to_string_lossy());
         let connected = tokio::time::timeout(config.launch_timeout, Browser::connect(&ws_url))
             .await
             .map_err(|_| BrowserError::Launch("chrome did not answer on its endpoint".into()))
@@ -613,6 +613,13 @@ fn kill_pid(pid: u32) {
 
 /// Stops a watcher from [`kill_when_this_process_exits`]: its whole process group (the `sh`
 /// and its `tail`; dash's `kill` takes `-PGID`, not `--`), then reaps it.
+/// [`stop_exit_watcher`] of a watcher that may not have started.
+pub(crate) fn stop_exit_watcher_of(watcher: Option<std::process::Child>) {
+    if let Some(watcher) = watcher {
+        stop_exit_watcher(watcher);
+    }
+}
+
 fn stop_exit_watcher(mut watcher: std::process::Child) {
     let group = watcher.id();
     let _ = std::process::Command::new("sh")
