@@ -410,6 +410,64 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Opens the task's live view WebSocket (frames, and take-over inputs).
+    pub async fn live(&self, id: &str) -> LiveSocket {
+        let url = format!("{}/v1/tasks/{id}/live", self.base.replacen("http", "ws", 1));
+        let mut request = url.into_client_request().unwrap();
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.key).parse().unwrap(),
+        );
+        let (ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+        LiveSocket { ws }
+    }
+}
+
+/// A task's live view socket.
+pub struct LiveSocket {
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+}
+
+impl LiveSocket {
+    /// The next text message (frames are skipped), `None` once the server closed the socket.
+    pub async fn next_text(&mut self, limit: Duration) -> Option<Value> {
+        loop {
+            match tokio::time::timeout(limit, self.ws.next())
+                .await
+                .expect("a live view message in time")
+            {
+                Some(Ok(Message::Text(text))) => {
+                    return Some(serde_json::from_str(text.as_str()).unwrap());
+                }
+                Some(Ok(Message::Close(_))) | None => return None,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => panic!("websocket error: {err}"),
+            }
+        }
+    }
+
+    /// Sends one take-over input and answers the server's reply to it.
+    pub async fn send_input(&mut self, input: Value) -> Value {
+        use futures::SinkExt;
+        self.ws
+            .send(Message::Text(input.to_string().into()))
+            .await
+            .unwrap();
+        loop {
+            let message = self
+                .next_text(Duration::from_secs(30))
+                .await
+                .expect("the live view closed before answering an input");
+            if message["type"] != "viewport" {
+                return message;
+            }
+        }
+    }
+}
+
 /// A task's live event stream.
 pub struct EventStream {
     ws: tokio_tungstenite::WebSocketStream<
@@ -680,6 +738,7 @@ impl Site {
             .route("/stairs/{n}", get(stairs))
             .route("/login", get(|| async { Html(LOGIN) }).post(login))
             .route("/ticker", get(|| async { Html(TICKER) }))
+            .route("/takeover", get(|| async { Html(TAKEOVER) }))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -694,6 +753,17 @@ impl Site {
         format!("http://{}{path}", self.addr)
     }
 }
+
+/// `/login`'s form at fixed places (CSS pixels): the name field around (120, 40), the password
+/// field around (120, 100), the button around (120, 160); a long page below.
+const TAKEOVER: &str = r#"<!doctype html><html><head><title>Sign in by hand</title>
+<style>body { margin: 0; height: 3000px; } input, button { position: absolute; left: 20px;
+width: 300px; height: 40px; box-sizing: border-box; }</style></head><body>
+<form method="post" action="/login">
+  <input type="text" name="username" aria-label="User" style="top: 20px">
+  <input type="password" name="password" aria-label="Password" style="top: 80px">
+  <button type="submit" style="top: 140px">Sign in</button>
+</form></body></html>"#;
 
 const TICKER: &str = "<!doctype html><html><head><title>Ticker</title></head><body>\
     <h1>Ticker</h1><p>Frame <span id=\"count\">0</span></p><button>Tick</button>\

@@ -1,6 +1,6 @@
 //! Pause, resume and stop, observed between steps; stop also aborts an in-flight model call.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 pub struct AgentControl {
     paused: Arc<watch::Sender<bool>>,
     stop: CancellationToken,
+    /// What a person did in the browser while the agent was paused, not told to it yet.
+    person_inputs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Default for AgentControl {
@@ -24,6 +26,7 @@ impl AgentControl {
         Self {
             paused: Arc::new(watch::Sender::new(false)),
             stop: CancellationToken::new(),
+            person_inputs: Arc::default(),
         }
     }
 
@@ -40,6 +43,23 @@ impl AgentControl {
     /// Stop: the run ends before the next step, and an in-flight model call is abandoned.
     pub fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// A person changed the page while the agent was paused (take-over): `what` (e.g.
+    /// "clicked at (10, 20)") is told to the agent when it resumes, so that it reads the page
+    /// again instead of trusting its last state.
+    pub fn person_input_applied(&self, what: String) {
+        if let Ok(mut inputs) = self.person_inputs.lock() {
+            inputs.push(what);
+        }
+    }
+
+    /// The person's inputs since the last call.
+    pub(crate) fn take_person_inputs(&self) -> Vec<String> {
+        self.person_inputs
+            .lock()
+            .map(|mut inputs| std::mem::take(&mut *inputs))
+            .unwrap_or_default()
     }
 
     /// Paused now.

@@ -54,6 +54,9 @@ pub enum HistoryItem {
         /// What went wrong (shortened).
         error: String,
     },
+    /// Something that happened outside the agent's actions (browser-use's `system_message`),
+    /// e.g. a person driving the browser while the task was paused.
+    System(String),
 }
 
 impl HistoryItem {
@@ -136,6 +139,7 @@ impl HistoryItem {
                 out
             }
             Self::Failed { step, error } => format!("<step_{step}>\n{error}\n</step_{step}>"),
+            Self::System(text) => format!("<sys>\n{text}\n</sys>"),
         }
     }
 }
@@ -170,6 +174,11 @@ impl MessageManager {
             .filter(|r| r.include_extracted_content_only_once)
             .filter_map(|r| r.extracted_content.clone())
             .collect();
+    }
+
+    /// Records something that happened between steps, for the next `<agent_history>`.
+    pub fn add_system_note(&mut self, text: String) {
+        self.items.push(HistoryItem::System(text));
     }
 
     /// Number of items (incl. the first).

@@ -261,10 +261,17 @@ impl ClientSocket {
     /// Resolves with `Ok` when the client sent a message, with an error when it left or sent
     /// more than allowed.
     pub(crate) async fn receive(&mut self) -> Result<(), StreamError> {
+        self.receive_text().await.map(drop)
+    }
+
+    /// As [`ClientSocket::receive`], answering the text of a text message (`None` for other
+    /// messages: pings, pongs, binary).
+    pub(crate) async fn receive_text(&mut self) -> Result<Option<String>, StreamError> {
         match self.0.recv().await {
             Some(Err(err)) if too_big(&err) => Err(StreamError::MessageTooBig),
             None | Some(Err(_)) | Some(Ok(Message::Close(_))) => Err(StreamError::ClientGone),
-            Some(Ok(_)) => Ok(()),
+            Some(Ok(Message::Text(text))) => Ok(Some(text.as_str().to_owned())),
+            Some(Ok(_)) => Ok(None),
         }
     }
 

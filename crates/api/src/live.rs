@@ -9,6 +9,13 @@
 //! `task ended` when the task reaches a terminal status (or `task deleted`), 1008 when the key
 //! is revoked, 1001 on shutdown. Authentication is the event WebSocket's: a key in the
 //! `Authorization` header, the `bearer` subprotocol, or a ticket of the task.
+//!
+//! Take-over: while the task is paused on a worker, the viewer may drive its browser. Each
+//! text message is one [`PersonInput`] (JSON); it is checked, rate limited per socket, and
+//! recorded as the task's `person_input` event (`Store::record_person_input`), which the
+//! worker holding the browser applies in order. Every input is answered with a text message:
+//! `{"type": "input_accepted", "seq": N}` (N: its event) or `{"type": "input_refused",
+//! "error": "…"}` (the socket stays open).
 
 use std::time::Duration;
 
@@ -18,7 +25,10 @@ use axum::extract::ws::{Message, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use browserd_store::{KeySignal, LiveSignal, LiveViewerId, Signal, Store, StoreError};
 use browserd_types::dto::ErrorBody;
+use browserd_types::takeover::PersonInput;
 use browserd_types::{ApiKeyId, TaskId};
+use governor::{DefaultDirectRateLimiter, Quota};
+use serde_json::json;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -30,6 +40,14 @@ use crate::task_ops::owned_task;
 /// counting after it).
 pub const VIEWER_TTL: Duration = Duration::from_secs(30);
 
+/// A viewer may send this many inputs per second (with twice as many at once): a person
+/// clicking and typing sends far fewer; a script flooding the task's event log is cut off.
+pub const PERSON_INPUTS_PER_SECOND: u32 = 20;
+const INPUT_RATE: std::num::NonZeroU32 =
+    std::num::NonZeroU32::new(PERSON_INPUTS_PER_SECOND).unwrap();
+const INPUT_BURST: std::num::NonZeroU32 =
+    std::num::NonZeroU32::new(2 * PERSON_INPUTS_PER_SECOND).unwrap();
+
 /// Watch a running task's page live over a WebSocket.
 ///
 /// Each binary message is one JPEG frame of the task's focused tab (the newest; frames are
@@ -40,6 +58,19 @@ pub const VIEWER_TTL: Duration = Duration::from_secs(30);
 /// client sends a message larger than allowed). Authentication as for the event WebSocket:
 /// `Authorization: Bearer <key>`, the subprotocols `bearer` and the key, or `?ticket=`
 /// (`POST /v1/tasks/{id}/events/ticket`; a ticket works once, for either WebSocket).
+///
+/// Before the first frame, and whenever the page's size changes, a text message
+/// `{"type": "viewport", "width", "height"}` gives the CSS pixels the frames show (a frame may
+/// be scaled down from them).
+///
+/// Take-over: while the task is `paused` (on a worker), each text message the client sends is
+/// one input for the page — `{"type": "click", "x", "y", "button"?, "click_count"?}`,
+/// `{"type": "scroll", "x", "y", "delta_x"?, "delta_y"?}`, `{"type": "type", "text",
+/// "secret"?}` or `{"type": "keys", "keys": "Enter"}` (coordinates: CSS pixels of the task's
+/// viewport) — recorded in the task's events as `person_input` (a secret text only by its
+/// length) and applied in order before the agent resumes; the agent's next step is told a
+/// person used the browser. Each is answered `{"type": "input_accepted", "seq"}` or
+/// `{"type": "input_refused", "error"}`; at most 20 per second.
 #[utoipa::path(
     get,
     path = "/v1/tasks/{id}/live",
@@ -78,6 +109,10 @@ pub async fn task_live(
             task_id: id,
             viewer: None,
             last_seq: None,
+            last_size: None,
+            inputs: DefaultDirectRateLimiter::direct(
+                Quota::per_second(INPUT_RATE).allow_burst(INPUT_BURST),
+            ),
         };
         let outcome = viewer.run(&state, key_id).await;
         if let Some(registration) = viewer.viewer.take()
@@ -102,18 +137,76 @@ struct LiveStream {
     viewer: Option<LiveViewerId>,
     /// Seq of the frame sent last (the worker's numbering; "different" means "newer").
     last_seq: Option<i64>,
+    /// The page size (CSS pixels) announced last.
+    last_size: Option<(i32, i32)>,
+    /// The take-over inputs this socket may still send.
+    inputs: DefaultDirectRateLimiter,
 }
 
 impl LiveStream {
-    /// Sends the newest stored frame unless it was sent already.
+    /// Sends the newest stored frame unless it was sent already; before a frame whose page
+    /// size differs from the previous one's, the size as a text message.
     async fn send_newest(&mut self) -> Result<(), StreamError> {
         if let Some(frame) = self.store.live_frame(self.task_id).await?
             && self.last_seq != Some(frame.seq)
         {
             self.last_seq = Some(frame.seq);
+            let size = (frame.width, frame.height);
+            if self.last_size != Some(size) {
+                self.last_size = Some(size);
+                let viewport = json!({"type": "viewport", "width": size.0, "height": size.1});
+                self.socket
+                    .send(Message::Text(viewport.to_string().into()))
+                    .await?;
+            }
             self.socket.send(Message::Binary(frame.jpeg.into())).await?;
         }
         Ok(())
+    }
+
+    /// Records one take-over input the client sent and answers it.
+    async fn person_input(&mut self, key_id: ApiKeyId, text: &str) -> Result<(), StreamError> {
+        let answer = match self.accept_person_input(key_id, text).await? {
+            Ok(seq) => json!({"type": "input_accepted", "seq": seq}),
+            Err(error) => json!({"type": "input_refused", "error": error}),
+        };
+        self.socket
+            .send(Message::Text(answer.to_string().into()))
+            .await
+    }
+
+    /// The input's event seq, or why it was refused.
+    async fn accept_person_input(
+        &mut self,
+        key_id: ApiKeyId,
+        text: &str,
+    ) -> Result<Result<i64, String>, StreamError> {
+        let input: PersonInput = match serde_json::from_str(text) {
+            Ok(input) => input,
+            Err(err) => return Ok(Err(format!("not a take-over input: {err}"))),
+        };
+        if let Err(err) = input.check() {
+            return Ok(Err(err));
+        }
+        if self.inputs.check().is_err() {
+            return Ok(Err(format!(
+                "too many inputs: at most {PERSON_INPUTS_PER_SECOND} per second"
+            )));
+        }
+        match self
+            .store
+            .record_person_input(key_id, self.task_id, &input)
+            .await
+        {
+            Ok(event) => Ok(Ok(event.seq)),
+            Err(
+                err @ (StoreError::TakeOverRefused(_)
+                | StoreError::TaskEnded { .. }
+                | StoreError::LeaseLost(_)),
+            ) => Ok(Err(err.to_string())),
+            Err(StoreError::TaskNotFound(_)) => Ok(Err("the task is gone".to_owned())),
+            Err(err) => Err(err.into()),
+        }
     }
 
     /// Whether the task has ended (or is gone): the reason to close with.
@@ -188,7 +281,11 @@ impl LiveStream {
                     }
                     None => return Ok((close_code::AWAY, "live view unavailable")),
                 },
-                received = self.socket.receive() => received?,
+                received = self.socket.receive_text() => {
+                    if let Some(text) = received? {
+                        self.person_input(key_id, &text).await?;
+                    }
+                }
                 _ = refresh.tick() => {
                     let alive = match self.viewer {
                         Some(viewer) => self.store.refresh_live_viewer(viewer, VIEWER_TTL).await?,

@@ -354,9 +354,18 @@ function renderTask(app, id) {
   const details = el('p', { class: 'muted', id: 'task-details' });
   const result = el('div', { class: 'card', id: 'result', hidden: true });
   const steps = el('div', { id: 'steps' });
-  const liveImg = el('img', { id: 'live-frame', alt: 'Live view of the task\'s page' });
+  const liveImg = el('img', { id: 'live-frame', alt: 'Live view of the task\'s page', tabindex: '0' });
   const liveState = el('p', { class: 'muted', id: 'live-state', text: 'Connecting…' });
-  const live = el('div', { class: 'card live', id: 'live' }, el('h2', { text: 'Live view' }), liveImg, liveState);
+  // Take-over: while paused, the person's clicks, wheel and keys on the frame go to the page.
+  const takeOverToggle = el('input', { type: 'checkbox', id: 'take-over' });
+  const secretText = el('input', { type: 'password', id: 'take-over-secret', placeholder: 'Secret text (e.g. a password)', autocomplete: 'off' });
+  const secretSend = el('button', { type: 'button', id: 'take-over-secret-send', text: 'Type secret' });
+  const takeOverState = el('p', { class: 'muted', id: 'take-over-state' });
+  const takeOver = el('div', { class: 'take-over', id: 'take-over-panel', hidden: true },
+    el('label', {}, takeOverToggle, ' Take over: drive the page (click, scroll and type on the frame)'),
+    el('div', { class: 'take-over-secret' }, secretText, secretSend),
+    takeOverState);
+  const live = el('div', { class: 'card live', id: 'live' }, el('h2', { text: 'Live view' }), liveImg, liveState, takeOver);
 
   app.append(
     el('div', { class: 'task-head' }, title, status),
@@ -388,6 +397,8 @@ function renderTask(app, id) {
     const allowed = CONTROLS[next] || [];
     for (const [name, button] of Object.entries(buttons)) button.disabled = !allowed.includes(name);
     if (changed) updateLive();
+    takeOver.hidden = next !== 'paused';
+    if (next !== 'paused') takeOverToggle.checked = false;
   }
 
   /** @param {TaskView} task */
@@ -696,6 +707,105 @@ function renderTask(app, id) {
     if (!liveSocket) connectLive();
   }
 
+  // The page's viewport in CSS pixels, as the server announces it before a frame of a new size.
+  let frameViewport = null;
+  let typed = '';
+  let typedTimer = null;
+  let wheel = null;
+
+  /** Sends one take-over input on the live socket. */
+  function sendInput(input) {
+    if (!liveSocket || liveSocket.readyState !== WebSocket.OPEN) {
+      takeOverState.textContent = 'The live view is not connected.';
+      return;
+    }
+    liveSocket.send(JSON.stringify(input));
+  }
+
+  function takingOver() {
+    return current === 'paused' && takeOverToggle.checked;
+  }
+
+  /** The page coordinates (CSS pixels) of a mouse event on the frame. */
+  function pagePoint(event) {
+    const box = liveImg.getBoundingClientRect();
+    const width = frameViewport ? frameViewport.width : liveImg.naturalWidth;
+    const height = frameViewport ? frameViewport.height : liveImg.naturalHeight;
+    if (!box.width || !box.height || !width || !height) return null;
+    return {
+      x: Math.round((event.clientX - box.left) * width / box.width),
+      y: Math.round((event.clientY - box.top) * height / box.height),
+    };
+  }
+
+  function flushTyped() {
+    if (typedTimer) clearTimeout(typedTimer);
+    typedTimer = null;
+    if (typed) sendInput({ type: 'type', text: typed });
+    typed = '';
+  }
+
+  liveImg.addEventListener('click', (event) => {
+    if (!takingOver()) return;
+    const point = pagePoint(event);
+    if (!point) return;
+    flushTyped();
+    liveImg.focus();
+    sendInput({ type: 'click', x: point.x, y: point.y, click_count: Math.min(event.detail || 1, 3) });
+  });
+  liveImg.addEventListener('wheel', (event) => {
+    if (!takingOver()) return;
+    event.preventDefault();
+    const point = pagePoint(event);
+    if (!point) return;
+    // Wheel turns within 150 ms go out as one scroll.
+    if (!wheel) {
+      wheel = { x: point.x, y: point.y, delta_x: 0, delta_y: 0 };
+      setTimeout(() => {
+        const due = wheel;
+        wheel = null;
+        if (due) sendInput({ type: 'scroll', x: due.x, y: due.y, delta_x: Math.round(due.delta_x), delta_y: Math.round(due.delta_y) });
+      }, 150);
+    }
+    wheel.delta_x += event.deltaX;
+    wheel.delta_y += event.deltaY;
+  }, { passive: false });
+  liveImg.addEventListener('keydown', (event) => {
+    if (!takingOver()) return;
+    event.preventDefault();
+    const modifiers = [];
+    if (event.ctrlKey) modifiers.push('Control');
+    if (event.altKey) modifiers.push('Alt');
+    if (event.metaKey) modifiers.push('Meta');
+    if (event.key.length === 1 && modifiers.length === 0) {
+      // Characters typed within 300 ms go out as one text.
+      typed += event.key;
+      if (typedTimer) clearTimeout(typedTimer);
+      typedTimer = setTimeout(flushTyped, 300);
+      return;
+    }
+    if (['Shift', 'Control', 'Alt', 'Meta'].includes(event.key)) return;
+    flushTyped();
+    if (event.shiftKey && event.key.length > 1) modifiers.push('Shift');
+    sendInput({ type: 'keys', keys: [...modifiers, event.key].join('+') });
+  });
+  secretSend.addEventListener('click', () => {
+    if (!takingOver() || !secretText.value) return;
+    flushTyped();
+    sendInput({ type: 'type', text: secretText.value, secret: true });
+    secretText.value = '';
+    liveImg.focus();
+  });
+
+  /** A text message on the live socket: the frame size, or the answer to an input. */
+  function onLiveText(text) {
+    let message;
+    try { message = JSON.parse(text); } catch { return; }
+    if (message.type === 'viewport') frameViewport = { width: message.width, height: message.height };
+    else if (message.type === 'input_refused') takeOverState.textContent = `Not applied: ${message.error}`;
+    else if (message.type === 'input_accepted') takeOverState.textContent = 'Sent to the page; the agent will be told when it resumes.';
+  }
+
   function connectLive() {
     if (stopped) return;
     const socket = new WebSocket(wsUrl(`/v1/tasks/${id}/live`), ['bearer', apiKey()]);
@@ -706,6 +816,10 @@ function renderTask(app, id) {
     if (current === 'queued') liveState.textContent = 'Waiting for the task to start…';
     else if (current !== 'paused') liveState.textContent = 'Waiting for the first frame…';
     socket.addEventListener('message', (message) => {
+      if (typeof message.data === 'string') {
+        onLiveText(message.data);
+        return;
+      }
       if (!(message.data instanceof Blob)) return;
       frames += 1;
       liveDelay = RECONNECT_MIN_MS;

@@ -306,6 +306,9 @@ impl Watch {
                     step_lines::one_line(&log.message, 300)
                 );
             }
+            EventBody::PersonInput(person) => {
+                eprintln!("  [person] {}", person.input.describe(person.secret_chars));
+            }
         }
     }
 

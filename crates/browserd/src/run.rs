@@ -328,6 +328,7 @@ pub async fn run(
             prior: None,
             resume_url: None,
             live_view: None,
+            take_over: None,
         })
         .instrument(tracing::info_span!("task", mode = "run"))
         .await;

@@ -39,6 +39,9 @@ pub enum StoreError {
     /// `keys revoke ID|PREFIX` did not designate exactly one active key.
     #[error("{0}")]
     KeySelector(String),
+    /// A person's input to the task's browser cannot be taken now (why, for the sender).
+    #[error("{0}")]
+    TakeOverRefused(String),
     /// No such `/api/v2` session for this key.
     #[error("session {0} not found")]
     SessionNotFound(uuid::Uuid),

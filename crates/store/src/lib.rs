@@ -20,6 +20,7 @@ mod sealed;
 mod sessions;
 mod status_sql;
 mod steps;
+mod takeover;
 mod task_store;
 mod tasks;
 mod telemetry;

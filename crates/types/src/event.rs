@@ -17,6 +17,7 @@ pub mod event_kind {
     pub const ACTION_RESULT: &str = "action_result";
     pub const RESULT: &str = "result";
     pub const LOG: &str = "log";
+    pub const PERSON_INPUT: &str = "person_input";
 }
 
 /// What a task event says: its kind and typed payload, the one contract between the writers
@@ -41,6 +42,9 @@ pub enum EventBody {
     Result(ResultEvent),
     /// A free-form log line from the worker.
     Log(LogEvent),
+    /// A person's input to the browser through the live view while the task was paused
+    /// (take-over), recorded by the api before the worker applies it.
+    PersonInput(crate::takeover::PersonInputEvent),
 }
 
 /// `status`: `{"status", "transition", …}`.
@@ -181,6 +185,7 @@ impl EventBody {
             EventBody::ActionResult(_) => event_kind::ACTION_RESULT,
             EventBody::Result(_) => event_kind::RESULT,
             EventBody::Log(_) => event_kind::LOG,
+            EventBody::PersonInput(_) => event_kind::PERSON_INPUT,
         }
     }
 

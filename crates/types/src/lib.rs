@@ -7,6 +7,7 @@ pub mod ids;
 pub mod options;
 pub mod schema_bounds;
 pub mod status;
+pub mod takeover;
 pub mod v2;
 pub mod webhooks;
 

@@ -24,6 +24,7 @@ mod runner;
 mod service;
 mod sink;
 mod specs;
+mod takeover;
 mod telemetry;
 mod webhooks;
 mod workspace;
@@ -39,6 +40,7 @@ pub use runner::{
 pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
 pub use sink::StoreSink;
 pub use specs::browser_action_specs;
+pub use takeover::{PersonInputRequest, TakeOverLink, apply_person_inputs};
 pub use telemetry::describe_metrics;
 pub use webhooks::{WebhookSettings, python_json, run_webhook_dispatcher, sign};
 pub use workspace::TaskWorkspace;

@@ -175,6 +175,7 @@ async fn run_task(
             prior: None,
             resume_url: None,
             live_view: None,
+            take_over: None,
         })
         .await;
     drop(follower);

@@ -266,6 +266,8 @@ pub struct RunRequest {
     pub resume_url: Option<String>,
     /// Stream the focused tab while someone watches (the service's live view).
     pub live_view: Option<LiveViewLink>,
+    /// Inputs of a person driving the browser while the agent is paused (take-over).
+    pub take_over: Option<crate::takeover::TakeOverLink>,
 }
 
 /// Connects a run's browser to the live view: the screencast runs while `watched` is true,
@@ -320,6 +322,7 @@ impl TaskRunner {
             prior,
             resume_url,
             live_view,
+            take_over,
         } = request;
         let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -374,15 +377,35 @@ impl TaskRunner {
                 if let Some(prior) = prior {
                     agent = agent.resume_from(prior);
                 }
-                let history = match live_view {
-                    Some(link) => {
-                        let live =
-                            browser
-                                .session()
-                                .live_view(link.settings, link.watched, link.frames);
-                        beside(agent.run(), live).await
+                let session = browser.session();
+                let history = match (live_view, take_over) {
+                    (None, None) => agent.run().await,
+                    (live_view, take_over) => {
+                        let live = async {
+                            match live_view {
+                                Some(link) => {
+                                    session
+                                        .live_view(link.settings, link.watched, link.frames)
+                                        .await
+                                }
+                                None => std::future::pending().await,
+                            }
+                        };
+                        let take_over = async {
+                            match take_over {
+                                Some(link) => {
+                                    crate::takeover::apply_person_inputs(session, link).await;
+                                    Ok(())
+                                }
+                                None => std::future::pending().await,
+                            }
+                        };
+                        let sides = async {
+                            let (live, take_over) = tokio::join!(live, take_over);
+                            live.and(take_over)
+                        };
+                        beside(agent.run(), sides).await
                     }
-                    None => agent.run().await,
                 };
                 Ok(history)
             }

@@ -312,6 +312,8 @@ struct Started {
     draining: Arc<AtomicBool>,
     watcher: AbortOnDrop,
     live_follower: Option<AbortOnDrop>,
+    /// Reads the task's take-over inputs; aborted with the run.
+    take_over_follower: Option<AbortOnDrop>,
     workspace_dir: std::path::PathBuf,
     output_secrets: browserd_agent::secrets::Secrets,
 }
@@ -335,6 +337,8 @@ impl TaskJob {
     async fn run(self, claimed: ClaimedTask, shutdown: CancellationToken) {
         let id = claimed.record.id;
         let attempt = claimed.record.attempts;
+        // Take-over inputs recorded before this claim were for an earlier attempt's browser.
+        let claimed_at_seq = claimed.record.last_event_seq;
         let prepared = match self.prepare(claimed).await {
             Ok(prepared) => prepared,
             Err(NotRun::Fail(error)) => {
@@ -348,9 +352,10 @@ impl TaskJob {
             }
         };
         let session = prepared.session.clone();
-        let (started, mut run) = self.start(id, prepared);
+        let (started, mut run) = self.start(id, prepared, claimed_at_seq);
         let result = self.drive(&mut run, &started, &shutdown).await;
         drop(started.watcher);
+        drop(started.take_over_follower);
         if let Some(mut follower) = started.live_follower {
             // The run dropped its end of the link: the follower clears the frame and ends.
             let _ = tokio::time::timeout(Duration::from_secs(5), &mut follower.0).await;
@@ -451,7 +456,12 @@ impl TaskJob {
 
     /// The sink, the control watcher and the live view of the task, and its run (the agent,
     /// or a replay of a recorded history), not polled yet.
-    fn start(&self, id: TaskId, prepared: Prepared) -> (Started, RunFuture<'_>) {
+    fn start(
+        &self,
+        id: TaskId,
+        prepared: Prepared,
+        claimed_at_seq: i64,
+    ) -> (Started, RunFuture<'_>) {
         let Prepared {
             spec,
             replay,
@@ -471,6 +481,27 @@ impl TaskJob {
             )
             .with_retry_budget(self.config.lease),
         );
+        // Take-over rides on the live view: a person drives what they watch. Replays have none.
+        let (take_over, take_over_progress, take_over_follower) =
+            match (&self.config.live_view, &replay) {
+                (Some(_), None) => {
+                    let (link, progress, follow) = crate::takeover::link(
+                        self.store.clone(),
+                        self.hub.clone(),
+                        id,
+                        self.config.id.clone(),
+                        control.clone(),
+                        sink.clone(),
+                        claimed_at_seq,
+                    );
+                    (
+                        Some(link),
+                        Some(progress),
+                        Some(AbortOnDrop(tokio::spawn(follow.in_current_span()))),
+                    )
+                }
+                _ => (None, None, None),
+            };
         let watcher = AbortOnDrop(tokio::spawn(
             watch_task(
                 self.store.clone(),
@@ -480,6 +511,7 @@ impl TaskJob {
                 control.clone(),
                 sink.clone(),
                 draining.clone(),
+                take_over_progress,
             )
             .in_current_span(),
         ));
@@ -549,6 +581,7 @@ impl TaskJob {
                 prior,
                 resume_url,
                 live_view,
+                take_over,
             })),
         };
         let started = Started {
@@ -557,6 +590,7 @@ impl TaskJob {
             draining,
             watcher,
             live_follower,
+            take_over_follower,
             workspace_dir,
             output_secrets,
         };
@@ -891,12 +925,32 @@ async fn watch_task(
     control: AgentControl,
     sink: Arc<StoreSink>,
     draining: Arc<AtomicBool>,
+    take_over: Option<crate::takeover::TakeOverProgress>,
 ) {
-    let apply = |status: TaskStatus| {
+    let apply = async |status: TaskStatus, last_event_seq: Option<i64>| {
         // While draining the agent stays paused whatever the status says.
-        if !(draining.load(Ordering::SeqCst) && status == TaskStatus::Running) {
-            apply_status(status, &control);
+        if draining.load(Ordering::SeqCst) && status == TaskStatus::Running {
+            return;
         }
+        // A resume: the inputs a person sent while the task was paused go first.
+        if status == TaskStatus::Running
+            && control.is_paused()
+            && let Some(progress) = &take_over
+        {
+            let seq = match last_event_seq {
+                Some(seq) => Some(seq),
+                None => store
+                    .get_task(None, id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|task| task.last_event_seq),
+            };
+            if let Some(seq) = seq {
+                progress.reached(seq, crate::takeover::CATCH_UP_CAP).await;
+            }
+        }
+        apply_status(status, &control);
     };
     let mut subscription = Some(hub.subscribe(id));
     let mut heartbeat = tokio::time::interval((config.lease / 3).max(Duration::from_millis(200)));
@@ -918,7 +972,7 @@ async fn watch_task(
                 Some(Signal::Appended { .. } | Signal::Resync) => {
                     match store.get_task(None, id).await {
                         Ok(Some(task)) if task.lease_owner.as_deref() == Some(config.id.as_str()) => {
-                            apply(task.status);
+                            apply(task.status, Some(task.last_event_seq)).await;
                         }
                         Ok(Some(task)) if task.status.is_terminal() => control.stop(),
                         Ok(_) => {
@@ -930,7 +984,7 @@ async fn watch_task(
                 }
             },
             _ = heartbeat.tick() => match store.renew_lease(id, &config.id, config.lease).await {
-                Ok(Some(status)) => apply(status),
+                Ok(Some(status)) => apply(status, None).await,
                 Ok(None) => {
                     match store.get_task(None, id).await {
                         Ok(Some(task)) if task.status.is_terminal() => control.stop(),

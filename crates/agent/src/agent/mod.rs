@@ -171,6 +171,23 @@ impl Agent {
         self.control = control;
         self
     }
+    /// Tells the next step what a person did in the browser while the agent was paused.
+    fn note_person_inputs(&mut self) {
+        /// The inputs listed one by one; more are counted.
+        const LISTED: usize = 20;
+        let inputs = self.control.take_person_inputs();
+        if inputs.is_empty() {
+            return;
+        }
+        let mut list = inputs[..inputs.len().min(LISTED)].join("; ");
+        if inputs.len() > LISTED {
+            list.push_str(&format!("; and {} more", inputs.len() - LISTED));
+        }
+        self.messages.add_system_note(format!(
+            "While the task was paused, a person used the browser ({list}). The page may have \
+changed since your last step: rely on the current browser state, not on earlier ones."
+        ));
+    }
 
     /// The handle to pause, resume or stop this agent.
     pub fn control(&self) -> AgentControl {
@@ -212,6 +229,7 @@ impl Agent {
                 }
                 self.sink.emit(AgentEvent::Resumed).await;
             }
+            self.note_person_inputs();
             let limit =
                 self.config.max_failures + u32::from(self.config.final_response_after_failure);
             if self.consecutive_failures >= limit {

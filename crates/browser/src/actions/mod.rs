@@ -18,6 +18,7 @@ mod js;
 mod keys;
 pub mod markdown;
 mod navigation;
+mod person;
 mod read_page;
 mod scroll_keys;
 pub mod workspace;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use browserd_views::ActionResult;
 pub use keys::{KeyPress, parse_keys};
+pub use person::PersonInputError;
 pub use workspace::{Workspace, WorkspaceError};
 
 /// browser-use's per-event timeouts (seconds) used by the executor.
