@@ -20,7 +20,7 @@ async fn a_person_signs_in_by_hand_while_the_task_is_paused_and_the_agent_carrie
         site,
         model,
         db,
-        server: _server,
+        server,
         client,
     } = Scenario::serve(
         Arc::new(|page: &str| {
@@ -58,10 +58,13 @@ async fn a_person_signs_in_by_hand_while_the_task_is_paused_and_the_agent_carrie
 
     // The viewer learns the page size the frames show before the first frame.
     let mut live = client.live(&id).await;
-    let viewport = live
-        .next_text(Duration::from_secs(60))
-        .await
-        .expect("a viewport message");
+    let Some(viewport) = live.next_text(Duration::from_secs(60)).await else {
+        panic!(
+            "the live view closed without a viewport message; task {}\n{}",
+            client.task(&id).await,
+            server.logs()
+        );
+    };
     assert_eq!(viewport["type"], "viewport", "{viewport}");
     assert!(viewport["width"].as_i64().unwrap_or(0) >= 320, "{viewport}");
 
