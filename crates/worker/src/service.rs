@@ -508,10 +508,12 @@ impl TaskJob {
                 self.hub.clone(),
                 id,
                 self.config.clone(),
-                control.clone(),
-                sink.clone(),
-                draining.clone(),
-                take_over_progress,
+                WatchedRun {
+                    control: control.clone(),
+                    sink: sink.clone(),
+                    draining: draining.clone(),
+                    take_over: take_over_progress,
+                },
             )
             .in_current_span(),
         ));
@@ -914,6 +916,16 @@ fn earlier_replay_failure(prior: &AgentHistoryList) -> Option<String> {
     })
 }
 
+/// What the control watcher acts on.
+struct WatchedRun {
+    control: AgentControl,
+    sink: Arc<StoreSink>,
+    /// The worker is shutting down: the agent stays paused.
+    draining: Arc<AtomicBool>,
+    /// How far the take-over follower has read (a resume waits for it).
+    take_over: Option<crate::takeover::TakeOverProgress>,
+}
+
 /// Keeps the lease alive and applies control signals: a status change (seen through the
 /// hub at once, or through the heartbeat's answer) pauses, resumes or stops the agent; a lost
 /// lease or a deleted task abandons it.
@@ -922,11 +934,14 @@ async fn watch_task(
     hub: EventHub,
     id: TaskId,
     config: Arc<WorkerConfig>,
-    control: AgentControl,
-    sink: Arc<StoreSink>,
-    draining: Arc<AtomicBool>,
-    take_over: Option<crate::takeover::TakeOverProgress>,
+    run: WatchedRun,
 ) {
+    let WatchedRun {
+        control,
+        sink,
+        draining,
+        take_over,
+    } = run;
     let apply = async |status: TaskStatus, last_event_seq: Option<i64>| {
         // While draining the agent stays paused whatever the status says.
         if draining.load(Ordering::SeqCst) && status == TaskStatus::Running {
