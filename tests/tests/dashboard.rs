@@ -413,6 +413,89 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         .await,
         json!([true, false, false])
     );
+
+    // Take over from the live view: a click in the middle of the frame and keys typed on it
+    // reach the page at the page's coordinates, as recorded person inputs.
+    page.wait_for(
+        "!document.querySelector('#take-over-panel').hidden",
+        "the take-over panel of the paused task",
+        20,
+    )
+    .await;
+    page.eval("document.querySelector('#take-over').click(); true")
+        .await;
+    let middle = page
+        .eval(
+            "(() => { const r = document.querySelector('#live-frame').getBoundingClientRect(); \
+             return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+        )
+        .await;
+    let (x, y) = (middle[0].as_f64().unwrap(), middle[1].as_f64().unwrap());
+    for kind in ["mousePressed", "mouseReleased"] {
+        page.session
+            .cdp(
+                Some(&page.target),
+                "Input.dispatchMouseEvent",
+                json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
+            )
+            .await
+            .unwrap();
+    }
+    for (key, text) in [("h", Some("h")), ("i", Some("i")), ("Enter", None)] {
+        let mut down = json!({"type": "keyDown", "key": key});
+        if let Some(text) = text {
+            down["text"] = json!(text);
+        }
+        for event in [down, json!({"type": "keyUp", "key": key})] {
+            page.session
+                .cdp(Some(&page.target), "Input.dispatchKeyEvent", event)
+                .await
+                .unwrap();
+        }
+    }
+    page.wait_for(
+        "document.querySelector('#take-over-state').textContent.startsWith('Sent to the page')",
+        "the take-over inputs accepted",
+        20,
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let inputs: Vec<Value> = loop {
+        let inputs: Vec<Value> = sqlx::query_scalar(
+            "select payload->'input' from task_events where task_id = $1::uuid and kind = 'person_input' order by seq",
+        )
+        .bind(&task_id)
+        .fetch_all(&pool_db)
+        .await
+        .unwrap();
+        if inputs.len() >= 3 || tokio::time::Instant::now() > deadline {
+            break inputs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(inputs.len(), 3, "{inputs:?}");
+    // The page's size as the live view announced it (the frames are scaled down from it).
+    let viewport = page
+        .eval("document.querySelector('#live-frame').dataset.viewport || ''")
+        .await;
+    let (width, height) = viewport
+        .as_str()
+        .and_then(|size| size.split_once('x'))
+        .map(|(w, h)| (w.parse::<f64>().unwrap(), h.parse::<f64>().unwrap()))
+        .expect("the live view announced the page's size");
+    assert_eq!((width, height), (1920.0, 1080.0), "browser-use's viewport");
+    assert_eq!(inputs[0]["type"], "click", "{inputs:?}");
+    assert!(
+        (inputs[0]["x"].as_f64().unwrap() - width / 2.0).abs() <= 2.0
+            && (inputs[0]["y"].as_f64().unwrap() - height / 2.0).abs() <= 2.0,
+        "the click in the frame's middle is not at the page's middle: {inputs:?}"
+    );
+    assert_eq!(
+        inputs[1],
+        json!({"type": "type", "text": "hi", "secret": false})
+    );
+    assert_eq!(inputs[2], json!({"type": "keys", "keys": "Enter"}));
+
     page.click("#resume").await;
     page.status_shown("running").await;
     let frames_before = page.frames().await;
@@ -424,6 +507,18 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         60,
     )
     .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !model.requests().iter().any(|request| {
+        browserd_tests::message_texts(request)
+            .iter()
+            .any(|text| text.contains("a person used the browser (clicked at"))
+    }) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent was not told about the take-over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     page.click("#stop").await;
     page.status_shown("stopped").await;
     assert_eq!(client.task(&task_id).await["status"], "stopped");

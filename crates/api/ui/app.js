@@ -801,7 +801,10 @@ function renderTask(app, id) {
   function onLiveText(text) {
     let message;
     try { message = JSON.parse(text); } catch { return; }
-    if (message.type === 'viewport') frameViewport = { width: message.width, height: message.height };
+    if (message.type === 'viewport') {
+      frameViewport = { width: message.width, height: message.height };
+      liveImg.dataset.viewport = `${message.width}x${message.height}`;
+    }
     else if (message.type === 'input_refused') takeOverState.textContent = `Not applied: ${message.error}`;
     else if (message.type === 'input_accepted') takeOverState.textContent = 'Sent to the page; the agent will be told when it resumes.';
   }

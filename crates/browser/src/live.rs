@@ -80,17 +80,8 @@ pub type FrameSender = watch::Sender<Option<Arc<ScreencastFrame>>>;
 #[derive(Deserialize)]
 struct FrameParams {
     data: String,
-    metadata: FrameMetadata,
     #[serde(rename = "sessionId")]
     ack_id: i64,
-}
-
-#[derive(Deserialize)]
-struct FrameMetadata {
-    #[serde(rename = "deviceWidth", default)]
-    device_width: f64,
-    #[serde(rename = "deviceHeight", default)]
-    device_height: f64,
 }
 
 #[derive(Deserialize)]
@@ -205,7 +196,7 @@ impl BrowserSession {
                             continue;
                         }
                         let Ok(params) = event.params::<FrameParams>() else { continue };
-                        let frame = match decode_frame(&params) {
+                        let frame = match decode_frame(&params, self.emulated_viewport()) {
                             Ok(frame) => frame,
                             Err(err) => {
                                 tracing::debug!(%err, "undecodable screencast frame");
@@ -322,24 +313,20 @@ impl BrowserSession {
     }
 }
 
-fn decode_frame(params: &FrameParams) -> Result<ScreencastFrame> {
+/// A frame of a page whose viewport is `viewport` (CSS pixels): the screencast's metadata
+/// gives the size of the (possibly scaled-down) frame instead, which is not where a click at
+/// the frame's coordinates lands.
+fn decode_frame(params: &FrameParams, viewport: crate::Viewport) -> Result<ScreencastFrame> {
     let jpeg = base64::engine::general_purpose::STANDARD
         .decode(params.data.as_bytes())
         .map_err(|e| BrowserError::Decode {
             method: "Page.screencastFrame".into(),
             reason: e.to_string(),
         })?;
-    let side = |v: f64| {
-        if v.is_finite() && v > 0.0 {
-            v.round() as u32
-        } else {
-            0
-        }
-    };
     Ok(ScreencastFrame {
         jpeg,
-        width: side(params.metadata.device_width),
-        height: side(params.metadata.device_height),
+        width: viewport.width,
+        height: viewport.height,
     })
 }
 
