@@ -16,7 +16,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use browserd_store::{OutputFile, OutputFileRecord};
+use browserd_store::{OutputFile, OutputFileRecord, Store};
 use browserd_types::TaskId;
 use browserd_types::dto::{ErrorBody, OutputFileList, OutputFileView};
 use hmac::{Hmac, Mac};
@@ -58,10 +58,43 @@ pub(crate) fn sign_link(file: &OutputFile, now: OffsetDateTime) -> String {
     signed_path(file.record.id, expires, &signature)
 }
 
-/// The bytes of an output file as a download: its content type, `attachment` with its name,
-/// and headers that keep a browser from rendering it on our origin (an agent-written HTML file
-/// must never run here).
-pub(crate) fn file_response(file: OutputFile) -> Result<Response, String> {
+/// A download is read from Postgres this many bytes at a time.
+const DOWNLOAD_CHUNK_BYTES: i32 = 256 * 1024;
+
+/// The bytes of `file`, streamed from `store` one chunk at a time (a broken stream when the
+/// file disappears or the database fails midway: the status is sent already).
+fn file_body(store: Store, file: &OutputFile) -> Body {
+    let id = file.record.id;
+    let size = i32::try_from(file.record.size).unwrap_or(i32::MAX);
+    let chunks = futures::stream::unfold(0i32, move |offset| {
+        let store = store.clone();
+        async move {
+            if offset >= size {
+                return None;
+            }
+            let len = DOWNLOAD_CHUNK_BYTES.min(size - offset);
+            let chunk = match store.output_file_chunk(id, offset, len).await {
+                Ok(Some(chunk)) if !chunk.is_empty() => chunk,
+                Ok(_) => {
+                    tracing::warn!(file_id = %id, "an output file went away during its download");
+                    return Some((Err(std::io::Error::other("the file went away")), size));
+                }
+                Err(err) => {
+                    tracing::error!(file_id = %id, error = %err, "streaming an output file failed");
+                    return Some((Err(std::io::Error::other("reading the file failed")), size));
+                }
+            };
+            let next = offset.saturating_add(i32::try_from(chunk.len()).unwrap_or(len));
+            Some((Ok(axum::body::Bytes::from(chunk)), next))
+        }
+    });
+    Body::from_stream(chunks)
+}
+
+/// An output file as a download, its bytes streamed: its content type, `attachment` with its
+/// name, and headers that keep a browser from rendering it on our origin (an agent-written
+/// HTML file must never run here).
+pub(crate) fn file_response(store: Store, file: OutputFile) -> Result<Response, String> {
     let content_type = HeaderValue::try_from(file.record.content_type.as_str())
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     // Agent file names are `[A-Za-z0-9_\-. ()]` only (the file actions' rule), but stay safe.
@@ -84,13 +117,14 @@ pub(crate) fn file_response(file: OutputFile) -> Result<Response, String> {
             header::CONTENT_DISPOSITION,
             format!("attachment; filename=\"{name}\""),
         )
+        .header(header::CONTENT_LENGTH, file.record.size.max(0))
         .header(header::CACHE_CONTROL, "private, no-store")
         .header("x-content-type-options", "nosniff")
         .header(
             header::CONTENT_SECURITY_POLICY,
             "sandbox; default-src 'none'",
         )
-        .body(Body::from(file.bytes))
+        .body(file_body(store, &file))
         .map_err(|err| err.to_string())
 }
 
@@ -184,7 +218,7 @@ pub async fn download_file(
         .output_file(Some(id), file_id)
         .await?
         .ok_or_else(file_not_found)?;
-    file_response(file).map_err(ApiError::Internal)
+    file_response(state.store.clone(), file).map_err(ApiError::Internal)
 }
 
 /// `GET /api/v2/files/output-files/{file_id}/content?expires&signature`: a signed download
@@ -251,7 +285,7 @@ pub(crate) async fn signed_download(
         .output_file(None, file_id)
         .await?
         .ok_or_else(invalid)?;
-    file_response(file).map_err(V2Error::Internal)
+    file_response(state.store.clone(), file).map_err(V2Error::Internal)
 }
 
 /// `headers`' absolute form of a signed link to `file`.

@@ -572,6 +572,70 @@ async fn webhook_targets_are_checked_at_registration(pool: PgPool) {
 /// (no key; tampered or expired links refused), and the `/v1` listing and download, scoped to
 /// the key that owns the task.
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_download_streams_a_file_of_several_chunks_whole(pool: PgPool) {
+    use browserd_store::NewOutputFile;
+
+    let app = App::start(pool.clone()).await;
+    let (status, created) = app
+        .v2_post("/tasks", json!({"task": "write a big file"}))
+        .await;
+    assert_eq!(status, 202, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let (status, _) = app
+        .patch(&format!("/tasks/{id}"), json!({"action": "stop"}))
+        .await;
+    assert_eq!(status, 200);
+    // Three chunks and a bit: 256 KiB each, the last one partial; bytes that do not compress.
+    let mut bytes = Vec::with_capacity(800_001);
+    let mut x: u32 = 2_463_534_242;
+    while bytes.len() < 800_001 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        bytes.push((x & 0xff) as u8);
+    }
+    Store::from_pool(pool.clone())
+        .save_output_files(
+            id.parse().unwrap(),
+            "worker-1",
+            &[NewOutputFile {
+                file_name: "big.bin".into(),
+                content_type: "application/octet-stream".into(),
+                size: bytes.len() as u64,
+                content: Ok(bytes.clone()),
+            }],
+        )
+        .await
+        .unwrap();
+    let storage: i8 = sqlx::query_scalar(
+        "select attstorage from pg_attribute where attrelid = 'task_output_files'::regclass and attname = 'bytes'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(storage as u8, b'e', "stored uncompressed, read by chunk");
+
+    let (_, task) = app.v2_get(&format!("/tasks/{id}")).await;
+    let file_id = task["outputFiles"][0]["id"].as_str().unwrap().to_owned();
+    let (_, view) = app
+        .v2_get(&format!("/files/tasks/{id}/output-files/{file_id}"))
+        .await;
+    let response = app
+        .http
+        .get(view["downloadUrl"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-length"], "800001");
+    let downloaded = response.bytes().await.unwrap();
+    assert!(
+        downloaded.as_ref() == bytes.as_slice(),
+        "the download differs"
+    );
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn output_files_on_v2_and_v1(pool: PgPool) {
     use browserd_store::NewOutputFile;
     use hmac::Mac;

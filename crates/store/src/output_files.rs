@@ -49,11 +49,11 @@ pub struct OutputFileRecord {
     pub created_at: OffsetDateTime,
 }
 
-/// A stored output file with its bytes and download-link key.
+/// A stored output file (one with bytes) and its download-link key; the bytes are read in
+/// chunks ([`Store::output_file_chunk`]).
 #[derive(Clone)]
 pub struct OutputFile {
     pub record: OutputFileRecord,
-    pub bytes: Vec<u8>,
     /// HMAC key of the file's signed download links.
     pub download_key: Vec<u8>,
 }
@@ -62,7 +62,6 @@ impl std::fmt::Debug for OutputFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OutputFile")
             .field("record", &self.record)
-            .field("bytes", &self.bytes.len())
             .finish_non_exhaustive()
     }
 }
@@ -162,7 +161,7 @@ impl Store {
         .await?)
     }
 
-    /// Output file `file` with its bytes; `task` restricts it to one task (the caller checked
+    /// Output file `file` (without its bytes); `task` restricts it to one task (the caller checked
     /// that the task is the caller's), `None` finds it by id alone (a signed download link,
     /// verified by the caller with the returned key). Skipped files have no bytes: `None`.
     pub async fn output_file(
@@ -172,7 +171,7 @@ impl Store {
     ) -> Result<Option<OutputFile>, StoreError> {
         let row = sqlx::query!(
             "select id, task_id, file_name, content_type, size, skipped_reason, created_at,
-                    bytes, download_key
+                    download_key
              from task_output_files
              where id = $1 and ($2::uuid is null or task_id = $2) and bytes is not null",
             file,
@@ -190,8 +189,28 @@ impl Store {
                 skipped: row.skipped_reason,
                 created_at: row.created_at,
             },
-            bytes: row.bytes.unwrap_or_default(),
             download_key: row.download_key,
         }))
+    }
+
+    /// `len` bytes of output file `file` from `offset` on (fewer at its end, none past it);
+    /// `None` when the file is gone. The bytes are stored uncompressed (migration 0018), so
+    /// Postgres reads only the pages of the chunk: a download holds one chunk in memory.
+    pub async fn output_file_chunk(
+        &self,
+        file: Uuid,
+        offset: i32,
+        len: i32,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let chunk = sqlx::query_scalar!(
+            "select substring(bytes from $2 + 1 for $3) from task_output_files
+             where id = $1 and bytes is not null",
+            file,
+            offset,
+            len,
+        )
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(chunk.map(Option::unwrap_or_default))
     }
 }
