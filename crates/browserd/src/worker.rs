@@ -103,6 +103,19 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_SECRETS_RETENTION_S", default_value_t = 86_400)]
     secrets_retention_s: u64,
 
+    /// Claim a new task only while this many MiB of memory are available: the cgroup's limit
+    /// less its working set where a cgroup limits the worker, else the host's MemAvailable
+    /// (0: no check). `--concurrency` stays the ceiling; metric
+    /// `browserd_worker_admission_blocked{reason="memory"}` says when it holds claims back.
+    #[arg(long, env = "BROWSERD_MIN_AVAILABLE_MEMORY_MB", default_value_t = 256)]
+    min_available_memory_mb: u64,
+
+    /// Claim a new task only while CPU pressure (PSI `some avg10` of the cgroup or host, in
+    /// percent) is at most this, unless the worker runs nothing (0: no check, the default: a
+    /// shared 2-core machine sits above 60 % while it is merely busy).
+    #[arg(long, env = "BROWSERD_MAX_CPU_PRESSURE", default_value_t = 0.0, value_parser = parse_cpu_pressure)]
+    max_cpu_pressure: f64,
+
     /// Chrome processes of this worker (each hosts several tasks' contexts).
     #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
     chrome_processes: usize,
@@ -141,6 +154,17 @@ pub struct WorkerArgs {
 
     #[command(flatten)]
     browser: BrowserArgs,
+}
+
+fn parse_cpu_pressure(value: &str) -> Result<f64, String> {
+    let pressure: f64 = value
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number"))?;
+    if (0.0..=100.0).contains(&pressure) {
+        Ok(pressure)
+    } else {
+        Err("must be a percentage from 0 (no check) to 100".to_owned())
+    }
 }
 
 fn parse_live_view_fps(value: &str) -> Result<f64, String> {
@@ -246,6 +270,10 @@ pub async fn start(
             quality: args.live_view_quality,
             max_fps: args.live_view_fps,
         }),
+        admission: browserd_worker::admission::AdmissionLimits {
+            min_available_memory: args.min_available_memory_mb.saturating_mul(1024 * 1024),
+            max_cpu_pressure: (args.max_cpu_pressure > 0.0).then_some(args.max_cpu_pressure),
+        },
     };
     let metrics = match args.metrics_addr.and_then(|a| a.0) {
         Some(addr) => {

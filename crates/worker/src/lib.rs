@@ -16,6 +16,7 @@
 //! overall cap here); a dead browser is reported as a fatal `BrowserFailure`.
 
 mod adapter;
+pub mod admission;
 mod browser_state;
 mod live;
 mod local;

@@ -58,6 +58,8 @@ pub struct WorkerConfig {
     pub workspace_root: PathBuf,
     /// The live view's screencast settings; `None` switches the live view off.
     pub live_view: Option<LiveViewSettings>,
+    /// A new task is claimed only while the machine (or cgroup) has this headroom.
+    pub admission: crate::admission::AdmissionLimits,
 }
 
 impl WorkerConfig {
@@ -119,7 +121,10 @@ impl Worker {
             config.clone(),
             shutdown.clone(),
         ));
-        let slots = Arc::new(Semaphore::new(config.concurrency.max(1)));
+        let capacity = config.concurrency.max(1);
+        let slots = Arc::new(Semaphore::new(capacity));
+        let gauges = crate::admission::Gauges::default();
+        let mut blocked: Option<&'static str> = None;
         loop {
             let permit = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -128,6 +133,30 @@ impl Worker {
                     Err(_) => break,
                 },
             };
+            // Tasks running now: the permits held besides this one.
+            let running = capacity - slots.available_permits() - 1;
+            let refusal = config.admission.refusal(&gauges.headroom(), running);
+            let reason = refusal.map(|refusal| refusal.reason());
+            if reason != blocked {
+                for label in ["memory", "cpu"] {
+                    let on = if reason == Some(label) { 1.0 } else { 0.0 };
+                    metrics::gauge!("browserd_worker_admission_blocked", "reason" => label).set(on);
+                }
+                match &refusal {
+                    Some(refusal) => tracing::warn!(%refusal, running, "not claiming tasks"),
+                    None => tracing::info!("claiming tasks again"),
+                }
+                blocked = reason;
+            }
+            if refusal.is_some() {
+                drop(permit);
+                // No event says memory was freed: look again shortly (or when a task ends).
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(crate::admission::RECHECK) => {}
+                }
+                continue;
+            }
             match self.store.claim_task(&config.id, config.lease).await {
                 Ok(Some(claimed)) => {
                     let id = claimed.record.id;

@@ -24,6 +24,13 @@ pub fn describe_metrics() {
         "Tasks this worker is running now"
     );
     metrics::gauge!("browserd_worker_tasks_running").set(0.0);
+    metrics::describe_gauge!(
+        "browserd_worker_admission_blocked",
+        "1 while this worker does not claim tasks because of pressure, by reason (memory, cpu): the machine or cgroup lacks the headroom of --min-available-memory-mb / --max-cpu-pressure"
+    );
+    for reason in ["memory", "cpu"] {
+        metrics::gauge!("browserd_worker_admission_blocked", "reason" => reason).set(0.0);
+    }
     metrics::describe_counter!(
         "browserd_tasks_browser_lost_total",
         "Runs whose Chrome died under them, by outcome (requeued, failed = out of attempts)"
