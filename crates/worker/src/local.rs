@@ -175,6 +175,8 @@ async fn run_task(
             prior: None,
             resume_url: None,
             live_view: None,
+            // The api refuses `profile_id` on a store without profiles.
+            profile: None,
         })
         .await;
     drop(follower);
