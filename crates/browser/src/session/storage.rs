@@ -262,16 +262,20 @@ impl BrowserSession {
     /// on each target the session has attached and on every target it attaches from now on
     /// (tabs it opens, tabs the page opens, cross-origin frames).
     pub async fn add_init_script(&self, source: String) -> Result<()> {
-        let attached: Vec<String> = {
-            let mut scripts = self
-                .sessions
-                .init_scripts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            scripts.push(source.clone());
-            drop(scripts);
-            self.sessions.by_target.lock().await.values().cloned().collect()
-        };
+        // Registered for later targets first, so a target attached meanwhile gets it either way.
+        self.sessions
+            .init_scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(source.clone());
+        let attached: Vec<String> = self
+            .sessions
+            .by_target
+            .lock()
+            .await
+            .values()
+            .cloned()
+            .collect();
         for session in attached {
             self.chrome
                 .conn
