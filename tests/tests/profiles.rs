@@ -156,17 +156,21 @@ fn brain(gate: Option<Arc<Gate>>) -> Brain {
         }
         if let Some(c) = Regex::new(r"Sign in to (\w+)").unwrap().captures(page) {
             if let Some(gate) = &gate {
-                let mut seen = gate.seen.lock().unwrap();
-                *seen += 1;
-                gate.all.notify_all();
-                let _ = gate
-                    .all
-                    .wait_timeout_while(seen, Duration::from_secs(60), |seen| *seen < 2)
-                    .unwrap();
+                // The brain runs in the mock model's handler: the wait hands this runtime
+                // thread's other work to another thread (`block_in_place`).
+                tokio::task::block_in_place(|| {
+                    let mut seen = gate.seen.lock().unwrap();
+                    *seen += 1;
+                    gate.all.notify_all();
+                    let _ = gate
+                        .all
+                        .wait_timeout_while(seen, Duration::from_secs(60), |seen| *seen < 2)
+                        .unwrap();
+                });
             }
             let (Some(input), Some(button)) = (
                 index_of(page, "input", "Username"),
-                index_of(page, "button", "Log in"),
+                index_of(page, "button", r"/>\s*Log in"),
             ) else {
                 return done_reply(&format!("no form on:\n{page}"), false);
             };
