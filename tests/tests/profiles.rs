@@ -17,7 +17,9 @@ use axum::extract::{Form, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use browserd_tests::{Brain, Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply};
+use browserd_tests::{
+    Brain, Client, MockModel, Process, TestDb, create_key, done_reply, index_of, reply,
+};
 use regex::Regex;
 use serde_json::{Value, json};
 
@@ -286,7 +288,11 @@ async fn a_sign_in_recorded_into_a_profile_is_there_for_the_next_task() {
     assert_eq!(status, 201);
     let output = finished_output(&client, plain["id"].as_str().unwrap()).await;
     assert_eq!(output, "Welcome back, user-k / Token: tok-user-k");
-    assert_eq!(site.logins().len(), 2, "a task without the profile signs in");
+    assert_eq!(
+        site.logins().len(),
+        2,
+        "a task without the profile signs in"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,7 +323,9 @@ async fn a_crash_mid_task_keeps_the_sign_in() {
 
     let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
     let client = Client::new(server.address(), &client.key);
-    let (status, _) = client.post(&format!("/v1/tasks/{first}/stop"), json!({})).await;
+    let (status, _) = client
+        .post(&format!("/v1/tasks/{first}/stop"), json!({}))
+        .await;
     assert!(status == 200 || status == 409, "{status}");
     let second = client
         .create_task(task(&site, "/k/app?n=3", &profile))
@@ -343,8 +351,12 @@ async fn two_tasks_on_one_profile_keep_both_sign_ins() {
     let client = Client::new(server.address(), &create_key(&db).await);
     let profile = new_profile(&client).await;
 
-    let a = client.create_task(task(&site, "/a/app?n=3", &profile)).await;
-    let b = client.create_task(task(&site, "/b/app?n=3", &profile)).await;
+    let a = client
+        .create_task(task(&site, "/a/app?n=3", &profile))
+        .await;
+    let b = client
+        .create_task(task(&site, "/b/app?n=3", &profile))
+        .await;
     assert_eq!(
         finished_output(&client, &a).await,
         "Welcome back, user-a / Token: tok-user-a"
@@ -356,7 +368,9 @@ async fn two_tasks_on_one_profile_keep_both_sign_ins() {
     assert_eq!(*gate.seen.lock().unwrap(), 2, "both saw a sign-in form");
     // Both started from version 0: the second write found the first and merged into it.
     assert!(
-        server.logs().contains("profile written by another task; merging"),
+        server
+            .logs()
+            .contains("profile written by another task; merging"),
         "{}",
         server.logs()
     );

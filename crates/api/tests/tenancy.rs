@@ -1121,7 +1121,10 @@ async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
     let alice = Tenant::new(&app, app.key.clone()).await;
     let bob = Tenant::new(&app, app.new_key().await).await;
     let created = alice
-        .call(&post("/v1/profiles".into(), Some(json!({"name": "alice's"}))))
+        .call(&post(
+            "/v1/profiles".into(),
+            Some(json!({"name": "alice's"})),
+        ))
         .await;
     assert_eq!(created.status, 201, "{created:?}");
     let profile: Value = serde_json::from_str(&created.body).unwrap();
@@ -1151,7 +1154,10 @@ async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
     };
     let scrub = |answer: Answer| Answer {
         status: answer.status,
-        body: answer.body.replace(&profile, "<id>").replace(&missing, "<id>"),
+        body: answer
+            .body
+            .replace(&profile, "<id>")
+            .replace(&missing, "<id>"),
     };
     for ((cross, absent), own) in calls(&profile)
         .iter()

@@ -829,7 +829,15 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
         .v2_post("/profiles", json!({"name": "Shop login", "userId": "u-1"}))
         .await;
     assert_eq!(status, 201, "{created}");
-    for field in ["id", "userId", "name", "lastUsedAt", "createdAt", "updatedAt", "cookieDomains"] {
+    for field in [
+        "id",
+        "userId",
+        "name",
+        "lastUsedAt",
+        "createdAt",
+        "updatedAt",
+        "cookieDomains",
+    ] {
         assert!(created.get(field).is_some(), "{field} in {created}");
     }
     assert_eq!(created["name"], "Shop login");
@@ -862,7 +870,10 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
     assert_eq!(loc(&body), json!(["query", "pageSize"]));
 
     let (status, got) = app.v2_get(&format!("/profiles/{id}")).await;
-    assert_eq!((status, &got["name"]), (StatusCode::OK, &json!("Shop login")));
+    assert_eq!(
+        (status, &got["name"]),
+        (StatusCode::OK, &json!("Shop login"))
+    );
     let (status, renamed) = app
         .patch(&format!("/profiles/{id}"), json!({"name": "Bank login"}))
         .await;
@@ -910,13 +921,17 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
             json!({"task": "t", "sessionSettings": {"profileId": missing}}),
         )
         .await,
-        app.v2_post("/sessions", json!({"profileId": missing})).await,
+        app.v2_post("/sessions", json!({"profileId": missing}))
+            .await,
     ] {
         assert_eq!(status, 404, "{body}");
         assert_eq!(body, json!({"detail": "Profile not found"}));
     }
     let (status, body) = app
-        .v2_post("/tasks", json!({"task": "t", "sessionSettings": {"profileId": "p"}}))
+        .v2_post(
+            "/tasks",
+            json!({"task": "t", "sessionSettings": {"profileId": "p"}}),
+        )
         .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(loc(&body), json!(["body", "sessionSettings", "profileId"]));
@@ -933,5 +948,11 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
     assert_eq!(response.status(), 204);
     assert!(response.bytes().await.unwrap().is_empty());
     let (status, body) = app.v2_get(&format!("/profiles/{id}")).await;
-    assert_eq!((status, body), (StatusCode::NOT_FOUND, json!({"detail": "Profile not found"})));
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"detail": "Profile not found"})
+        )
+    );
 }

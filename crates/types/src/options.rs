@@ -124,7 +124,9 @@ impl TaskOptions {
             settle_timeout_ms: Some(750),
             proxy: Some("corp".to_owned()),
             highlight_elements: true,
-            profile_id: Some(uuid::Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0001)),
+            profile_id: Some(uuid::Uuid::from_u128(
+                0x0190_0000_0000_7000_8000_0000_0000_0001,
+            )),
         }
     }
 

@@ -49,9 +49,14 @@ pub trait ProfileSaver: Send + Sync {
 /// The answer of [`ProfileSaver::save`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum SaveResult {
-    Saved { version: i64 },
+    Saved {
+        version: i64,
+    },
     /// Someone else wrote since: the newer state and its version.
-    Conflict { version: i64, state: StorageState },
+    Conflict {
+        version: i64,
+        state: StorageState,
+    },
     /// The profile was deleted: nothing more is saved.
     Gone,
 }
@@ -240,8 +245,7 @@ impl ProfileKeeper {
         if keeper.gone || session.browser_lost() {
             return;
         }
-        let captured = match tokio::time::timeout(CAPTURE_TIMEOUT, session.storage_state()).await
-        {
+        let captured = match tokio::time::timeout(CAPTURE_TIMEOUT, session.storage_state()).await {
             Ok(Ok(captured)) => captured,
             Ok(Err(err)) => {
                 tracing::warn!(%err, "could not read the browser's state for the profile");
@@ -450,7 +454,10 @@ mod tests {
 
     #[test]
     fn a_write_based_on_an_older_version_applies_only_its_own_changes() {
-        let base = state(&[("keep", "1"), ("gone", "1")], &[("http://a.test", "k", "1")]);
+        let base = state(
+            &[("keep", "1"), ("gone", "1")],
+            &[("http://a.test", "k", "1")],
+        );
         // This task: sets `mine`, changes `keep`, deletes `gone`, sets a storage entry.
         let mine = state(
             &[("keep", "2"), ("mine", "1")],
@@ -479,7 +486,10 @@ mod tests {
 
     #[test]
     fn origins_not_open_keep_their_entries() {
-        let previous = state(&[], &[("http://a.test", "k", "1"), ("http://b.test", "t", "x")]);
+        let previous = state(
+            &[],
+            &[("http://a.test", "k", "1"), ("http://b.test", "t", "x")],
+        );
         let captured = StorageState {
             cookies: vec![],
             origins: vec![OriginStorage {

@@ -133,7 +133,10 @@ pub(crate) async fn list_profiles(
 ) -> Result<Json<ListResponse<V2ProfileView>>, V2Error> {
     let params = query_params(query.as_deref());
     let (page_size, page_number) = paging(&params)?;
-    let text = params.get("query").map(String::as_str).filter(|q| !q.is_empty());
+    let text = params
+        .get("query")
+        .map(String::as_str)
+        .filter(|q| !q.is_empty());
     if let Err(err) = check_label("query", text) {
         return Err(err.into());
     }

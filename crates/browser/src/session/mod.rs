@@ -46,7 +46,9 @@ use crate::{
     types::{DownloadInfo, SelectorMap, Viewport},
 };
 pub use listener::DownloadCaps;
-pub use storage::{OriginStorage, StorageItem, StorageState, cookie_param, local_storage_init_script};
+pub use storage::{
+    OriginStorage, StorageItem, StorageState, cookie_param, local_storage_init_script,
+};
 
 /// Settings of one task's browser context (a lease): egress, workspace, settle, viewport, proxy.
 #[derive(Clone, Debug, Default)]

@@ -226,7 +226,12 @@ impl BrowserSession {
             let mut items: Vec<StorageItem> = read
                 .items
                 .into_iter()
-                .filter_map(|(name, value)| Some(StorageItem { name, value: value? }))
+                .filter_map(|(name, value)| {
+                    Some(StorageItem {
+                        name,
+                        value: value?,
+                    })
+                })
                 .collect();
             items.sort_by(|a, b| a.name.cmp(&b.name));
             origins.insert(read.origin, items);
