@@ -24,6 +24,7 @@ mod mcp;
 mod models;
 mod ops;
 mod output_files;
+mod profiles;
 mod task_ops;
 mod tasks;
 mod v2;
@@ -178,6 +179,7 @@ pub struct AppState {
         (name = "tasks", description = "Create, inspect and control agent tasks"),
         (name = "events", description = "Live task events over WebSocket"),
         (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
+        (name = "profiles", description = "Browser profiles: the cookies and localStorage of a login, which tasks start from and save back into"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -215,6 +217,12 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
         .routes(routes!(webhooks::delete_webhook))
         .routes(routes!(webhooks::list_deliveries))
+        .routes(routes!(profiles::create_profile, profiles::list_profiles))
+        .routes(routes!(
+            profiles::get_profile,
+            profiles::update_profile,
+            profiles::delete_profile
+        ))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {

@@ -112,6 +112,9 @@ pub(crate) async fn create(
             },
         ));
     }
+    if let Some(profile) = new_task.options.profile_id {
+        check_profile(tasks, caller, profile).await?;
+    }
     new_task.trace_context = trace_context;
     if !new_task.secrets.is_empty() && !tasks.store.has_secrets_key() {
         return Err(StoreError::NoSecretsKey.into());
@@ -144,6 +147,29 @@ pub(crate) async fn create(
     let mut view = TaskView::from(task);
     view.queue_position = position;
     Ok(CreatedTask { view, session_id })
+}
+
+/// A task's `profile_id` must name one of the caller's profiles (another key's reads as
+/// missing), on a store that keeps profiles.
+async fn check_profile(
+    tasks: &TaskService,
+    caller: &Caller,
+    profile: uuid::Uuid,
+) -> Result<(), ApiError> {
+    if !tasks.store.has_profiles() {
+        return Err(ApiError::validation(
+            "profile_id",
+            "browser profiles need a server with its database (`browserd serve`); for a task \
+             run here use `browserd run --profile FILE`",
+        ));
+    }
+    if !tasks.store.profile_exists(caller.key_id, profile).await? {
+        return Err(ApiError::validation(
+            "profile_id",
+            format!("profile_id {profile} names no profile of this API key"),
+        ));
+    }
+    Ok(())
 }
 
 /// The key's own admission rules: its `max_queued` and its daily budgets of steps and cost

@@ -234,6 +234,7 @@ pub fn validate_create_task(
         settle_timeout_ms,
         proxy: request.proxy,
         highlight_elements: request.highlight_elements.unwrap_or(false),
+        profile_id: request.profile_id,
     };
     Ok(NewTask {
         task,

@@ -2021,3 +2021,178 @@ async fn hostile_output_schemas_are_refused_at_the_edge_naming_the_limit(pool: P
         .unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
 }
+
+/// `/v1/profiles`: create, list (query, paging), get, rename, delete; a task names one with
+/// `profile_id` (an unknown one is a 422 naming the field); the state the worker saves is
+/// sealed at rest and only its cookie domains show.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn profiles_are_created_named_used_and_deleted(pool: PgPool) {
+    let app = TestApp::start(pool.clone()).await;
+    let response = app
+        .post("/v1/profiles")
+        .json(&json!({"name": "Shop login"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let profile: Value = response.json().await.unwrap();
+    let id = profile["id"].as_str().unwrap().to_owned();
+    assert_eq!(profile["version"], 0);
+    assert_eq!(profile["cookie_domains"], json!([]));
+    assert_eq!(profile["last_used_at"], Value::Null);
+    for (body, field) in [
+        (json!({"name": "x".repeat(201)}), "name"),
+        (json!({"name": "a\u{0007}b"}), "name"),
+        (json!({"nme": "typo"}), "nme"),
+    ] {
+        let response = app.post("/v1/profiles").json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 422, "{body}");
+        let error: Value = response.json().await.unwrap();
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(field),
+            "{error}"
+        );
+    }
+    app.post("/v1/profiles")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let list: Value = app
+        .get("/v1/profiles?limit=1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["total"], 2);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let found: Value = app
+        .get("/v1/profiles?query=SHOP")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found["items"][0]["id"], id.as_str());
+    let response = app.get("/v1/profiles?limit=0").send().await.unwrap();
+    assert_eq!(response.status(), 422);
+
+    let renamed: Value = app
+        .http
+        .patch(app.url(&format!("/v1/profiles/{id}")))
+        .bearer_auth(&app.key)
+        .json(&json!({"name": "Bank login"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(renamed["name"], "Bank login");
+
+    // A task uses it; an unknown profile is refused naming the field.
+    let task = app.create(json!({"task": "t", "profile_id": id})).await;
+    assert_eq!(task["profile_id"], id.as_str());
+    let missing = uuid::Uuid::now_v7();
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "t", "profile_id": missing}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(
+        error["error"]["message"],
+        format!("profile_id {missing} names no profile of this API key")
+    );
+    let response = app
+        .post("/v1/tasks")
+        .json(&json!({"task": "t", "profile_id": "nope"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+
+    // What a worker saves: sealed at rest (the store has the secrets key), the domains shown.
+    let uuid = uuid::Uuid::parse_str(&id).unwrap();
+    let secret = "sid-value-that-is-a-credential";
+    let state = json!({"cookies": [{"name": "sid", "value": secret, "domain": ".shop.test",
+        "path": "/"}], "origins": [{"origin": "https://shop.test",
+        "localStorage": [{"name": "token", "value": secret}]}]});
+    let saved = app
+        .store
+        .save_profile_state(uuid, 0, &state, &["shop.test".to_owned()])
+        .await
+        .unwrap();
+    assert_eq!(saved, browserd_store::ProfileSave::Saved { version: 1 });
+    let (plain, sealed): (Option<Value>, Option<Vec<u8>>) =
+        sqlx::query_as("select state, state_sealed from profiles where id = $1")
+            .bind(uuid)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(plain, None);
+    let sealed = sealed.expect("sealed");
+    assert!(
+        !sealed.windows(secret.len()).any(|w| w == secret.as_bytes()),
+        "the state is not in clear"
+    );
+    // A write based on version 0 now conflicts and answers the newer state.
+    let conflict = app
+        .store
+        .save_profile_state(uuid, 0, &json!({}), &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        conflict,
+        browserd_store::ProfileSave::Conflict(browserd_store::ProfileState {
+            version: 1,
+            state: state.clone()
+        })
+    );
+    let loaded = app
+        .store
+        .load_profile_state(app.key_id, uuid)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.state, state);
+    let shown: Value = app
+        .get(&format!("/v1/profiles/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["cookie_domains"], json!(["shop.test"]));
+    assert_eq!(shown["version"], 1);
+    assert!(shown["last_used_at"].is_string());
+    assert!(!shown.to_string().contains(secret));
+
+    let response = app
+        .http
+        .delete(app.url(&format!("/v1/profiles/{id}")))
+        .bearer_auth(&app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let response = app.get(&format!("/v1/profiles/{id}")).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    let error: Value = response.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "profile_not_found");
+    assert_eq!(
+        app.store
+            .save_profile_state(uuid, 1, &json!({}), &[])
+            .await
+            .unwrap(),
+        browserd_store::ProfileSave::Gone
+    );
+    let response = app.get("/v1/profiles/not-a-uuid").send().await.unwrap();
+    assert_eq!(response.status(), 400);
+}

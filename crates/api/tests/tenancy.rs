@@ -41,6 +41,9 @@ struct Ids {
     file: String,
     session: String,
     webhook: String,
+    /// A profile (`/v1` deletes it) and another (`/api/v2` deletes it).
+    profile: String,
+    profile_v2: String,
 }
 
 impl Ids {
@@ -53,16 +56,20 @@ impl Ids {
             file: id(),
             session: id(),
             webhook: id(),
+            profile: id(),
+            profile_v2: id(),
         }
     }
 
-    fn all(&self) -> [&str; 5] {
+    fn all(&self) -> [&str; 7] {
         [
             &self.task,
             &self.replay,
             &self.file,
             &self.session,
             &self.webhook,
+            &self.profile,
+            &self.profile_v2,
         ]
     }
 }
@@ -304,6 +311,88 @@ const CASES: &[(&str, &str, Kind)] = &[
         "GET",
         "/v1/webhooks/{id}/deliveries",
         Kind::Names(|t, _| vec![get(format!("/v1/webhooks/{}/deliveries", t.webhook))]),
+    ),
+    (
+        "POST",
+        "/v1/profiles",
+        Kind::NoResource("creates a new profile of the caller"),
+    ),
+    (
+        "GET",
+        "/v1/profiles",
+        Kind::Listing(|_| vec![get("/v1/profiles".into())]),
+    ),
+    (
+        "GET",
+        "/v1/profiles/{id}",
+        Kind::Names(|t, _| vec![get(format!("/v1/profiles/{}", t.profile))]),
+    ),
+    (
+        "PATCH",
+        "/v1/profiles/{id}",
+        Kind::Names(|t, _| {
+            vec![Call::Http {
+                method: Method::PATCH,
+                path: format!("/v1/profiles/{}", t.profile),
+                body: Some(json!({"name": "renamed"})),
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "DELETE",
+        "/v1/profiles/{id}",
+        Kind::Deletes(|t, _| {
+            vec![Call::Http {
+                method: Method::DELETE,
+                path: format!("/v1/profiles/{}", t.profile),
+                body: None,
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "POST",
+        "/api/v2/profiles",
+        Kind::NoResource("creates a new profile of the caller"),
+    ),
+    (
+        "GET",
+        "/api/v2/profiles",
+        Kind::Listing(|_| vec![v2(Method::GET, "/api/v2/profiles".into(), None)]),
+    ),
+    (
+        "GET",
+        "/api/v2/profiles/{profile_id}",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::GET,
+                format!("/api/v2/profiles/{}", t.profile_v2),
+                None,
+            )]
+        }),
+    ),
+    (
+        "PATCH",
+        "/api/v2/profiles/{profile_id}",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::PATCH,
+                format!("/api/v2/profiles/{}", t.profile_v2),
+                Some(json!({"name": "renamed"})),
+            )]
+        }),
+    ),
+    (
+        "DELETE",
+        "/api/v2/profiles/{profile_id}",
+        Kind::Deletes(|t, _| {
+            vec![v2(
+                Method::DELETE,
+                format!("/api/v2/profiles/{}", t.profile_v2),
+                None,
+            )]
+        }),
     ),
     (
         "POST",
@@ -815,7 +904,26 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
         .await,
         202,
     );
+    let profile = created(
+        a.call(&post(
+            "/v1/profiles".into(),
+            Some(json!({"name": "alice's bank login"})),
+        ))
+        .await,
+        201,
+    );
+    let profile_v2 = created(
+        a.call(&v2(
+            Method::POST,
+            "/api/v2/profiles".into(),
+            Some(json!({"name": "alice's shop login", "userId": "alice"})),
+        ))
+        .await,
+        201,
+    );
     Ids {
+        profile: profile["id"].as_str().unwrap().to_owned(),
+        profile_v2: profile_v2["id"].as_str().unwrap().to_owned(),
         task: task_id.to_string(),
         replay: replay["id"].as_str().unwrap().to_owned(),
         step: 1,
@@ -995,4 +1103,73 @@ async fn signed_link(app: &TestServer, alice: &Tenant<'_>, a: &Ids, missing: &Id
     let (status, body) = fetch(forged).await;
     assert_eq!(status, 403, "{body}");
     assert_eq!((status, body), fetch(unknown).await);
+}
+
+/// A task (or a v2 session) that names another key's profile is refused exactly as one that
+/// names a profile nobody has; its owner's own request goes through.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
+    let app = TestServer::serve(
+        pool,
+        ApiConfig {
+            models: ModelCatalog::new(["m".to_owned()], Some("m".to_owned())).unwrap(),
+            ..ApiConfig::default()
+        },
+        false,
+    )
+    .await;
+    let alice = Tenant::new(&app, app.key.clone()).await;
+    let bob = Tenant::new(&app, app.new_key().await).await;
+    let created = alice
+        .call(&post(
+            "/v1/profiles".into(),
+            Some(json!({"name": "alice's"})),
+        ))
+        .await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let profile: Value = serde_json::from_str(&created.body).unwrap();
+    let profile = profile["id"].as_str().unwrap().to_owned();
+    let missing = uuid::Uuid::now_v7().to_string();
+    let calls = |id: &str| {
+        vec![
+            post(
+                "/v1/tasks".into(),
+                Some(json!({"task": "t", "profile_id": id})),
+            ),
+            v2(
+                Method::POST,
+                "/api/v2/tasks".into(),
+                Some(json!({"task": "t", "sessionSettings": {"profileId": id}})),
+            ),
+            v2(
+                Method::POST,
+                "/api/v2/sessions".into(),
+                Some(json!({"profileId": id})),
+            ),
+            Call::Tool {
+                name: "run_task".into(),
+                arguments: json!({"task": "t", "profile_id": id, "wait_s": 0}),
+            },
+        ]
+    };
+    let scrub = |answer: Answer| Answer {
+        status: answer.status,
+        body: answer
+            .body
+            .replace(&profile, "<id>")
+            .replace(&missing, "<id>"),
+    };
+    for ((cross, absent), own) in calls(&profile)
+        .iter()
+        .zip(calls(&missing))
+        .zip(calls(&profile))
+    {
+        let as_bob = scrub(bob.call(cross).await);
+        let nothing = scrub(bob.call(&absent).await);
+        assert_eq!(as_bob, nothing, "{cross:?}");
+        assert!(matches!(as_bob.status, 404 | 422), "{as_bob:?}");
+        assert!(!as_bob.body.contains("alice"), "{as_bob:?}");
+        let mine = alice.call(&own).await;
+        assert!(mine.status < 300, "{own:?}: {mine:?}");
+    }
 }

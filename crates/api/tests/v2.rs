@@ -193,14 +193,12 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         json!({"task": "t", "opVaultId": "v"}),
         json!({"task": "t", "judge": true}),
         json!({"task": "t", "skillIds": ["*"]}),
-        json!({"task": "t", "sessionSettings": {"profileId": "p"}}),
     ] {
         let (status, body) = app.v2_post("/tasks", request.clone()).await;
         assert_eq!(status, 501, "{request} → {body}");
         assert!(body["detail"].is_string());
     }
     for path in [
-        "/profiles",
         "/browsers",
         "/billing/account",
         "/skills",
@@ -883,5 +881,142 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     assert!(
         matches!(err, browserd_store::StoreError::LeaseLost(_)),
         "{err}"
+    );
+}
+
+/// The SDK's `profiles.create/list/get/update/delete` as it sends them, and a profile used by
+/// a task (`sessionSettings.profileId`) and by a session (`profileId`).
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
+    let app = App::start(pool.clone()).await;
+    let (status, created) = app
+        .v2_post("/profiles", json!({"name": "Shop login", "userId": "u-1"}))
+        .await;
+    assert_eq!(status, 201, "{created}");
+    for field in [
+        "id",
+        "userId",
+        "name",
+        "lastUsedAt",
+        "createdAt",
+        "updatedAt",
+        "cookieDomains",
+    ] {
+        assert!(created.get(field).is_some(), "{field} in {created}");
+    }
+    assert_eq!(created["name"], "Shop login");
+    assert_eq!(created["userId"], "u-1");
+    assert_eq!(created["cookieDomains"], json!([]));
+    assert!(created["createdAt"].as_str().unwrap().ends_with('Z'));
+    let id = created["id"].as_str().unwrap().to_owned();
+    // An empty body (the SDK's `profiles.create()` without arguments).
+    let response = app
+        .http
+        .post(app.url("/api/v2/profiles"))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+
+    let (status, list) = app.v2_get("/profiles?pageSize=1&pageNumber=1").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["totalItems"], 2);
+    assert_eq!(list["pageSize"], 1);
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (_, found) = app.v2_get("/profiles?query=shop").await;
+    assert_eq!(found["totalItems"], 1);
+    assert_eq!(found["items"][0]["id"], id.as_str());
+    let (_, none) = app.v2_get("/profiles?query=%25").await;
+    assert_eq!(none["totalItems"], 0, "% is a literal character");
+    let (status, body) = app.v2_get("/profiles?pageSize=0").await;
+    assert_eq!(status, 422);
+    assert_eq!(loc(&body), json!(["query", "pageSize"]));
+
+    let (status, got) = app.v2_get(&format!("/profiles/{id}")).await;
+    assert_eq!(
+        (status, &got["name"]),
+        (StatusCode::OK, &json!("Shop login"))
+    );
+    let (status, renamed) = app
+        .patch(&format!("/profiles/{id}"), json!({"name": "Bank login"}))
+        .await;
+    assert_eq!(status, 200, "{renamed}");
+    assert_eq!(renamed["name"], "Bank login");
+    assert_eq!(renamed["userId"], "u-1", "a field left out is kept");
+    let (status, body) = app
+        .patch(&format!("/profiles/{id}"), json!({"name": "x".repeat(201)}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(loc(&body), json!(["body", "name"]));
+
+    // A task and a session that use it.
+    let (status, task) = app
+        .v2_post(
+            "/tasks",
+            json!({"task": "t", "sessionSettings": {"profileId": id}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{task}");
+    let stored: Value = sqlx::query_scalar("select options from tasks where id = $1::uuid")
+        .bind(task["id"].as_str().unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored["profile_id"], id.as_str());
+    let (status, session) = app.v2_post("/sessions", json!({"profileId": id})).await;
+    assert_eq!(status, 201, "{session}");
+    let (status, task) = app
+        .v2_post("/tasks", json!({"task": "t", "sessionId": session["id"]}))
+        .await;
+    assert_eq!(status, 202, "{task}");
+    let stored: Value = sqlx::query_scalar("select options from tasks where id = $1::uuid")
+        .bind(task["id"].as_str().unwrap())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored["profile_id"], id.as_str(), "the session's profile");
+
+    let missing = uuid::Uuid::now_v7();
+    for (status, body) in [
+        app.v2_get(&format!("/profiles/{missing}")).await,
+        app.v2_post(
+            "/tasks",
+            json!({"task": "t", "sessionSettings": {"profileId": missing}}),
+        )
+        .await,
+        app.v2_post("/sessions", json!({"profileId": missing}))
+            .await,
+    ] {
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body, json!({"detail": "Profile not found"}));
+    }
+    let (status, body) = app
+        .v2_post(
+            "/tasks",
+            json!({"task": "t", "sessionSettings": {"profileId": "p"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(loc(&body), json!(["body", "sessionSettings", "profileId"]));
+    let (status, body) = app.v2_get("/profiles/p").await;
+    assert_eq!(status, 422, "{body}");
+
+    let response = app
+        .http
+        .delete(app.url(&format!("/api/v2/profiles/{id}")))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    assert!(response.bytes().await.unwrap().is_empty());
+    let (status, body) = app.v2_get(&format!("/profiles/{id}")).await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!({"detail": "Profile not found"})
+        )
     );
 }

@@ -40,7 +40,10 @@ pub use pool::{
     DEFAULT_RENDERER_MEMORY_CAP_MB, PoolConfig, describe_metrics,
 };
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
-pub use session::{BrowserSession, ContextOptions, DownloadCaps};
+pub use session::{
+    BrowserSession, ContextOptions, DownloadCaps, OriginStorage, StorageItem, StorageState,
+    cookie_param, local_storage_init_script,
+};
 pub use settle::{SettleEnd, SettleReport, SettleSettings};
 pub use snapshot::SNAPSHOT_STYLES;
 pub use types::*;

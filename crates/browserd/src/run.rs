@@ -154,6 +154,13 @@ pub struct RunArgs {
     /// Workspace directory for the agent's files and downloads (default: a temporary one).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
+
+    /// A browser profile kept in this local JSON file (Playwright's `storageState` layout:
+    /// `cookies` and `origins[].localStorage`): loaded into the browser before the first
+    /// navigation, written back at every step boundary where it changed. Created when missing.
+    /// It holds the login's cookies in clear: keep it private.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
 }
 
 /// Checks a `--secret` name; a `NAME=VALUE` is refused so values never sit in the process list.
@@ -293,6 +300,13 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     let models = config::load_models(config_file)?;
     let spec = task_spec(args, proxies, &models)?;
+    let profile = args
+        .profile
+        .clone()
+        .map(browserd_worker::FileProfileSaver::open)
+        .transpose()
+        .map_err(anyhow::Error::msg)
+        .context("--profile")?;
     let Runtime { pool, runner } =
         Runtime::build(&args.browser, proxies, models, PoolShape::single(1))?;
     // An unknown model is an error before any browser starts.
@@ -329,6 +343,7 @@ pub async fn run(
             resume_url: None,
             live_view: None,
             take_over: None,
+            profile,
         })
         .instrument(tracing::info_span!("task", mode = "run"))
         .await;

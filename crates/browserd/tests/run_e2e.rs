@@ -115,6 +115,14 @@ async fn order_submit(
 const PRODUCT: &str = r#"<!doctype html><html><head><title>Widget Pro</title></head><body>
 <h1 id="name">Widget Pro</h1><p>Price: <span id="price">19.99</span> USD</p><p>In stock.</p></body></html>"#;
 
+/// "Remember me" sets a cookie and a localStorage token in the page; the page shows both.
+const REMEMBER: &str = r#"<!doctype html><html><head><title>Remember</title></head><body>
+<p id="state"></p><button id="remember" onclick="document.cookie = 'remember=yes; max-age=3600';
+localStorage.setItem('token', 't-1'); show();">Remember me</button>
+<script>function show() { document.getElementById('state').textContent = 'Cookie: ' +
+(document.cookie || 'none') + ' Token: ' + (localStorage.getItem('token') || 'none'); }
+show();</script></body></html>"#;
+
 async fn start_app() -> (SocketAddr, Shared) {
     let log: Shared = Arc::default();
     let app = Router::new()
@@ -124,6 +132,7 @@ async fn start_app() -> (SocketAddr, Shared) {
         .route("/item/{slug}", get(item))
         .route("/order", get(|| async { Html(ORDER) }).post(order_submit))
         .route("/product", get(|| async { Html(PRODUCT) }))
+        .route("/remember", get(|| async { Html(REMEMBER) }))
         .with_state(log.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -703,4 +712,71 @@ async fn secrets_come_from_the_environment_never_the_command_line() {
     assert!(out.stderr.contains("--secrets-file"), "{}", out.stderr);
     assert!(!out.stderr.contains("not-a-string-9876"), "{}", out.stderr);
     assert!(model.requests.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_profile_file_carries_cookies_and_local_storage_to_the_next_run() {
+    let (app, _log) = start_app().await;
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.json");
+    let profile_arg = profile.to_str().unwrap().to_owned();
+    let url = format!("http://{app}/remember");
+    let report: fn(&str) -> Value = |page: &str| {
+        let state = Regex::new(r"Cookie: \S+ Token: \S+").unwrap();
+        done_reply(state.find(page).map_or("no state", |m| m.as_str()), true)
+    };
+    let (model, _) = start_model(vec![
+        with_indices(vec![("button", r"/>\s*Remember me")], |i| {
+            reply("remember me", json!([{"click": {"index": i[0]}}]))
+        }),
+        Box::new(report),
+    ])
+    .await;
+    let out = run_browserd(
+        model,
+        dir.path(),
+        &[
+            "Remember me",
+            "--start-url",
+            &url,
+            "--profile",
+            &profile_arg,
+        ],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("Cookie: remember=yes Token: t-1"),
+        "{}",
+        out.stdout
+    );
+    // Playwright's storageState layout.
+    let saved: Value = serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    assert_eq!(saved["cookies"][0]["name"], "remember");
+    assert_eq!(saved["origins"][0]["origin"], format!("http://{app}"));
+    assert_eq!(
+        saved["origins"][0]["localStorage"],
+        json!([{"name": "token", "value": "t-1"}])
+    );
+
+    // The next run starts with both, before the page's script reads them.
+    let (model, _) = start_model(vec![Box::new(report)]).await;
+    let out = run_browserd(
+        model,
+        dir.path(),
+        &["Report", "--start-url", &url, "--profile", &profile_arg],
+    )
+    .await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("Cookie: remember=yes Token: t-1"),
+        "{}",
+        out.stdout
+    );
+
+    std::fs::write(&profile, "not json").unwrap();
+    let (model, _) = start_model(vec![]).await;
+    let out = run_browserd(model, dir.path(), &["x", "--profile", &profile_arg]).await;
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("--profile"), "{}", out.stderr);
 }

@@ -44,6 +44,10 @@ pub struct RunTaskParams {
     /// task fails once its model calls cost more.
     #[serde(default)]
     pub max_cost_usd: Option<f64>,
+    /// A browser profile of the caller's (`/v1/profiles`, a UUID): the task starts with its
+    /// saved cookies and localStorage (a login) and saves what it changes back at every step.
+    #[serde(default)]
+    pub profile_id: Option<uuid::Uuid>,
     /// Seconds to wait for the task to end before returning its id and status (0–600,
     /// default 120). A task still running can be followed with `get_task`.
     #[serde(default)]
@@ -64,6 +68,7 @@ impl RunTaskParams {
             timeout_s: self.timeout_s,
             max_tokens: self.max_tokens,
             max_cost_usd: self.max_cost_usd,
+            profile_id: self.profile_id,
             ..CreateTaskRequest::default()
         }
     }
@@ -120,6 +125,7 @@ mod tests {
             "timeout_s": 60,
             "max_tokens": 5000,
             "max_cost_usd": 0.5,
+            "profile_id": "0190e1a0-0000-7000-8000-000000000001",
         });
         let params: RunTaskParams = serde_json::from_value(args.clone()).unwrap();
         let request = params.to_request();
@@ -133,6 +139,7 @@ mod tests {
             "timeout_s": request.timeout_s,
             "max_tokens": request.max_tokens,
             "max_cost_usd": request.max_cost_usd,
+            "profile_id": request.profile_id,
         });
         assert_eq!(back, args);
         // The request type accepts these field names as they are.

@@ -13,6 +13,7 @@ mod hub;
 mod live;
 mod memory;
 mod output_files;
+mod profiles;
 mod queue;
 mod quotas;
 mod replays;
@@ -50,6 +51,7 @@ pub use output_files::{
     NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
     OutputFile, OutputFileRecord,
 };
+pub use profiles::{ProfileRecord, ProfileSave, ProfileState};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};

@@ -39,6 +39,8 @@ pub struct NewSession {
     pub keep_alive: bool,
     pub persist_memory: bool,
     pub start_url: Option<String>,
+    /// The profile the session's tasks use (`profileId`), checked to be the owner's.
+    pub profile_id: Option<Uuid>,
 }
 
 /// The browser state a session carries from one task to the next.
@@ -216,8 +218,9 @@ impl Store {
     ) -> Result<SessionRecord, StoreError> {
         let row = sqlx::query_as!(
             SessionRow,
-            "insert into browser_sessions (id, api_key_id, keep_alive, persist_memory, start_url)
-             values ($1, $2, $3, $4, $5)
+            "insert into browser_sessions
+                 (id, api_key_id, keep_alive, persist_memory, start_url, profile_id)
+             values ($1, $2, $3, $4, $5, $6)
              returning id, api_key_id, status, keep_alive, persist_memory, start_url,
                  created_at, finished_at",
             Uuid::now_v7(),
@@ -225,6 +228,7 @@ impl Store {
             new.keep_alive,
             new.persist_memory,
             new.start_url,
+            new.profile_id,
         )
         .fetch_one(&self.pool)
         .await?;

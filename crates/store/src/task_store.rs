@@ -136,10 +136,30 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// What key `key` has queued and held, and spent today (UTC).
     async fn key_usage(&self, key: ApiKeyId) -> Result<KeyUsage, StoreError>;
+
+    /// Browser profiles are kept (`/v1/profiles`, a task's `profile_id`): only the Postgres
+    /// store has them; a task naming a profile is refused by a store without.
+    fn has_profiles(&self) -> bool {
+        false
+    }
+
+    /// `owner` has profile `id` (another key's is `false`, like a missing one).
+    async fn profile_exists(&self, owner: ApiKeyId, id: Uuid) -> Result<bool, StoreError> {
+        let _ = (owner, id);
+        Ok(false)
+    }
 }
 
 #[async_trait]
 impl TaskStore for Store {
+    fn has_profiles(&self) -> bool {
+        true
+    }
+
+    async fn profile_exists(&self, owner: ApiKeyId, id: Uuid) -> Result<bool, StoreError> {
+        Ok(self.get_profile(owner, id).await?.is_some())
+    }
+
     fn has_secrets_key(&self) -> bool {
         Store::has_secrets_key(self)
     }

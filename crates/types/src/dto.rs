@@ -247,6 +247,12 @@ pub struct CreateTaskRequest {
     /// Default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub highlight_elements: Option<bool>,
+    /// A browser profile of the caller's (`/v1/profiles`): its cookies and localStorage are
+    /// loaded into the task's browser before its first navigation, and what the task changes
+    /// is saved back at every step boundary (so a login survives a crash). An unknown id, or
+    /// another key's, is refused (422).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_id: Option<uuid::Uuid>,
 }
 
 /// A `CreateTaskRequest` serializes (for Rust clients such as `browserd tasks run`) with absent
@@ -284,6 +290,8 @@ impl fmt::Debug for CreateTaskRequest {
             .field("viewport", &self.viewport)
             .field("settle_timeout_ms", &self.settle_timeout_ms)
             .field("proxy", &self.proxy)
+            .field("highlight_elements", &self.highlight_elements)
+            .field("profile_id", &self.profile_id)
             .finish()
     }
 }

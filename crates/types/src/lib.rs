@@ -5,6 +5,7 @@ pub mod dto;
 pub mod event;
 pub mod ids;
 pub mod options;
+pub mod profiles;
 pub mod schema_bounds;
 pub mod status;
 pub mod takeover;

@@ -67,6 +67,9 @@ pub struct TaskOptions {
     /// Step screenshots carry the elements' boxes and indices.
     #[schema(required)]
     pub highlight_elements: bool,
+    /// The browser profile (`/v1/profiles`) the task starts from and saves back into at every
+    /// step boundary; `null` = none.
+    pub profile_id: Option<uuid::Uuid>,
 }
 
 impl Default for TaskOptions {
@@ -90,6 +93,7 @@ impl Default for TaskOptions {
             settle_timeout_ms: None,
             proxy: None,
             highlight_elements: false,
+            profile_id: None,
         }
     }
 }
@@ -120,6 +124,9 @@ impl TaskOptions {
             settle_timeout_ms: Some(750),
             proxy: Some("corp".to_owned()),
             highlight_elements: true,
+            profile_id: Some(uuid::Uuid::from_u128(
+                0x0190_0000_0000_7000_8000_0000_0000_0001,
+            )),
         }
     }
 

@@ -101,10 +101,10 @@ impl From<TaskStatus> for V2TaskStatus {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSettings {
-    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document of
-    /// what browserd implements).
+    /// A profile of the caller's (`/api/v2/profiles`) the new session's task starts from and
+    /// saves back into (404 `Profile not found` otherwise).
     #[serde(default)]
-    #[schema(ignore)]
+    #[schema(value_type = Option<uuid::Uuid>)]
     pub profile_id: Option<String>,
     /// The viewport's width in CSS pixels (with `browserScreenHeight`; the cloud's range).
     #[serde(default)]
@@ -132,7 +132,7 @@ pub enum VisionAuto {
 }
 
 /// Body of `POST /api/v2/tasks`. Unknown fields are ignored. Cloud-only features
-/// (`opVaultId`, `judge: true`, `skillIds`, `sessionSettings.profileId`) are answered 501.
+/// (`opVaultId`, `judge: true`, `skillIds`) are answered 501.
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateTaskRequest {
@@ -248,9 +248,10 @@ pub struct UpdateRequest {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreateSessionRequest {
-    /// Browser profiles are a cloud feature: any value is answered 501 (not in the document).
+    /// A profile of the caller's (`/api/v2/profiles`) every task of the session starts from
+    /// and saves back into (404 `Profile not found` otherwise).
     #[serde(default)]
-    #[schema(ignore)]
+    #[schema(value_type = Option<uuid::Uuid>)]
     pub profile_id: Option<String>,
     /// An absolute http(s) URL the session's first task opens.
     #[serde(default)]

@@ -1,11 +1,12 @@
 //! The state a browser context hands to the next task of its `/api/v2` session: its cookies
 //! (CDP `Storage.getCookies` / `Storage.setCookies` on the context) and the URLs of its open
-//! tabs. Saved in Postgres by the worker, so the next task may run on any worker.
+//! tabs. Saved in Postgres by the worker, so the next task may run on any worker. The CDP calls
+//! are the browser crate's (`BrowserSession::cookies` / `set_cookies`).
 
 use std::time::Duration;
 
 use browserd_browser::BrowserSession;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 /// One call of saving or restoring takes at most this long.
 const STATE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,22 +28,14 @@ pub struct BrowserState {
 
 /// Reads the context's cookies and tabs. `None` when the browser does not answer.
 pub async fn save(session: &BrowserSession) -> Option<BrowserState> {
-    let cookies = session
-        .cdp_with_timeout(
-            None,
-            "Storage.getCookies",
-            json!({"browserContextId": session.context_id()}),
-            STATE_CALL_TIMEOUT,
-        )
-        .await;
-    let cookies = match cookies {
-        Ok(answer) => answer
-            .decode::<Value>()
-            .ok()
-            .and_then(|v| v.get("cookies").and_then(Value::as_array).cloned())
-            .unwrap_or_default(),
-        Err(err) => {
+    let cookies = match tokio::time::timeout(STATE_CALL_TIMEOUT, session.cookies()).await {
+        Ok(Ok(cookies)) => cookies,
+        Ok(Err(err)) => {
             tracing::warn!(%err, "could not read the session's cookies");
+            return None;
+        }
+        Err(_) => {
+            tracing::warn!("reading the session's cookies timed out");
             return None;
         }
     };
@@ -71,56 +64,14 @@ pub async fn save(session: &BrowserSession) -> Option<BrowserState> {
     })
 }
 
-/// The fields of a `Network.Cookie` that `Storage.setCookies` takes back (`CookieParam`);
-/// session cookies keep no expiry.
-fn cookie_param(cookie: &Value) -> Option<Value> {
-    let object = cookie.as_object()?;
-    let mut param = Map::new();
-    for key in [
-        "name",
-        "value",
-        "domain",
-        "path",
-        "secure",
-        "httpOnly",
-        "sameSite",
-        "priority",
-        "sourceScheme",
-        "sourcePort",
-    ] {
-        if let Some(value) = object.get(key) {
-            param.insert(key.to_owned(), value.clone());
-        }
-    }
-    let session = object
-        .get("session")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if let Some(expires) = object.get("expires").and_then(Value::as_f64)
-        && !session
-        && expires > 0.0
-    {
-        param.insert("expires".to_owned(), json!(expires));
-    }
-    (param.contains_key("name") && param.contains_key("value")).then_some(Value::Object(param))
-}
-
 /// Puts `state` into the fresh context: its cookies, and its tabs unless `open_tabs` is false
 /// (a resumed run goes back to its own last page). Failures are logged, not fatal: the task
 /// runs with what could be restored.
 pub async fn restore(session: &BrowserSession, state: &BrowserState, open_tabs: bool) {
-    let cookies: Vec<Value> = state.cookies.iter().filter_map(cookie_param).collect();
-    if !cookies.is_empty()
-        && let Err(err) = session
-            .cdp_with_timeout(
-                None,
-                "Storage.setCookies",
-                json!({"cookies": cookies, "browserContextId": session.context_id()}),
-                STATE_CALL_TIMEOUT,
-            )
-            .await
-    {
-        tracing::warn!(%err, "could not restore the session's cookies");
+    match tokio::time::timeout(STATE_CALL_TIMEOUT, session.set_cookies(&state.cookies)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::warn!(%err, "could not restore the session's cookies"),
+        Err(_) => tracing::warn!("restoring the session's cookies timed out"),
     }
     if !open_tabs || state.tabs.is_empty() {
         return;
@@ -159,28 +110,5 @@ pub async fn restore(session: &BrowserSession, state: &BrowserState, open_tabs: 
         && let Err(err) = session.switch_tab(target).await
     {
         tracing::warn!(%err, "could not focus the session's tab");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cookies_keep_only_what_set_cookies_takes() {
-        let cookie = json!({
-            "name": "sid", "value": "abc", "domain": "127.0.0.1", "path": "/",
-            "expires": -1, "size": 6, "httpOnly": true, "secure": false, "session": true,
-            "priority": "Medium", "sameParty": false, "sourceScheme": "NonSecure",
-            "sourcePort": 8080
-        });
-        let param = cookie_param(&cookie).unwrap();
-        assert_eq!(param["name"], "sid");
-        assert!(param.get("expires").is_none());
-        assert!(param.get("size").is_none());
-        assert!(param.get("session").is_none());
-        let lasting = json!({"name": "a", "value": "b", "expires": 2e9, "session": false});
-        assert_eq!(cookie_param(&lasting).unwrap()["expires"], 2e9);
-        assert!(cookie_param(&json!({"value": "x"})).is_none());
     }
 }

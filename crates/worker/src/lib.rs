@@ -21,6 +21,7 @@ mod browser_state;
 mod live;
 mod local;
 mod output_files;
+mod profile;
 mod runner;
 mod service;
 mod sink;
@@ -34,6 +35,11 @@ pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
+pub use profile::{
+    FileProfileSaver, MAX_PROFILE_BYTES, ProfileKeeper, ProfileLink, ProfileSaver, SaveResult,
+    StoreProfileSaver, load_store_profile, merge as merge_profile_states, state_from_json,
+    state_json,
+};
 pub use runner::{
     LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
     RunnerSettings, TaskRunner, TaskSpec, browser_viewport, failed, parse_viewport, secret_values,

@@ -176,6 +176,8 @@ async fn run_task(
             resume_url: None,
             live_view: None,
             take_over: None,
+            // The api refuses `profile_id` on a store without profiles.
+            profile: None,
         })
         .await;
     drop(follower);

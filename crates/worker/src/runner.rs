@@ -30,6 +30,8 @@ use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 
 /// How long releasing a browser context may take after the run.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long loading a profile into a new context may take.
+const PROFILE_RESTORE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long going back to the last URL of a resumed run may take.
 const RESUME_NAVIGATION_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -268,6 +270,8 @@ pub struct RunRequest {
     pub live_view: Option<LiveViewLink>,
     /// Inputs of a person driving the browser while the agent is paused (take-over).
     pub take_over: Option<crate::takeover::TakeOverLink>,
+    /// The browser profile the run starts from and saves back into at every step boundary.
+    pub profile: Option<crate::ProfileLink>,
 }
 
 /// Connects a run's browser to the live view: the screencast runs while `watched` is true,
@@ -323,6 +327,7 @@ impl TaskRunner {
             resume_url,
             live_view,
             take_over,
+            profile,
         } = request;
         let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -338,6 +343,24 @@ impl TaskRunner {
         }
 
         let browser = self.lease_browser(&spec, &workspace).await?;
+        // The profile first (before any navigation: its localStorage script must be there
+        // when the first document loads), then a session's own cookies and tabs.
+        let keeper = match &profile {
+            Some(link) => {
+                let restored = tokio::time::timeout(
+                    PROFILE_RESTORE_TIMEOUT,
+                    browser.session().restore_storage_state(&link.state),
+                )
+                .await;
+                match restored {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => tracing::warn!(%err, "could not load the task's profile"),
+                    Err(_) => tracing::warn!("loading the task's profile timed out"),
+                }
+                Some(Arc::new(crate::profile::ProfileKeeper::new(link)))
+            }
+            None => None,
+        };
         if let Some(state) = &spec.browser_state {
             crate::browser_state::restore(browser.session(), state, resume_url.is_none()).await;
         }
@@ -352,6 +375,14 @@ impl TaskRunner {
             }
         }
 
+        let sink: Arc<dyn EventSink> = match &keeper {
+            Some(keeper) => Arc::new(crate::profile::ProfileSink {
+                inner: sink,
+                keeper: keeper.clone(),
+                browser: browser.clone(),
+            }),
+            None => sink,
+        };
         let budget = Arc::new(BudgetSink::new(
             sink,
             control.clone(),
@@ -413,6 +444,11 @@ impl TaskRunner {
         };
         drop(deadline);
         let browser_lost = browser.session().browser_lost();
+        if let Some(keeper) = &keeper
+            && !browser_lost
+        {
+            keeper.checkpoint(browser.session()).await;
+        }
         let browser_state = if spec.save_browser_state && !browser_lost {
             crate::browser_state::save(browser.session()).await
         } else {

@@ -331,6 +331,8 @@ struct Prepared {
     prior: Option<AgentHistoryList>,
     /// Where the earlier attempt was.
     resume_url: Option<String>,
+    /// The task's browser profile, read now (its latest saved state).
+    profile: Option<crate::ProfileLink>,
 }
 
 /// The parts of a started run that outlive it: its sink, its control, and the workspace with
@@ -474,12 +476,38 @@ impl TaskJob {
         if let Some(prior) = &prior {
             tracing::info!(steps = prior.history.len(), url = ?resume_url, "resuming the task");
         }
+        let profile = match spec.options.profile_id {
+            // A replay runs without one (it repeats recorded actions).
+            Some(profile_id) if replay.is_none() => {
+                match crate::profile::load_store_profile(&self.store, record.api_key_id, profile_id)
+                    .await
+                {
+                    Ok(Some(link)) => Some(link),
+                    Ok(None) => {
+                        return Err(NotRun::Fail(format!(
+                            "profile_id: the task's profile {profile_id} was deleted"
+                        )));
+                    }
+                    Err(err @ (StoreError::Seal(_) | StoreError::NoSecretsKey)) => {
+                        return Err(NotRun::Fail(format!(
+                            "profile_id: the task's profile cannot be opened: {err}"
+                        )));
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, "could not read the task's profile");
+                        return Err(NotRun::HandBack("profile unreadable"));
+                    }
+                }
+            }
+            _ => None,
+        };
         Ok(Prepared {
             spec,
             replay,
             session,
             prior,
             resume_url,
+            profile,
         })
     }
 
@@ -497,6 +525,7 @@ impl TaskJob {
             session: _,
             prior,
             resume_url,
+            profile,
         } = prepared;
         let control = AgentControl::new();
         let draining = Arc::new(AtomicBool::new(false));
@@ -613,6 +642,7 @@ impl TaskJob {
                 resume_url,
                 live_view,
                 take_over,
+                profile,
             })),
         };
         let started = Started {

@@ -4,8 +4,9 @@
 //! (422 with its list shape for invalid input), and cloud-only features answer 501.
 //!
 //! v1 and v2 are two views of the same tasks: `tasks.rs` maps the rows both ways, `sessions.rs`
-//! serves the sessions (browser state that later tasks reuse).
+//! serves the sessions (browser state that later tasks reuse), `profiles.rs` the profiles.
 
+mod profiles;
 mod sessions;
 mod tasks;
 
@@ -49,6 +50,7 @@ pub(crate) const API_KEY_HEADER: &str = "x-browser-use-api-key";
         (name = "tasks", description = "Tasks (v2 view of browserd's tasks)"),
         (name = "sessions", description = "Browser state that later tasks reuse"),
         (name = "files", description = "Task output files"),
+        (name = "profiles", description = "Browser profiles: the cookies and localStorage of a login, which tasks start from and save back into"),
     )
 )]
 struct V2ApiDoc;
@@ -161,6 +163,12 @@ fn routes() -> (OpenApiRouter<AppState>, OpenApiRouter<AppState>) {
             sessions::get_session,
             sessions::update_session,
             sessions::delete_session
+        ))
+        .routes(routes!(profiles::create_profile, profiles::list_profiles))
+        .routes(routes!(
+            profiles::get_profile,
+            profiles::update_profile,
+            profiles::delete_profile
         ));
     (public, keyed)
 }
@@ -184,7 +192,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
     public.merge(keyed).fallback(not_implemented)
 }
 
-/// Everything of the cloud API browserd does not serve (profiles, browsers, skills,
+/// Everything of the cloud API browserd does not serve (browsers, skills,
 /// marketplace, billing, presigned uploads, public shares, …).
 async fn not_implemented() -> V2Error {
     V2Error::Detail(

@@ -79,7 +79,8 @@ async fn view(
         (status = 400, description = "Malformed JSON", body = V2ErrorBody),
         (status = 413, description = "Body too large", body = V2ErrorBody),
         (status = 422, description = "Invalid field (`startUrl` not an absolute http(s) URL)", body = V2ErrorBody),
-        (status = 501, description = "`profileId` or `customProxy` was asked for", body = V2ErrorBody),
+        (status = 404, description = "`profileId` names no profile of this key (`Profile not found`)", body = V2ErrorBody),
+        (status = 501, description = "`customProxy` was asked for", body = V2ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
         (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
     ),
@@ -95,12 +96,6 @@ pub(crate) async fn create_session(
     } else {
         parse_body(&body)?
     };
-    if request.profile_id.is_some() {
-        return Err(V2Error::Detail(
-            StatusCode::NOT_IMPLEMENTED,
-            "profileId (browser profiles) is a browser-use cloud feature this server does not implement".to_owned(),
-        ));
-    }
     if request.custom_proxy.as_ref().is_some_and(|p| !p.is_null()) {
         return Err(V2Error::Detail(
             StatusCode::NOT_IMPLEMENTED,
@@ -118,6 +113,12 @@ pub(crate) async fn create_session(
             ));
         }
     }
+    let profile_id = match &request.profile_id {
+        Some(raw) => Some(
+            super::profiles::owned_profile(&state, &caller, &["body", "profileId"], raw).await?,
+        ),
+        None => None,
+    };
     let session = state
         .store
         .create_session(
@@ -126,6 +127,7 @@ pub(crate) async fn create_session(
                 keep_alive: request.keep_alive.unwrap_or(true),
                 persist_memory: request.persist_memory.unwrap_or(true),
                 start_url: request.start_url,
+                profile_id,
             },
         )
         .await?;

@@ -40,11 +40,11 @@ use crate::task_ops::{self, Placement};
     responses(
         (status = 202, description = "Task created (status `created`)", body = TaskCreatedResponse),
         (status = 400, description = "The session is stopped or already has a running task; or malformed JSON", body = V2ErrorBody),
-        (status = 404, description = "`sessionId` names no session of this key", body = V2ErrorBody),
+        (status = 404, description = "`sessionId` names no session of this key, or `sessionSettings.profileId` no profile (`Profile not found`)", body = V2ErrorBody),
         (status = 413, description = "Body too large", body = V2ErrorBody),
         (status = 422, description = "Invalid field (FastAPI's `detail` list names it)", body = V2ErrorBody),
         (status = 429, description = "Rate limited, or the task queue is full; see `Retry-After`", body = V2ErrorBody),
-        (status = 501, description = "A cloud-only feature was asked for (`opVaultId`, `judge`, `skillIds`, `sessionSettings.profileId`)", body = V2ErrorBody),
+        (status = 501, description = "A cloud-only feature was asked for (`opVaultId`, `judge`, `skillIds`)", body = V2ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
     ),
     security(("browser_use_key" = []))
@@ -66,9 +66,21 @@ pub(crate) async fn create_task(
         return Err(cloud_only("skillIds"));
     }
     let settings = request.session_settings.clone().unwrap_or_default();
-    if settings.profile_id.is_some() {
-        return Err(cloud_only("sessionSettings.profileId (browser profiles)"));
-    }
+    // The task's profile: `sessionSettings.profileId` for a new session, the session's own
+    // for an existing one.
+    let profile_id = match (&settings.profile_id, request.session_id) {
+        (Some(raw), None) => Some(
+            super::profiles::owned_profile(
+                &state,
+                &caller,
+                &["body", "sessionSettings", "profileId"],
+                raw,
+            )
+            .await?,
+        ),
+        (_, Some(session)) => state.store.session_profile(caller.key_id, session).await?,
+        (None, None) => None,
+    };
     if request.task.trim().is_empty() {
         return Err(V2Error::invalid(
             &["body", "task"],
@@ -204,6 +216,7 @@ pub(crate) async fn create_task(
         metadata: request.metadata,
         viewport,
         highlight_elements: request.highlight_elements,
+        profile_id,
         ..dto::CreateTaskRequest::default()
     };
     let placement = Placement::Session {

@@ -15,6 +15,7 @@ mod crash;
 mod listener;
 mod navigation;
 mod observe;
+mod storage;
 mod tabs;
 
 use std::{
@@ -45,6 +46,9 @@ use crate::{
     types::{DownloadInfo, SelectorMap, Viewport},
 };
 pub use listener::DownloadCaps;
+pub use storage::{
+    OriginStorage, StorageItem, StorageState, cookie_param, local_storage_init_script,
+};
 
 /// Settings of one task's browser context (a lease): egress, workspace, settle, viewport, proxy.
 #[derive(Clone, Debug, Default)]
@@ -186,6 +190,7 @@ impl BrowserSession {
         let sessions = Arc::new(Sessions {
             chrome: chrome.clone(),
             by_target: Mutex::new(HashMap::new()),
+            init_scripts: std::sync::Mutex::new(Vec::new()),
         });
         let events = Arc::new(SessionEvents::default());
         let mut session = Self {

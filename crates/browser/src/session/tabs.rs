@@ -45,6 +45,9 @@ struct TargetsWire {
 pub(crate) struct Sessions {
     pub(super) chrome: Arc<Chrome>,
     pub(super) by_target: Mutex<HashMap<String, String>>,
+    /// Scripts every document of the context runs first
+    /// ([`BrowserSession::add_init_script`]), registered on each target at its attach.
+    pub(super) init_scripts: std::sync::Mutex<Vec<String>>,
 }
 
 impl Sessions {
@@ -83,6 +86,26 @@ impl SessionSource for Sessions {
         {
             // Actions on this target then report their settle as unavailable.
             tracing::debug!(target_id, error = %err, "settle tracker not installed");
+        }
+        let scripts = self
+            .init_scripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for source in scripts {
+            if let Err(err) = self
+                .chrome
+                .conn
+                .call_raw(
+                    Some(&session),
+                    "Page.addScriptToEvaluateOnNewDocument",
+                    json!({"source": source}),
+                    self.chrome.conn.default_timeout(),
+                )
+                .await
+            {
+                tracing::warn!(target_id, error = %err, "context script not installed");
+            }
         }
         by_target.insert(target_id.to_owned(), session.clone());
         Ok(session)
