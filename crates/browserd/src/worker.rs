@@ -103,6 +103,15 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_SECRETS_RETENTION_S", default_value_t = 86_400)]
     secrets_retention_s: u64,
 
+    /// Do not offer the agent the `ask_human` action (no task then waits for a person).
+    #[arg(long, env = "BROWSERD_NO_ASK_HUMAN")]
+    no_ask_human: bool,
+
+    /// Longest wait, in seconds, for a person's answer to `ask_human` before the task fails
+    /// (a task's `ask_human_timeout_s` may shorten it). The browser context stays up meanwhile.
+    #[arg(long, env = "BROWSERD_ASK_HUMAN_TIMEOUT_S", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    ask_human_timeout_s: u64,
+
     /// Chrome processes of this worker (each hosts several tasks' contexts).
     #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
     chrome_processes: usize,
@@ -239,6 +248,10 @@ pub async fn start(
         max_attempts: args.max_attempts,
         shutdown_grace: Duration::from_secs(args.task_grace_s),
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
+        ask_human: browserd_worker::AskHumanSettings {
+            enabled: !args.no_ask_human,
+            max_wait: Duration::from_secs(args.ask_human_timeout_s),
+        },
         workspace_root,
         live_view: (args.live_view_fps > 0.0).then_some(LiveViewSettings {
             max_width: args.live_view_size.width,

@@ -14,6 +14,7 @@ mod live;
 mod memory;
 mod output_files;
 mod queue;
+mod questions;
 mod quotas;
 mod replays;
 mod sealed;
@@ -50,6 +51,7 @@ pub use output_files::{
     OutputFile, OutputFileRecord,
 };
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};

@@ -17,6 +17,8 @@ pub mod event_kind {
     pub const ACTION_RESULT: &str = "action_result";
     pub const RESULT: &str = "result";
     pub const LOG: &str = "log";
+    pub const QUESTION: &str = "question";
+    pub const ANSWERED: &str = "answered";
 }
 
 /// What a task event says: its kind and typed payload, the one contract between the writers
@@ -41,6 +43,38 @@ pub enum EventBody {
     Result(ResultEvent),
     /// A free-form log line from the worker.
     Log(LogEvent),
+    /// The agent asks a person (`ask_human`); written with the `waiting` status event.
+    Question(QuestionEvent),
+    /// A person answered a question (a secret answer is never in it).
+    Answered(AnsweredEvent),
+}
+
+/// `question`: `{"question_id", "question", "choices", "secret", "timeout_s"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
+pub struct QuestionEvent {
+    /// Where it was asked: `s{step}a{action index}` (a resumed run asks it again under the
+    /// same id and gets the answer given meanwhile).
+    pub question_id: String,
+    /// What the agent asks.
+    pub question: String,
+    /// The answers offered; empty: free text.
+    #[serde(default)]
+    pub choices: Vec<String>,
+    /// The agent asks for a secret (a code, a password): answer with `secret: true`.
+    #[serde(default)]
+    pub secret: bool,
+    /// Seconds the agent waits at most before the task fails.
+    pub timeout_s: u64,
+}
+
+/// `answered`: `{"question_id", "secret", "answer"}` (`answer` is `null` for a secret one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnsweredEvent {
+    pub question_id: String,
+    pub secret: bool,
+    /// The answer given; `null` when it is secret.
+    #[serde(default)]
+    pub answer: Option<String>,
 }
 
 /// `status`: `{"status", "transition", …}`.
@@ -181,6 +215,8 @@ impl EventBody {
             EventBody::ActionResult(_) => event_kind::ACTION_RESULT,
             EventBody::Result(_) => event_kind::RESULT,
             EventBody::Log(_) => event_kind::LOG,
+            EventBody::Question(_) => event_kind::QUESTION,
+            EventBody::Answered(_) => event_kind::ANSWERED,
         }
     }
 

@@ -11,7 +11,8 @@ pub mod v2;
 pub mod webhooks;
 
 pub use event::{
-    ActionResultEvent, EventBody, LogEvent, ModelOutputEvent, ResultEvent, StatusEvent,
+    ActionResultEvent, AnsweredEvent, EventBody, LogEvent, ModelOutputEvent, QuestionEvent,
+    ResultEvent, StatusEvent,
     StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
 };
 pub use ids::{ApiKeyId, ArtifactId, TaskId};

@@ -60,6 +60,14 @@ pub struct TaskOptions {
     pub max_cost_usd: Option<f64>,
     /// The viewport the task asked for; `null` = the worker's default.
     pub viewport: Option<ViewportSize>,
+    /// The most the agent waits for a person's answer, as the task asked (`None`: the
+    /// worker's cap).
+    pub fn ask_human_timeout(&self) -> Option<Duration> {
+        self.ask_human_timeout_s
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+    }
+
     /// The settle cap the task asked for (ms); `null` = the worker's default.
     pub settle_timeout_ms: Option<i32>,
     /// The upstream proxy the task routes through, by name; `null` = none.
@@ -67,6 +75,11 @@ pub struct TaskOptions {
     /// Step screenshots carry the elements' boxes and indices.
     #[schema(required)]
     pub highlight_elements: bool,
+    /// The agent may ask a person (`ask_human`), unless the worker's operator switched it off.
+    #[schema(required)]
+    pub ask_human: bool,
+    /// The most the agent waits for an answer, in seconds; `null` = the worker's cap.
+    pub ask_human_timeout_s: Option<i32>,
 }
 
 impl Default for TaskOptions {
@@ -90,6 +103,8 @@ impl Default for TaskOptions {
             settle_timeout_ms: None,
             proxy: None,
             highlight_elements: false,
+            ask_human: true,
+            ask_human_timeout_s: None,
         }
     }
 }
@@ -120,6 +135,8 @@ impl TaskOptions {
             settle_timeout_ms: Some(750),
             proxy: Some("corp".to_owned()),
             highlight_elements: true,
+            ask_human: false,
+            ask_human_timeout_s: Some(90),
         }
     }
 
@@ -148,6 +165,14 @@ impl TaskOptions {
     /// The wall-clock budget of a whole run (`None`: none).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout_s
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+    }
+
+    /// The most the agent waits for a person's answer, as the task asked (`None`: the
+    /// worker's cap).
+    pub fn ask_human_timeout(&self) -> Option<Duration> {
+        self.ask_human_timeout_s
             .and_then(|s| u64::try_from(s).ok())
             .map(Duration::from_secs)
     }

@@ -17,6 +17,7 @@
 
 mod adapter;
 mod browser_state;
+mod human;
 mod live;
 mod local;
 mod output_files;
@@ -30,6 +31,7 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
+pub use human::{AskHumanSettings, StoreHuman};
 pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
 pub use runner::{

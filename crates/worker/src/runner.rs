@@ -266,6 +266,8 @@ pub struct RunRequest {
     pub resume_url: Option<String>,
     /// Stream the focused tab while someone watches (the service's live view).
     pub live_view: Option<LiveViewLink>,
+    /// Offer `ask_human`, answered through this channel (`None`: the action is off).
+    pub human: Option<browserd_agent::HumanSettings>,
 }
 
 /// Connects a run's browser to the live view: the screencast runs while `watched` is true,
@@ -320,6 +322,7 @@ impl TaskRunner {
             prior,
             resume_url,
             live_view,
+            human,
         } = request;
         let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -371,6 +374,9 @@ impl TaskRunner {
         let outcome = match Agent::new(config, browser.clone(), model, budget.clone()) {
             Ok(agent) => {
                 let mut agent = agent.with_control(control.clone());
+                if let Some(human) = human {
+                    agent = agent.with_human(human);
+                }
                 if let Some(prior) = prior {
                     agent = agent.resume_from(prior);
                 }

@@ -264,7 +264,11 @@ mod tests {
 
     #[test]
     fn the_agent_defines_exactly_the_agent_owned_actions() {
-        let mut defined: Vec<String> = [done_spec(None), extract_spec()]
+        let mut defined: Vec<String> = [
+            done_spec(None),
+            extract_spec(),
+            crate::human::ask_human_spec(),
+        ]
             .into_iter()
             .chain(file_action_specs())
             .map(|spec| spec.name)
