@@ -96,6 +96,14 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
     let db = TestDb::create().await;
     let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
     let client = Client::new(server.address(), &create_key(&db).await);
+    // A webhook asks for `waiting_for_input` (nothing listens: the outbox row is checked).
+    let (status, hook) = client
+        .post(
+            "/v1/webhooks",
+            json!({"url": "http://127.0.0.1:9/hook", "events": ["waiting_for_input", "finished"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hook}");
     let id = client
         .create_task(json!({
             "task": "Report the code the user picks",
@@ -162,6 +170,26 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
     assert_eq!(events[at + 1]["payload"]["choices"], json!(["A", "B"]));
     assert_eq!(events[at + 2]["payload"]["answer"], "B");
     assert_eq!(events[at + 3]["payload"]["transition"], "answer");
+    // The webhook outbox: `task.waiting_for_input` with the question, then `finished`.
+    let pool = db.pool().await;
+    let bodies: Vec<(String, Value)> = sqlx::query_as(
+        "select event, body from webhook_deliveries where task_id = $1::uuid order by id",
+    )
+    .bind(&id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let events: Vec<&str> = bodies.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["waiting_for_input", "finished"]);
+    let waiting_hook = &bodies[0].1;
+    assert_eq!(waiting_hook["type"], "task.waiting_for_input");
+    assert_eq!(waiting_hook["payload"]["status"], "waiting_for_input");
+    assert_eq!(waiting_hook["payload"]["metadata"]["order"], "42");
+    assert_eq!(
+        waiting_hook["payload"]["question"]["question"],
+        "Which code should I report?"
+    );
+    assert_eq!(bodies[1].1["type"], "agent.task.status_update");
     // The answer is the action's result the model saw on the next step.
     let requests = model.requests();
     assert!(offers_ask_human(&requests[0]));
