@@ -626,7 +626,7 @@ impl TaskStore for MemoryStore {
             };
             let question = task.questions[at].0.clone();
             let text = answer.text.expose_secret();
-            if answer.is_choice && !question.choices.iter().any(|c| c == text) {
+            if answer.is_choice && !question.choices.iter().any(|c| c.as_str() == text) {
                 return Err(StoreError::ChoiceNotOffered {
                     choice: text.chars().take(200).collect(),
                     choices: question.choices,

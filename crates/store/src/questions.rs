@@ -291,7 +291,7 @@ impl Store {
             return Err(StoreError::NotWaiting { id, status });
         };
         let choices = open.choices.0;
-        if answer.is_choice && !choices.iter().any(|c| c == answer.text.expose_secret()) {
+        if answer.is_choice && !choices.iter().any(|c| c.as_str() == answer.text.expose_secret()) {
             return Err(StoreError::ChoiceNotOffered {
                 choice: answer.text.expose_secret().chars().take(200).collect(),
                 choices,

@@ -1266,7 +1266,7 @@ enum Op {
     Event,
     Step(i32),
     /// Worker `w1` asks question `id` (`ask_human`, choices `yes` and `no`).
-    Ask(&'static str),
+    AskHuman(&'static str),
     /// The owner answers the open question: free text `42`, or a choice.
     AnswerText,
     AnswerChoice(&'static str),
@@ -1345,7 +1345,7 @@ async fn apply_op(store: &dyn TaskStore, owner: ApiKeyId, id: TaskId, op: Op) ->
                 format!("seq {}", event.seq)
             })
         }
-        Op::Ask(question_id) => {
+        Op::AskHuman(question_id) => {
             let question = browserd_store::NewQuestion {
                 question_id: question_id.to_owned(),
                 question: "Go on?".to_owned(),
@@ -1507,14 +1507,14 @@ async fn both_stores_apply_the_same_status_machine(pool: PgPool) {
         vec![
             (Claim, "running#1"),
             (AnswerText, "not_waiting:running"),
-            (Ask("s1a0"), "waiting"),
+            (AskHuman("s1a0"), "waiting"),
             (User(Pause), "illegal:waiting"),
             (Worker(Finish), "illegal:waiting"),
             (AnswerChoice("maybe"), "choice_not_offered"),
             (AnswerChoice("yes"), "running"),
             (AnswerText, "not_waiting:running"),
-            (Ask("s1a0"), "answered:yes"),
-            (Ask("s2a0"), "waiting"),
+            (AskHuman("s1a0"), "answered:yes"),
+            (AskHuman("s2a0"), "waiting"),
             (OtherWorker(Fail), "lease_lost"),
             (User(Stop), "stopped"),
             (AnswerText, "not_waiting:stopped"),
@@ -1523,14 +1523,14 @@ async fn both_stores_apply_the_same_status_machine(pool: PgPool) {
         // agent, asking again, gets the answer; a question nobody answers fails the task.
         vec![
             (Claim, "running#1"),
-            (Ask("s1a0"), "waiting"),
+            (AskHuman("s1a0"), "waiting"),
             (User(Requeue), "queued"),
             (AnswerText, "queued"),
             (Claim, "running#2"),
-            (Ask("s1a0"), "answered:42"),
-            (Ask("s2a0"), "waiting"),
+            (AskHuman("s1a0"), "answered:42"),
+            (AskHuman("s2a0"), "waiting"),
             (Worker(Fail), "failed"),
-            (Ask("s3a0"), "lease_lost"),
+            (AskHuman("s3a0"), "lease_lost"),
         ],
     ];
     let stores: [(&str, &dyn TaskStore); 2] = [("postgres", &postgres), ("memory", &memory)];

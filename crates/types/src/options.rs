@@ -60,14 +60,6 @@ pub struct TaskOptions {
     pub max_cost_usd: Option<f64>,
     /// The viewport the task asked for; `null` = the worker's default.
     pub viewport: Option<ViewportSize>,
-    /// The most the agent waits for a person's answer, as the task asked (`None`: the
-    /// worker's cap).
-    pub fn ask_human_timeout(&self) -> Option<Duration> {
-        self.ask_human_timeout_s
-            .and_then(|s| u64::try_from(s).ok())
-            .map(Duration::from_secs)
-    }
-
     /// The settle cap the task asked for (ms); `null` = the worker's default.
     pub settle_timeout_ms: Option<i32>,
     /// The upstream proxy the task routes through, by name; `null` = none.
