@@ -217,9 +217,9 @@ async fn a_secret_answer_is_typed_but_never_stored_or_shown_to_the_model() {
             return done_reply("signed in", true);
         }
         if text.contains("<secret>answer_s1a0</secret>") {
-            let user = index_of(&page, "input", "type=text").unwrap();
+            let user = index_of(&page, "input", "name=username").unwrap();
             let pass = index_of(&page, "input", "type=password").unwrap();
-            let submit = index_of(&page, "button", "Sign in").unwrap();
+            let submit = index_of(&page, "button", "signin").unwrap();
             return reply(
                 "sign in with the code",
                 json!([
