@@ -114,7 +114,10 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
         .await;
     let waiting = client.wait_status(&id, &["waiting"], LONG).await;
     let question = &waiting["question"];
-    assert_eq!(question["question"], "Which code should I report?", "{waiting}");
+    assert_eq!(
+        question["question"], "Which code should I report?",
+        "{waiting}"
+    );
     assert_eq!(question["choices"], json!(["A", "B"]));
     assert_eq!(question["question_id"], "s1a0");
     assert_eq!(question["secret"], false);
@@ -202,7 +205,10 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
     // The step records the answer as the action's result.
     let (_, steps) = client.get(&format!("/v1/tasks/{id}/steps")).await;
     let first = &steps["items"][1];
-    assert_eq!(first["results"][0]["extracted_content"], "The user answered: B");
+    assert_eq!(
+        first["results"][0]["extracted_content"],
+        "The user answered: B"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,7 +278,10 @@ async fn a_secret_answer_is_typed_but_never_stored_or_shown_to_the_model() {
         "the placeholder is what is stored"
     );
     for request in model.requests() {
-        assert!(!request.to_string().contains(CODE), "the model saw the code");
+        assert!(
+            !request.to_string().contains(CODE),
+            "the model saw the code"
+        );
     }
     let events = client.events(&id, 0).await.until_closed(LONG).await;
     let answered = events.iter().find(|e| e["kind"] == "answered").unwrap();
@@ -361,7 +370,9 @@ async fn an_unanswered_question_times_out_and_the_action_can_be_switched_off() {
             .extend(extra.as_object().unwrap().clone());
         body
     };
-    let id = client.create_task(task(json!({"ask_human_timeout_s": 1}))).await;
+    let id = client
+        .create_task(task(json!({"ask_human_timeout_s": 1})))
+        .await;
     let failed = client.wait_status(&id, &["finished", "failed"], LONG).await;
     assert_eq!(failed["status"], "failed", "{failed}");
     let error = failed["error"].as_str().unwrap();
@@ -369,7 +380,9 @@ async fn an_unanswered_question_times_out_and_the_action_can_be_switched_off() {
         error.contains("nobody answered") && error.contains("within 1 s"),
         "{error}"
     );
-    let (status, _) = client.post("/v1/tasks", task(json!({"ask_human_timeout_s": 0}))).await;
+    let (status, _) = client
+        .post("/v1/tasks", task(json!({"ask_human_timeout_s": 0})))
+        .await;
     assert_eq!(status, 422);
 
     // Off for this task: not in the model's schema (the model's call fails as unknown).

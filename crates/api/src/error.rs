@@ -205,7 +205,9 @@ impl From<StoreError> for ApiError {
             StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
             StoreError::NotWaiting { status, .. } => ApiError::Conflict {
                 code: "not_waiting",
-                message: format!("task is {status} and asks no question; answer only a waiting task"),
+                message: format!(
+                    "task is {status} and asks no question; answer only a waiting task"
+                ),
                 current_status: Some(status),
             },
             err @ StoreError::ChoiceNotOffered { .. } => {

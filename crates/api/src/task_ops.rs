@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 use browserd_store::{
-    ArtifactContent, EventFeed, EventHub, GivenAnswer, KeyUsage, Quotas, SessionChoice, StoreError, TaskCursor,
-    TaskStore, TransitionDetails, seconds_until_utc_midnight,
+    ArtifactContent, EventFeed, EventHub, GivenAnswer, KeyUsage, Quotas, SessionChoice, StoreError,
+    TaskCursor, TaskStore, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
-    AnswerRequest, CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView, TaskList, TaskView,
-    limits, screenshot_path,
+    AnswerRequest, CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView,
+    TaskList, TaskView, limits, screenshot_path,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
@@ -371,7 +371,10 @@ pub(crate) async fn answer(
     let field = if is_choice { "choice" } else { "answer" };
     let chars = text.chars().count();
     if text.trim().is_empty() {
-        return Err(ApiError::validation(field, format!("{field} must not be empty")));
+        return Err(ApiError::validation(
+            field,
+            format!("{field} must not be empty"),
+        ));
     }
     if chars > limits::ANSWER_MAX_CHARS {
         return Err(ApiError::validation(

@@ -7,8 +7,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::TaskCursor;
 use browserd_types::dto::{
-    AnswerRequest, CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList, TaskView,
-    limits,
+    AnswerRequest, CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList,
+    TaskView, limits,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 

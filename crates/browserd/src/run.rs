@@ -410,12 +410,11 @@ pub async fn run(
     let sink = Arc::new(TerminalSink {
         started: Instant::now(),
     });
-    let human = (!args.no_ask_human && spec.options.ask_human).then(|| {
-        browserd_agent::HumanSettings {
+    let human =
+        (!args.no_ask_human && spec.options.ask_human).then(|| browserd_agent::HumanSettings {
             channel: Arc::new(TerminalHuman),
             timeout: std::time::Duration::from_secs(args.ask_human_timeout_s),
-        }
-    });
+        });
     let outcome = runner
         .run(RunRequest {
             human,

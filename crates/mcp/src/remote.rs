@@ -323,7 +323,10 @@ impl Backend for RemoteBackend {
         answer: browserd_types::dto::AnswerRequest,
     ) -> Result<TaskView, ToolError> {
         let body = serde_json::to_value(&answer).map_err(|err| {
-            ToolError::new("invalid_answer", format!("the answer does not serialize: {err}"))
+            ToolError::new(
+                "invalid_answer",
+                format!("the answer does not serialize: {err}"),
+            )
         })?;
         self.json(Method::POST, &format!("/v1/tasks/{id}/input"), Some(body))
             .await

@@ -123,7 +123,9 @@ impl BrowserdMcp {
         .unwrap_or_else(error_result)
     }
 
-    #[tool(description = "Stop a queued, running, paused or waiting task (it ends with status stopped).")]
+    #[tool(
+        description = "Stop a queued, running, paused or waiting task (it ends with status stopped)."
+    )]
     async fn stop_task(
         &self,
         Parameters(params): Parameters<TaskIdParams>,

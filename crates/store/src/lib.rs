@@ -13,8 +13,8 @@ mod hub;
 mod live;
 mod memory;
 mod output_files;
-mod queue;
 mod questions;
+mod queue;
 mod quotas;
 mod replays;
 mod sealed;
@@ -50,8 +50,8 @@ pub use output_files::{
     NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
     OutputFile, OutputFileRecord,
 };
-pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
+pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};

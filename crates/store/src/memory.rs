@@ -26,14 +26,13 @@ use uuid::Uuid;
 
 use crate::events::EventGuard;
 use crate::hub::{EventHub, Signal};
-use crate::queue::claim_event;
 use crate::questions::{answered_event, question_status_event};
+use crate::queue::claim_event;
 use crate::tasks::transition_event;
 use crate::{
-    Answer, Answered, Asked, GivenAnswer, NewQuestion,
-    ArtifactBody, ArtifactContent, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice,
-    StepRecord, StepWrite, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TaskStore,
-    TransitionDetails,
+    Answer, Answered, ArtifactBody, ArtifactContent, Asked, ClaimedTask, GivenAnswer, KeyUsage,
+    NewQuestion, NewTask, Quotas, SessionChoice, StepRecord, StepWrite, StoreError, TaskCursor,
+    TaskPage, TaskRecord, TaskReplay, TaskStore, TransitionDetails,
 };
 
 /// Tasks kept in memory; cheap to clone (clones share the tasks).
@@ -700,7 +699,10 @@ impl TaskStore for MemoryStore {
                 usage.queued += 1;
             }
             if task.record.lease_owner.is_some()
-                && matches!(status, TaskStatus::Running | TaskStatus::Paused | TaskStatus::Waiting)
+                && matches!(
+                    status,
+                    TaskStatus::Running | TaskStatus::Paused | TaskStatus::Waiting
+                )
             {
                 usage.held += 1;
             }

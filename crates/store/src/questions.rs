@@ -124,10 +124,7 @@ pub(crate) fn answered_event(question_id: &str, answer: &GivenAnswer, secret: bo
 
 /// The status event of `ask` / `answer`.
 pub(crate) fn question_status_event(transition: Transition) -> EventBody {
-    EventBody::Status(StatusEvent::new(
-        transition.target(true),
-        transition.name(),
-    ))
+    EventBody::Status(StatusEvent::new(transition.target(true), transition.name()))
 }
 
 impl Store {
@@ -291,7 +288,11 @@ impl Store {
             return Err(StoreError::NotWaiting { id, status });
         };
         let choices = open.choices.0;
-        if answer.is_choice && !choices.iter().any(|c| c.as_str() == answer.text.expose_secret()) {
+        if answer.is_choice
+            && !choices
+                .iter()
+                .any(|c| c.as_str() == answer.text.expose_secret())
+        {
             return Err(StoreError::ChoiceNotOffered {
                 choice: answer.text.expose_secret().chars().take(200).collect(),
                 choices,
@@ -367,7 +368,9 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         match row {
-            Some(row) => self.open_answer(id, question_id.to_owned(), row.answer, row.answer_sealed),
+            Some(row) => {
+                self.open_answer(id, question_id.to_owned(), row.answer, row.answer_sealed)
+            }
             None => Ok(None),
         }
     }

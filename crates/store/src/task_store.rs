@@ -16,8 +16,9 @@ use browserd_types::{
 use uuid::Uuid;
 
 use crate::{
-    Answer, Answered, Asked, GivenAnswer, NewQuestion, ArtifactBody, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice, StepRecord, StepWrite,
-    Store, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TransitionDetails,
+    Answer, Answered, ArtifactBody, Asked, ClaimedTask, GivenAnswer, KeyUsage, NewQuestion,
+    NewTask, Quotas, SessionChoice, StepRecord, StepWrite, Store, StoreError, TaskCursor, TaskPage,
+    TaskRecord, TaskReplay, TransitionDetails,
 };
 
 /// A store of tasks, their steps and their event logs. Every method means what the

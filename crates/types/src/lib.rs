@@ -12,8 +12,7 @@ pub mod webhooks;
 
 pub use event::{
     ActionResultEvent, AnsweredEvent, EventBody, LogEvent, ModelOutputEvent, QuestionEvent,
-    ResultEvent, StatusEvent,
-    StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
+    ResultEvent, StatusEvent, StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
 };
 pub use ids::{ApiKeyId, ArtifactId, TaskId};
 pub use options::TaskOptions;

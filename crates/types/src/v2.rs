@@ -74,7 +74,9 @@ impl V2TaskStatus {
     pub fn statuses(self) -> &'static [TaskStatus] {
         match self {
             V2TaskStatus::Created => &[TaskStatus::Queued],
-            V2TaskStatus::Started => &[TaskStatus::Running, TaskStatus::Paused, TaskStatus::Waiting],
+            V2TaskStatus::Started => {
+                &[TaskStatus::Running, TaskStatus::Paused, TaskStatus::Waiting]
+            }
             V2TaskStatus::Finished => &[TaskStatus::Finished],
             V2TaskStatus::Failed => &[TaskStatus::Failed],
             V2TaskStatus::Stopped => &[TaskStatus::Stopped],

@@ -80,7 +80,9 @@ impl StoreHuman {
     async fn answer(&self, question_id: &str) -> Result<Option<HumanAnswer>, HumanError> {
         match self.store.question_answer(self.id, question_id).await {
             Ok(answer) => Ok(answer.map(to_human)),
-            Err(err) => Err(HumanError::Fatal(format!("reading the answer failed: {err}"))),
+            Err(err) => Err(HumanError::Fatal(format!(
+                "reading the answer failed: {err}"
+            ))),
         }
     }
 }

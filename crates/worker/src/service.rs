@@ -554,22 +554,24 @@ impl TaskJob {
                     Ok(outcome)
                 })
             }
-            None => Box::pin(self.runner.run(RunRequest {
-                human: crate::StoreHuman::new(
-                    Arc::new(self.store.clone()),
-                    self.hub.clone(),
-                    id,
-                    self.config.id.clone(),
-                )
-                .settings(&self.config.ask_human, &spec.options),
-                spec,
-                workspace_dir: Some(workspace_dir.clone()),
-                sink: sink.clone(),
-                control: control.clone(),
-                prior,
-                resume_url,
-                live_view,
-            })),
+            None => Box::pin(
+                self.runner.run(RunRequest {
+                    human: crate::StoreHuman::new(
+                        Arc::new(self.store.clone()),
+                        self.hub.clone(),
+                        id,
+                        self.config.id.clone(),
+                    )
+                    .settings(&self.config.ask_human, &spec.options),
+                    spec,
+                    workspace_dir: Some(workspace_dir.clone()),
+                    sink: sink.clone(),
+                    control: control.clone(),
+                    prior,
+                    resume_url,
+                    live_view,
+                }),
+            ),
         };
         let started = Started {
             sink,

@@ -269,10 +269,10 @@ mod tests {
             extract_spec(),
             crate::human::ask_human_spec(),
         ]
-            .into_iter()
-            .chain(file_action_specs())
-            .map(|spec| spec.name)
-            .collect();
+        .into_iter()
+        .chain(file_action_specs())
+        .map(|spec| spec.name)
+        .collect();
         defined.sort();
         let mut owned = AGENT_OWNED_ACTIONS.to_vec();
         owned.sort_unstable();
