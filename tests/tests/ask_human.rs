@@ -1,9 +1,11 @@
 //! Ask a human (issue 31, part 2), end to end: real browserd processes, Postgres and Chromium
 //! on local pages; the mock model asks `ask_human` and acts on the answer. The REST round trip
-//! (with the `/api/v2` view's status and the 409 / 422 refusals), a secret answer typed into a
-//! login form and found nowhere in the database nor in any model request, a worker killed while
-//! its task waits (answered meanwhile, resumed on another worker), the wait's timeout, and the
-//! action switched off by the operator and by the task (absent from the model's schema).
+//! (with the `/api/v2` view's status, the 409 / 422 refusals and the `waiting_for_input`
+//! webhook in the outbox), the MCP round trip (`run_task` returns with the question,
+//! `answer_task` answers), a secret answer typed into a login form and found nowhere in the
+//! database nor in any model request, a worker killed while its task waits (answered
+//! meanwhile, resumed on another worker), the wait's timeout, and the action switched off by
+//! the operator and by the task (absent from the model's schema).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -412,4 +414,130 @@ async fn an_unanswered_question_times_out_and_the_action_can_be_switched_off() {
     let requests = model.requests();
     assert!(!requests.is_empty());
     assert!(requests.iter().all(|r| !offers_ask_human(r)));
+}
+
+/// A minimal MCP client over streamable HTTP (`/mcp`): JSON-RPC requests, answers read from
+/// the SSE stream.
+struct Mcp {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    session: String,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Mcp {
+    async fn connect(address: &str, key: &str) -> Self {
+        let mut mcp = Mcp {
+            http: reqwest::Client::new(),
+            url: format!("http://{address}/mcp"),
+            key: key.to_owned(),
+            session: String::new(),
+            next: std::sync::atomic::AtomicU64::new(1),
+        };
+        let (session, answer) = mcp
+            .rpc(
+                "initialize",
+                json!({"protocolVersion": "2025-03-26", "capabilities": {},
+                       "clientInfo": {"name": "ask-human-test", "version": "0"}}),
+            )
+            .await;
+        assert!(answer.get("result").is_some(), "{answer}");
+        mcp.session = session.expect("an MCP session id");
+        let response = mcp
+            .request()
+            .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+        mcp
+    }
+
+    fn request(&self) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .header("accept", "application/json, text/event-stream");
+        if !self.session.is_empty() {
+            request = request.header("mcp-session-id", &self.session);
+        }
+        request
+    }
+
+    async fn rpc(&self, method: &str, params: Value) -> (Option<String>, Value) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let response = self
+            .request()
+            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{}", response.status());
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let text = response.text().await.unwrap();
+        let message = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .chain(serde_json::from_str::<Value>(&text).ok())
+            .find(|message| message["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer to {method} in {text}"));
+        (session, message)
+    }
+
+    /// A tool call's structured content.
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        let (_, answer) = self
+            .rpc("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await;
+        answer["result"]["structuredContent"].clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_answered_over_mcp() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
+    let site = Site::start().await;
+    let model = MockModel::start_on_requests(choosing_brain(), Duration::from_millis(20)).await;
+    let db = TestDb::create().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let key = create_key(&db).await;
+    let mcp = Mcp::connect(server.address(), &key).await;
+    // run_task returns as soon as the task asks, with the question.
+    let asked = mcp
+        .call(
+            "run_task",
+            json!({"task": "Report the code the user picks",
+                   "start_url": site.url("/stairs/1?top=2"), "wait_s": 90}),
+        )
+        .await;
+    assert_eq!(asked["status"], "waiting", "{asked}");
+    assert_eq!(asked["question"]["question"], "Which code should I report?");
+    assert_eq!(asked["question"]["choices"], json!(["A", "B"]));
+    assert!(
+        asked["message"].as_str().unwrap().contains("answer_task"),
+        "{asked}"
+    );
+    let id = asked["id"].as_str().unwrap().to_owned();
+    // A choice not offered: the REST API's 422 body.
+    let refused = mcp
+        .call("answer_task", json!({"id": id, "choice": "C", "wait_s": 0}))
+        .await;
+    assert_eq!(refused["error"]["code"], "validation_failed", "{refused}");
+    // The answer, then the result.
+    let done = mcp
+        .call(
+            "answer_task",
+            json!({"id": id, "choice": "A", "wait_s": 90}),
+        )
+        .await;
+    assert_eq!(done["status"], "finished", "{done}");
+    assert_eq!(done["output"], "the user chose A");
+    assert_eq!(done["question"], Value::Null);
 }
