@@ -268,6 +268,7 @@ async fn migrate_creates_a_missing_database() {
             "live_viewers",
             "task_events",
             "task_output_files",
+            "task_questions",
             "task_steps",
             "tasks",
             "webhook_deliveries",
