@@ -508,6 +508,9 @@ impl EventStream {
 /// Computes the model's answer (an AgentOutput) from the page text it was shown.
 pub type Brain = Arc<dyn Fn(&str) -> Value + Send + Sync>;
 
+/// Computes the model's answer from the whole request body (its messages, its schema).
+pub type RequestBrain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
 /// An OpenAI-compatible chat-completions server.
 pub struct MockModel {
     pub addr: SocketAddr,
@@ -516,7 +519,7 @@ pub struct MockModel {
 
 #[derive(Clone)]
 struct ModelState {
-    brain: Brain,
+    brain: RequestBrain,
     delay: Duration,
     requests: Arc<Mutex<Vec<Value>>>,
 }
@@ -524,6 +527,15 @@ struct ModelState {
 impl MockModel {
     /// Starts the server; each answer takes `delay` (a fixed model latency).
     pub async fn start(brain: Brain, delay: Duration) -> Self {
+        Self::start_on_requests(
+            Arc::new(move |request: &Value| brain(&page_text(request))),
+            delay,
+        )
+        .await
+    }
+
+    /// As [`MockModel::start`], with a brain that reads the whole request.
+    pub async fn start_on_requests(brain: RequestBrain, delay: Duration) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let state = ModelState {
             brain,
@@ -548,8 +560,7 @@ impl MockModel {
 async fn completions(State(state): State<ModelState>, Json(request): Json<Value>) -> Json<Value> {
     state.requests.lock().unwrap().push(request.clone());
     tokio::time::sleep(state.delay).await;
-    let page = page_text(&request);
-    let output = (state.brain)(&page);
+    let output = (state.brain)(&request);
     Json(json!({
         "id": "chatcmpl-mock",
         "object": "chat.completion",

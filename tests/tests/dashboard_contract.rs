@@ -94,6 +94,13 @@ fn shapes() -> BTreeMap<&'static str, Value> {
         updated_at: now,
         started_at: Some(now),
         finished_at: Some(now),
+        question: Some(browserd_types::QuestionEvent {
+            question_id: "s1a0".to_owned(),
+            question: "q".to_owned(),
+            choices: vec!["a".to_owned()],
+            secret: false,
+            timeout_s: 60,
+        }),
     };
     let event = TaskEvent {
         task_id: TaskId::new(),

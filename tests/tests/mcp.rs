@@ -87,6 +87,7 @@ fn check_conversation(report: &Value) {
     assert_eq!(
         report["tools"],
         json!([
+            "answer_task",
             "get_screenshot",
             "get_task",
             "list_tasks",
@@ -118,7 +119,7 @@ fn check_conversation(report: &Value) {
     assert_eq!(schema["required"], json!(["task"]));
     let statuses = report["list_tasks_schema"].to_string();
     for status in [
-        "queued", "running", "paused", "finished", "failed", "stopped",
+        "queued", "running", "paused", "waiting", "finished", "failed", "stopped",
     ] {
         assert!(statuses.contains(status), "{statuses}");
     }

@@ -8,7 +8,7 @@
 //! compaction), [`schema`] (AgentOutput schema from [`ActionSpec`]s), [`prompts`] (system prompt
 //! files), [`loop_detector`], [`secrets`] (placeholders, TOTP, redaction), [`urls`] (URL
 //! shortening, task URL), [`workspace`] (todo.md and file actions), [`views`] (records),
-//! [`control`] (pause/resume/stop), [`events`].
+//! [`control`] (pause/resume/stop), [`events`], [`human`] (`ask_human` and its channel).
 //!
 //! Invariants: secret values never leave the agent in a message, event or record — they are put
 //! into action parameters only when the action runs; the model sees only `[system, state,
@@ -22,6 +22,7 @@ pub mod control;
 pub mod domains;
 pub mod error;
 pub mod events;
+pub mod human;
 pub mod loop_detector;
 pub mod messages;
 pub mod prompts;
@@ -45,6 +46,7 @@ pub use config::{SecretEntry, SensitiveData, TaskConfig, VisionMode};
 pub use control::AgentControl;
 pub use error::AgentError;
 pub use events::{AgentEvent, EventSink, NoopSink};
+pub use human::{HumanAnswer, HumanChannel, HumanError, HumanQuestion, HumanSettings};
 pub use views::{
     ActionCall, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory,
     InteractedElement, StepMetadata, UsageSummary,

@@ -478,7 +478,8 @@ async fn replay_action(
         return (report, result, None);
     }
     if AGENT_OWNED_ACTIONS.contains(&name) {
-        let detail = format!("`{name}` needs the agent's model or workspace; not replayed");
+        let detail =
+            format!("`{name}` needs the agent's model, workspace or a person; not replayed");
         report.detail = Some(detail.clone());
         return (
             report,

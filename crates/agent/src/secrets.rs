@@ -101,6 +101,12 @@ impl Secrets {
         })
     }
 
+    /// Adds a secret usable on every page (a secret answer to `ask_human`); a value already
+    /// under `name` is replaced.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<String>) {
+        self.global.insert(name.into(), value.into());
+    }
+
     /// No secrets at all.
     pub fn is_empty(&self) -> bool {
         self.global.is_empty() && self.scoped.is_empty()

@@ -203,6 +203,19 @@ impl From<StoreError> for ApiError {
                 current_status: None,
             },
             StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
+            StoreError::NotWaiting { status, .. } => ApiError::Conflict {
+                code: "not_waiting",
+                message: format!(
+                    "task is {status} and asks no question; answer only a waiting task"
+                ),
+                current_status: Some(status),
+            },
+            err @ StoreError::ChoiceNotOffered { .. } => {
+                ApiError::validation("choice", err.to_string())
+            }
+            err @ StoreError::NoSecretsKeyForAnswer => {
+                ApiError::validation("secret", err.to_string())
+            }
             err @ StoreError::NoSecretsKey => ApiError::validation("secrets", err.to_string()),
             other => ApiError::Internal(other.to_string()),
         }

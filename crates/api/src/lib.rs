@@ -204,6 +204,7 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tasks::stop_task))
         .routes(routes!(tasks::pause_task))
         .routes(routes!(tasks::resume_task))
+        .routes(routes!(tasks::answer_task))
         .routes(routes!(tasks::list_steps))
         .routes(routes!(tasks::step_screenshot))
         .routes(routes!(tasks::task_history))

@@ -168,6 +168,15 @@ impl Backend for McpBackend {
         Ok(task_ops::control(&self.tasks, &self.caller(cx)?, id, transition).await?)
     }
 
+    async fn answer(
+        &self,
+        cx: &CallContext,
+        id: TaskId,
+        answer: browserd_types::dto::AnswerRequest,
+    ) -> Result<TaskView, ToolError> {
+        Ok(task_ops::answer(&self.tasks, &self.caller(cx)?, id, answer).await?)
+    }
+
     async fn screenshot(
         &self,
         cx: &CallContext,

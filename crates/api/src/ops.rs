@@ -135,7 +135,7 @@ async fn exposition(store: &Store, handle: &PrometheusHandle) -> Response {
 async fn refresh_task_gauges(store: &Store) {
     match tokio::time::timeout(Duration::from_secs(2), store.task_gauges()).await {
         Ok(Ok(rows)) => {
-            for status in [TaskStatus::Queued, TaskStatus::Running, TaskStatus::Paused] {
+            for status in TaskStatus::ALL.into_iter().filter(|s| !s.is_terminal()) {
                 let row = rows.iter().find(|r| r.status == status);
                 let tasks = row.map_or(0, |r| r.tasks);
                 metrics::gauge!("browserd_tasks", "status" => status.as_str()).set(tasks as f64);

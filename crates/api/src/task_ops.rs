@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 use browserd_store::{
-    ArtifactContent, EventFeed, EventHub, KeyUsage, Quotas, SessionChoice, StoreError, TaskCursor,
-    TaskStore, TransitionDetails, seconds_until_utc_midnight,
+    ArtifactContent, EventFeed, EventHub, GivenAnswer, KeyUsage, Quotas, SessionChoice, StoreError,
+    TaskCursor, TaskStore, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
-    CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView, TaskList, TaskView,
-    limits, screenshot_path,
+    AnswerRequest, CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView,
+    TaskList, TaskView, limits, screenshot_path,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
@@ -359,10 +359,77 @@ pub(crate) async fn get(
 ) -> Result<TaskView, ApiError> {
     let task = owned_task(tasks, caller, id).await?;
     let queued = task.status == TaskStatus::Queued;
+    let open = !task.status.is_terminal();
     let mut view = TaskView::from(task);
     if queued {
         view.queue_position = tasks.store.queue_position(id).await?;
     }
+    if open {
+        view.question = tasks.store.open_question(id).await?;
+    }
+    Ok(view)
+}
+
+/// Answers the question the task asks (`ask_human`): free text or one of its choices,
+/// optionally secret. 409 when it asks none, 422 for a choice not offered or a bad answer.
+pub(crate) async fn answer(
+    tasks: &TaskService,
+    caller: &Caller,
+    id: TaskId,
+    request: AnswerRequest,
+) -> Result<TaskView, ApiError> {
+    let (text, is_choice) = match (request.answer, request.choice) {
+        (Some(answer), None) => (answer, false),
+        (None, Some(choice)) => (choice, true),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::validation(
+                "choice",
+                "give either `answer` (free text) or `choice` (one of the question's choices), not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::validation(
+                "answer",
+                "`answer` (free text) or `choice` (one of the question's choices) is required",
+            ));
+        }
+    };
+    let field = if is_choice { "choice" } else { "answer" };
+    let chars = text.chars().count();
+    if text.trim().is_empty() {
+        return Err(ApiError::validation(
+            field,
+            format!("{field} must not be empty"),
+        ));
+    }
+    if chars > limits::ANSWER_MAX_CHARS {
+        return Err(ApiError::validation(
+            field,
+            format!(
+                "{field} must be at most {} characters, got {chars}",
+                limits::ANSWER_MAX_CHARS
+            ),
+        ));
+    }
+    if text.contains('\0') {
+        return Err(ApiError::validation(
+            field,
+            format!("{field} must not contain NUL characters"),
+        ));
+    }
+    let given = GivenAnswer {
+        text: secrecy::SecretString::from(text),
+        is_choice,
+        secret: request.secret.unwrap_or(false),
+    };
+    let answered = tasks
+        .store
+        .answer_question(Some(caller.key_id), id, &given)
+        .await?;
+    tracing::info!(task_id = %id, question_id = %answered.question_id, secret = answered.secret,
+        status = %answered.task.status, "question answered");
+    let mut view = TaskView::from(answered.task);
+    view.question = tasks.store.open_question(id).await?;
     Ok(view)
 }
 

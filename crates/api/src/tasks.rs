@@ -7,8 +7,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::TaskCursor;
 use browserd_types::dto::{
-    CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList, TaskView,
-    limits,
+    AnswerRequest, CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList,
+    TaskView, limits,
 };
 use browserd_types::{TaskId, TaskStatus, Transition};
 
@@ -254,6 +254,43 @@ pub async fn pause_task(
     TaskPath(id): TaskPath,
 ) -> Result<Json<TaskView>, ApiError> {
     control(&state, &caller, id, Transition::Pause).await
+}
+
+/// Answer the question the task asks (`ask_human`; the task is `waiting`, see its
+/// `question`): free text as `answer`, or one of the question's `choices` as `choice`;
+/// `secret: true` seals it like a task secret (never stored in clear, never shown to the model
+/// but as a `<secret>` placeholder). The task goes back to `running` and the agent continues
+/// with the answer as its action's result. Also accepted while a task whose worker was lost
+/// mid-question is on its way to another worker (it gets the answer there).
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/input",
+    tag = "tasks",
+    params(("id" = uuid::Uuid, Path, description = "Task id")),
+    request_body = AnswerRequest,
+    responses(
+        (status = 200, description = "The task after the answer (usually `running`)", body = TaskView),
+        (status = 400, description = "Malformed id or JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such task for this key", body = ErrorBody),
+        (status = 409, description = "The task asks no question (`not_waiting`, see `current_status`)", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "Invalid answer: empty, too long, both or neither of `answer` and `choice`, a `choice` not offered, or a secret answer on a server without a secrets key", body = ErrorBody),
+        (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn answer_task(
+    State(state): State<AppState>,
+    caller: Caller,
+    TaskPath(id): TaskPath,
+    ApiJson(request): ApiJson<AnswerRequest>,
+) -> Result<Json<TaskView>, ApiError> {
+    Ok(Json(
+        task_ops::answer(&state.tasks, &caller, id, request).await?,
+    ))
 }
 
 /// Resume a paused task (→ `running`, or `queued` if it never started).

@@ -216,6 +216,28 @@ pub fn validate_create_task(
         }
     }
 
+    let ask_human_timeout_s = request
+        .ask_human_timeout_s
+        .map(|value| {
+            int_field(
+                "ask_human_timeout_s",
+                Some(value),
+                value,
+                limits::ASK_HUMAN_TIMEOUT_S_RANGE,
+            )
+        })
+        .transpose()?;
+    if replay.is_some() && (request.ask_human.is_some() || ask_human_timeout_s.is_some()) {
+        return Err(ApiError::validation(
+            if request.ask_human.is_some() {
+                "ask_human"
+            } else {
+                "ask_human_timeout_s"
+            },
+            "a replay asks no questions: ask_human and ask_human_timeout_s need the agent",
+        ));
+    }
+
     let options = TaskOptions {
         start_url,
         max_steps,
@@ -235,6 +257,8 @@ pub fn validate_create_task(
         proxy: request.proxy,
         highlight_elements: request.highlight_elements.unwrap_or(false),
         profile_id: request.profile_id,
+        ask_human: replay.is_none() && request.ask_human.unwrap_or(true),
+        ask_human_timeout_s,
     };
     Ok(NewTask {
         task,

@@ -86,13 +86,14 @@ pub async fn create_webhook(
             if events.is_empty() {
                 return Err(ApiError::validation("events", "events must not be empty"));
             }
-            if let Some(bad) = events.iter().find(|e| V2TaskStatus::parse(e).is_none()) {
+            let known = browserd_types::webhooks::webhook_events();
+            if let Some(bad) = events.iter().find(|e| !known.contains(&e.as_str())) {
                 return Err(ApiError::validation(
                     "events",
                     format!(
                         "unknown event `{}` (expected some of: {})",
                         bad.chars().take(50).collect::<String>(),
-                        V2TaskStatus::ALL.map(V2TaskStatus::as_str).join(", ")
+                        known.join(", ")
                     ),
                 ));
             }

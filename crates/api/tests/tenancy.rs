@@ -200,6 +200,22 @@ const CASES: &[(&str, &str, Kind)] = &[
     ),
     (
         "POST",
+        "/v1/tasks/{id}/input",
+        Kind::Names(|t, _| {
+            vec![
+                post(
+                    format!("/v1/tasks/{}/input", t.task),
+                    Some(json!({"answer": "42"})),
+                ),
+                post(
+                    format!("/v1/tasks/{}/input", t.task),
+                    Some(json!({"choice": "yes", "secret": true})),
+                ),
+            ]
+        }),
+    ),
+    (
+        "POST",
         "/v1/tasks/{id}/stop",
         Kind::Names(|t, _| vec![post(format!("/v1/tasks/{}/stop", t.task), None)]),
     ),
@@ -573,6 +589,10 @@ const MCP_TOOLS: &[(&str, Option<fn(&Ids) -> Value>)] = &[
     ("stop_task", Some(|t| json!({"id": t.task}))),
     ("pause_task", Some(|t| json!({"id": t.task}))),
     ("resume_task", Some(|t| json!({"id": t.task}))),
+    (
+        "answer_task",
+        Some(|t| json!({"id": t.task, "answer": "42", "wait_s": 0})),
+    ),
     (
         "get_screenshot",
         Some(|t| json!({"id": t.task, "step": t.step})),

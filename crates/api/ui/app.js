@@ -10,12 +10,13 @@
 
 const KEY_STORAGE = 'browserd.apiKey';
 const TERMINAL = new Set(['finished', 'failed', 'stopped']);
-const STATUSES = ['queued', 'running', 'paused', 'finished', 'failed', 'stopped'];
+const STATUSES = ['queued', 'running', 'paused', 'waiting', 'finished', 'failed', 'stopped'];
 // Which control buttons each status allows (the server's status machine).
 const CONTROLS = {
   queued: ['pause', 'stop'],
   running: ['pause', 'stop'],
   paused: ['resume', 'stop'],
+  waiting: ['stop'],
 };
 const LIST_REFRESH_MS = 3000;
 const RECONNECT_MIN_MS = 250;
@@ -353,6 +354,8 @@ function renderTask(app, id) {
   const download = el('button', { type: 'button', id: 'download-history', text: 'Download history JSON' });
   const details = el('p', { class: 'muted', id: 'task-details' });
   const result = el('div', { class: 'card', id: 'result', hidden: true });
+  // The question the agent asks (`ask_human`) with an answer box, while the task waits.
+  const question = el('form', { class: 'card question', id: 'question', hidden: true });
   const steps = el('div', { id: 'steps' });
   const liveImg = el('img', { id: 'live-frame', alt: 'Live view of the task\'s page', tabindex: '0' });
   const liveState = el('p', { class: 'muted', id: 'live-state', text: 'Connecting…' });
@@ -371,6 +374,7 @@ function renderTask(app, id) {
     el('div', { class: 'task-head' }, title, status),
     details,
     el('div', { class: 'actions' }, buttons.pause, buttons.resume, buttons.stop, download),
+    question,
     result,
     el('div', { class: 'grid' },
       el('section', {}, el('h2', { text: 'Steps' }), steps,
@@ -397,8 +401,9 @@ function renderTask(app, id) {
     const allowed = CONTROLS[next] || [];
     for (const [name, button] of Object.entries(buttons)) button.disabled = !allowed.includes(name);
     if (changed) updateLive();
-    takeOver.hidden = next !== 'paused';
-    if (next !== 'paused') takeOverToggle.checked = false;
+    const drivable = next === 'paused' || next === 'waiting';
+    takeOver.hidden = !drivable;
+    if (!drivable) takeOverToggle.checked = false;
   }
 
   /** @param {TaskView} task */
@@ -413,7 +418,59 @@ function renderTask(app, id) {
       `Created: ${when(task.created_at)}`,
     ].filter(Boolean).join(' · ');
     setStatus(task.status);
+    if (task.question) {
+      showQuestion(task.question.question_id, task.question.question, task.question.choices,
+        task.question.secret);
+    } else {
+      hideQuestion(null);
+    }
     if (TERMINAL.has(task.status)) showResult(task);
+  }
+
+  // The open question's id, when the card shows one.
+  let questionId = null;
+
+  function showQuestion(qid, text, choices, secret) {
+    if (stopped || questionId === qid) return;
+    questionId = qid;
+    const input = el('input', {
+      type: secret ? 'password' : 'text', id: 'answer-input', name: 'answer',
+      autocomplete: 'off', maxlength: 4096, required: !(choices && choices.length),
+      placeholder: secret ? 'Secret answer (sealed, never shown to the model)' : 'Your answer',
+    });
+    const send = async (body) => {
+      try {
+        const task = await api(`/v1/tasks/${id}/input`, { method: 'POST', body });
+        hideQuestion(qid);
+        showTask(task);
+      } catch (err) {
+        if (err.status !== 401) flash(err.message);
+      }
+    };
+    const choiceButtons = (choices || []).map((choice) => el('button', {
+      type: 'button', class: 'choice', text: choice,
+      onclick: () => send({ choice, secret: Boolean(secret) }),
+    }));
+    question.replaceChildren(
+      el('h2', { text: 'The agent asks' }),
+      el('p', { id: 'question-text', text }),
+      choiceButtons.length ? el('div', { class: 'actions', id: 'question-choices' }, choiceButtons) : null,
+      el('div', { class: 'actions' }, input,
+        el('button', { type: 'submit', id: 'answer-send', text: 'Answer' })),
+    );
+    question.onsubmit = (event) => {
+      event.preventDefault();
+      if (!input.value.trim()) return;
+      send({ answer: input.value, secret: Boolean(secret) });
+    };
+    question.hidden = false;
+  }
+
+  function hideQuestion(qid) {
+    if (qid !== null && questionId !== qid) return;
+    questionId = null;
+    question.hidden = true;
+    question.replaceChildren();
   }
 
   /** @param {TaskView} task */
@@ -637,6 +694,12 @@ function renderTask(app, id) {
         if (p.has_screenshot) showScreenshot(node, p.screenshot_url);
         break;
       }
+      case 'question':
+        showQuestion(p.question_id, p.question, p.choices, p.secret);
+        break;
+      case 'answered':
+        hideQuestion(p.question_id);
+        break;
       case 'result':
         if (p.final_result || p.error) {
           result.hidden = false;
@@ -704,6 +767,7 @@ function renderTask(app, id) {
       return;
     }
     if (current === 'paused') liveState.textContent = 'Paused.';
+    else if (current === 'waiting') liveState.textContent = 'Waiting for your answer.';
     if (!liveSocket) connectLive();
   }
 
@@ -723,7 +787,7 @@ function renderTask(app, id) {
   }
 
   function takingOver() {
-    return current === 'paused' && takeOverToggle.checked;
+    return (current === 'paused' || current === 'waiting') && takeOverToggle.checked;
   }
 
   /** The page coordinates (CSS pixels) of a mouse event on the frame. */

@@ -101,6 +101,7 @@ fn create_body(args: &TaskArgs) -> anyhow::Result<Value> {
 }
 
 /// The api's REST and WebSocket endpoints, with the key.
+#[derive(Clone)]
 struct Api {
     base: Url,
     key: String,
@@ -161,6 +162,18 @@ impl Api {
             .send()
             .await
             .with_context(|| format!("GET {}", self.base))?;
+        decode(response).await
+    }
+
+    async fn answer(&self, id: TaskId, body: &Value) -> anyhow::Result<TaskView> {
+        let response = self
+            .http
+            .post(self.url(&format!("v1/tasks/{}/input", id.0))?)
+            .bearer_auth(&self.key)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {}", self.base))?;
         decode(response).await
     }
 
@@ -253,6 +266,8 @@ struct Watch {
     /// The `result` event's error, printed with the final status.
     error: Option<String>,
     ended: bool,
+    /// Questions the task asks go to the terminal's prompter (when stdin is interactive).
+    questions: Option<tokio::sync::mpsc::UnboundedSender<browserd_types::QuestionEvent>>,
 }
 
 impl Watch {
@@ -299,6 +314,31 @@ impl Watch {
                 }
             }
             EventBody::Result(result) => self.error = result.error,
+            EventBody::Question(question) => {
+                eprintln!(
+                    "[{elapsed:7.1}s] waiting: the agent asks: {}",
+                    step_lines::one_line(&question.question, 500)
+                );
+                match &self.questions {
+                    Some(questions) => {
+                        let _ = questions.send(question);
+                    }
+                    None => eprintln!(
+                        "  answer with POST /v1/tasks/{}/input (or watch on an interactive terminal)",
+                        event.task_id.0
+                    ),
+                }
+            }
+            EventBody::Answered(answered) => {
+                if answered.secret {
+                    eprintln!("[{elapsed:7.1}s] answered (secret)");
+                } else {
+                    eprintln!(
+                        "[{elapsed:7.1}s] answered: {}",
+                        step_lines::one_line(answered.answer.as_deref().unwrap_or(""), 300)
+                    );
+                }
+            }
             EventBody::Log(log) => {
                 eprintln!(
                     "  [{}] {}",
@@ -397,11 +437,24 @@ async fn pump(
 async fn watch(api: &Api, id: TaskId) -> anyhow::Result<ExitCode> {
     let task = api.task(id).await?;
     step_lines::task(&task.task);
+    // An interactive terminal answers the task's questions (only one still open: the stream
+    // replays the ones answered before).
+    let (questions, prompter) = {
+        use std::io::IsTerminal;
+        if std::io::stdin().is_terminal() {
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            let prompter = tokio::spawn(answer_questions(api.clone(), id, receiver));
+            (Some(sender), Some(AbortOnDrop(prompter)))
+        } else {
+            (None, None)
+        }
+    };
     let mut watch = Watch {
         last_seq: 0,
         created_at: task.created_at,
         error: None,
         ended: false,
+        questions,
     };
     let follow = async {
         let mut retry = RETRY_FIRST;
@@ -443,8 +496,60 @@ async fn watch(api: &Api, id: TaskId) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
     }
+    drop(prompter);
     let task = api.task(id).await?;
     Ok(report(&task))
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Prompts for the answer to each question the task still asks and sends it.
+async fn answer_questions(
+    api: Api,
+    id: TaskId,
+    mut questions: tokio::sync::mpsc::UnboundedReceiver<browserd_types::QuestionEvent>,
+) {
+    while let Some(question) = questions.recv().await {
+        let open = match api.task(id).await {
+            Ok(task) => task.question,
+            Err(err) => {
+                eprintln!("  (could not read the task's question: {err:#})");
+                continue;
+            }
+        };
+        if open.as_ref().map(|q| &q.question_id) != Some(&question.question_id) {
+            continue;
+        }
+        let asked = browserd_agent::HumanQuestion {
+            id: question.question_id.clone(),
+            question: question.question.clone(),
+            choices: question.choices.clone(),
+            secret: question.secret,
+            timeout: Duration::from_secs(question.timeout_s),
+        };
+        let answer = tokio::task::spawn_blocking(move || crate::run::prompt(&asked)).await;
+        let Ok(Ok(answer)) = answer else {
+            eprintln!("  (no answer read from the terminal)");
+            continue;
+        };
+        let choice = question.choices.contains(&answer.text);
+        let body = if choice {
+            serde_json::json!({"choice": answer.text, "secret": answer.secret})
+        } else {
+            serde_json::json!({"answer": answer.text, "secret": answer.secret})
+        };
+        match api.answer(id, &body).await {
+            Ok(_) => eprintln!("  answer sent"),
+            Err(err) => eprintln!("  the answer was refused: {err:#}"),
+        }
+    }
 }
 
 /// The summary after the last event, the result on stdout, and the exit code.

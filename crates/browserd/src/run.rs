@@ -161,6 +161,96 @@ pub struct RunArgs {
     /// It holds the login's cookies in clear: keep it private.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Do not offer the agent `ask_human` (otherwise it may ask you a question on this
+    /// terminal; without an interactive stdin the action fails and the agent goes on).
+    #[arg(long)]
+    pub no_ask_human: bool,
+
+    /// Longest wait for your answer to `ask_human`, in seconds (default 1 800).
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub ask_human_timeout_s: u64,
+}
+
+/// `ask_human` on the terminal of `browserd run`: the question on stderr, the answer from
+/// stdin (not echoed when a secret is asked for); no interactive stdin, no answer.
+struct TerminalHuman;
+
+#[async_trait]
+impl browserd_agent::HumanChannel for TerminalHuman {
+    async fn ask(
+        &self,
+        question: &browserd_agent::HumanQuestion,
+    ) -> Result<browserd_agent::HumanAnswer, browserd_agent::HumanError> {
+        use std::io::IsTerminal;
+        if !std::io::stdin().is_terminal() {
+            return Err(browserd_agent::HumanError::Unavailable(
+                "nobody can answer: browserd run's stdin is not an interactive terminal                  (go on without the answer)"
+                    .to_owned(),
+            ));
+        }
+        let question = question.clone();
+        tokio::task::spawn_blocking(move || prompt(&question))
+            .await
+            .map_err(|err| browserd_agent::HumanError::Fatal(err.to_string()))?
+    }
+}
+
+/// Asks on the terminal until an acceptable answer is typed (`browserd run`, and
+/// `browserd tasks watch` for a task's question).
+pub(crate) fn prompt(
+    question: &browserd_agent::HumanQuestion,
+) -> Result<browserd_agent::HumanAnswer, browserd_agent::HumanError> {
+    use std::io::{BufRead, Write};
+    let unavailable = |err: std::io::Error| {
+        browserd_agent::HumanError::Unavailable(format!("reading the answer failed: {err}"))
+    };
+    eprintln!("\n  ? the agent asks: {}", question.question);
+    for (n, choice) in question.choices.iter().enumerate() {
+        eprintln!("    {}. {choice}", n + 1);
+    }
+    loop {
+        if question.secret {
+            eprint!("  secret answer (not shown): ");
+        } else if question.choices.is_empty() {
+            eprint!("  answer: ");
+        } else {
+            eprint!("  answer (a number, or text): ");
+        }
+        let _ = std::io::stderr().flush();
+        // Typing is not echoed for a secret (stty, when there is one).
+        let hidden = question.secret
+            && std::process::Command::new("stty")
+                .arg("-echo")
+                .stdin(std::process::Stdio::inherit())
+                .status()
+                .is_ok_and(|s| s.success());
+        let mut line = String::new();
+        let read = std::io::stdin().lock().read_line(&mut line);
+        if hidden {
+            let _ = std::process::Command::new("stty")
+                .arg("echo")
+                .stdin(std::process::Stdio::inherit())
+                .status();
+            eprintln!();
+        }
+        if read.map_err(unavailable)? == 0 {
+            return Err(browserd_agent::HumanError::Unavailable(
+                "stdin closed before an answer".to_owned(),
+            ));
+        }
+        let text = line.trim_end_matches(['\r', '\n']).to_owned();
+        if text.trim().is_empty() {
+            continue;
+        }
+        let text = match text.trim().parse::<usize>() {
+            Ok(n) if (1..=question.choices.len()).contains(&n) => question.choices[n - 1].clone(),
+            _ => text,
+        };
+        return Ok(browserd_agent::HumanAnswer {
+            text,
+            secret: question.secret,
+        });
+    }
 }
 
 /// Checks a `--secret` name; a `NAME=VALUE` is refused so values never sit in the process list.
@@ -333,8 +423,14 @@ pub async fn run(
     let sink = Arc::new(TerminalSink {
         started: Instant::now(),
     });
+    let human =
+        (!args.no_ask_human && spec.options.ask_human).then(|| browserd_agent::HumanSettings {
+            channel: Arc::new(TerminalHuman),
+            timeout: std::time::Duration::from_secs(args.ask_human_timeout_s),
+        });
     let outcome = runner
         .run(RunRequest {
+            human,
             spec,
             workspace_dir: args.workspace.clone(),
             sink,

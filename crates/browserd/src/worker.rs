@@ -115,6 +115,14 @@ pub struct WorkerArgs {
     /// shared 2-core machine sits above 60 % while it is merely busy).
     #[arg(long, env = "BROWSERD_MAX_CPU_PRESSURE", default_value_t = 0.0, value_parser = parse_cpu_pressure)]
     max_cpu_pressure: f64,
+    /// Do not offer the agent the `ask_human` action (no task then waits for a person).
+    #[arg(long, env = "BROWSERD_NO_ASK_HUMAN")]
+    no_ask_human: bool,
+
+    /// Longest wait, in seconds, for a person's answer to `ask_human` before the task fails
+    /// (a task's `ask_human_timeout_s` may shorten it). The browser context stays up meanwhile.
+    #[arg(long, env = "BROWSERD_ASK_HUMAN_TIMEOUT_S", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    ask_human_timeout_s: u64,
 
     /// Chrome processes of this worker (each hosts several tasks' contexts).
     #[arg(long, env = "BROWSERD_CHROME_PROCESSES", default_value_t = 1)]
@@ -263,6 +271,10 @@ pub async fn start(
         max_attempts: args.max_attempts,
         shutdown_grace: Duration::from_secs(args.task_grace_s),
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
+        ask_human: browserd_worker::AskHumanSettings {
+            enabled: !args.no_ask_human,
+            max_wait: Duration::from_secs(args.ask_human_timeout_s),
+        },
         workspace_root,
         live_view: (args.live_view_fps > 0.0).then_some(LiveViewSettings {
             max_width: args.live_view_size.width,

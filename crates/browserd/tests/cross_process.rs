@@ -269,6 +269,7 @@ async fn migrate_creates_a_missing_database() {
             "task_events",
             "task_output_files",
             "task_secret_inputs",
+            "task_questions",
             "task_steps",
             "tasks",
             "webhook_deliveries",

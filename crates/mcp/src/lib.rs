@@ -1,5 +1,5 @@
 //! browserd as a Model Context Protocol server: the task tools (`run_task`, `get_task`,
-//! `list_tasks`, `stop_task`, `pause_task`, `resume_task`, `get_screenshot`) built on the
+//! `list_tasks`, `stop_task`, `pause_task`, `resume_task`, `answer_task`, `get_screenshot`) built on the
 //! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api's backend is its
 //! task service (same keys, tenants, validation and status machine as `/v1`): served over
 //! streamable HTTP at `/mcp` on the Postgres store, and by `browserd mcp` over stdio on an
@@ -14,10 +14,14 @@ mod remote;
 mod server;
 
 use async_trait::async_trait;
-use browserd_types::dto::{CreateTaskRequest, ErrorBody, ErrorDetail, StepView, TaskView};
+use browserd_types::dto::{
+    AnswerRequest, CreateTaskRequest, ErrorBody, ErrorDetail, StepView, TaskView,
+};
 use browserd_types::{EventBody, TaskEvent, TaskId, TaskStatus, Transition};
 
-pub use params::{ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams};
+pub use params::{
+    AnswerTaskParams, ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams,
+};
 pub use remote::RemoteBackend;
 pub use rmcp;
 pub use server::{BrowserdMcp, DEFAULT_WAIT_S, MAX_WAIT_S};
@@ -101,6 +105,8 @@ pub struct Screenshot {
 pub enum TaskUpdate {
     /// The model chose its next goal at step `step`.
     NextGoal { step: i64, goal: String },
+    /// The agent asks a person (`ask_human`); the task waits for `answer_task`.
+    Question,
     /// The task reached a final status.
     Ended,
 }
@@ -118,6 +124,7 @@ impl TaskUpdate {
                 step: i64::from(model.number),
                 goal: model.next_goal()?.to_owned(),
             }),
+            EventBody::Question(_) => Some(TaskUpdate::Question),
             _ => None,
         }
     }
@@ -157,6 +164,14 @@ pub trait Backend: Send + Sync + 'static {
         cx: &CallContext,
         id: TaskId,
         transition: Transition,
+    ) -> Result<TaskView, ToolError>;
+
+    /// Answers the question the task asks (`POST /v1/tasks/{id}/input`).
+    async fn answer(
+        &self,
+        cx: &CallContext,
+        id: TaskId,
+        answer: AnswerRequest,
     ) -> Result<TaskView, ToolError>;
 
     /// The screenshot of step `step` (the latest step that has one when `None`).

@@ -49,10 +49,44 @@ pub struct RunTaskParams {
     #[serde(default)]
     pub profile_id: Option<uuid::Uuid>,
     /// Seconds to wait for the task to end before returning its id and status (0–600,
-    /// default 120). A task still running can be followed with `get_task`.
+    /// default 120). A task still running can be followed with `get_task`; one that asks a
+    /// question (status `waiting`) returns at once with it: answer with `answer_task`.
     #[serde(default)]
     #[schemars(range(min = 0, max = 600))]
     pub wait_s: Option<u64>,
+}
+
+/// Arguments of `answer_task`: the answer to the question a `waiting` task asks.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerTaskParams {
+    /// The task's id.
+    pub id: String,
+    /// A free-text answer.
+    #[serde(default)]
+    pub answer: Option<String>,
+    /// One of the question's choices, exactly.
+    #[serde(default)]
+    pub choice: Option<String>,
+    /// The answer is a secret (a code, a password): sealed, and the agent types it without
+    /// ever seeing it.
+    #[serde(default)]
+    pub secret: Option<bool>,
+    /// Seconds to wait afterwards for the task to end or ask again (0–600, default 120).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 600))]
+    pub wait_s: Option<u64>,
+}
+
+impl AnswerTaskParams {
+    /// The REST API's request.
+    pub fn to_request(&self) -> browserd_types::dto::AnswerRequest {
+        browserd_types::dto::AnswerRequest {
+            answer: self.answer.clone(),
+            choice: self.choice.clone(),
+            secret: self.secret,
+        }
+    }
 }
 
 impl RunTaskParams {

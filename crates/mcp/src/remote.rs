@@ -316,6 +316,22 @@ impl Backend for RemoteBackend {
         .await
     }
 
+    async fn answer(
+        &self,
+        _cx: &CallContext,
+        id: TaskId,
+        answer: browserd_types::dto::AnswerRequest,
+    ) -> Result<TaskView, ToolError> {
+        let body = serde_json::to_value(&answer).map_err(|err| {
+            ToolError::new(
+                "invalid_answer",
+                format!("the answer does not serialize: {err}"),
+            )
+        })?;
+        self.json(Method::POST, &format!("/v1/tasks/{id}/input"), Some(body))
+            .await
+    }
+
     async fn screenshot(
         &self,
         cx: &CallContext,

@@ -16,7 +16,9 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
-use crate::params::{ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams};
+use crate::params::{
+    AnswerTaskParams, ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams,
+};
 use crate::{Backend, CallContext, TaskUpdate, ToolError, parse_task_id};
 
 /// How long `run_task` waits for the end when the caller does not say.
@@ -32,6 +34,7 @@ const INSTRUCTIONS: &str = "browserd runs LLM browser agents. `run_task` gives a
 words, optionally a start URL, allowed domains and a JSON Schema for the result) to an agent \
 driving a headless browser and waits for its result; a task still running after `wait_s` is \
 followed with `get_task` and controlled with `stop_task`, `pause_task` and `resume_task`. \
+A task that asks a question (status `waiting`, with its `question`) waits for `answer_task`. \
 `get_screenshot` shows what the browser showed at a step.";
 
 /// browserd's MCP server: the task tools over a [`Backend`]. Cheap to clone; one per session.
@@ -120,7 +123,9 @@ impl BrowserdMcp {
         .unwrap_or_else(error_result)
     }
 
-    #[tool(description = "Stop a queued, running or paused task (it ends with status stopped).")]
+    #[tool(
+        description = "Stop a queued, running, paused or waiting task (it ends with status stopped)."
+    )]
     async fn stop_task(
         &self,
         Parameters(params): Parameters<TaskIdParams>,
@@ -138,6 +143,28 @@ impl BrowserdMcp {
     ) -> CallToolResult {
         self.control(&ctx.extensions, &params.id, Transition::Pause)
             .await
+    }
+
+    #[tool(
+        description = "Answer the question a waiting task asks (its `question`: text, optional choices, whether it wants a secret): a free-text `answer` or one of the `choices` as `choice`, `secret: true` for a code or password. Then waits (up to wait_s, default 120 s) as run_task does: for the result, or the next question."
+    )]
+    async fn answer_task(
+        &self,
+        Parameters(params): Parameters<AnswerTaskParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        async {
+            let id = parse_task_id(&params.id)?;
+            let cx = &ctx.extensions;
+            // Watch before answering: the next question or the end cannot slip past.
+            let updates = self.backend.watch(cx, id).await?;
+            let view = self.backend.answer(cx, id, params.to_request()).await?;
+            tracing::info!(task_id = %id, "mcp answer_task answered");
+            let wait = Duration::from_secs(params.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
+            self.follow(&ctx, &view, updates, wait).await
+        }
+        .await
+        .unwrap_or_else(error_result)
     }
 
     #[tool(description = "Resume a paused task.")]
@@ -189,14 +216,33 @@ impl BrowserdMcp {
     ) -> Result<CallToolResult, ToolError> {
         let cx = &ctx.extensions;
         let wait = Duration::from_secs(params.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
-        let deadline = tokio::time::Instant::now() + wait;
         let created = self.backend.create_task(cx, params.to_request()).await?;
         let id = created.id;
         tracing::info!(task_id = %id, "mcp run_task submitted");
+        if created.status.is_terminal() || wait.is_zero() {
+            let view = self.backend.get_task(cx, id).await?;
+            let steps = self.backend.steps(cx, id).await?;
+            return Ok(run_result(&view, &steps, wait));
+        }
+        let updates = self.backend.watch(cx, id).await?;
+        self.follow(&ctx, &created, updates, wait).await
+    }
+
+    /// Waits up to `wait` for the task to end or to ask a question (progress notifications
+    /// meanwhile), then reports it as `run_task` does.
+    async fn follow(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        task: &TaskView,
+        mut updates: tokio::sync::mpsc::Receiver<TaskUpdate>,
+        wait: Duration,
+    ) -> Result<CallToolResult, ToolError> {
+        let cx = &ctx.extensions;
+        let id = task.id;
+        let deadline = tokio::time::Instant::now() + wait;
         let progress_token = ctx.meta.get_progress_token();
-        if !created.status.is_terminal() && !wait.is_zero() {
-            let mut updates = self.backend.watch(cx, id).await?;
-            let total = f64::from(created.options.max_steps);
+        if !task.status.is_terminal() && !wait.is_zero() {
+            let total = f64::from(task.options.max_steps);
             loop {
                 tokio::select! {
                     () = ctx.ct.cancelled() => break,
@@ -210,6 +256,13 @@ impl BrowserdMcp {
                                 if let Err(err) = ctx.peer.notify_progress(param).await {
                                     tracing::debug!(%err, "progress notification not sent");
                                 }
+                            }
+                        }
+                        // The watch replays the task's events: only a question still open
+                        // ends the wait.
+                        Some(TaskUpdate::Question) => {
+                            if self.backend.get_task(cx, id).await?.question.is_some() {
+                                break;
                             }
                         }
                         Some(TaskUpdate::Ended) | None => break,
@@ -285,11 +338,25 @@ fn task_summary(view: &TaskView, steps: &[StepView]) -> Value {
         "steps": steps_taken(steps),
         "cost_usd": view.usage.as_ref().and_then(|u| u.get("total_cost_usd")).cloned().unwrap_or(Value::Null),
         "usage": view.usage.as_ref().and_then(|u| u.get("total")).cloned().unwrap_or(Value::Null),
+        "question": view.question,
     })
 }
 
 fn run_result(view: &TaskView, steps: &[StepView], waited: Duration) -> CallToolResult {
     let mut body = task_summary(view, steps);
+    if let Some(question) = &view.question {
+        body["message"] = Value::String(format!(
+            "the task asks: {} — answer with answer_task (id {}){}",
+            question.question,
+            view.id,
+            if question.choices.is_empty() {
+                String::new()
+            } else {
+                format!(", choice one of: {}", question.choices.join(", "))
+            }
+        ));
+        return structured(body);
+    }
     if !view.status.is_terminal() {
         body["message"] = Value::String(format!(
             "the task is still {} after {} s; follow it with get_task (id {})",

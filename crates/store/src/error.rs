@@ -51,6 +51,20 @@ pub enum StoreError {
     /// The session already has an unfinished task.
     #[error("session {0} already has a running task")]
     SessionBusy(uuid::Uuid),
+    /// `POST /v1/tasks/{id}/input` on a task that asks no question now.
+    #[error("task {id} is {status} and asks no question")]
+    NotWaiting { id: TaskId, status: TaskStatus },
+    /// The answer's `choice` is not one the question offered.
+    #[error("`{choice}` is not one of the choices offered: {}", .choices.join(", "))]
+    ChoiceNotOffered {
+        choice: String,
+        choices: Vec<String>,
+    },
+    /// A secret answer, but this server has no secrets key to seal it with.
+    #[error(
+        "this server has no secrets key (BROWSERD_SECRETS_KEY or --secrets-key-file), so it cannot accept a secret answer"
+    )]
+    NoSecretsKeyForAnswer,
     #[error("invalid cursor")]
     InvalidCursor,
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).

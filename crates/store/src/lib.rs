@@ -14,6 +14,7 @@ mod live;
 mod memory;
 mod output_files;
 mod profiles;
+mod questions;
 mod queue;
 mod quotas;
 mod replays;
@@ -52,6 +53,7 @@ pub use output_files::{
     OutputFile, OutputFileRecord,
 };
 pub use profiles::{ProfileRecord, ProfileSave, ProfileState};
+pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};

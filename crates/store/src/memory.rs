@@ -7,7 +7,8 @@
 //! the event log, lease-guarded worker writes, the claim's `start` event, one `step` event per
 //! stored step. Appends signal the store's own [`EventHub`] (the Postgres store's hub hears
 //! them through `LISTEN`), so an [`EventFeed`](crate::EventFeed) follows a task the same way
-//! over either store. Not supported: secrets (there is no secrets key), `/api/v2` sessions.
+//! over either store. Not supported: secrets (there is no secrets key: a secret answer to
+//! `ask_human` is refused as by a server without one), `/api/v2` sessions.
 //! Per-key quotas are unlimited here: one process serves one client (the stdio MCP client),
 //! whose tasks are bounded by the `LocalWorker`'s concurrency alone.
 
@@ -16,18 +17,22 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use browserd_types::{ApiKeyId, EventBody, TaskEvent, TaskId, TaskStatus, Transition};
+use browserd_types::{
+    ApiKeyId, EventBody, QuestionEvent, TaskEvent, TaskId, TaskStatus, Transition,
+};
+use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::events::EventGuard;
 use crate::hub::{EventHub, Signal};
+use crate::questions::{answered_event, question_status_event};
 use crate::queue::claim_event;
 use crate::tasks::transition_event;
 use crate::{
-    ArtifactBody, ArtifactContent, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice,
-    StepRecord, StepWrite, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TaskStore,
-    TransitionDetails,
+    Answer, Answered, ArtifactBody, ArtifactContent, Asked, ClaimedTask, GivenAnswer, KeyUsage,
+    NewQuestion, NewTask, Quotas, SessionChoice, StepRecord, StepWrite, StoreError, TaskCursor,
+    TaskPage, TaskRecord, TaskReplay, TaskStore, TransitionDetails,
 };
 
 /// Tasks kept in memory; cheap to clone (clones share the tasks).
@@ -52,6 +57,8 @@ struct MemoryTask {
     replayable: Vec<bool>,
     /// Screenshots by step number: content type and bytes.
     screenshots: HashMap<i32, (String, Vec<u8>)>,
+    /// `task_questions`, in the order asked: the question and its answer once given.
+    questions: Vec<(NewQuestion, Option<String>)>,
 }
 
 /// The lease guard of a write: no owner named, or the task's lease is `owner`'s.
@@ -253,6 +260,7 @@ impl TaskStore for MemoryStore {
             steps: Vec::new(),
             replayable: Vec::new(),
             screenshots: HashMap::new(),
+            questions: Vec::new(),
         };
         let created = EventBody::Status(browserd_types::StatusEvent::created());
         task.append(&created, EventGuard::Any)?;
@@ -554,6 +562,128 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    /// The SQL's `ask_question`: the question stored (again, while unanswered), its answer
+    /// when given, else `waiting` with the `ask` status event and the `question` event.
+    async fn ask_question(
+        &self,
+        id: TaskId,
+        owner: &str,
+        question: &NewQuestion,
+    ) -> Result<Asked, StoreError> {
+        self.write(None, id, |task| {
+            task.check_worker(owner)?;
+            let stored = task
+                .questions
+                .iter_mut()
+                .find(|(q, _)| q.question_id == question.question_id);
+            match stored {
+                Some((_, Some(answer))) => {
+                    return Ok(Asked::Answered(Answer {
+                        question_id: question.question_id.clone(),
+                        text: SecretString::from(answer.clone()),
+                        secret: false,
+                    }));
+                }
+                Some((q, None)) => *q = question.clone(),
+                None => task.questions.push((question.clone(), None)),
+            }
+            let status = task.record.status;
+            if Transition::Ask.is_allowed_from(status) {
+                task.record.status = TaskStatus::Waiting;
+                task.record.updated_at = OffsetDateTime::now_utc();
+                task.append(&question_status_event(Transition::Ask), EventGuard::Any)?;
+            } else if status != TaskStatus::Waiting {
+                return Err(StoreError::IllegalTransition {
+                    transition: Transition::Ask.name(),
+                    current: status,
+                });
+            }
+            task.append(
+                &EventBody::Question(question.event()),
+                EventGuard::Owner(owner),
+            )?;
+            Ok(Asked::Waiting)
+        })
+    }
+
+    /// The SQL's `answer_question` (no secrets key here: a secret answer is refused).
+    async fn answer_question(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        answer: &GivenAnswer,
+    ) -> Result<Answered, StoreError> {
+        self.write(owner, id, |task| {
+            let status = task.record.status;
+            let open = if status.is_terminal() {
+                None
+            } else {
+                task.questions.iter().rposition(|(_, a)| a.is_none())
+            };
+            let Some(at) = open else {
+                return Err(StoreError::NotWaiting { id, status });
+            };
+            let question = task.questions[at].0.clone();
+            let text = answer.text.expose_secret();
+            if answer.is_choice && !question.choices.iter().any(|c| c.as_str() == text) {
+                return Err(StoreError::ChoiceNotOffered {
+                    choice: text.chars().take(200).collect(),
+                    choices: question.choices,
+                });
+            }
+            if answer.secret || question.secret {
+                return Err(StoreError::NoSecretsKeyForAnswer);
+            }
+            task.questions[at].1 = Some(text.to_owned());
+            task.append(
+                &answered_event(&question.question_id, answer, false),
+                EventGuard::Any,
+            )?;
+            if status == TaskStatus::Waiting {
+                task.record.status = TaskStatus::Running;
+                task.record.updated_at = OffsetDateTime::now_utc();
+                task.append(&question_status_event(Transition::Answer), EventGuard::Any)?;
+            }
+            Ok(Answered {
+                task: task.record.clone(),
+                question_id: question.question_id,
+                secret: false,
+            })
+        })
+    }
+
+    async fn question_answer(
+        &self,
+        id: TaskId,
+        question_id: &str,
+    ) -> Result<Option<Answer>, StoreError> {
+        Ok(self.lock().by_id.get(&id).and_then(|task| {
+            task.questions.iter().find_map(|(q, a)| {
+                let text = a.as_ref().filter(|_| q.question_id == question_id)?;
+                Some(Answer {
+                    question_id: q.question_id.clone(),
+                    text: SecretString::from(text.clone()),
+                    secret: false,
+                })
+            })
+        }))
+    }
+
+    async fn open_question(&self, id: TaskId) -> Result<Option<QuestionEvent>, StoreError> {
+        Ok(self.lock().by_id.get(&id).and_then(|task| {
+            task.questions
+                .iter()
+                .rev()
+                .find(|(_, a)| a.is_none())
+                .map(|(q, _)| q.event())
+        }))
+    }
+
+    /// None: no secret answer is accepted here.
+    async fn secret_answers(&self, _id: TaskId) -> Result<Vec<Answer>, StoreError> {
+        Ok(Vec::new())
+    }
+
     /// Unlimited: the in-memory store serves one local client (see the module's note).
     async fn key_quotas(&self, _key: ApiKeyId) -> Result<Quotas, StoreError> {
         Ok(Quotas::default())
@@ -569,7 +699,10 @@ impl TaskStore for MemoryStore {
                 usage.queued += 1;
             }
             if task.record.lease_owner.is_some()
-                && matches!(status, TaskStatus::Running | TaskStatus::Paused)
+                && matches!(
+                    status,
+                    TaskStatus::Running | TaskStatus::Paused | TaskStatus::Waiting
+                )
             {
                 usage.held += 1;
             }

@@ -262,7 +262,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let status = sqlx::query_scalar!(
             "update tasks set
-                 status = case when status = 'running' then 'queued' else status end,
+                 status = case when status in ('running', 'waiting') then 'queued' else status end,
                  lease_owner = null, lease_expires_at = null, updated_at = now()
              where id = $1 and lease_owner = $2
              returning status",
@@ -297,7 +297,7 @@ impl Store {
         let expired = sqlx::query!(
             "select id, status, attempts from tasks
              where lease_owner is not null and lease_expires_at < now()
-               and status in ('running', 'paused')
+               and status in ('running', 'paused', 'waiting')
              order by lease_expires_at limit 100
              for update skip locked",
         )
@@ -333,7 +333,9 @@ impl Store {
                         },
                     )),
                 )
-            } else if current == TaskStatus::Running {
+            } else if matches!(current, TaskStatus::Running | TaskStatus::Waiting) {
+                // A waiting task resumes elsewhere and asks again: its question and any
+                // answer stay in `task_questions`.
                 sqlx::query!(
                     "update tasks set status = 'queued', lease_owner = null,
                          lease_expires_at = null, updated_at = now()

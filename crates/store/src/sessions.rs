@@ -157,7 +157,7 @@ pub(crate) async fn attach_in(
             }
             let busy = sqlx::query_scalar!(
                 "select exists(select 1 from tasks where session_id = $1
-                     and status in ('queued', 'running', 'paused')) as \"busy!\"",
+                     and status in ('queued', 'running', 'paused', 'waiting')) as \"busy!\"",
                 id,
             )
             .fetch_one(&mut **tx)
@@ -326,11 +326,11 @@ impl Store {
         Ok(deleted.rows_affected() > 0)
     }
 
-    /// Ids of the session's unfinished tasks (queued, running, paused).
+    /// Ids of the session's unfinished tasks (queued, running, paused, waiting).
     pub async fn session_unfinished_tasks(&self, id: Uuid) -> Result<Vec<TaskId>, StoreError> {
         let ids = sqlx::query_scalar!(
             "select id from tasks where session_id = $1
-                 and status in ('queued', 'running', 'paused')",
+                 and status in ('queued', 'running', 'paused', 'waiting')",
             id,
         )
         .fetch_all(&self.pool)

@@ -39,7 +39,7 @@ impl Store {
         let status = parse_status(&row.status)?;
         if !accepts_person_input(status) {
             return Err(StoreError::TakeOverRefused(format!(
-                "the task is {status}: pause it to drive its browser"
+                "the task is {status}: pause it to drive its browser (or drive it while it waits for an answer)"
             )));
         }
         let Some(owner) = row.lease_owner else {

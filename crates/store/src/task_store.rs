@@ -10,12 +10,15 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use browserd_types::{ApiKeyId, EventBody, TaskEvent, TaskId, TaskStatus, Transition};
+use browserd_types::{
+    ApiKeyId, EventBody, QuestionEvent, TaskEvent, TaskId, TaskStatus, Transition,
+};
 use uuid::Uuid;
 
 use crate::{
-    ArtifactBody, ClaimedTask, KeyUsage, NewTask, Quotas, SessionChoice, StepRecord, StepWrite,
-    Store, StoreError, TaskCursor, TaskPage, TaskRecord, TaskReplay, TransitionDetails,
+    Answer, Answered, ArtifactBody, Asked, ClaimedTask, GivenAnswer, KeyUsage, NewQuestion,
+    NewTask, Quotas, SessionChoice, StepRecord, StepWrite, Store, StoreError, TaskCursor, TaskPage,
+    TaskRecord, TaskReplay, TransitionDetails,
 };
 
 /// A store of tasks, their steps and their event logs. Every method means what the
@@ -130,6 +133,32 @@ pub trait TaskStore: Send + Sync + 'static {
         owner: &str,
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError>;
+
+    /// The worker asks a person (`ask_human`).
+    async fn ask_question(
+        &self,
+        id: TaskId,
+        owner: &str,
+        question: &NewQuestion,
+    ) -> Result<Asked, StoreError>;
+
+    /// A person answers the task's open question.
+    async fn answer_question(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        answer: &GivenAnswer,
+    ) -> Result<Answered, StoreError>;
+
+    async fn question_answer(
+        &self,
+        id: TaskId,
+        question_id: &str,
+    ) -> Result<Option<Answer>, StoreError>;
+
+    async fn open_question(&self, id: TaskId) -> Result<Option<QuestionEvent>, StoreError>;
+
+    async fn secret_answers(&self, id: TaskId) -> Result<Vec<Answer>, StoreError>;
 
     /// The quotas that apply to key `key` (its own, else the configured defaults).
     async fn key_quotas(&self, key: ApiKeyId) -> Result<Quotas, StoreError>;
@@ -296,6 +325,40 @@ impl TaskStore for Store {
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError> {
         Store::write_step(self, id, owner, step).await
+    }
+
+    async fn ask_question(
+        &self,
+        id: TaskId,
+        owner: &str,
+        question: &NewQuestion,
+    ) -> Result<Asked, StoreError> {
+        Store::ask_question(self, id, owner, question).await
+    }
+
+    async fn answer_question(
+        &self,
+        owner: Option<ApiKeyId>,
+        id: TaskId,
+        answer: &GivenAnswer,
+    ) -> Result<Answered, StoreError> {
+        Store::answer_question(self, owner, id, answer).await
+    }
+
+    async fn question_answer(
+        &self,
+        id: TaskId,
+        question_id: &str,
+    ) -> Result<Option<Answer>, StoreError> {
+        Store::question_answer(self, id, question_id).await
+    }
+
+    async fn open_question(&self, id: TaskId) -> Result<Option<QuestionEvent>, StoreError> {
+        Store::open_question(self, id).await
+    }
+
+    async fn secret_answers(&self, id: TaskId) -> Result<Vec<Answer>, StoreError> {
+        Store::secret_answers(self, id).await
     }
 
     async fn key_quotas(&self, key: ApiKeyId) -> Result<Quotas, StoreError> {

@@ -84,6 +84,7 @@ impl From<TaskRecord> for TaskView {
             updated_at: t.updated_at,
             started_at: t.started_at,
             finished_at: t.finished_at,
+            question: None,
         }
     }
 }
@@ -458,7 +459,7 @@ impl Store {
         let status = parse_status(&current.status)?;
         // A paused task is on a worker while that worker holds its lease (and its browser).
         let on_worker = status == TaskStatus::Running
-            || (status == TaskStatus::Paused && current.lease_owner.is_some());
+            || (status.holds_browser_for_person() && current.lease_owner.is_some());
         if on_worker {
             return Err(StoreError::TaskActive { id, status });
         }

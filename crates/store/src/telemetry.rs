@@ -22,7 +22,7 @@ impl Store {
             r#"select status as "status!", count(*) as "tasks!",
                       coalesce(extract(epoch from now() - min(updated_at))::float8, 0) as "oldest_age_s!"
                from tasks
-               where status in ('queued', 'running', 'paused')
+               where status in ('queued', 'running', 'paused', 'waiting')
                group by status"#
         )
         .fetch_all(&self.pool)

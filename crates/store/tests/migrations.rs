@@ -71,25 +71,17 @@ async fn options_columns_move_into_jsonb_unchanged(pool: PgPool) {
     .execute(&pool)
     .await
     .unwrap();
-    let every = TaskOptions::every_option_set();
+    // Options added after 0013 are not in its columns: they take their defaults when read.
+    let every = TaskOptions {
+        ask_human: TaskOptions::default().ask_human,
+        ask_human_timeout_s: TaskOptions::default().ask_human_timeout_s,
+        profile_id: TaskOptions::default().profile_id,
+        ..TaskOptions::every_option_set()
+    };
     // The defaults leave every optional option null (no viewport, no budgets, no proxy).
     let defaults = TaskOptions::default();
     assert_eq!(defaults.viewport, None);
     assert_eq!(defaults.output_schema, None);
-    // Options added after 0013 had no column before it: a migrated row has them at their
-    // default, and the JSON 0013 wrote has no key for them.
-    const AFTER_0013: &[&str] = &["profile_id"];
-    let every = TaskOptions {
-        profile_id: None,
-        ..every
-    };
-    let as_0013_wrote = |options: &TaskOptions| {
-        let mut json = serde_json::to_value(options).unwrap();
-        for key in AFTER_0013 {
-            json.as_object_mut().unwrap().remove(*key);
-        }
-        json
-    };
     let with_every = insert_before_0013(&pool, owner, &every).await;
     let with_defaults = insert_before_0013(&pool, owner, &defaults).await;
 
@@ -109,13 +101,13 @@ async fn options_columns_move_into_jsonb_unchanged(pool: PgPool) {
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(stored, as_0013_wrote(&every));
+    assert_eq!(stored, as_migrated(&every));
     let stored: serde_json::Value = sqlx::query_scalar("select options from tasks where id = $1")
         .bind(with_defaults.0)
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(stored, as_0013_wrote(&defaults));
+    assert_eq!(stored, as_migrated(&defaults));
 
     let store = Store::from_pool(pool.clone());
     let read = store.get_task(None, with_every).await.unwrap().unwrap();
@@ -152,4 +144,17 @@ async fn options_columns_move_into_jsonb_unchanged(pool: PgPool) {
         refused.to_string().contains("tasks_options_object"),
         "{refused}"
     );
+}
+
+/// Options added after migration 0013 (a row it migrated lacks them; they read back at their
+/// defaults).
+const ADDED_AFTER_0013: [&str; 3] = ["ask_human", "ask_human_timeout_s", "profile_id"];
+
+/// The JSON migration 0013 writes for `options`: `TaskOptions`'s, without the later fields.
+fn as_migrated(options: &TaskOptions) -> serde_json::Value {
+    let mut value = serde_json::to_value(options).unwrap();
+    for field in ADDED_AFTER_0013 {
+        value.as_object_mut().unwrap().remove(field);
+    }
+    value
 }

@@ -762,6 +762,24 @@ async fn keda_worker_query_counts_the_tasks_that_need_a_worker(pool: PgPool) {
     );
     // queued 1 + running 1 + paused with a lease 1.
     assert_eq!(count().await, 3);
+    // Waiting for a person's answer still holds the worker's slot.
+    let question = browserd_store::NewQuestion {
+        question_id: "s1a0".to_owned(),
+        question: "Go on?".to_owned(),
+        choices: Vec::new(),
+        secret: false,
+        timeout_s: 60,
+    };
+    store
+        .ask_question(ids[0], "worker-1", &question)
+        .await
+        .unwrap();
+    assert_eq!(count().await, 3);
+    assert_eq!(
+        store.key_usage(owner).await.unwrap().held,
+        2,
+        "waiting and paused-with-a-lease are held"
+    );
     // A paused task that no worker holds (its worker handed it back) needs no slot.
     store
         .release_task(ids[1], "worker-1", "shutdown")
@@ -796,9 +814,15 @@ async fn the_schema_knows_exactly_the_task_statuses_and_their_webhook_names(pool
             .fetch_one(&pool)
             .await
             .unwrap();
-        let expected =
-            (status != TaskStatus::Paused).then(|| V2TaskStatus::from(status).as_str().to_owned());
+        let expected = match status {
+            TaskStatus::Paused => None,
+            TaskStatus::Waiting => Some(browserd_types::webhooks::WAITING_FOR_INPUT.to_owned()),
+            _ => Some(V2TaskStatus::from(status).as_str().to_owned()),
+        };
         assert_eq!(event, expected, "{status}");
+        if let Some(event) = &event {
+            assert!(browserd_types::webhooks::webhook_events().contains(&event.as_str()));
+        }
     }
 }
 
@@ -1241,6 +1265,11 @@ enum Op {
     /// Worker `w1` appends a log event, or writes step `n` (with a screenshot).
     Event,
     Step(i32),
+    /// Worker `w1` asks question `id` (`ask_human`, choices `yes` and `no`).
+    AskHuman(&'static str),
+    /// The owner answers the open question: free text `42`, or a choice.
+    AnswerText,
+    AnswerChoice(&'static str),
 }
 
 /// What an operation answered, in the words both stores must agree on.
@@ -1252,6 +1281,8 @@ fn outcome<T>(result: Result<T, StoreError>, ok: impl FnOnce(T) -> String) -> St
         Err(StoreError::LeaseLost(_)) => "lease_lost".to_owned(),
         Err(StoreError::TaskEnded { status, .. }) => format!("ended:{status}"),
         Err(StoreError::StepExists { .. }) => "step_exists".to_owned(),
+        Err(StoreError::NotWaiting { status, .. }) => format!("not_waiting:{status}"),
+        Err(StoreError::ChoiceNotOffered { .. }) => "choice_not_offered".to_owned(),
         Err(other) => format!("error:{other}"),
     }
 }
@@ -1313,6 +1344,41 @@ async fn apply_op(store: &dyn TaskStore, owner: ApiKeyId, id: TaskId, op: Op) ->
             outcome(store.write_step(id, "w1", write).await, |event| {
                 format!("seq {}", event.seq)
             })
+        }
+        Op::AskHuman(question_id) => {
+            let question = browserd_store::NewQuestion {
+                question_id: question_id.to_owned(),
+                question: "Go on?".to_owned(),
+                choices: vec!["yes".to_owned(), "no".to_owned()],
+                secret: false,
+                timeout_s: 60,
+            };
+            match store.ask_question(id, "w1", &question).await {
+                Ok(browserd_store::Asked::Waiting) => {
+                    let task = store.get_task(None, id).await.unwrap().unwrap();
+                    task.status.to_string()
+                }
+                Ok(browserd_store::Asked::Answered(answer)) => {
+                    use secrecy::ExposeSecret;
+                    format!("answered:{}", answer.text.expose_secret())
+                }
+                Err(err) => outcome::<()>(Err(err), |()| String::new()),
+            }
+        }
+        Op::AnswerText | Op::AnswerChoice(_) => {
+            let (text, is_choice) = match op {
+                Op::AnswerChoice(choice) => (choice, true),
+                _ => ("42", false),
+            };
+            let answer = browserd_store::GivenAnswer {
+                text: text.to_owned().into(),
+                is_choice,
+                secret: false,
+            };
+            outcome(
+                store.answer_question(Some(owner), id, &answer).await,
+                |answered| answered.task.status.to_string(),
+            )
         }
     }
 }
@@ -1435,6 +1501,36 @@ async fn both_stores_apply_the_same_status_machine(pool: PgPool) {
             (User(Pause), "paused"),
             (User(Pause), "illegal:paused"),
             (Worker(Fail), "failed"),
+        ],
+        // Ask a human: waiting until answered (a choice offered), asked again once answered:
+        // the answer; stopped while waiting.
+        vec![
+            (Claim, "running#1"),
+            (AnswerText, "not_waiting:running"),
+            (AskHuman("s1a0"), "waiting"),
+            (User(Pause), "illegal:waiting"),
+            (Worker(Finish), "illegal:waiting"),
+            (AnswerChoice("maybe"), "choice_not_offered"),
+            (AnswerChoice("yes"), "running"),
+            (AnswerText, "not_waiting:running"),
+            (AskHuman("s1a0"), "answered:yes"),
+            (AskHuman("s2a0"), "waiting"),
+            (OtherWorker(Fail), "lease_lost"),
+            (User(Stop), "stopped"),
+            (AnswerText, "not_waiting:stopped"),
+        ],
+        // The worker lost while waiting: requeued, answered meanwhile, and the next worker's
+        // agent, asking again, gets the answer; a question nobody answers fails the task.
+        vec![
+            (Claim, "running#1"),
+            (AskHuman("s1a0"), "waiting"),
+            (User(Requeue), "queued"),
+            (AnswerText, "queued"),
+            (Claim, "running#2"),
+            (AskHuman("s1a0"), "answered:42"),
+            (AskHuman("s2a0"), "waiting"),
+            (Worker(Fail), "failed"),
+            (AskHuman("s3a0"), "lease_lost"),
         ],
     ];
     let stores: [(&str, &dyn TaskStore); 2] = [("postgres", &postgres), ("memory", &memory)];

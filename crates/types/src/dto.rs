@@ -31,6 +31,15 @@ pub mod limits {
     pub const MAX_COST_USD_MAX: f64 = 10_000.0;
     /// Wall-clock budget: one second to one day.
     pub const TIMEOUT_S_RANGE: std::ops::RangeInclusive<i64> = 1..=86_400;
+    /// `ask_human_timeout_s`: how long the agent waits for a person's answer at most (the
+    /// worker's `--ask-human-timeout` caps it).
+    pub const ASK_HUMAN_TIMEOUT_S_RANGE: std::ops::RangeInclusive<i64> = 1..=86_400;
+    /// `POST /v1/tasks/{id}/input`: an answer's length.
+    pub const ANSWER_MAX_CHARS: usize = 4_096;
+    /// `ask_human`: a question's length and its choices.
+    pub const QUESTION_MAX_CHARS: usize = 2_000;
+    pub const CHOICES_MAX: usize = 20;
+    pub const CHOICE_MAX_CHARS: usize = 200;
     pub const METADATA_MAX_PAIRS: usize = 16;
     pub const METADATA_KEY_MAX_CHARS: usize = 64;
     pub const METADATA_VALUE_MAX_CHARS: usize = 512;
@@ -253,6 +262,16 @@ pub struct CreateTaskRequest {
     /// another key's, is refused (422).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile_id: Option<uuid::Uuid>,
+    /// Offer the agent the `ask_human` action (default true; the worker's operator may switch
+    /// it off for every task): the task then waits (`waiting`) for a person's answer to its
+    /// question (`POST /v1/tasks/{id}/input`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_human: Option<bool>,
+    /// How long, in seconds (1–86 400), the agent waits for an answer before the task fails;
+    /// the worker's `--ask-human-timeout` (default 1 800) when omitted, and never more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 86400)]
+    pub ask_human_timeout_s: Option<i64>,
 }
 
 /// A `CreateTaskRequest` serializes (for Rust clients such as `browserd tasks run`) with absent
@@ -292,6 +311,8 @@ impl fmt::Debug for CreateTaskRequest {
             .field("proxy", &self.proxy)
             .field("highlight_elements", &self.highlight_elements)
             .field("profile_id", &self.profile_id)
+            .field("ask_human", &self.ask_human)
+            .field("ask_human_timeout_s", &self.ask_human_timeout_s)
             .finish()
     }
 }
@@ -423,6 +444,39 @@ pub struct TaskView {
     #[serde(with = "time::serde::rfc3339::option")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub finished_at: Option<OffsetDateTime>,
+    /// The question the agent asks (`ask_human`) and waits for an answer to
+    /// (`POST /v1/tasks/{id}/input`); only in a single task's view, and only while one is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<crate::QuestionEvent>,
+}
+
+/// Body of `POST /v1/tasks/{id}/input`: the answer to the question the task asks, as free
+/// text (`answer`) or one of the question's `choices` (`choice`).
+#[derive(Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerRequest {
+    /// A free-text answer (1–4 096 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 4096)]
+    pub answer: Option<String>,
+    /// One of the question's `choices`, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<String>,
+    /// Treat the answer like a task secret: sealed at rest, never shown in events, history or
+    /// to the model (which types it through a `<secret>` placeholder). Always so when the
+    /// question asked for a secret. Needs the server's secrets key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<bool>,
+}
+
+impl fmt::Debug for AnswerRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnswerRequest")
+            .field("answer", &self.answer.as_ref().map(|_| "[REDACTED]"))
+            .field("choice", &self.choice)
+            .field("secret", &self.secret)
+            .finish()
+    }
 }
 
 /// A page of tasks, newest first.

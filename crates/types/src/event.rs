@@ -18,6 +18,8 @@ pub mod event_kind {
     pub const RESULT: &str = "result";
     pub const LOG: &str = "log";
     pub const PERSON_INPUT: &str = "person_input";
+    pub const QUESTION: &str = "question";
+    pub const ANSWERED: &str = "answered";
 }
 
 /// What a task event says: its kind and typed payload, the one contract between the writers
@@ -45,6 +47,38 @@ pub enum EventBody {
     /// A person's input to the browser through the live view while the task was paused
     /// (take-over), recorded by the api before the worker applies it.
     PersonInput(crate::takeover::PersonInputEvent),
+    /// The agent asks a person (`ask_human`); written with the `waiting` status event.
+    Question(QuestionEvent),
+    /// A person answered a question (a secret answer is never in it).
+    Answered(AnsweredEvent),
+}
+
+/// `question`: `{"question_id", "question", "choices", "secret", "timeout_s"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema, ToSchema)]
+pub struct QuestionEvent {
+    /// Where it was asked: `s{step}a{action index}` (a resumed run asks it again under the
+    /// same id and gets the answer given meanwhile).
+    pub question_id: String,
+    /// What the agent asks.
+    pub question: String,
+    /// The answers offered; empty: free text.
+    #[serde(default)]
+    pub choices: Vec<String>,
+    /// The agent asks for a secret (a code, a password): answer with `secret: true`.
+    #[serde(default)]
+    pub secret: bool,
+    /// Seconds the agent waits at most before the task fails.
+    pub timeout_s: u64,
+}
+
+/// `answered`: `{"question_id", "secret", "answer"}` (`answer` is `null` for a secret one).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnsweredEvent {
+    pub question_id: String,
+    pub secret: bool,
+    /// The answer given; `null` when it is secret.
+    #[serde(default)]
+    pub answer: Option<String>,
 }
 
 /// `status`: `{"status", "transition", …}`.
@@ -186,6 +220,8 @@ impl EventBody {
             EventBody::Result(_) => event_kind::RESULT,
             EventBody::Log(_) => event_kind::LOG,
             EventBody::PersonInput(_) => event_kind::PERSON_INPUT,
+            EventBody::Question(_) => event_kind::QUESTION,
+            EventBody::Answered(_) => event_kind::ANSWERED,
         }
     }
 

@@ -13,8 +13,8 @@ pub mod v2;
 pub mod webhooks;
 
 pub use event::{
-    ActionResultEvent, EventBody, LogEvent, ModelOutputEvent, ResultEvent, StatusEvent,
-    StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
+    ActionResultEvent, AnsweredEvent, EventBody, LogEvent, ModelOutputEvent, QuestionEvent,
+    ResultEvent, StatusEvent, StatusOutcome, StepEvent, StepStartedEvent, TaskEvent, event_kind,
 };
 pub use ids::{ApiKeyId, ArtifactId, TaskId};
 pub use options::TaskOptions;

@@ -70,6 +70,11 @@ pub struct TaskOptions {
     /// The browser profile (`/v1/profiles`) the task starts from and saves back into at every
     /// step boundary; `null` = none.
     pub profile_id: Option<uuid::Uuid>,
+    /// The agent may ask a person (`ask_human`), unless the worker's operator switched it off.
+    #[schema(required)]
+    pub ask_human: bool,
+    /// The most the agent waits for an answer, in seconds; `null` = the worker's cap.
+    pub ask_human_timeout_s: Option<i32>,
 }
 
 impl Default for TaskOptions {
@@ -94,6 +99,8 @@ impl Default for TaskOptions {
             proxy: None,
             highlight_elements: false,
             profile_id: None,
+            ask_human: true,
+            ask_human_timeout_s: None,
         }
     }
 }
@@ -127,6 +134,8 @@ impl TaskOptions {
             profile_id: Some(uuid::Uuid::from_u128(
                 0x0190_0000_0000_7000_8000_0000_0000_0001,
             )),
+            ask_human: false,
+            ask_human_timeout_s: Some(90),
         }
     }
 
@@ -155,6 +164,14 @@ impl TaskOptions {
     /// The wall-clock budget of a whole run (`None`: none).
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout_s
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs)
+    }
+
+    /// The most the agent waits for a person's answer, as the task asked (`None`: the
+    /// worker's cap).
+    pub fn ask_human_timeout(&self) -> Option<Duration> {
+        self.ask_human_timeout_s
             .and_then(|s| u64::try_from(s).ok())
             .map(Duration::from_secs)
     }

@@ -2,12 +2,13 @@
 //!
 //! ```text
 //!            pause              pause
-//!   queued ─────────▶ paused ◀───────── running
-//!     │  ◀──────────── │ ──────────────▶  │ ▲
-//!     │   resume (never started)  resume   │ │ requeue (lease lost)
-//!     │ start (worker claim) ─────────────▶ │ │
-//!     │                                     ▼ │
-//!     └──── stop / fail ───▶ stopped | failed | finished ◀── finish
+//!   queued ─────────▶ paused ◀───────── running ◀──── answer ───── waiting
+//!     │  ◀──────────── │ ──────────────▶  │ ▲ │ ─────── ask ──────▶  │
+//!     │   resume (never started)  resume   │ │ requeue (lease lost;  │
+//!     │ start (worker claim) ─────────────▶ │ │  from waiting too)    │
+//!     │                                     ▼ │                       │
+//!     └──── stop / fail ───▶ stopped | failed | finished ◀── finish   │
+//!                               ▲ ─── stop / fail (no answer in time) ┘
 //! ```
 //!
 //! - `queued → running`: a worker claims the task (`Start`).
@@ -15,12 +16,18 @@
 //! - `queued → paused` is allowed too: browser-use's cloud API lets a client pause/resume/stop a
 //!   task that was created but not started yet. Resuming a task that never started puts it back
 //!   to `queued` (no worker owns it), otherwise to `running`.
-//! - `stop` ends a `queued`, `running` or `paused` task as `stopped`; a stopped task cannot be
+//! - `stop` ends a `queued`, `running`, `paused` or `waiting` task as `stopped`; a stopped task cannot be
 //!   resumed (cloud semantics).
 //! - `finish` (agent done) from `running` (or `paused`, when a pause arrived as the agent
 //!   called done); `fail` from any non-terminal status (worker
 //!   error, reaped lease with no attempts left, timeout while paused).
-//! - `requeue`: a `running` task whose worker died goes back to `queued`.
+//! - `requeue`: a `running` (or `waiting`) task whose worker died goes back to `queued`; a
+//!   waiting one resumes from its last step on another worker and gets the answer there.
+//! - `ask`: the agent's `ask_human` action; the task is `waiting` for a person's answer
+//!   (`POST /v1/tasks/{id}/input`) with its worker and browser context kept. From `running`,
+//!   or `paused` when a pause arrived as the agent asked (the question wins; pause again after
+//!   answering). `answer` takes it back to `running`. A waiting task may be stopped, and fails
+//!   when nobody answers in time; it is not paused (it already waits).
 //!
 //! Terminal statuses (`finished`, `failed`, `stopped`) have no way out. Each transition is applied
 //! by the store as one guarded `UPDATE ... WHERE status = ANY(allowed_from)`.
@@ -40,16 +47,19 @@ pub enum TaskStatus {
     Queued,
     Running,
     Paused,
+    /// The agent asked a person (`ask_human`) and waits for the answer.
+    Waiting,
     Finished,
     Failed,
     Stopped,
 }
 
 impl TaskStatus {
-    pub const ALL: [TaskStatus; 6] = [
+    pub const ALL: [TaskStatus; 7] = [
         TaskStatus::Queued,
         TaskStatus::Running,
         TaskStatus::Paused,
+        TaskStatus::Waiting,
         TaskStatus::Finished,
         TaskStatus::Failed,
         TaskStatus::Stopped,
@@ -60,6 +70,7 @@ impl TaskStatus {
             TaskStatus::Queued => "queued",
             TaskStatus::Running => "running",
             TaskStatus::Paused => "paused",
+            TaskStatus::Waiting => "waiting",
             TaskStatus::Finished => "finished",
             TaskStatus::Failed => "failed",
             TaskStatus::Stopped => "stopped",
@@ -74,6 +85,13 @@ impl TaskStatus {
             TaskStatus::Finished | TaskStatus::Failed | TaskStatus::Stopped
         )
     }
+
+    /// The agent is held between actions for a person, its browser context kept while a
+    /// worker holds the lease: `paused` (by the user) or `waiting` (for an answer to
+    /// `ask_human`). The one predicate of "a person may act on this task's browser now".
+    pub fn holds_browser_for_person(self) -> bool {
+        matches!(self, TaskStatus::Paused | TaskStatus::Waiting)
+    }
 }
 
 impl fmt::Display for TaskStatus {
@@ -85,7 +103,7 @@ impl fmt::Display for TaskStatus {
 /// A string that is not one of the known statuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown task status `{0}` (expected one of queued, running, paused, finished, failed, stopped)"
+    "unknown task status `{0}` (expected one of queued, running, paused, waiting, finished, failed, stopped)"
 )]
 pub struct UnknownStatus(pub String);
 
@@ -116,9 +134,26 @@ pub enum Transition {
     Fail,
     /// The worker running the task went away; the task waits for another worker.
     Requeue,
+    /// The agent asks a person (`ask_human`).
+    Ask,
+    /// A person answered the agent's question.
+    Answer,
 }
 
 impl Transition {
+    /// Every edge.
+    pub const ALL: [Transition; 9] = [
+        Transition::Start,
+        Transition::Pause,
+        Transition::Resume,
+        Transition::Stop,
+        Transition::Finish,
+        Transition::Fail,
+        Transition::Requeue,
+        Transition::Ask,
+        Transition::Answer,
+    ];
+
     /// Statuses this transition may start from.
     pub fn allowed_from(self) -> &'static [TaskStatus] {
         use TaskStatus::*;
@@ -126,10 +161,12 @@ impl Transition {
             Transition::Start => &[Queued],
             Transition::Pause => &[Queued, Running],
             Transition::Resume => &[Paused],
-            Transition::Stop => &[Queued, Running, Paused],
+            Transition::Stop => &[Queued, Running, Paused, Waiting],
             Transition::Finish => &[Running, Paused],
-            Transition::Fail => &[Queued, Running, Paused],
-            Transition::Requeue => &[Running],
+            Transition::Fail => &[Queued, Running, Paused, Waiting],
+            Transition::Requeue => &[Running, Waiting],
+            Transition::Ask => &[Running, Paused],
+            Transition::Answer => &[Waiting],
         }
     }
 
@@ -144,6 +181,8 @@ impl Transition {
             Transition::Finish => TaskStatus::Finished,
             Transition::Fail => TaskStatus::Failed,
             Transition::Requeue => TaskStatus::Queued,
+            Transition::Ask => TaskStatus::Waiting,
+            Transition::Answer => TaskStatus::Running,
         }
     }
 
@@ -156,6 +195,8 @@ impl Transition {
             Transition::Finish => "finish",
             Transition::Fail => "fail",
             Transition::Requeue => "requeue",
+            Transition::Ask => "ask",
+            Transition::Answer => "answer",
         }
     }
 
@@ -170,15 +211,7 @@ mod tests {
 
     #[test]
     fn terminal_statuses_have_no_outgoing_transition() {
-        let all = [
-            Transition::Start,
-            Transition::Pause,
-            Transition::Resume,
-            Transition::Stop,
-            Transition::Finish,
-            Transition::Fail,
-            Transition::Requeue,
-        ];
+        let all = Transition::ALL;
         for status in TaskStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
             for transition in all {
                 assert!(
@@ -207,9 +240,15 @@ mod tests {
 
     #[test]
     fn stop_is_allowed_from_every_live_status() {
-        for status in [TaskStatus::Queued, TaskStatus::Running, TaskStatus::Paused] {
+        for status in TaskStatus::ALL.into_iter().filter(|s| !s.is_terminal()) {
             assert!(Transition::Stop.is_allowed_from(status));
+            assert!(Transition::Fail.is_allowed_from(status));
         }
+        assert!(!Transition::Pause.is_allowed_from(TaskStatus::Waiting));
+        assert!(!Transition::Finish.is_allowed_from(TaskStatus::Waiting));
+        assert_eq!(Transition::Answer.target(true), TaskStatus::Running);
+        assert!(TaskStatus::Waiting.holds_browser_for_person());
+        assert!(!TaskStatus::Running.holds_browser_for_person());
         assert!(!Transition::Finish.is_allowed_from(TaskStatus::Queued));
         assert!(!Transition::Resume.is_allowed_from(TaskStatus::Running));
     }

@@ -17,10 +17,11 @@ pub const MAX_KEYS_CHARS: usize = 100;
 /// Coordinates and scroll deltas are bounded by this (CSS pixels).
 pub const MAX_COORDINATE: f64 = 100_000.0;
 
-/// The statuses in which a person may drive a task's browser: the agent is not acting, and a
-/// worker holds the browser (a paused task that never started has none).
+/// The statuses in which a person may drive a task's browser: the agent is not acting (paused,
+/// or waiting for an answer to `ask_human`), and a worker holds the browser (a paused task
+/// that never started has none).
 pub fn accepts_person_input(status: TaskStatus) -> bool {
-    status == TaskStatus::Paused
+    status.holds_browser_for_person()
 }
 
 /// A mouse button.

@@ -27,7 +27,9 @@ pub mod limits {
     pub const SCREEN_HEIGHT_RANGE: std::ops::RangeInclusive<i64> = 320..=3456;
 }
 
-/// A task's status in v2 words: `queued` is `created`, `running` and `paused` are `started`.
+/// A task's status in v2 words: `queued` is `created`; `running`, `paused` and `waiting` (for a
+/// person's answer to `ask_human`, which the cloud does not have) are `started`: the closest
+/// cloud status, since the task is under way and keeps its browser.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum V2TaskStatus {
@@ -72,7 +74,9 @@ impl V2TaskStatus {
     pub fn statuses(self) -> &'static [TaskStatus] {
         match self {
             V2TaskStatus::Created => &[TaskStatus::Queued],
-            V2TaskStatus::Started => &[TaskStatus::Running, TaskStatus::Paused],
+            V2TaskStatus::Started => {
+                &[TaskStatus::Running, TaskStatus::Paused, TaskStatus::Waiting]
+            }
             V2TaskStatus::Finished => &[TaskStatus::Finished],
             V2TaskStatus::Failed => &[TaskStatus::Failed],
             V2TaskStatus::Stopped => &[TaskStatus::Stopped],
@@ -88,8 +92,8 @@ impl From<TaskStatus> for V2TaskStatus {
     fn from(status: TaskStatus) -> Self {
         match status {
             TaskStatus::Queued => V2TaskStatus::Created,
-            // The SDK knows no `paused`: a paused task is still started.
-            TaskStatus::Running | TaskStatus::Paused => V2TaskStatus::Started,
+            // The SDK knows no `paused` nor `waiting`: such a task is still started.
+            TaskStatus::Running | TaskStatus::Paused | TaskStatus::Waiting => V2TaskStatus::Started,
             TaskStatus::Finished => V2TaskStatus::Finished,
             TaskStatus::Failed => V2TaskStatus::Failed,
             TaskStatus::Stopped => V2TaskStatus::Stopped,
@@ -445,7 +449,11 @@ mod tests {
             serde_json::to_value(V2TaskStatus::Finished).unwrap(),
             "finished"
         );
-        assert_eq!(V2TaskStatus::parse("started").unwrap().statuses().len(), 2);
+        assert_eq!(V2TaskStatus::parse("started").unwrap().statuses().len(), 3);
+        assert_eq!(
+            V2TaskStatus::from(TaskStatus::Waiting),
+            V2TaskStatus::Started
+        );
         assert!(V2TaskStatus::parse("running").is_none());
         assert_eq!(cost_string(0.0), "0");
         assert_eq!(cost_string(0.0021), "0.0021");

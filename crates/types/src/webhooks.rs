@@ -14,9 +14,27 @@ pub struct CreateWebhookRequest {
     #[schema(max_length = 2048, pattern = "^[hH][tT][tT][pP][sS]?://[^/?#]")]
     pub url: String,
     /// Task statuses to deliver, of `created`, `started`, `finished`, `failed`, `stopped`
-    /// (default: `started`, `finished`, `failed`, `stopped`).
+    /// (default: `started`, `finished`, `failed`, `stopped`), and `waiting_for_input`: the agent
+    /// asks a person (`ask_human`); its body is `{"type": "task.waiting_for_input", "payload":
+    /// {…, "status": "waiting_for_input", "question": {"question_id", "question", "choices",
+    /// "secret", "timeout_s"}}}` — answer with `POST /v1/tasks/{id}/input`.
     #[serde(default)]
     pub events: Option<Vec<String>>,
+}
+
+/// The webhook event of a task that waits for a person's answer (not a v2 status: the cloud
+/// has none). Opt-in: not among the default events.
+pub const WAITING_FOR_INPUT: &str = "waiting_for_input";
+
+/// Every event a webhook may ask for: the v2 statuses and [`WAITING_FOR_INPUT`] (migration
+/// 0016's `browserd_webhook_event` names a status change with them).
+pub fn webhook_events() -> Vec<&'static str> {
+    let mut events: Vec<&'static str> = crate::v2::V2TaskStatus::ALL
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    events.push(WAITING_FOR_INPUT);
+    events
 }
 
 /// A webhook.

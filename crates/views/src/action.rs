@@ -4,8 +4,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Actions the agent implements itself (the browser neither offers nor runs them for it).
-pub const AGENT_OWNED_ACTIONS: [&str; 5] =
-    ["done", "extract", "write_file", "read_file", "replace_file"];
+pub const AGENT_OWNED_ACTIONS: [&str; 6] = [
+    "done",
+    "extract",
+    "write_file",
+    "read_file",
+    "replace_file",
+    "ask_human",
+];
 
 /// browser-use's `terminates_sequence` set: after these the page is expected to have changed,
 /// so the rest of a multi-action step must not run on stale indices.

@@ -18,6 +18,7 @@
 mod adapter;
 pub mod admission;
 mod browser_state;
+mod human;
 mod live;
 mod local;
 mod output_files;
@@ -33,6 +34,7 @@ mod workspace;
 
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
+pub use human::{AskHumanSettings, StoreHuman};
 pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
 pub use profile::{

@@ -38,6 +38,7 @@ pub struct LocalWorker {
     hub: EventHub,
     runner: Arc<TaskRunner>,
     concurrency: usize,
+    ask_human: crate::AskHumanSettings,
 }
 
 impl LocalWorker {
@@ -53,7 +54,16 @@ impl LocalWorker {
             hub,
             runner,
             concurrency: concurrency.max(1),
+            ask_human: crate::AskHumanSettings::default(),
         }
+    }
+
+    /// Whether the agent may ask the client (`ask_human`, answered with the MCP
+    /// `answer_task` tool) and how long it waits at most (default: on, 30 minutes).
+    #[must_use]
+    pub fn with_ask_human(mut self, settings: crate::AskHumanSettings) -> Self {
+        self.ask_human = settings;
+        self
     }
 
     /// Claims and runs queued tasks until `shutdown`; then stops every task still running
@@ -94,6 +104,7 @@ impl LocalWorker {
                 self.hub.clone(),
                 self.runner.clone(),
                 claimed,
+                self.ask_human,
             );
             let running = running.clone();
             tracker.spawn(
@@ -141,6 +152,7 @@ async fn run_task(
     hub: EventHub,
     runner: Arc<TaskRunner>,
     claimed: ClaimedTask,
+    ask_human: crate::AskHumanSettings,
 ) {
     let ClaimedTask {
         record, secrets, ..
@@ -166,8 +178,11 @@ async fn run_task(
     let follower = AbortOnDrop(tokio::spawn(
         follow_status(feed, control.clone(), sink.clone()).in_current_span(),
     ));
+    let human = crate::StoreHuman::new(store.clone(), hub.clone(), id, OWNER.to_owned())
+        .settings(&ask_human, &spec.options);
     let result = runner
         .run(RunRequest {
+            human,
             spec,
             workspace_dir: None,
             sink: sink.clone(),

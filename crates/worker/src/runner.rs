@@ -272,6 +272,8 @@ pub struct RunRequest {
     pub take_over: Option<crate::takeover::TakeOverLink>,
     /// The browser profile the run starts from and saves back into at every step boundary.
     pub profile: Option<crate::ProfileLink>,
+    /// Offer `ask_human`, answered through this channel (`None`: the action is off).
+    pub human: Option<browserd_agent::HumanSettings>,
 }
 
 /// Connects a run's browser to the live view: the screencast runs while `watched` is true,
@@ -328,6 +330,7 @@ impl TaskRunner {
             live_view,
             take_over,
             profile,
+            human,
         } = request;
         let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -405,6 +408,9 @@ impl TaskRunner {
         let outcome = match Agent::new(config, browser.clone(), model, budget.clone()) {
             Ok(agent) => {
                 let mut agent = agent.with_control(control.clone());
+                if let Some(human) = human {
+                    agent = agent.with_human(human);
+                }
                 if let Some(prior) = prior {
                     agent = agent.resume_from(prior);
                 }

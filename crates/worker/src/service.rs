@@ -60,6 +60,8 @@ pub struct WorkerConfig {
     pub live_view: Option<LiveViewSettings>,
     /// A new task is claimed only while the machine (or cgroup) has this headroom.
     pub admission: crate::admission::AdmissionLimits,
+    /// Whether the agent may ask a person (`ask_human`) and how long it waits at most.
+    pub ask_human: crate::AskHumanSettings,
 }
 
 impl WorkerConfig {
@@ -452,6 +454,17 @@ impl TaskJob {
         if let Some(session) = &session {
             apply_session(&mut spec, session);
         }
+        // Secret answers an earlier attempt was given: their placeholders fill again.
+        let answers = self.store.secret_answers(id).await.map_err(|err| {
+            tracing::warn!(%err, "could not read the task's secret answers");
+            NotRun::HandBack("secret answers unreadable")
+        })?;
+        for answer in answers {
+            spec.secrets.0.insert(
+                browserd_agent::human::answer_secret_name(&answer.question_id),
+                SecretEntry::Value(answer.text.expose_secret().to_owned()),
+            );
+        }
         if spec.timeout.is_some_and(|t| t.is_zero()) {
             return Err(NotRun::Fail(format!(
                 "timeout_s: the task ran out of its wall-clock budget ({} s) before it could resume",
@@ -633,17 +646,26 @@ impl TaskJob {
                     Ok(outcome)
                 })
             }
-            None => Box::pin(self.runner.run(RunRequest {
-                spec,
-                workspace_dir: Some(workspace_dir.clone()),
-                sink: sink.clone(),
-                control: control.clone(),
-                prior,
-                resume_url,
-                live_view,
-                take_over,
-                profile,
-            })),
+            None => Box::pin(
+                self.runner.run(RunRequest {
+                    human: crate::StoreHuman::new(
+                        Arc::new(self.store.clone()),
+                        self.hub.clone(),
+                        id,
+                        self.config.id.clone(),
+                    )
+                    .settings(&self.config.ask_human, &spec.options),
+                    spec,
+                    workspace_dir: Some(workspace_dir.clone()),
+                    sink: sink.clone(),
+                    control: control.clone(),
+                    prior,
+                    resume_url,
+                    live_view,
+                    take_over,
+                    profile,
+                }),
+            ),
         };
         let started = Started {
             sink,
@@ -1077,7 +1099,8 @@ pub(crate) fn apply_status(status: TaskStatus, control: &AgentControl) {
         TaskStatus::Running => control.resume(),
         TaskStatus::Paused => control.pause(),
         TaskStatus::Finished | TaskStatus::Failed | TaskStatus::Stopped => control.stop(),
-        TaskStatus::Queued => {}
+        // The agent waits in `ask_human`; the answer (`running`) resumes it.
+        TaskStatus::Queued | TaskStatus::Waiting => {}
     }
 }
 

@@ -16,7 +16,7 @@ use browserd_agent::AgentControl;
 use browserd_browser::BrowserSession;
 use browserd_store::{EventFeed, EventHub, FeedItem, Store, TaskStore};
 use browserd_types::takeover::PersonInput;
-use browserd_types::{EventBody, LogEvent, TaskId};
+use browserd_types::{EventBody, LogEvent, TaskId, TaskStatus};
 use secrecy::ExposeSecret;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -121,6 +121,9 @@ async fn follow(
         control,
         sink,
     } = target;
+    // While the task waits for an answer to `ask_human`, the agent is inside that action and
+    // the page is free: an input goes in at once. Paused, it waits for the step to end.
+    let mut waiting = false;
     loop {
         let item = tokio::select! {
             () = run.closed() => return,
@@ -139,8 +142,13 @@ async fn follow(
             }
         };
         let seq = event.seq;
-        if let Some(EventBody::PersonInput(recorded)) = event.body() {
+        let body = event.body();
+        if let Some(EventBody::Status(status)) = &body {
+            waiting = status.status == TaskStatus::Waiting;
+        }
+        if let Some(EventBody::PersonInput(recorded)) = body {
             let outcome = match filled(&store, task_id, &owner, seq, recorded.input).await {
+                Ok(input) if waiting => apply(&run, input.clone()).await.map(|()| input),
                 // The agent may still be in the step it was in when the task was paused.
                 Ok(input) => {
                     match tokio::time::timeout(PAUSE_POINT_CAP, sink.wait_for_pause_point()).await {

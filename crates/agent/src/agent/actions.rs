@@ -53,6 +53,9 @@ impl Agent {
             specs.push(spec);
         }
         specs.push(extract_spec());
+        if self.human.is_some() {
+            specs.push(crate::human::ask_human_spec());
+        }
         specs.extend(own);
         (specs, page_specific)
     }
@@ -119,7 +122,7 @@ impl Agent {
                     )
                 }
                 Some(_) => {
-                    let run = self.execute_action(action, &current_url, acc);
+                    let run = self.execute_action(action, &current_url, (step, i), acc);
                     tracing::Instrument::instrument(run, action_span.clone()).await
                 }
             };
@@ -173,6 +176,7 @@ impl Agent {
         &mut self,
         action: &ActionCall,
         url: &str,
+        (step, index): (u32, usize),
         acc: &mut StepAcc,
     ) -> (ActionResult, Option<String>) {
         let mut params = match &action.params {
@@ -190,6 +194,9 @@ impl Agent {
         };
         if action.name == "done" {
             return (self.done(&params), None);
+        }
+        if action.name == crate::human::ASK_HUMAN {
+            return self.ask_human(&params, step, index).await;
         }
         if let Err(e) = self.secrets.fill_placeholders(&mut params, url) {
             return (ActionResult::error(e.to_string()), None);

@@ -9,6 +9,7 @@
 mod actions;
 mod guidance;
 mod history;
+mod human;
 mod model_call;
 mod own_actions;
 mod redact;
@@ -65,6 +66,42 @@ impl StepAcc {
     }
 }
 
+/// The step ran out of its time.
+struct StepTimedOut;
+
+/// `step` bounded by `limit`, not counting the time `held` is true (a person is being asked).
+async fn unless_held<F: std::future::Future>(
+    limit: Duration,
+    mut held: tokio::sync::watch::Receiver<bool>,
+    step: F,
+) -> Result<F::Output, StepTimedOut> {
+    tokio::pin!(step);
+    let mut left = limit;
+    loop {
+        let is_held = *held.borrow_and_update();
+        let since = std::time::Instant::now();
+        let changed = if is_held {
+            tokio::select! {
+                out = &mut step => return Ok(out),
+                changed = held.changed() => changed,
+            }
+        } else {
+            let changed = tokio::select! {
+                out = &mut step => return Ok(out),
+                () = tokio::time::sleep(left) => return Err(StepTimedOut),
+                changed = held.changed() => changed,
+            };
+            left = left.saturating_sub(since.elapsed());
+            changed
+        };
+        if changed.is_err() {
+            return tokio::time::timeout(left, step)
+                .await
+                .map_err(|_| StepTimedOut);
+        }
+    }
+}
+
 /// Runs one task.
 pub struct Agent {
     config: TaskConfig,
@@ -90,6 +127,10 @@ pub struct Agent {
     last_step_end: Option<f64>,
     /// Continues a run recorded elsewhere (see [`Agent::resume_from`]).
     resumed: bool,
+    /// `ask_human` is offered and answered through this (see [`Agent::with_human`]).
+    human: Option<crate::human::HumanSettings>,
+    /// True while the agent waits for a person: the step timeout does not run meanwhile.
+    held: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -161,6 +202,8 @@ impl Agent {
             screenshot_requested: false,
             last_step_end: None,
             resumed: false,
+            human: None,
+            held: Arc::new(tokio::sync::watch::Sender::new(false)),
             config,
         })
     }
@@ -187,6 +230,13 @@ impl Agent {
             "While the task was paused, a person used the browser ({list}). The page may have \
 changed since your last step: rely on the current browser state, not on earlier ones."
         ));
+    }
+
+    /// Offers the `ask_human` action, answered through `settings.channel`.
+    #[must_use]
+    pub fn with_human(mut self, settings: crate::human::HumanSettings) -> Self {
+        self.human = Some(settings);
+        self
     }
 
     /// The handle to pause, resume or stop this agent.
@@ -246,8 +296,10 @@ changed since your last step: rely on the current browser state, not on earlier 
             let step = self.n_steps;
             let started = epoch_secs();
             let span = crate::telemetry::step_span(step);
-            let outcome = tokio::time::timeout(
+            let held = self.held.subscribe();
+            let outcome = unless_held(
                 self.config.step_timeout,
+                held,
                 tracing::Instrument::instrument(self.step(), span.clone()),
             )
             .await;
@@ -262,7 +314,7 @@ changed since your last step: rely on the current browser state, not on earlier 
                     end_error = Some(message);
                     break;
                 }
-                Err(_elapsed) => {
+                Err(StepTimedOut) => {
                     let error = format!(
                         "Step {step} timed out after {} seconds",
                         self.config.step_timeout.as_secs()

@@ -264,11 +264,15 @@ mod tests {
 
     #[test]
     fn the_agent_defines_exactly_the_agent_owned_actions() {
-        let mut defined: Vec<String> = [done_spec(None), extract_spec()]
-            .into_iter()
-            .chain(file_action_specs())
-            .map(|spec| spec.name)
-            .collect();
+        let mut defined: Vec<String> = [
+            done_spec(None),
+            extract_spec(),
+            crate::human::ask_human_spec(),
+        ]
+        .into_iter()
+        .chain(file_action_specs())
+        .map(|spec| spec.name)
+        .collect();
         defined.sort();
         let mut owned = AGENT_OWNED_ACTIONS.to_vec();
         owned.sort_unstable();
