@@ -204,6 +204,7 @@ async fn the_official_python_sdk_runs_tasks_end_to_end() {
         "ok tasks.stop",
         "ok 401, 404, 422, 501 as BrowserUseError",
         "ok output files",
+        "ok profiles.create/get/update/list/delete",
     ] {
         assert!(stdout.contains(check), "missing `{check}` in:\n{stdout}");
     }

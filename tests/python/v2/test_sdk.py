@@ -237,6 +237,25 @@ def output_files():
     ok("output files")
 
 
+def profiles():
+    created = client.profiles.create(name="shop login", user_id="user-7")
+    assert created.name == "shop login" and created.user_id == "user-7", created
+    assert created.created_at.tzinfo is not None
+    got = client.profiles.get(str(created.id))
+    assert got.id == created.id and got.name == "shop login", got
+    renamed = client.profiles.update(str(created.id), name="shop")
+    assert renamed.name == "shop" and renamed.user_id == "user-7", renamed
+    listed = client.profiles.list(page_size=10, page_number=1, query="sho")
+    assert [p.id for p in listed.items] == [created.id], listed
+    assert listed.total_items == 1 and listed.page_number == 1 and listed.page_size == 10, listed
+    none = client.profiles.list(query="no such profile")
+    assert none.items == [] and none.total_items == 0, none
+    client.profiles.delete(str(created.id))
+    err = expect_error(404, lambda: client.profiles.get(str(created.id)))
+    assert err.message == "Profile not found", err.message
+    ok("profiles.create/get/update/list/delete")
+
+
 def v1_and_v2_share_tasks(first):
     import httpx
 
@@ -257,6 +276,7 @@ def main():
     structured_output()
     session_reuse()
     output_files()
+    profiles()
     stop_running()
     print("all ok", flush=True)
 
