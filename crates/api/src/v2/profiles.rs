@@ -208,11 +208,8 @@ pub(crate) async fn update_profile(
     V2Body(body): V2Body,
 ) -> Result<Json<V2ProfileView>, V2Error> {
     let id = path_uuid("profile_id", &profile_id)?;
-    let request: V2ProfileRequest = if body.is_empty() {
-        V2ProfileRequest::default()
-    } else {
-        parse_body(&body)?
-    };
+    // The document requires a body here (the SDK always sends one, `{}` at least).
+    let request: V2ProfileRequest = parse_body(&body)?;
     labels(&request)?;
     let profile = state
         .store
