@@ -626,6 +626,25 @@ pub fn index_of(page: &str, tag: &str, pattern: &str) -> Option<u64> {
     re.captures(page).and_then(|c| c[1].parse().ok())
 }
 
+/// The model that asks a person (`ask_human`) which code to report, offering the choices A and
+/// B, then reports the answer it got (`the user chose X`).
+pub fn choosing_brain() -> RequestBrain {
+    Arc::new(|request: &Value| {
+        let text = message_texts(request).join("\n");
+        if let Some(at) = text.find("The user answered: ") {
+            let answer: String = text[at + "The user answered: ".len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric())
+                .collect();
+            return done_reply(&format!("the user chose {answer}"), true);
+        }
+        reply(
+            "ask which code to report",
+            json!([{"ask_human": {"question": "Which code should I report?", "choices": ["A", "B"]}}]),
+        )
+    })
+}
+
 /// The model for the stairs fixture: click "Next" until the page says it is the top, then
 /// report the number written there.
 pub fn stairs_brain() -> Brain {
@@ -818,4 +837,95 @@ async fn login(
         "<!doctype html><html><head><title>Account</title></head><body><h1>Welcome, {user}!</h1>\
          <p>Balance: 42 EUR</p></body></html>"
     ))
+}
+
+/// A command run on a pseudo-terminal (util-linux `script`, in every Debian install), as at a
+/// person's interactive terminal: its stdin is a terminal, what it prints (stdout, stderr and
+/// the terminal's echo of what was typed) is read as it comes, and lines can be typed into it.
+pub struct Terminal {
+    child: Child,
+    stdin: tokio::process::ChildStdin,
+    output: tokio::sync::watch::Receiver<String>,
+}
+
+impl Terminal {
+    /// Starts `program args…` on a new terminal, with `env` added to this process's
+    /// environment (`BROWSERD_CONFIG` removed).
+    pub fn spawn(program: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+        // `script -c` takes one shell command line: each word single-quoted.
+        let quote = |word: &str| format!("'{}'", word.replace('\'', r"'\''"));
+        let line = std::iter::once(quote(&program.to_string_lossy()))
+            .chain(args.iter().map(|a| quote(a)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut child = Command::new("script")
+            .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+            .envs(env.iter().copied())
+            .env_remove("BROWSERD_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn script (util-linux)");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (sender, output) = tokio::sync::watch::channel(String::new());
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut buffer = vec![0u8; 8192];
+            while let Ok(n) = stdout.read(&mut buffer).await {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+                sender.send_modify(|all| all.push_str(&text));
+            }
+        });
+        Self {
+            child,
+            stdin,
+            output,
+        }
+    }
+
+    /// Everything printed so far.
+    pub fn output(&self) -> String {
+        self.output.borrow().clone()
+    }
+
+    /// Waits until the terminal shows `text` (at most `limit`), then returns what it shows.
+    pub async fn wait_for(&mut self, text: &str, limit: Duration) -> String {
+        let shown = tokio::time::timeout(limit, self.output.wait_for(|all| all.contains(text)))
+            .await
+            .map(|seen| seen.map(|all| all.clone()));
+        match shown {
+            Ok(Ok(all)) => all,
+            _ => panic!(
+                "the terminal never showed {text:?}; it shows:\n{}",
+                self.output()
+            ),
+        }
+    }
+
+    /// Types `line` and Enter.
+    pub async fn type_line(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{line}\r").as_bytes())
+            .await
+            .expect("type into the terminal");
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// Waits (at most `limit`) for the command to exit: its exit status and all it printed.
+    pub async fn exit(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the command did not exit; it shows:\n{}", self.output()))
+            .expect("wait for script");
+        // The reader sees the end of the output once `script` has exited.
+        let _ = tokio::time::timeout(limit, self.output.changed()).await;
+        (status, self.output())
+    }
 }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use browserd_tests::{
-    Client, MockModel, Process, RequestBrain, Site, TestDb, create_key, done_reply, index_of,
-    message_texts, page_text, reply,
+    Client, MockModel, Process, RequestBrain, Site, TestDb, choosing_brain, create_key, done_reply,
+    index_of, message_texts, page_text, reply,
 };
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -24,24 +24,6 @@ const LONG: Duration = Duration::from_secs(90);
 /// The whole text the model was shown (every message).
 fn all_text(request: &Value) -> String {
     message_texts(request).join("\n")
-}
-
-/// Asks which stair code to report, then reports the answer it got.
-fn choosing_brain() -> RequestBrain {
-    Arc::new(|request: &Value| {
-        let text = all_text(request);
-        if let Some(at) = text.find("The user answered: ") {
-            let answer: String = text[at + "The user answered: ".len()..]
-                .chars()
-                .take_while(|c| c.is_alphanumeric())
-                .collect();
-            return done_reply(&format!("the user chose {answer}"), true);
-        }
-        reply(
-            "ask which code to report",
-            json!([{"ask_human": {"question": "Which code should I report?", "choices": ["A", "B"]}}]),
-        )
-    })
 }
 
 fn kinds(events: &[Value]) -> Vec<String> {
@@ -84,6 +66,28 @@ async fn every_row(db: &TestDb) -> String {
     all
 }
 
+/// Webhook bodies a receiver accepted, in arrival order.
+type Received = Arc<std::sync::Mutex<Vec<Value>>>;
+
+/// A webhook receiver on loopback that keeps every body; its URL.
+async fn hook_receiver(received: Received) -> String {
+    async fn hook(
+        axum::extract::State(received): axum::extract::State<Received>,
+        body: axum::body::Bytes,
+    ) -> axum::http::StatusCode {
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        received.lock().unwrap().push(body);
+        axum::http::StatusCode::NO_CONTENT
+    }
+    let app = axum::Router::new()
+        .route("/hook", axum::routing::post(hook))
+        .with_state(received);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://{addr}/hook")
+}
+
 /// Whether `ask_human` is in the action schema of a model request.
 fn offers_ask_human(request: &Value) -> bool {
     request["response_format"].to_string().contains("ask_human")
@@ -98,11 +102,13 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
     let db = TestDb::create().await;
     let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
     let client = Client::new(server.address(), &create_key(&db).await);
-    // A webhook asks for `waiting_for_input` (nothing listens: the outbox row is checked).
+    let received: Received = Arc::default();
+    // A webhook asks for `waiting_for_input`: a local receiver keeps what it is sent.
+    let hook_url = hook_receiver(received.clone()).await;
     let (status, hook) = client
         .post(
             "/v1/webhooks",
-            json!({"url": "http://127.0.0.1:9/hook", "events": ["waiting_for_input", "finished"]}),
+            json!({"url": hook_url, "events": ["waiting_for_input", "finished"]}),
         )
         .await;
     assert_eq!(status, 201, "{hook}");
@@ -122,6 +128,26 @@ async fn a_question_is_answered_over_rest_and_the_agent_goes_on() {
     );
     assert_eq!(question["choices"], json!(["A", "B"]));
     assert_eq!(question["question_id"], "s1a0");
+    // The webhook reaches the receiver while the task still waits: the person is told.
+    let deadline = tokio::time::Instant::now() + LONG;
+    let delivered = loop {
+        let first = received.lock().unwrap().first().cloned();
+        if let Some(body) = first {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no webhook delivered while the task waits"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(delivered["type"], "task.waiting_for_input", "{delivered}");
+    assert_eq!(delivered["payload"]["task_id"], json!(id), "{delivered}");
+    assert_eq!(
+        delivered["payload"]["question"]["choices"],
+        json!(["A", "B"]),
+        "{delivered}"
+    );
     assert_eq!(question["secret"], false);
     assert!(question["timeout_s"].as_u64().unwrap() >= 1);
     // The v2 view (the SDK's) calls it started; a listing by status finds it.

@@ -1,7 +1,8 @@
 //! The web dashboard, used as a person would: a headless Chromium (driven through the project's
 //! own browser crate) opens `browserd serve`'s `/`, signs in with a key, starts a task on a
 //! local page with the mock model, watches its steps and live frames arrive, pauses, resumes
-//! and stops it. Any JavaScript error, unhandled rejection, `console.error` or CSP violation
+//! and stops it; a task that asks a question shows it with its choices, and a click answers it.
+//! Any JavaScript error, unhandled rejection, `console.error` or CSP violation
 //! on the page fails the test.
 
 use std::sync::Arc;
@@ -10,6 +11,9 @@ use std::time::Duration;
 use browserd_browser::{BrowserPool, BrowserSession, PoolConfig};
 use browserd_tests::{Client, MockModel, Process, Site, TestDb, create_key, reply};
 use serde_json::{Value, json};
+
+/// Each scenario runs a `serve`, its Chrome and the dashboard user's Chrome: one at a time.
+static ONE_SCENARIO_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
 /// Collects the page's errors from the first script on (every document of the tab).
 const ERROR_TRAP: &str = r#"
@@ -52,6 +56,52 @@ struct Dashboard {
 }
 
 impl Dashboard {
+    /// A browser of its own (keep the pool) on the dashboard at `base`, at its sign-in form,
+    /// every document's errors trapped.
+    async fn open(base: &str) -> (BrowserPool, Self) {
+        let pool = BrowserPool::new(PoolConfig {
+            contexts_per_process: 1,
+            recycle_after_tasks: 0,
+            egress_proxy: false,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let session = pool
+            .lease()
+            .await
+            .expect("a browser for the dashboard user");
+        let target = session.focused_target().await.unwrap();
+        session
+            .cdp(
+                Some(&target),
+                "Page.addScriptToEvaluateOnNewDocument",
+                json!({"source": ERROR_TRAP}),
+            )
+            .await
+            .unwrap();
+        session.navigate(&format!("{base}/")).await.unwrap();
+        let page = Dashboard { session, target };
+        page.wait_for("document.querySelector('#sign-in')", "the sign-in form", 20)
+            .await;
+        (pool, page)
+    }
+
+    /// Signs in with `key` and waits for the task form with the server's models.
+    async fn sign_in(&self, key: &str) {
+        self.eval(&format!(
+            "document.querySelector('#api-key').value = {}; \
+             document.querySelector('#sign-in').requestSubmit(); true",
+            serde_json::to_string(key).unwrap()
+        ))
+        .await;
+        self.wait_for(
+            "document.querySelector('#new-model option[value=\"mock\"]')",
+            "the task form with the server's models",
+            20,
+        )
+        .await;
+    }
+
     /// Evaluates `expression` (awaiting a promise); a thrown error fails the test.
     async fn eval(&self, expression: &str) -> Value {
         let raw = self
@@ -176,6 +226,7 @@ async fn frame_seq(db: &sqlx::PgPool, task_id: &str) -> Option<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
     let db = TestDb::create().await;
     // The agent waits on the ticker page step after step until it is stopped.
     let model = MockModel::start(
@@ -210,32 +261,9 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         "a task nobody watched made live frames"
     );
 
-    let pool = BrowserPool::new(PoolConfig {
-        contexts_per_process: 1,
-        recycle_after_tasks: 0,
-        egress_proxy: false,
-        ..PoolConfig::default()
-    })
-    .expect("pool");
-    let session = pool
-        .lease()
-        .await
-        .expect("a browser for the dashboard user");
-    let target = session.focused_target().await.unwrap();
-    session
-        .cdp(
-            Some(&target),
-            "Page.addScriptToEvaluateOnNewDocument",
-            json!({"source": ERROR_TRAP}),
-        )
-        .await
-        .unwrap();
-    session.navigate(&format!("{base}/")).await.unwrap();
-    let page = Dashboard { session, target };
+    let (pool, page) = Dashboard::open(&base).await;
 
     // Sign in: a wrong key is refused on the page, the right one opens the task list.
-    page.wait_for("document.querySelector('#sign-in')", "the sign-in form", 20)
-        .await;
     page.eval(
         "document.querySelector('#api-key').value = 'bd_wrong'; \
          document.querySelector('#sign-in').requestSubmit(); true",
@@ -247,18 +275,7 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         20,
     )
     .await;
-    page.eval(&format!(
-        "document.querySelector('#api-key').value = {}; \
-         document.querySelector('#sign-in').requestSubmit(); true",
-        serde_json::to_string(&key).unwrap()
-    ))
-    .await;
-    page.wait_for(
-        "document.querySelector('#new-model option[value=\"mock\"]')",
-        "the task form with the server's models",
-        20,
-    )
-    .await;
+    page.sign_in(&key).await;
     let stored_key = page
         .eval("localStorage.length === 0 && sessionStorage.getItem('browserd.apiKey') !== null")
         .await;
@@ -587,6 +604,79 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     assert!(
         !logs.contains(&key),
         "the key appeared in the server's logs"
+    );
+    page.session.release().await;
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_agents_question_and_sends_the_chosen_answer() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
+    let db = TestDb::create().await;
+    let model =
+        MockModel::start_on_requests(browserd_tests::choosing_brain(), Duration::from_millis(20))
+            .await;
+    let site = Site::start().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let key = create_key(&db).await;
+    let client = Client::new(server.address(), &key);
+    let id = client
+        .create_task(json!({
+            "task": "Report the code the user picks",
+            "start_url": site.url("/stairs/1?top=2"),
+            "use_vision": false,
+        }))
+        .await;
+    client
+        .wait_status(&id, &["waiting"], Duration::from_secs(90))
+        .await;
+
+    // The task page shows the question with a button per choice and an answer box.
+    let (pool, page) = Dashboard::open(&format!("http://{}", server.address())).await;
+    page.sign_in(&key).await;
+    page.eval(&format!("location.hash = '#/tasks/{id}'; true"))
+        .await;
+    page.status_shown("waiting").await;
+    page.wait_for(
+        "!document.querySelector('#question').hidden && \
+         document.querySelector('#question-text')?.textContent === 'Which code should I report?'",
+        "the question card",
+        30,
+    )
+    .await;
+    let choices = page
+        .eval("[...document.querySelectorAll('#question-choices button')].map(b => b.textContent)")
+        .await;
+    assert_eq!(choices, json!(["A", "B"]));
+    assert_eq!(
+        page.eval("document.querySelector('#answer-input').type")
+            .await,
+        json!("text")
+    );
+
+    // Choosing B answers the task: the card goes, the agent goes on with B.
+    page.eval(
+        "[...document.querySelectorAll('#question-choices button')] \
+         .find(b => b.textContent === 'B').click(); true",
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('#question').hidden",
+        "the question card gone once answered",
+        30,
+    )
+    .await;
+    let done = client
+        .wait_status(&id, &["finished", "failed"], Duration::from_secs(90))
+        .await;
+    assert_eq!(done["status"], "finished", "{done}");
+    assert_eq!(done["output"], "the user chose B");
+    page.status_shown("finished").await;
+
+    let errors = page.errors().await;
+    assert!(
+        errors.is_empty(),
+        "JavaScript errors on the dashboard: {errors:?}"
     );
     page.session.release().await;
     pool.shutdown().await;

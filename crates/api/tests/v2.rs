@@ -964,6 +964,17 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
         .await
         .unwrap();
     assert_eq!(stored["profile_id"], id.as_str());
+    // The task's one-off session records the profile too.
+    let session_profile: Option<uuid::Uuid> =
+        sqlx::query_scalar("select profile_id from browser_sessions where id = $1::uuid")
+            .bind(task["sessionId"].as_str().unwrap())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        session_profile.map(|p| p.to_string()).as_deref(),
+        Some(id.as_str())
+    );
     let (status, session) = app.v2_post("/sessions", json!({"profileId": id})).await;
     assert_eq!(status, 201, "{session}");
     let (status, task) = app

@@ -224,6 +224,35 @@ async fn run_browserd(model: SocketAddr, dir: &Path, args: &[&str]) -> RunOutput
     run_browserd_with_env(model, dir, args, &[]).await
 }
 
+/// `browserd run`'s command line in every scenario: `args`, then loopback allowed, no vision,
+/// 8 steps at most, the history file and the workspace in `dir`.
+fn run_args(dir: &Path, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["run".to_owned()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    all.extend(
+        ["--allow-loopback", "--no-vision", "--max-steps", "8"]
+            .iter()
+            .map(|a| a.to_string()),
+    );
+    all.push("--history-out".to_owned());
+    all.push(dir.join("history.json").to_string_lossy().into_owned());
+    all.push("--workspace".to_owned());
+    all.push(dir.join("workspace").to_string_lossy().into_owned());
+    all
+}
+
+/// The environment that points `browserd run` at the mock model listening on `model`.
+fn model_env(model: SocketAddr) -> Vec<(&'static str, String)> {
+    vec![
+        ("BROWSERD_LLM_DEFAULT_MODEL", "mock".to_owned()),
+        ("BROWSERD_LLM_MOCK_PROVIDER", "openai".to_owned()),
+        ("BROWSERD_LLM_MOCK_BASE_URL", format!("http://{model}/v1")),
+        ("BROWSERD_LLM_MOCK_MODEL", "mock-model".to_owned()),
+        ("BROWSERD_LLM_MOCK_MAX_RETRIES", "0".to_owned()),
+        ("RUST_LOG", "warn".to_owned()),
+    ]
+}
+
 async fn run_browserd_with_env(
     model: SocketAddr,
     dir: &Path,
@@ -233,22 +262,8 @@ async fn run_browserd_with_env(
     let _permit = ONE_CHROME_AT_A_TIME.acquire().await.unwrap();
     let history_path = dir.join("history.json");
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_browserd"))
-        .arg("run")
-        .args(args)
-        .arg("--allow-loopback")
-        .arg("--no-vision")
-        .arg("--max-steps")
-        .arg("8")
-        .arg("--history-out")
-        .arg(&history_path)
-        .arg("--workspace")
-        .arg(dir.join("workspace"))
-        .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
-        .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
-        .env("BROWSERD_LLM_MOCK_BASE_URL", format!("http://{model}/v1"))
-        .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
-        .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
-        .env("RUST_LOG", "warn")
+        .args(run_args(dir, args))
+        .envs(model_env(model))
         .envs(env.iter().copied())
         .env_remove("BROWSERD_CONFIG")
         .kill_on_drop(true)
@@ -779,4 +794,63 @@ async fn a_profile_file_carries_cookies_and_local_storage_to_the_next_run() {
     let out = run_browserd(model, dir.path(), &["x", "--profile", &profile_arg]).await;
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("--profile"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn ask_human_is_answered_at_the_terminal() {
+    let _permit = ONE_CHROME_AT_A_TIME.acquire().await.unwrap();
+    let site = browserd_tests::Site::start().await;
+    let model = browserd_tests::MockModel::start_on_requests(
+        browserd_tests::choosing_brain(),
+        std::time::Duration::from_millis(20),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let start_url = site.url("/stairs/1?top=2");
+    let args = run_args(
+        dir.path(),
+        &["Report the code the user picks", "--start-url", &start_url],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = model_env(model.addr);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut terminal = browserd_tests::Terminal::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_browserd")),
+        &args,
+        &env,
+    );
+    let limit = std::time::Duration::from_secs(120);
+    let shown = terminal
+        .wait_for("answer (a number, or text): ", limit)
+        .await;
+    assert!(
+        shown.contains("? the agent asks: Which code should I report?"),
+        "{shown}"
+    );
+    assert!(shown.contains("1. A") && shown.contains("2. B"), "{shown}");
+    // A blank line asks again; the number of a choice answers with that choice.
+    terminal.type_line("").await;
+    terminal.type_line("2").await;
+    let (status, shown) = terminal.exit(limit).await;
+    assert!(status.success(), "exit {status}:\n{shown}");
+    assert!(shown.contains("the user chose B"), "{shown}");
+    let history: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("history.json")).unwrap()).unwrap();
+    let actions = action_names(&history);
+    assert_eq!(
+        actions[actions.len() - 2..],
+        ["ask_human", "done"],
+        "{actions:?}"
+    );
+    // The step that asked (after the start URL's navigation) has the answer as its result.
+    let asked = history["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["model_output"]["action"][0].get("ask_human").is_some())
+        .expect("the ask_human step");
+    assert_eq!(
+        asked["result"][0]["extracted_content"],
+        "The user answered: B"
+    );
 }

@@ -134,10 +134,13 @@ pub(crate) async fn attach_in(
     let session_id = match choice {
         SessionChoice::New => {
             let id = Uuid::now_v7();
+            // A one-off session uses its task's profile (`sessionSettings.profileId`).
             sqlx::query!(
-                "insert into browser_sessions (id, api_key_id, keep_alive) values ($1, $2, false)",
+                "insert into browser_sessions (id, api_key_id, keep_alive, profile_id)
+                 select $1, $2, false, (options->>'profile_id')::uuid from tasks where id = $3",
                 id,
                 owner.0,
+                task.0,
             )
             .execute(&mut **tx)
             .await?;
