@@ -645,6 +645,51 @@ pub fn choosing_brain() -> RequestBrain {
     })
 }
 
+/// The task [`choosing_brain`] works on: the stairs fixture's first stair, without vision.
+pub fn choosing_task(site: &Site) -> Value {
+    json!({
+        "task": "Report the code the user picks",
+        "start_url": site.url("/stairs/1?top=2"),
+        "use_vision": false,
+    })
+}
+
+/// A `browserd serve` whose task (one of a new key's) waits for a person's answer: the
+/// [`choosing_task`] run by [`choosing_brain`], already asking "Which code should I report?".
+pub struct WaitingTask {
+    pub db: TestDb,
+    pub model: MockModel,
+    pub site: Site,
+    pub server: Process,
+    pub key: String,
+    pub client: Client,
+    pub id: String,
+}
+
+impl WaitingTask {
+    pub async fn start() -> Self {
+        let site = Site::start().await;
+        let model = MockModel::start_on_requests(choosing_brain(), Duration::from_millis(20)).await;
+        let db = TestDb::create().await;
+        let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+        let key = create_key(&db).await;
+        let client = Client::new(server.address(), &key);
+        let id = client.create_task(choosing_task(&site)).await;
+        client
+            .wait_status(&id, &["waiting"], Duration::from_secs(90))
+            .await;
+        Self {
+            db,
+            model,
+            site,
+            server,
+            key,
+            client,
+            id,
+        }
+    }
+}
+
 /// The model for the stairs fixture: click "Next" until the page says it is the top, then
 /// report the number written there.
 pub fn stairs_brain() -> Brain {

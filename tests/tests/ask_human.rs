@@ -344,11 +344,7 @@ async fn a_worker_killed_while_waiting_is_answered_and_the_task_resumes_elsewher
     let mut first = Process::start(&db, model.addr, "worker", &worker_args).await;
     let client = Client::new(api.address(), &create_key(&db).await);
     let id = client
-        .create_task(json!({
-            "task": "Report the code the user picks",
-            "start_url": site.url("/stairs/1?top=2"),
-            "use_vision": false,
-        }))
+        .create_task(browserd_tests::choosing_task(&site))
         .await;
     client.wait_status(&id, &["waiting"], LONG).await;
     first.signal("KILL").await;

@@ -612,28 +612,12 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_agents_question_and_sends_the_chosen_answer() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let db = TestDb::create().await;
-    let model =
-        MockModel::start_on_requests(browserd_tests::choosing_brain(), Duration::from_millis(20))
-            .await;
-    let site = Site::start().await;
-    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
-    let id = client
-        .create_task(json!({
-            "task": "Report the code the user picks",
-            "start_url": site.url("/stairs/1?top=2"),
-            "use_vision": false,
-        }))
-        .await;
-    client
-        .wait_status(&id, &["waiting"], Duration::from_secs(90))
-        .await;
+    let waiting = browserd_tests::WaitingTask::start().await;
+    let (server, key, client, id) = (&waiting.server, &waiting.key, &waiting.client, &waiting.id);
 
     // The task page shows the question with a button per choice and an answer box.
     let (pool, page) = Dashboard::open(&format!("http://{}", server.address())).await;
-    page.sign_in(&key).await;
+    page.sign_in(key).await;
     page.eval(&format!("location.hash = '#/tasks/{id}'; true"))
         .await;
     page.status_shown("waiting").await;
@@ -667,7 +651,7 @@ async fn the_dashboard_shows_the_agents_question_and_sends_the_chosen_answer() {
     )
     .await;
     let done = client
-        .wait_status(&id, &["finished", "failed"], Duration::from_secs(90))
+        .wait_status(id, &["finished", "failed"], Duration::from_secs(90))
         .await;
     assert_eq!(done["status"], "finished", "{done}");
     assert_eq!(done["output"], "the user chose B");

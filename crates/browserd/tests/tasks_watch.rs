@@ -201,29 +201,15 @@ async fn follow_prints_each_step_once_across_a_dropped_connection_and_watch_repl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_at_a_terminal_answers_the_tasks_question() {
     let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
-    let site = Site::start().await;
-    let model =
-        MockModel::start_on_requests(browserd_tests::choosing_brain(), Duration::from_millis(20))
-            .await;
-    let db = TestDb::create().await;
-    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
-    let key = create_key(&db).await;
-    let client = Client::new(server.address(), &key);
-    let id = client
-        .create_task(serde_json::json!({
-            "task": "Report the code the user picks",
-            "start_url": site.url("/stairs/1?top=2"),
-            "use_vision": false,
-        }))
-        .await;
-    client.wait_status(&id, &["waiting"], LONG).await;
+    let waiting = browserd_tests::WaitingTask::start().await;
+    let (server, key, client, id) = (&waiting.server, &waiting.key, &waiting.client, &waiting.id);
 
     // Watching at a terminal shows the open question and sends what is typed.
     let server_url = format!("http://{}", server.address());
     let mut terminal = browserd_tests::Terminal::spawn(
         &browserd_bin(),
-        &["tasks", "watch", &id, "--server", &server_url],
-        &[("BROWSERD_API_KEY", &key)],
+        &["tasks", "watch", id, "--server", &server_url],
+        &[("BROWSERD_API_KEY", key)],
     );
     let shown = terminal
         .wait_for("answer (a number, or text): ", LONG)
@@ -233,7 +219,7 @@ async fn watch_at_a_terminal_answers_the_tasks_question() {
     let (status, shown) = terminal.exit(LONG).await;
     assert!(status.success(), "exit {status}:\n{shown}");
     assert!(shown.contains("the user chose A"), "{shown}");
-    let done = client.wait_status(&id, &["finished", "failed"], LONG).await;
+    let done = client.wait_status(id, &["finished", "failed"], LONG).await;
     assert_eq!(done["status"], "finished", "{done}");
     assert_eq!(done["output"], "the user chose A");
 }
