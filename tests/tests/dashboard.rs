@@ -441,10 +441,20 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     .await;
     page.eval("document.querySelector('#take-over').click(); true")
         .await;
+    // The frame's middle once the layout has settled after the panel changed (the same box
+    // on two frames in a row): a scrollbar coming or going moves and resizes the frame.
     let middle = page
         .eval(
-            "(() => { const r = document.querySelector('#live-frame').getBoundingClientRect(); \
-             return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+            "(async () => { \
+               const middle = () => { const r = document.querySelector('#live-frame').getBoundingClientRect(); \
+                 return [r.left + r.width / 2, r.top + r.height / 2]; }; \
+               const frame = () => new Promise((resolve) => requestAnimationFrame(resolve)); \
+               let last = middle(); \
+               for (let i = 0; i < 100; i++) { \
+                 await frame(); const now = middle(); \
+                 if (now[0] === last[0] && now[1] === last[1]) return now; \
+                 last = now; } \
+               throw new Error('the live frame never stopped moving'); })()",
         )
         .await;
     let (x, y) = (middle[0].as_f64().unwrap(), middle[1].as_f64().unwrap());
