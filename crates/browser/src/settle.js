@@ -7,8 +7,9 @@
 //   - CSS transitions and animations (and Web Animations) that run at most ANIMATION_MAX_MS;
 //   - IntersectionObserver / ResizeObserver callbacks: with observers at work, the settle lasts
 //     two rendering frames at least, after which their callbacks (and what those start) have run;
-//   - WebSocket messages: a message the page sends is pending until the socket's next message
-//     (at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
+//   - WebSocket messages: a message the page sends is pending until the socket's answer is over
+//     (its first message, then WS_QUIET_MS without one; at most WS_REPLY_MAX_MS), and a socket
+//     opened is pending until it is open;
 //   - scripts, stylesheets and iframes inserted into the document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
 //   - DOM mutations, for a quiet window after the last one;
@@ -43,6 +44,8 @@
   // A finite animation that started this long before the action's start is not its doing.
   const ANIMATION_EARLY_MS = 100;
   const WS_REPLY_MAX_MS = 1500;
+  // A WebSocket answer is over once its socket has been quiet this long.
+  const WS_QUIET_MS = 200;
   // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
   // long at most.
   const FRAME_WAIT_MAX_MS = 150;
@@ -419,26 +422,37 @@
   }
 
   // ---- WebSocket ----
-  // A message the page sends is pending until the socket's next message arrives (one task
-  // after the page's own handlers ran), a socket opened until it is open.
+  // A message the page sends is pending until the socket's answer is over: its first message,
+  // then until the socket has been quiet for WS_QUIET_MS (an answer streamed in several
+  // messages, each re-rendering the page), at most WS_REPLY_MAX_MS after the send. The item ends
+  // one task after the last message, once the page's own handlers have run. A socket opened is
+  // pending until it is open.
   if (typeof window.WebSocket === 'function' && window.WebSocket.prototype) {
-    const awaiting = new WeakMap(); // socket → Set of item ids
+    const awaiting = new WeakMap(); // socket → {ids: Set of item ids, quiet: timer}
     const settleSocket = (socket) => {
-      const ids = awaiting.get(socket);
-      if (!ids) return;
-      for (const id of ids) endLater(id);
-      ids.clear();
+      const state = awaiting.get(socket);
+      if (!state) return;
+      clearTimer(state.quiet);
+      state.quiet = 0;
+      for (const id of state.ids) endLater(id);
+      state.ids.clear();
+    };
+    const answered = (socket) => {
+      const state = awaiting.get(socket);
+      if (!state || state.ids.size === 0) return;
+      clearTimer(state.quiet);
+      state.quiet = setTimer(() => settleSocket(socket), WS_QUIET_MS);
     };
     const expect = (socket, kind) => {
-      let ids = awaiting.get(socket);
-      if (!ids) {
-        ids = new Set();
-        awaiting.set(socket, ids);
-        // The item ends one task after the message, once the page's own handlers have run.
-        socket.addEventListener('message', () => settleSocket(socket));
+      let state = awaiting.get(socket);
+      if (!state) {
+        state = { ids: new Set(), quiet: 0 };
+        awaiting.set(socket, state);
+        socket.addEventListener('message', () => answered(socket));
         socket.addEventListener('close', () => settleSocket(socket));
         socket.addEventListener('error', () => settleSocket(socket));
       }
+      const ids = state.ids;
       const id = begin(kind, socket.url);
       ids.add(id);
       setTimer(() => {

@@ -143,6 +143,9 @@ struct Delayed {
     page: u32,
     #[serde(default)]
     delay: u64,
+    /// The WebSocket's answer comes in this many messages, `delay` ms apart.
+    #[serde(default)]
+    parts: u32,
 }
 
 /// Page `page` of the feed (ten post titles), after `delay` ms.
@@ -167,19 +170,27 @@ async fn config(Query(q): Query<Delayed>) -> Response {
         .into_response()
 }
 
-/// A WebSocket that answers each text message after `delay` ms.
+/// A WebSocket that answers each text message after `delay` ms, or with `parts` messages
+/// `delay` ms apart (`part 1 of n`, …, then the answer).
 async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response {
     upgrade.on_upgrade(move |mut ws: WebSocket| async move {
         while let Some(Ok(message)) = ws.recv().await {
             if let Message::Text(text) = message {
-                tokio::time::sleep(Duration::from_millis(q.delay)).await;
                 let answer = if text.as_str() == "six times seven" {
                     "42".to_owned()
                 } else {
                     format!("unknown question {}", text.as_str())
                 };
-                if ws.send(Message::Text(answer.into())).await.is_err() {
-                    break;
+                let parts = q.parts.max(1);
+                let mut messages: Vec<String> = (1..parts)
+                    .map(|n| format!("part {n} of {}", parts - 1))
+                    .collect();
+                messages.push(answer);
+                for message in messages {
+                    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+                    if ws.send(Message::Text(message.into())).await.is_err() {
+                        return;
+                    }
                 }
             }
         }
@@ -741,6 +752,35 @@ fn a_websocket_answer_to_the_click_is_waited_for() {
         let after = capture(&session).await;
         assert!(
             after.llm_text.contains("Result: 42"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/websocket-stream.html`: the server answers the click in four messages
+/// 100 ms apart (three progress parts, then the result; gaps longer than the quiet window), and
+/// the page re-renders after each; the capture after the click shows the last one.
+#[test]
+fn a_websocket_answer_in_several_messages_is_waited_for_to_its_end() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/websocket-stream.html").await;
+        let before = capture(&session).await;
+        assert!(
+            before.llm_text.contains("Connected"),
+            "{:?}\n{}",
+            settle_of(&arrived),
+            before.llm_text
+        );
+        let result = run(&session, click(index_of(&before, "ask"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Result: 42 after 3 parts"),
             "{settle:?}\n{}",
             after.llm_text
         );
