@@ -160,6 +160,9 @@ impl Outcome {
 
     /// The last page shown and the run's log, for a failing assertion.
     pub fn explain(&self) -> String {
+        if std::env::var_os("WIDGETS_ALL_PAGES").is_some() {
+            return format!("{} steps; pages shown:\n{}", self.steps(), self.pages.join("\n-----\n"));
+        }
         format!(
             "{} steps; last page shown:\n{}\nstderr:\n{}",
             self.steps(),
@@ -233,6 +236,38 @@ pub fn element_after<'a>(page: &'a str, anchor: &str, tag: &str) -> Option<(u64,
         .parse()
         .ok()?;
     Some((index, found.as_str()))
+}
+
+/// Index of the first element with `tag` (a regex) whose text — every text line under it, at
+/// any depth, joined — is `text`, whitespace ignored (a row's "Open invoice" and "150" are two
+/// text nodes; a filtered option's "Ru" and "st" too).
+pub fn element_with_text(page: &str, tag: &str, text: &str) -> Option<u64> {
+    let head = Regex::new(&format!(r"^(\t*)[^\[\t]*\[(\d+)\]<({tag})\b")).unwrap();
+    let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let wanted = squash(text);
+    let lines: Vec<&str> = page.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(c) = head.captures(line) else {
+            continue;
+        };
+        let depth = c[1].len();
+        let mut inner = String::new();
+        for next in &lines[i + 1..] {
+            let indent = next.len() - next.trim_start_matches('\t').len();
+            if indent <= depth {
+                break;
+            }
+            let t = next.trim();
+            if t.contains('<') || t == "Open Shadow" || t == "Shadow End" {
+                continue;
+            }
+            inner.push_str(t);
+        }
+        if squash(&inner) == wanted {
+            return c[2].parse().ok();
+        }
+    }
+    None
 }
 
 fn click(goal: &str, index: u64) -> Value {
@@ -344,11 +379,12 @@ pub fn mui_brain() -> Brain {
         if let Some(i) = index_of(page, "li", r"/>\s*Express shipping") {
             return click("choose express shipping", i);
         }
-        let Some((shipping, shipping_text)) = element_after(page, "Shipping", "div") else {
-            return lost(page);
-        };
-        if !shipping_text.contains("Express shipping") {
-            return click("open the shipping menu", shipping);
+        // The Select's combobox shows the chosen option's text.
+        if index_of(page, "div", r"role=combobox[^\n]*/>\s*Express shipping").is_none() {
+            return match index_of(page, "div", r"role=combobox[^\n]*/>\s*\w+ shipping") {
+                Some(i) => click("open the shipping menu", i),
+                None => lost(page),
+            };
         }
         if let Some(i) = index_of(page, "li", r"/>\s*Portugal") {
             return click("choose Portugal", i);
@@ -367,9 +403,12 @@ pub fn mui_brain() -> Brain {
 }
 
 /// Shoelace web components: the fields are native inputs inside shadow roots, the select a
-/// listbox of `sl-option`s that opens on click, the checkbox a shadow-DOM control.
+/// listbox of `sl-option`s that opens on click, the checkbox and the button hosts whose labels
+/// are slotted light-DOM text. The checkbox shows no checked state in the page text (Shoelace
+/// keeps it in a property), so the brain remembers that it ticked it.
 pub fn shoelace_brain() -> Brain {
-    Arc::new(|page: &str| {
+    let ticked = Arc::new(Mutex::new(false));
+    Arc::new(move |page: &str| {
         if page.contains("Saved:") {
             return done_reply("Subscribed", true);
         }
@@ -379,24 +418,25 @@ pub fn shoelace_brain() -> Brain {
         if !email_line.contains("value=ada@example.com") {
             return input("enter the email", email, "ada@example.com");
         }
-        if let Some(i) = index_of(page, "sl-option", r"/>\s*Pro plan") {
+        if let Some(i) = element_with_text(page, "sl-option", "Pro plan") {
             return click("choose the Pro plan", i);
         }
         if !page.contains("value=Pro plan") {
-            return match element_after(page, "Plan", "(div|input|sl-select)") {
+            return match element_after(page, "(?m)^\\s*Plan$", "input") {
                 Some((i, _)) => click("open the plan menu", i),
                 None => lost(page),
             };
         }
-        let Some((terms, terms_line)) =
-            element_after(page, "value=Pro plan", "(input|sl-checkbox|label)")
-        else {
-            return lost(page);
-        };
-        if !terms_line.contains("checked=true") {
-            return click("accept the terms", terms);
+        if !*ticked.lock().unwrap() {
+            return match element_after(page, "I accept the terms", "label") {
+                Some((i, _)) => {
+                    *ticked.lock().unwrap() = true;
+                    click("accept the terms", i)
+                }
+                None => lost(page),
+            };
         }
-        match index_of(page, "(sl-button|button)", r"/>\s*Subscribe") {
+        match element_with_text(page, "sl-button", "Subscribe") {
             Some(i) => click("subscribe", i),
             None => lost(page),
         }
@@ -433,7 +473,7 @@ pub fn tom_select_brain() -> Brain {
         if page.contains("Saved:") {
             return done_reply("Saved", true);
         }
-        if let Some(i) = index_of(page, "div", r"role=option[^\n]*/>\s*Rust\b") {
+        if let Some(i) = element_with_text(page, "div", "Rust").filter(|_| page.contains("role=option")) {
             return click("choose Rust", i);
         }
         if Regex::new(r"(?m)^\s*Rust$").unwrap().is_match(page) {
@@ -478,11 +518,17 @@ pub fn virtual_list_brain() -> Brain {
         if page.contains("Opened:") {
             return done_reply("Opened", true);
         }
-        if let Some(i) = index_of(page, "button", r"/>\s*Open invoice 150\b") {
+        if let Some(i) = element_with_text(page, "button", "Open invoice 150") {
             return click("open invoice 150", i);
         }
-        // The list: the scrollable element holding the rows.
-        match index_of(page, "div", r"scroll") {
+        // The list itself has no index (a scroll container with interactive rows, as
+        // browser-use prints it): scroll from its last row, which scrolls the row's container.
+        let last_row = Regex::new(r"\[(\d+)\]<button")
+            .unwrap()
+            .captures_iter(page)
+            .last()
+            .and_then(|c| c[1].parse::<u64>().ok());
+        match last_row {
             Some(i) => reply(
                 "scroll the invoice list",
                 json!([{"scroll": {"down": true, "pages": 4.0, "index": i}}]),
@@ -498,7 +544,7 @@ pub fn feed_brain() -> Brain {
         if page.contains("Liked:") {
             return done_reply("Liked", true);
         }
-        if let Some(i) = index_of(page, "button", r"/>\s*Like Post 23\b") {
+        if let Some(i) = element_with_text(page, "button", "Like Post 23") {
             return click("like post 23", i);
         }
         reply(

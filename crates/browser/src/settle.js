@@ -12,7 +12,8 @@
 //     opened is pending until it is open;
 //   - scripts, stylesheets and iframes inserted into the document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
-//   - DOM mutations, for a quiet window after the last one;
+//   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
+//     root the page attaches, whose animations are waited for too);
 //   - on a new document, a loading screen (a page whose only text says it is loading, or a
 //     progress bar / aria-busy element and little text): the settle waits until it is replaced.
 // It ignores what is long-lived or not the action's: EventSource, sendBeacon, keepalive
@@ -71,6 +72,19 @@
   let unloading = 0; // when a cross-document navigation began
   const nodeTimes = new WeakMap(); // node → {last, beforeEpoch, epoch}: its mutation times
   const waiters = new Set();
+  // Every shadow root the page attached (WeakRefs where available): document-level
+  // MutationObservers and document.getAnimations() do not see into shadow trees, where web
+  // components render and animate (a select's popup closing, a label changing).
+  const shadowRoots = new Set();
+  const liveShadowRoots = () => {
+    const roots = [];
+    for (const ref of shadowRoots) {
+      const root = typeof ref.deref === 'function' ? ref.deref() : ref;
+      if (!root) shadowRoots.delete(ref);
+      else if (root.host && root.host.isConnected) roots.push(root);
+    }
+    return roots;
+  };
 
   const wake = () => {
     for (const waiter of [...waiters]) waiter();
@@ -349,6 +363,9 @@
     let animations;
     try {
       animations = document.getAnimations();
+      for (const root of liveShadowRoots()) {
+        if (typeof root.getAnimations === 'function') animations = animations.concat(root.getAnimations());
+      }
     } catch (_) {
       return running;
     }
@@ -557,7 +574,21 @@
       wake();
     }
   });
-  observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  const observed = { subtree: true, childList: true, attributes: true, characterData: true };
+  observer.observe(document, observed);
+  // Shadow roots: observed by the same observer, and remembered for their animations.
+  if (typeof Element === 'function' && typeof Element.prototype.attachShadow === 'function') {
+    Element.prototype.attachShadow = new Proxy(Element.prototype.attachShadow, {
+      apply(target, host, args) {
+        const root = Reflect.apply(target, host, args);
+        try {
+          observer.observe(root, observed);
+          shadowRoots.add(typeof WeakRef === 'function' ? new WeakRef(root) : root);
+        } catch (_) {}
+        return root;
+      },
+    });
+  }
 
   // ---- navigations ----
   addEventListener(

@@ -544,3 +544,20 @@ fn highlight_elements_draws_boxes_and_indices() {
         session.release().await;
     });
 }
+
+/// `fixtures/slotted.html`: a web component's label is light-DOM text slotted into its shadow
+/// tree; it is printed with its host (browser-use walks the DOM tree, where the text is the
+/// host's child), not dropped with the slot it renders in.
+#[test]
+fn slotted_labels_of_web_components_are_printed() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "slotted.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        assert!(text.contains("Subscribe"), "{text}");
+        assert!(text.contains("I accept the terms"), "{text}");
+        session.release().await;
+    });
+}
+

@@ -731,6 +731,32 @@ fn an_intersection_observer_feed_grows_in_the_capture_after_a_scroll() {
     });
 }
 
+/// `fixtures/settle/shadow-dropdown.html`: a web component's listbox, in its shadow root, closes
+/// with a 300 ms Web Animation there and the value shows once it finished; the capture after the
+/// choice shows the value and no listbox (shadow roots' animations and mutations are tracked).
+#[test]
+fn a_shadow_dom_dropdown_is_captured_once_its_closing_animation_ran() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session =
+            open_with_cap(&guard, "/fixture/shadow-dropdown.html", Duration::from_secs(6)).await;
+        let closed = capture(&session).await;
+        run(&session, click(index_of(&closed, "pick"))).await;
+        let open = capture(&session).await;
+        assert!(open.llm_text.contains("Team plan"), "{}", open.llm_text);
+        let result = run(&session, click(index_by_text(&open, "Pro plan"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            !after.llm_text.contains("Team plan") && after.llm_text.contains("Plan: Pro plan"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
 /// `fixtures/settle/websocket.html`: the button sends a WebSocket message, the server answers
 /// 400 ms later and the page shows the answer; the capture after the click shows it. Arriving
 /// on the page waits for its socket to open.
