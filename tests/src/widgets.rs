@@ -522,19 +522,27 @@ pub fn virtual_list_brain() -> Brain {
             return click("open invoice 150", i);
         }
         // The list itself has no index (a scroll container with interactive rows, as
-        // browser-use prints it): scroll from its last row, which scrolls the row's container.
-        let last_row = Regex::new(r"\[(\d+)\]<button")
+        // browser-use prints it): scroll from its last row, which scrolls the row's container,
+        // by as many list heights (ten rows) as invoice 150 is away.
+        let rows: Vec<(u64, u32)> = Regex::new(r"\[(\d+)\]<button />\s*Open invoice\s+(\d+)")
             .unwrap()
             .captures_iter(page)
-            .last()
-            .and_then(|c| c[1].parse::<u64>().ok());
-        match last_row {
-            Some(i) => reply(
-                "scroll the invoice list",
-                json!([{"scroll": {"down": true, "pages": 4.0, "index": i}}]),
-            ),
-            None => lost(page),
-        }
+            .filter_map(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)))
+            .collect();
+        let (Some(&(last, highest)), Some(lowest)) =
+            (rows.last(), rows.iter().map(|r| r.1).min())
+        else {
+            return lost(page);
+        };
+        let (down, rows_away) = if highest < 150 {
+            (true, 150 - highest)
+        } else {
+            (false, lowest.saturating_sub(150))
+        };
+        reply(
+            "scroll the invoice list",
+            json!([{"scroll": {"down": down, "pages": f64::from(rows_away) / 10.0 + 0.5, "index": last}}]),
+        )
     })
 }
 
