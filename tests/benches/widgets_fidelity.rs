@@ -15,7 +15,13 @@ use browserd_tests::{
 use serde_json::Value;
 
 /// One browser-use run: (model steps, whether browser-use called its run a success).
-async fn browser_use(python: &PathBuf, url: &str, task: &str, brain: Brain, max_steps: u32) -> (usize, String) {
+async fn browser_use(
+    python: &PathBuf,
+    url: &str,
+    task: &str,
+    brain: Brain,
+    max_steps: u32,
+) -> (usize, String) {
     let model = MockModel::start(brain, Duration::ZERO).await;
     let output = tokio::process::Command::new(python)
         .arg(repo_root().join("tests/benches/browser_use_task.py"))
@@ -54,7 +60,9 @@ fn verdict(received: &[Value], expected: &Value) -> String {
 #[tokio::main]
 async fn main() {
     let Some(python) = std::env::var_os("BENCH_BROWSER_USE_PYTHON").map(PathBuf::from) else {
-        eprintln!("BENCH_BROWSER_USE_PYTHON is not set (a Python with browser-use): nothing to compare");
+        eprintln!(
+            "BENCH_BROWSER_USE_PYTHON is not set (a Python with browser-use): nothing to compare"
+        );
         return;
     };
     let only: Option<Vec<String>> = std::env::var("BENCH_WIDGETS")
@@ -73,8 +81,14 @@ async fn main() {
         let ours_state = verdict(&submitted.of(scenario.name), &expected);
         let (addr, submitted) = widgets::start_server().await;
         let url = format!("http://{addr}/pages/{}.html", scenario.name);
-        let (theirs, theirs_success) =
-            browser_use(&python, &url, scenario.task, (scenario.brain)(), scenario.max_steps).await;
+        let (theirs, theirs_success) = browser_use(
+            &python,
+            &url,
+            scenario.task,
+            (scenario.brain)(),
+            scenario.max_steps,
+        )
+        .await;
         let theirs_state = verdict(&submitted.of(scenario.name), &expected);
         rows.push(format!(
             "| {} | {} | {ours_state} | {theirs} | {theirs_state} (success: {theirs_success}) |",
@@ -89,15 +103,23 @@ async fn main() {
         let ours_state = verdict(&app.orders(), &expected);
         drop(app);
         let app = GradioApp::start().await;
-        let (theirs, theirs_success) =
-            browser_use(&python, &app.url, widgets::GRADIO_TASK, widgets::gradio_brain(), 12).await;
+        let (theirs, theirs_success) = browser_use(
+            &python,
+            &app.url,
+            widgets::GRADIO_TASK,
+            widgets::gradio_brain(),
+            12,
+        )
+        .await;
         let theirs_state = verdict(&app.orders(), &expected);
         rows.push(format!(
             "| gradio | {} | {ours_state} | {theirs} | {theirs_state} (success: {theirs_success}) |",
             ours.steps()
         ));
     }
-    println!("| scenario | browserd steps | browserd: app state | browser-use steps | browser-use: app state |");
+    println!(
+        "| scenario | browserd steps | browserd: app state | browser-use steps | browser-use: app state |"
+    );
     println!("|---|---|---|---|---|");
     for row in rows {
         println!("{row}");

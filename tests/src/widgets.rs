@@ -23,9 +23,7 @@ use axum::{
 use regex::Regex;
 use serde_json::{Value, json};
 
-use crate::{
-    Brain, MockModel, browserd_bin, done_reply, index_of, python_venv, reply, repo_root,
-};
+use crate::{Brain, MockModel, browserd_bin, done_reply, index_of, python_venv, reply, repo_root};
 
 /// The bundle's directory (`scripts/widgets` installs and bundles once; later calls find it).
 pub fn dist() -> &'static PathBuf {
@@ -161,7 +159,11 @@ impl Outcome {
     /// The last page shown and the run's log, for a failing assertion.
     pub fn explain(&self) -> String {
         if std::env::var_os("WIDGETS_ALL_PAGES").is_some() {
-            return format!("{} steps; pages shown:\n{}", self.steps(), self.pages.join("\n-----\n"));
+            return format!(
+                "{} steps; pages shown:\n{}",
+                self.steps(),
+                self.pages.join("\n-----\n")
+            );
         }
         format!(
             "{} steps; last page shown:\n{}\nstderr:\n{}",
@@ -230,9 +232,7 @@ pub fn element_after<'a>(page: &'a str, anchor: &str, tag: &str) -> Option<(u64,
     let start = Regex::new(anchor).unwrap().find(page)?.end();
     let re = Regex::new(&format!(r"\[(\d+)\]<{tag}\b[^\n]*(\n[^\[\n]*)*")).unwrap();
     let found = re.find(&page[start..])?;
-    let index = Regex::new(r"\[(\d+)\]")
-        .unwrap()
-        .captures(found.as_str())?[1]
+    let index = Regex::new(r"\[(\d+)\]").unwrap().captures(found.as_str())?[1]
         .parse()
         .ok()?;
     Some((index, found.as_str()))
@@ -303,9 +303,7 @@ pub fn scenarios() -> Vec<Scenario> {
             task: "Order 37.5 kg with express shipping to Portugal for Ada Lovelace",
             max_steps: 15,
             brain: mui_brain,
-            expected: || {
-                json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"})
-            },
+            expected: || json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"}),
         },
         Scenario {
             name: "shoelace",
@@ -428,8 +426,12 @@ pub fn shoelace_brain() -> Brain {
             };
         }
         if !*ticked.lock().unwrap() {
-            return match element_after(page, "I accept the terms", "label") {
-                Some((i, _)) => {
+            // browserd prints the slotted label inside the checkbox's shadow `<label>`,
+            // browser-use before it (under the host): either way, that label.
+            let label = element_with_text(page, "label", "I accept the terms")
+                .or_else(|| element_after(page, "I accept the terms", "label").map(|(i, _)| i));
+            return match label {
+                Some(i) => {
                     *ticked.lock().unwrap() = true;
                     click("accept the terms", i)
                 }
@@ -473,7 +475,9 @@ pub fn tom_select_brain() -> Brain {
         if page.contains("Saved:") {
             return done_reply("Saved", true);
         }
-        if let Some(i) = element_with_text(page, "div", "Rust").filter(|_| page.contains("role=option")) {
+        if let Some(i) =
+            element_with_text(page, "div", "Rust").filter(|_| page.contains("role=option"))
+        {
             return click("choose Rust", i);
         }
         if Regex::new(r"(?m)^\s*Rust$").unwrap().is_match(page) {
@@ -529,8 +533,7 @@ pub fn virtual_list_brain() -> Brain {
             .captures_iter(page)
             .filter_map(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)))
             .collect();
-        let (Some(&(last, highest)), Some(lowest)) =
-            (rows.last(), rows.iter().map(|r| r.1).min())
+        let (Some(&(last, highest)), Some(lowest)) = (rows.last(), rows.iter().map(|r| r.1).min())
         else {
             return lost(page);
         };

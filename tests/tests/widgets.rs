@@ -15,13 +15,7 @@ async fn scenario(name: &str) {
         .unwrap();
     let (addr, submitted) = widgets::start_server().await;
     let url = format!("http://{addr}/pages/{name}.html");
-    let outcome = run(
-        scenario.task,
-        &url,
-        (scenario.brain)(),
-        scenario.max_steps,
-    )
-    .await;
+    let outcome = run(scenario.task, &url, (scenario.brain)(), scenario.max_steps).await;
     assert!(outcome.exited_ok, "{}", outcome.explain());
     assert_eq!(
         submitted.of(name),

@@ -445,19 +445,6 @@ pub(crate) fn append_snapshot(
             let parent_shadow = (parent_snapshot >= 0)
                 .then(|| shadow_kind.get(&(parent_snapshot as usize)).copied())
                 .flatten();
-            // A light-DOM node slotted into a shadow tree: the flat tree hangs it under its slot;
-            // in the DOM tree (browser-use's) it stays a child of its host — the host of the
-            // slot's shadow root — so its text is printed with the host (a web component's
-            // label: `<sl-button>Subscribe</sl-button>`), not lost with a slot that is not
-            // printed.
-            if own_shadow.is_none()
-                && parent_shadow.is_some()
-                && let Some(slot) = parent
-                && tree.nodes[slot as usize].tag == "slot"
-                && let Some(host) = host_of(&tree, slot)
-            {
-                parent = Some(host);
-            }
             if let (Some(mode), Some(host)) = (own_shadow, parent)
                 && own_shadow != parent_shadow
             {
@@ -803,17 +790,4 @@ pub(crate) fn compute_visibility(
             stack.push((c, next_len, child_offset));
         }
     }
-}
-
-/// The host of the shadow tree that `id` is in: the parent of its nearest shadow-root ancestor.
-fn host_of(tree: &Tree, id: NodeId) -> Option<NodeId> {
-    let mut current = tree.nodes[id as usize].parent;
-    while let Some(c) = current {
-        let node = &tree.nodes[c as usize];
-        if matches!(node.kind, NodeKind::ShadowRoot(_)) {
-            return node.parent;
-        }
-        current = node.parent;
-    }
-    None
 }

@@ -738,8 +738,12 @@ fn an_intersection_observer_feed_grows_in_the_capture_after_a_scroll() {
 fn a_shadow_dom_dropdown_is_captured_once_its_closing_animation_ran() {
     let guard = support::shared_pool();
     rt().block_on(async {
-        let session =
-            open_with_cap(&guard, "/fixture/shadow-dropdown.html", Duration::from_secs(6)).await;
+        let session = open_with_cap(
+            &guard,
+            "/fixture/shadow-dropdown.html",
+            Duration::from_secs(6),
+        )
+        .await;
         let closed = capture(&session).await;
         run(&session, click(index_of(&closed, "pick"))).await;
         let open = capture(&session).await;
