@@ -36,10 +36,18 @@ async fn browser_use(
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().rev().find(|l| l.starts_with('{'));
     match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
-        Some(v) => (
-            usize::try_from(v["steps"].as_u64().unwrap_or(0)).unwrap_or(0),
-            v["success"].to_string(),
-        ),
+        Some(v) => {
+            if v["success"] != Value::Bool(true) {
+                eprintln!(
+                    "browser-use on {url}: {}",
+                    v["final"].as_str().unwrap_or("")
+                );
+            }
+            (
+                usize::try_from(v["steps"].as_u64().unwrap_or(0)).unwrap_or(0),
+                v["success"].to_string(),
+            )
+        }
         None => {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let tail: String = stderr.lines().rev().take(15).collect::<Vec<_>>().join("\n");
@@ -79,6 +87,9 @@ async fn main() {
         let url = format!("http://{addr}/pages/{}.html", scenario.name);
         let ours = widgets::run(scenario.task, &url, (scenario.brain)(), scenario.max_steps).await;
         let ours_state = verdict(&submitted.of(scenario.name), &expected);
+        if ours_state != "pass" {
+            eprintln!("browserd on {url}: {}", ours.explain());
+        }
         let (addr, submitted) = widgets::start_server().await;
         let url = format!("http://{addr}/pages/{}.html", scenario.name);
         let (theirs, theirs_success) = browser_use(
@@ -101,6 +112,9 @@ async fn main() {
         let app = GradioApp::start().await;
         let ours = widgets::run(widgets::GRADIO_TASK, &app.url, widgets::gradio_brain(), 12).await;
         let ours_state = verdict(&app.orders(), &expected);
+        if ours_state != "pass" {
+            eprintln!("browserd on {}: {}", app.url, ours.explain());
+        }
         drop(app);
         let app = GradioApp::start().await;
         let (theirs, theirs_success) = browser_use(

@@ -5,8 +5,9 @@
 //   - setTimeout callbacks of at most TIMER_MAX_MS (debounces, "show result in 100 ms");
 //   - requestAnimationFrame callbacks (chains of at most FRAME_CHAIN_MAX frames);
 //   - CSS transitions and animations (and Web Animations) that run at most ANIMATION_MAX_MS;
-//   - IntersectionObserver / ResizeObserver callbacks: with observers at work, the settle lasts
-//     two rendering frames at least, after which their callbacks (and what those start) have run;
+//   - IntersectionObserver / ResizeObserver callbacks and scroll listeners: with observers at
+//     work or a scroll listener added, the settle lasts two rendering frames at least, after
+//     which their callbacks (and what those start) have run;
 //   - WebSocket messages: a message the page sends is pending until the socket's answer is over
 //     (its first message, then WS_QUIET_MS without one; at most WS_REPLY_MAX_MS), and a socket
 //     opened is pending until it is open;
@@ -387,6 +388,20 @@
     return running;
   };
 
+  // ---- scroll listeners ----
+  // A scroll's `scroll` event is dispatched at the next rendering frame, after the action
+  // returned: a page that listens for scrolls (a virtualised list rendering the rows now in view)
+  // changes only then. Once any scroll listener was added, a settle lasts two frames at least.
+  let scrollListeners = false;
+  if (typeof EventTarget === 'function' && typeof EventTarget.prototype.addEventListener === 'function') {
+    EventTarget.prototype.addEventListener = new Proxy(EventTarget.prototype.addEventListener, {
+      apply(target, self, args) {
+        if (args[0] === 'scroll') scrollListeners = true;
+        return Reflect.apply(target, self, args);
+      },
+    });
+  }
+
   // ---- IntersectionObserver and ResizeObserver ----
   // Their callbacks run after the next rendering frame: while any observes something, a settle
   // lasts two frames at least.
@@ -633,8 +648,9 @@
       let capTimer = 0;
       let animations = [];
       let loading = false;
-      // With observers at work, two rendering frames pass first (see the header).
-      let framesLeft = observedTargets > 0 && nextFrame !== null;
+      // With observers or scroll listeners at work, two rendering frames pass first (see the
+      // header).
+      let framesLeft = (observedTargets > 0 || scrollListeners) && nextFrame !== null;
       if (framesLeft) {
         const framesDone = () => {
           if (!framesLeft) return;

@@ -761,6 +761,34 @@ fn a_shadow_dom_dropdown_is_captured_once_its_closing_animation_ran() {
     });
 }
 
+/// `fixtures/settle/virtual-list.html`: a list renders the rows in view from its scroll
+/// listener, which runs at the frame after the scroll; the capture after scrolling the list
+/// shows the rows now in view.
+#[test]
+fn a_virtual_list_shows_the_rows_scrolled_to() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session =
+            open_with_cap(&guard, "/fixture/virtual-list.html", Duration::from_secs(6)).await;
+        let before = capture(&session).await;
+        assert!(before.llm_text.contains("Row 10"), "{}", before.llm_text);
+        let scroll = Action::Scroll(ScrollParams {
+            down: true,
+            pages: 10.0,
+            index: Some(index_of(&before, "list")),
+        });
+        let result = run(&session, scroll).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Row 101"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        session.release().await;
+    });
+}
+
 /// `fixtures/settle/websocket.html`: the button sends a WebSocket message, the server answers
 /// 400 ms later and the page shows the answer; the capture after the click shows it. Arriving
 /// on the page waits for its socket to open.
