@@ -52,6 +52,7 @@
   // long at most.
   const FRAME_WAIT_MAX_MS = 150;
   const LOADING_TEXT_MAX = 200;
+  const LOADING_ELEMENTS_MAX = 400;
   const LOADING_TEXT = /^[\s\W]*(loading|please wait|one moment|just a moment|starting|connecting|initiali[sz]ing)\b/i;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
@@ -727,7 +728,9 @@
   // only when the document holds little text.
   const loadingScreen = () => {
     const body = document.body;
-    if (!body || (body.textContent || '').length > 20 * LOADING_TEXT_MAX) return false;
+    // A cheap bound before innerText (which lays out): a loading screen has few elements. Not
+    // textContent: it counts inline scripts (an app's whole configuration, as Gradio serves it).
+    if (!body || body.getElementsByTagName('*').length > LOADING_ELEMENTS_MAX) return false;
     const text = (body.innerText || '').trim();
     if (text.length > LOADING_TEXT_MAX) return false;
     if (LOADING_TEXT.test(text)) return true;

@@ -866,6 +866,19 @@ fn the_first_capture_waits_for_a_loading_screen_to_be_replaced() {
         assert_eq!(settle.ended, SettleEnd::Navigation, "{settle:?}");
         session.release().await;
 
+        // The same app with its whole configuration inline in a script of the body (as Gradio
+        // serves its apps): the page's text is still only "Loading...".
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/loading-inline.html?delay=1200").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Inventory") && !state.llm_text.contains("Loading"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
+        session.release().await;
+
         let cap = Duration::from_millis(1000);
         let session = open_with_cap(&guard, "/static", cap).await;
         let arrived = navigate(&session, "/fixture/loading.html?delay=60000").await;
