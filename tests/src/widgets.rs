@@ -646,6 +646,11 @@ pub fn gradio_brain() -> Brain {
         else {
             return match index_of(page, "button", r"role=tab[^\n]*/>\s*Order") {
                 Some(i) => click("open the Order tab", i),
+                // Gradio's own loading screen, shown while its modules load (`import()`, which
+                // the settle does not see): wait, as a model would.
+                None if page.contains("Loading") => {
+                    reply("wait for the app", json!([{"wait": {"seconds": 1}}]))
+                }
                 None => lost(page),
             };
         };
