@@ -38,9 +38,11 @@ async fn browser_use(
     match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
         Some(v) => {
             if v["success"] != Value::Bool(true) {
+                let last = model.requests().last().map(browserd_tests::page_text);
                 eprintln!(
-                    "browser-use on {url}: {}",
-                    v["final"].as_str().unwrap_or("")
+                    "browser-use on {url}: {}; last page shown:\n{}",
+                    v["final"].as_str().unwrap_or(""),
+                    last.unwrap_or_default()
                 );
             }
             (
