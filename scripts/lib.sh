@@ -101,3 +101,41 @@ ensure_venv() {
     ) 9>"$cache/.lock"
     printf '%s\n' "$venv"
 }
+
+# Node.js and npm (Debian packages) for the widget corpus, when missing.
+ensure_node() {
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        ensure_packages nodejs npm
+    fi
+}
+
+# ensure_widgets: installs the widget corpus's pinned npm packages (tests/widgets/package-lock.json,
+# `npm ci`) and bundles its pages with esbuild, once, and prints the bundle's directory.
+# node_modules is keyed by the lock file's hash, the bundle by the hash of the lock file, the build
+# script and the sources; both live under target/widgets. Serialized by flock.
+ensure_widgets() {
+    local src="$ROOT/tests/widgets" cache lock_hash build_hash modules dist
+    cache="${CARGO_TARGET_DIR:-$ROOT/target}/widgets"
+    lock_hash="$(sha256sum "$src/package-lock.json" | cut -c1-12)"
+    build_hash="$(cat "$src/package-lock.json" "$src/build.mjs" "$src"/src/* | sha256sum | cut -c1-12)"
+    modules="$cache/modules-$lock_hash"
+    dist="$cache/dist-$build_hash"
+    mkdir -p "$cache"
+    (
+        flock 9
+        if [ ! -f "$modules/.complete" ]; then
+            ensure_node >&2
+            rm -rf "$modules"
+            mkdir -p "$modules"
+            cp "$src/package.json" "$src/package-lock.json" "$modules/"
+            (cd "$modules" && npm ci --no-audit --no-fund --loglevel=error >&2)
+            touch "$modules/.complete"
+        fi
+        if [ ! -f "$dist/.complete" ]; then
+            rm -rf "$dist"
+            NODE_PATH="$modules/node_modules" node "$src/build.mjs" "$dist" >&2
+            touch "$dist/.complete"
+        fi
+    ) 9>"$cache/.lock"
+    printf '%s\n' "$dist"
+}

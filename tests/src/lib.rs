@@ -7,6 +7,7 @@
 //! The only stand-in is the model; Postgres, Chromium and every browserd process are real.
 
 pub mod cable_shop;
+pub mod widgets;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -5,13 +5,16 @@
 //   - setTimeout callbacks of at most TIMER_MAX_MS (debounces, "show result in 100 ms");
 //   - requestAnimationFrame callbacks (chains of at most FRAME_CHAIN_MAX frames);
 //   - CSS transitions and animations (and Web Animations) that run at most ANIMATION_MAX_MS;
-//   - IntersectionObserver / ResizeObserver callbacks: with observers at work, the settle lasts
-//     two rendering frames at least, after which their callbacks (and what those start) have run;
-//   - WebSocket messages: a message the page sends is pending until the socket's next message
-//     (at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
+//   - IntersectionObserver / ResizeObserver callbacks and scroll listeners: with observers at
+//     work or a scroll listener added, the settle lasts two rendering frames at least, after
+//     which their callbacks (and what those start) have run;
+//   - WebSocket messages: a message the page sends is pending until the socket's answer is over
+//     (its first message, then WS_QUIET_MS without one; at most WS_REPLY_MAX_MS), and a socket
+//     opened is pending until it is open;
 //   - scripts, stylesheets and iframes inserted into the document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
-//   - DOM mutations, for a quiet window after the last one;
+//   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
+//     root the page attaches, whose animations are waited for too);
 //   - on a new document, a loading screen (a page whose only text says it is loading, or a
 //     progress bar / aria-busy element and little text): the settle waits until it is replaced.
 // It ignores what is long-lived or not the action's: EventSource, sendBeacon, keepalive
@@ -43,10 +46,13 @@
   // A finite animation that started this long before the action's start is not its doing.
   const ANIMATION_EARLY_MS = 100;
   const WS_REPLY_MAX_MS = 1500;
+  // A WebSocket answer is over once its socket has been quiet this long.
+  const WS_QUIET_MS = 200;
   // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
   // long at most.
   const FRAME_WAIT_MAX_MS = 150;
   const LOADING_TEXT_MAX = 200;
+  const LOADING_ELEMENTS_MAX = 400;
   const LOADING_TEXT = /^[\s\W]*(loading|please wait|one moment|just a moment|starting|connecting|initiali[sz]ing)\b/i;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
@@ -68,6 +74,19 @@
   let unloading = 0; // when a cross-document navigation began
   const nodeTimes = new WeakMap(); // node → {last, beforeEpoch, epoch}: its mutation times
   const waiters = new Set();
+  // Every shadow root the page attached (WeakRefs where available): document-level
+  // MutationObservers and document.getAnimations() do not see into shadow trees, where web
+  // components render and animate (a select's popup closing, a label changing).
+  const shadowRoots = new Set();
+  const liveShadowRoots = () => {
+    const roots = [];
+    for (const ref of shadowRoots) {
+      const root = typeof ref.deref === 'function' ? ref.deref() : ref;
+      if (!root) shadowRoots.delete(ref);
+      else if (root.host && root.host.isConnected) roots.push(root);
+    }
+    return roots;
+  };
 
   const wake = () => {
     for (const waiter of [...waiters]) waiter();
@@ -346,6 +365,9 @@
     let animations;
     try {
       animations = document.getAnimations();
+      for (const root of liveShadowRoots()) {
+        if (typeof root.getAnimations === 'function') animations = animations.concat(root.getAnimations());
+      }
     } catch (_) {
       return running;
     }
@@ -366,6 +388,20 @@
     }
     return running;
   };
+
+  // ---- scroll listeners ----
+  // A scroll's `scroll` event is dispatched at the next rendering frame, after the action
+  // returned: a page that listens for scrolls (a virtualised list rendering the rows now in view)
+  // changes only then. Once any scroll listener was added, a settle lasts two frames at least.
+  let scrollListeners = false;
+  if (typeof EventTarget === 'function' && typeof EventTarget.prototype.addEventListener === 'function') {
+    EventTarget.prototype.addEventListener = new Proxy(EventTarget.prototype.addEventListener, {
+      apply(target, self, args) {
+        if (args[0] === 'scroll') scrollListeners = true;
+        return Reflect.apply(target, self, args);
+      },
+    });
+  }
 
   // ---- IntersectionObserver and ResizeObserver ----
   // Their callbacks run after the next rendering frame: while any observes something, a settle
@@ -419,26 +455,37 @@
   }
 
   // ---- WebSocket ----
-  // A message the page sends is pending until the socket's next message arrives (one task
-  // after the page's own handlers ran), a socket opened until it is open.
+  // A message the page sends is pending until the socket's answer is over: its first message,
+  // then until the socket has been quiet for WS_QUIET_MS (an answer streamed in several
+  // messages, each re-rendering the page), at most WS_REPLY_MAX_MS after the send. The item ends
+  // one task after the last message, once the page's own handlers have run. A socket opened is
+  // pending until it is open.
   if (typeof window.WebSocket === 'function' && window.WebSocket.prototype) {
-    const awaiting = new WeakMap(); // socket → Set of item ids
+    const awaiting = new WeakMap(); // socket → {ids: Set of item ids, quiet: timer}
     const settleSocket = (socket) => {
-      const ids = awaiting.get(socket);
-      if (!ids) return;
-      for (const id of ids) endLater(id);
-      ids.clear();
+      const state = awaiting.get(socket);
+      if (!state) return;
+      clearTimer(state.quiet);
+      state.quiet = 0;
+      for (const id of state.ids) endLater(id);
+      state.ids.clear();
+    };
+    const answered = (socket) => {
+      const state = awaiting.get(socket);
+      if (!state || state.ids.size === 0) return;
+      clearTimer(state.quiet);
+      state.quiet = setTimer(() => settleSocket(socket), WS_QUIET_MS);
     };
     const expect = (socket, kind) => {
-      let ids = awaiting.get(socket);
-      if (!ids) {
-        ids = new Set();
-        awaiting.set(socket, ids);
-        // The item ends one task after the message, once the page's own handlers have run.
-        socket.addEventListener('message', () => settleSocket(socket));
+      let state = awaiting.get(socket);
+      if (!state) {
+        state = { ids: new Set(), quiet: 0 };
+        awaiting.set(socket, state);
+        socket.addEventListener('message', () => answered(socket));
         socket.addEventListener('close', () => settleSocket(socket));
         socket.addEventListener('error', () => settleSocket(socket));
       }
+      const ids = state.ids;
       const id = begin(kind, socket.url);
       ids.add(id);
       setTimer(() => {
@@ -543,7 +590,21 @@
       wake();
     }
   });
-  observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  const observed = { subtree: true, childList: true, attributes: true, characterData: true };
+  observer.observe(document, observed);
+  // Shadow roots: observed by the same observer, and remembered for their animations.
+  if (typeof Element === 'function' && typeof Element.prototype.attachShadow === 'function') {
+    Element.prototype.attachShadow = new Proxy(Element.prototype.attachShadow, {
+      apply(target, host, args) {
+        const root = Reflect.apply(target, host, args);
+        try {
+          observer.observe(root, observed);
+          shadowRoots.add(typeof WeakRef === 'function' ? new WeakRef(root) : root);
+        } catch (_) {}
+        return root;
+      },
+    });
+  }
 
   // ---- navigations ----
   addEventListener(
@@ -588,8 +649,9 @@
       let capTimer = 0;
       let animations = [];
       let loading = false;
-      // With observers at work, two rendering frames pass first (see the header).
-      let framesLeft = observedTargets > 0 && nextFrame !== null;
+      // With observers or scroll listeners at work, two rendering frames pass first (see the
+      // header).
+      let framesLeft = (observedTargets > 0 || scrollListeners) && nextFrame !== null;
       if (framesLeft) {
         const framesDone = () => {
           if (!framesLeft) return;
@@ -666,7 +728,9 @@
   // only when the document holds little text.
   const loadingScreen = () => {
     const body = document.body;
-    if (!body || (body.textContent || '').length > 20 * LOADING_TEXT_MAX) return false;
+    // A cheap bound before innerText (which lays out): a loading screen has few elements. Not
+    // textContent: it counts inline scripts (an app's whole configuration, as Gradio serves it).
+    if (!body || body.getElementsByTagName('*').length > LOADING_ELEMENTS_MAX) return false;
     const text = (body.innerText || '').trim();
     if (text.length > LOADING_TEXT_MAX) return false;
     if (LOADING_TEXT.test(text)) return true;

@@ -544,3 +544,24 @@ fn highlight_elements_draws_boxes_and_indices() {
         session.release().await;
     });
 }
+
+/// `fixtures/slotted.html`: a web component's label is light-DOM text slotted into its shadow
+/// tree (Shoelace's sl-button and sl-checkbox); it is printed and the host stays indexed. (Where:
+/// browserd prints it at its slot, inside the shadow tree; browser-use under the host, before
+/// the shadow root — see ARCHITECTURE.md.)
+#[test]
+fn slotted_labels_of_web_components_are_printed() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "slotted.html").await;
+        let state = capture(&session).await;
+        let text = &state.llm_text;
+        assert!(text.contains("Subscribe"), "{text}");
+        assert!(text.contains("I accept the terms"), "{text}");
+        assert!(
+            indexed(&state, "save") && indexed(&state, "terms"),
+            "{text}"
+        );
+        session.release().await;
+    });
+}

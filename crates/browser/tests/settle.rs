@@ -143,6 +143,9 @@ struct Delayed {
     page: u32,
     #[serde(default)]
     delay: u64,
+    /// The WebSocket's answer comes in this many messages, `delay` ms apart.
+    #[serde(default)]
+    parts: u32,
 }
 
 /// Page `page` of the feed (ten post titles), after `delay` ms.
@@ -167,19 +170,27 @@ async fn config(Query(q): Query<Delayed>) -> Response {
         .into_response()
 }
 
-/// A WebSocket that answers each text message after `delay` ms.
+/// A WebSocket that answers each text message after `delay` ms, or with `parts` messages
+/// `delay` ms apart (`part 1 of n`, …, then the answer).
 async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response {
     upgrade.on_upgrade(move |mut ws: WebSocket| async move {
         while let Some(Ok(message)) = ws.recv().await {
             if let Message::Text(text) = message {
-                tokio::time::sleep(Duration::from_millis(q.delay)).await;
                 let answer = if text.as_str() == "six times seven" {
                     "42".to_owned()
                 } else {
                     format!("unknown question {}", text.as_str())
                 };
-                if ws.send(Message::Text(answer.into())).await.is_err() {
-                    break;
+                let parts = q.parts.max(1);
+                let mut messages: Vec<String> = (1..parts)
+                    .map(|n| format!("part {n} of {}", parts - 1))
+                    .collect();
+                messages.push(answer);
+                for message in messages {
+                    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+                    if ws.send(Message::Text(message.into())).await.is_err() {
+                        return;
+                    }
                 }
             }
         }
@@ -720,6 +731,64 @@ fn an_intersection_observer_feed_grows_in_the_capture_after_a_scroll() {
     });
 }
 
+/// `fixtures/settle/shadow-dropdown.html`: a web component's listbox, in its shadow root, closes
+/// with a 300 ms Web Animation there and the value shows once it finished; the capture after the
+/// choice shows the value and no listbox (shadow roots' animations and mutations are tracked).
+#[test]
+fn a_shadow_dom_dropdown_is_captured_once_its_closing_animation_ran() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(
+            &guard,
+            "/fixture/shadow-dropdown.html",
+            Duration::from_secs(6),
+        )
+        .await;
+        let closed = capture(&session).await;
+        run(&session, click(index_of(&closed, "pick"))).await;
+        let open = capture(&session).await;
+        assert!(open.llm_text.contains("Team plan"), "{}", open.llm_text);
+        let result = run(&session, click(index_by_text(&open, "Pro plan"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            !after.llm_text.contains("Team plan") && after.llm_text.contains("Plan: Pro plan"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/virtual-list.html`: a list renders the rows in view from its scroll
+/// listener, which runs at the frame after the scroll; the capture after scrolling the list
+/// shows the rows now in view.
+#[test]
+fn a_virtual_list_shows_the_rows_scrolled_to() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session =
+            open_with_cap(&guard, "/fixture/virtual-list.html", Duration::from_secs(6)).await;
+        let before = capture(&session).await;
+        assert!(before.llm_text.contains("Row 10"), "{}", before.llm_text);
+        let scroll = Action::Scroll(ScrollParams {
+            down: true,
+            pages: 10.0,
+            index: Some(index_of(&before, "list")),
+        });
+        let result = run(&session, scroll).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Row 101"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        session.release().await;
+    });
+}
+
 /// `fixtures/settle/websocket.html`: the button sends a WebSocket message, the server answers
 /// 400 ms later and the page shows the answer; the capture after the click shows it. Arriving
 /// on the page waits for its socket to open.
@@ -749,6 +818,35 @@ fn a_websocket_answer_to_the_click_is_waited_for() {
     });
 }
 
+/// `fixtures/settle/websocket-stream.html`: the server answers the click in four messages
+/// 100 ms apart (three progress parts, then the result; gaps longer than the quiet window), and
+/// the page re-renders after each; the capture after the click shows the last one.
+#[test]
+fn a_websocket_answer_in_several_messages_is_waited_for_to_its_end() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/websocket-stream.html").await;
+        let before = capture(&session).await;
+        assert!(
+            before.llm_text.contains("Connected"),
+            "{:?}\n{}",
+            settle_of(&arrived),
+            before.llm_text
+        );
+        let result = run(&session, click(index_of(&before, "ask"))).await;
+        let settle = settle_of(&result);
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Result: 42 after 3 parts"),
+            "{settle:?}\n{}",
+            after.llm_text
+        );
+        assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
 /// `fixtures/settle/loading.html`: a single-page app shows `Loading...` until its configuration
 /// arrives (after 1.2 s: longer than a new document's requests count otherwise); the first
 /// capture after arriving shows the app. A loading screen that never goes away costs the cap.
@@ -766,6 +864,19 @@ fn the_first_capture_waits_for_a_loading_screen_to_be_replaced() {
             state.llm_text
         );
         assert_eq!(settle.ended, SettleEnd::Navigation, "{settle:?}");
+        session.release().await;
+
+        // The same app with its whole configuration inline in a script of the body (as Gradio
+        // serves its apps): the page's text is still only "Loading...".
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/loading-inline.html?delay=1200").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Inventory") && !state.llm_text.contains("Loading"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
         session.release().await;
 
         let cap = Duration::from_millis(1000);

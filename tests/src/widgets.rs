@@ -1,0 +1,678 @@
+//! The widget corpus (issue 29): pages built from real component libraries (npm packages pinned
+//! in `tests/widgets/package-lock.json`, bundled by `scripts/widgets`; Gradio from PyPI, pinned in
+//! `tests/python/gradio/requirements.txt`), the page server that records what each page submits,
+//! and one scripted model ("brain") per scenario that chooses elements by their text. Used by
+//! `tests/widgets.rs` (browserd) and `benches/widgets_fidelity.rs` (browserd vs Python
+//! browser-use on the same pages and brains).
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use regex::Regex;
+use serde_json::{Value, json};
+
+use crate::{Brain, MockModel, browserd_bin, done_reply, index_of, python_venv, reply, repo_root};
+
+/// The bundle's directory (`scripts/widgets` installs and bundles once; later calls find it).
+pub fn dist() -> &'static PathBuf {
+    static DIST: OnceLock<PathBuf> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let output = std::process::Command::new(repo_root().join("scripts/widgets"))
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run scripts/widgets");
+        assert!(output.status.success(), "scripts/widgets failed");
+        PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+    })
+}
+
+// ---------------------------------------------------------------- the page server
+
+/// What the pages sent: widget name → submitted JSON bodies, in order.
+#[derive(Clone, Default)]
+pub struct Submitted(Arc<Mutex<HashMap<String, Vec<Value>>>>);
+
+impl Submitted {
+    pub fn of(&self, widget: &str) -> Vec<Value> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(widget)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Serves `/pages/{name}` (tests/widgets/pages), `/dist/…` (the bundle), `POST
+/// /api/submit/{widget}` (recorded) and `/api/feed?page=N` (five posts a page).
+pub async fn start_server() -> (SocketAddr, Submitted) {
+    let submitted = Submitted::default();
+    let app = Router::new()
+        .route("/pages/{name}", get(page))
+        .route("/dist/{*path}", get(bundle))
+        .route("/api/submit/{widget}", post(submit))
+        .route("/api/feed", get(feed))
+        .with_state(submitted.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, submitted)
+}
+
+fn file_response(path: &std::path::Path) -> Response {
+    let Ok(body) = std::fs::read(path) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let kind = match path.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        Some("woff2") => "font/woff2",
+        _ => "application/octet-stream",
+    };
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
+}
+
+async fn page(Path(name): Path<String>) -> Response {
+    if name.contains("..") {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    file_response(&repo_root().join("tests/widgets/pages").join(name))
+}
+
+async fn bundle(Path(path): Path<String>) -> Response {
+    if path.contains("..") {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    file_response(&dist().join(path))
+}
+
+/// Records the body and answers `{"saved": <its values, comma-separated>}`.
+async fn submit(
+    State(submitted): State<Submitted>,
+    Path(widget): Path<String>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let saved = body
+        .as_object()
+        .map(|o| {
+            o.values()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    submitted
+        .0
+        .lock()
+        .unwrap()
+        .entry(widget)
+        .or_default()
+        .push(body);
+    Json(json!({ "saved": saved }))
+}
+
+#[derive(serde::Deserialize)]
+struct FeedQuery {
+    page: u32,
+}
+
+async fn feed(Query(q): Query<FeedQuery>) -> Json<Value> {
+    let posts: Vec<Value> = (1..=5)
+        .map(|n| {
+            let id = q.page * 5 + n;
+            json!({"id": id, "title": format!("Post {id}")})
+        })
+        .collect();
+    Json(Value::Array(posts))
+}
+
+// ---------------------------------------------------------------- running browserd
+
+/// What a run left: the pages the model was shown and the history.
+pub struct Outcome {
+    pub pages: Vec<String>,
+    pub history: Value,
+    pub stderr: String,
+    /// Whether `browserd run` exited 0.
+    pub exited_ok: bool,
+}
+
+impl Outcome {
+    pub fn steps(&self) -> usize {
+        self.history["history"].as_array().map_or(0, Vec::len)
+    }
+
+    /// The last page shown and the run's log, for a failing assertion.
+    pub fn explain(&self) -> String {
+        if std::env::var_os("WIDGETS_ALL_PAGES").is_some() {
+            return format!(
+                "{} steps; pages shown:\n{}",
+                self.steps(),
+                self.pages.join("\n-----\n")
+            );
+        }
+        format!(
+            "{} steps; last page shown:\n{}\nstderr:\n{}",
+            self.steps(),
+            self.pages.last().map_or("(none)", String::as_str),
+            self.stderr
+        )
+    }
+}
+
+/// Runs `browserd run task` from `url` with `brain` (no vision) and at most `max_steps` steps.
+pub async fn run(task: &str, url: &str, brain: Brain, max_steps: u32) -> Outcome {
+    let pages = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = pages.clone();
+    let recording: Brain = Arc::new(move |page: &str| {
+        seen.lock().unwrap().push(page.to_owned());
+        brain(page)
+    });
+    let model = MockModel::start(recording, Duration::ZERO).await;
+    let dir = tempfile::tempdir().unwrap();
+    let history_path = dir.path().join("history.json");
+    let output = tokio::process::Command::new(browserd_bin())
+        .args(["run", task, "--allow-loopback", "--no-vision"])
+        .args(["--max-steps", &max_steps.to_string()])
+        .arg("--start-url")
+        .arg(url)
+        .arg("--history-out")
+        .arg(&history_path)
+        .arg("--workspace")
+        .arg(dir.path().join("workspace"))
+        .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
+        .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
+        .env(
+            "BROWSERD_LLM_MOCK_BASE_URL",
+            format!("http://{}/v1", model.addr),
+        )
+        .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
+        .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
+        .env("RUST_LOG", "warn")
+        .env_remove("BROWSERD_CONFIG")
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(180), output)
+        .await
+        .expect("browserd run took longer than 3 minutes")
+        .expect("spawn browserd");
+    let history = std::fs::read(&history_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or(Value::Null);
+    let outcome = Outcome {
+        pages: pages.lock().unwrap().clone(),
+        history,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        exited_ok: output.status.success(),
+    };
+    eprintln!("{task}: {} steps", outcome.steps());
+    outcome
+}
+
+// ---------------------------------------------------------------- reading the page text
+
+/// The `[index]<tag …>` line (with the text lines under it, up to the next element) of the first
+/// element with `tag` that comes after the first match of the regex `anchor` (a label's text).
+pub fn element_after<'a>(page: &'a str, anchor: &str, tag: &str) -> Option<(u64, &'a str)> {
+    let start = Regex::new(anchor).unwrap().find(page)?.end();
+    let re = Regex::new(&format!(r"\[(\d+)\]<{tag}\b[^\n]*(\n[^\[\n]*)*")).unwrap();
+    let found = re.find(&page[start..])?;
+    let index = Regex::new(r"\[(\d+)\]").unwrap().captures(found.as_str())?[1]
+        .parse()
+        .ok()?;
+    Some((index, found.as_str()))
+}
+
+/// Index of the first element with `tag` (a regex) whose text — every text line under it, at
+/// any depth, joined — is `text`, whitespace ignored (a row's "Open invoice" and "150" are two
+/// text nodes; a filtered option's "Ru" and "st" too).
+pub fn element_with_text(page: &str, tag: &str, text: &str) -> Option<u64> {
+    let head = Regex::new(&format!(r"^(\t*)[^\[\t]*\[(\d+)\]<({tag})\b")).unwrap();
+    let squash = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let wanted = squash(text);
+    let lines: Vec<&str> = page.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(c) = head.captures(line) else {
+            continue;
+        };
+        let depth = c[1].len();
+        let mut inner = String::new();
+        for next in &lines[i + 1..] {
+            let indent = next.len() - next.trim_start_matches('\t').len();
+            if indent <= depth {
+                break;
+            }
+            let t = next.trim();
+            if t.contains('<') || t == "Open Shadow" || t == "Shadow End" {
+                continue;
+            }
+            inner.push_str(t);
+        }
+        if squash(&inner) == wanted {
+            return c[2].parse().ok();
+        }
+    }
+    None
+}
+
+fn click(goal: &str, index: u64) -> Value {
+    reply(goal, json!([{"click": {"index": index}}]))
+}
+
+fn input(goal: &str, index: u64, text: &str) -> Value {
+    reply(goal, json!([{"input": {"index": index, "text": text}}]))
+}
+
+fn lost(page: &str) -> Value {
+    done_reply(&format!("lost on:\n{page}"), false)
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// One scenario of the corpus: a page, a task, the brain, and what the app must have received.
+pub struct Scenario {
+    /// The page (`tests/widgets/pages/{name}.html`) and the key its submissions are recorded by.
+    pub name: &'static str,
+    pub task: &'static str,
+    pub max_steps: u32,
+    pub brain: fn() -> Brain,
+    /// The submissions the page server must hold at the end (exactly one, this one).
+    pub expected: fn() -> Value,
+}
+
+/// Every npm-bundled scenario.
+pub fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "mui",
+            task: "Order 37.5 kg with express shipping to Portugal for Ada Lovelace",
+            max_steps: 15,
+            brain: mui_brain,
+            expected: || json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"}),
+        },
+        Scenario {
+            name: "shoelace",
+            task: "Subscribe ada@example.com to the Pro plan, accepting the terms",
+            max_steps: 12,
+            brain: shoelace_brain,
+            expected: || json!({"email": "ada@example.com", "plan": "pro", "terms": true}),
+        },
+        Scenario {
+            name: "flatpickr",
+            task: "Book a trip departing on 24 March 2027",
+            max_steps: 8,
+            brain: flatpickr_brain,
+            expected: || json!({"departure": "2027-03-24"}),
+        },
+        Scenario {
+            name: "tomselect",
+            task: "Set the favourite language to Rust",
+            max_steps: 8,
+            brain: tom_select_brain,
+            expected: || json!({"language": "rust"}),
+        },
+        Scenario {
+            name: "quill",
+            task: "Write the note 'Decisions: ship on Friday' and save it",
+            max_steps: 8,
+            brain: quill_brain,
+            expected: || json!({"text": QUILL_NOTE}),
+        },
+        Scenario {
+            name: "virtual",
+            task: "Open invoice 150",
+            max_steps: 15,
+            brain: virtual_list_brain,
+            expected: || json!({"invoice": 150}),
+        },
+        Scenario {
+            name: "feed",
+            task: "Like post 23 of the feed",
+            max_steps: 20,
+            brain: feed_brain,
+            expected: || json!({"post": 23}),
+        },
+    ]
+}
+
+/// React 19 + MUI: a controlled text field, a controlled number field holding `1` (typed into,
+/// it must become 37.5, not 137.5), a Select whose menu opens in a portal, an Autocomplete
+/// filtered by typing, and a confirmation Dialog.
+pub fn mui_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Order placed:") {
+            return done_reply("The order is placed", true);
+        }
+        if let Some(i) = index_of(page, "button", r"/>\s*Place order") {
+            return click("place the order", i);
+        }
+        let Some((name, name_line)) = element_after(page, "Full name", "input") else {
+            return lost(page);
+        };
+        if !name_line.contains("value=Ada Lovelace") {
+            return input("enter the name", name, "Ada Lovelace");
+        }
+        let Some((quantity, quantity_line)) = element_after(page, r"Quantity \(kg\)", "input")
+        else {
+            return lost(page);
+        };
+        if !quantity_line.contains("value=37.5") {
+            return input("enter the quantity", quantity, "37.5");
+        }
+        if let Some(i) = index_of(page, "li", r"/>\s*Express shipping") {
+            return click("choose express shipping", i);
+        }
+        // The Select's combobox shows the chosen option's text.
+        if index_of(page, "div", r"role=combobox[^\n]*/>\s*Express shipping").is_none() {
+            return match index_of(page, "div", r"role=combobox[^\n]*/>\s*\w+ shipping") {
+                Some(i) => click("open the shipping menu", i),
+                None => lost(page),
+            };
+        }
+        if let Some(i) = index_of(page, "li", r"/>\s*Portugal") {
+            return click("choose Portugal", i);
+        }
+        let Some((country, country_line)) = element_after(page, "Country", "input") else {
+            return lost(page);
+        };
+        if !country_line.contains("value=Portugal") {
+            return input("search the country", country, "Portu");
+        }
+        match index_of(page, "button", r"/>\s*Review order") {
+            Some(i) => click("review the order", i),
+            None => lost(page),
+        }
+    })
+}
+
+/// Shoelace web components: the fields are native inputs inside shadow roots, the select a
+/// listbox of `sl-option`s that opens on click, the checkbox and the button hosts whose labels
+/// are slotted light-DOM text. The checkbox shows no checked state in the page text (Shoelace
+/// keeps it in a property), so the brain remembers that it ticked it.
+pub fn shoelace_brain() -> Brain {
+    let ticked = Arc::new(Mutex::new(false));
+    Arc::new(move |page: &str| {
+        if page.contains("Saved:") {
+            return done_reply("Subscribed", true);
+        }
+        let Some((email, email_line)) = element_after(page, "Email address", "input") else {
+            return lost(page);
+        };
+        if !email_line.contains("value=ada@example.com") {
+            return input("enter the email", email, "ada@example.com");
+        }
+        if let Some(i) = element_with_text(page, "sl-option", "Pro plan") {
+            return click("choose the Pro plan", i);
+        }
+        if !page.contains("value=Pro plan") {
+            return match element_after(page, "(?m)^\\s*Plan$", "input") {
+                Some((i, _)) => click("open the plan menu", i),
+                None => lost(page),
+            };
+        }
+        if !*ticked.lock().unwrap() {
+            // browserd prints the slotted label inside the checkbox's shadow `<label>`,
+            // browser-use before it (under the host): either way, that label.
+            let label = element_with_text(page, "label", "I accept the terms")
+                .or_else(|| element_after(page, "I accept the terms", "label").map(|(i, _)| i));
+            return match label {
+                Some(i) => {
+                    *ticked.lock().unwrap() = true;
+                    click("accept the terms", i)
+                }
+                None => lost(page),
+            };
+        }
+        match element_with_text(page, "sl-button", "Subscribe") {
+            Some(i) => click("subscribe", i),
+            None => lost(page),
+        }
+    })
+}
+
+/// Flatpickr: a readonly input that opens a calendar in an overlay; the day is a `span` named
+/// by its `aria-label`.
+pub fn flatpickr_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Booked:") {
+            return done_reply("Booked", true);
+        }
+        if page.contains("Departure: 2027-03-24") {
+            return match index_of(page, "button", r"/>\s*Book the trip") {
+                Some(i) => click("book the trip", i),
+                None => lost(page),
+            };
+        }
+        if let Some(i) = index_of(page, "span", r"aria-label=March 24, 2027") {
+            return click("pick March 24", i);
+        }
+        match element_after(page, "Departure date", "input") {
+            Some((i, _)) => click("open the calendar", i),
+            None => lost(page),
+        }
+    })
+}
+
+/// Tom Select: the native select is hidden behind a searchable control; options exist only
+/// in its dropdown, filtered by what is typed. Once "Rust" shows as the chosen item, save.
+pub fn tom_select_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Saved:") {
+            return done_reply("Saved", true);
+        }
+        if let Some(i) =
+            element_with_text(page, "div", "Rust").filter(|_| page.contains("role=option"))
+        {
+            return click("choose Rust", i);
+        }
+        if Regex::new(r"(?m)^\s*Rust$").unwrap().is_match(page) {
+            return match index_of(page, "button", r"/>\s*Save profile") {
+                Some(i) => click("save the profile", i),
+                None => lost(page),
+            };
+        }
+        match element_after(page, "Favourite language", "input") {
+            Some((i, _)) => input("search the language", i, "Ru"),
+            None => lost(page),
+        }
+    })
+}
+
+const QUILL_NOTE: &str = "Decisions: ship on Friday";
+
+/// Quill: a contenteditable editor with its own document model (typing must go through the
+/// editor, not a value assignment).
+pub fn quill_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Saved:") {
+            return done_reply("Saved", true);
+        }
+        if page.contains(QUILL_NOTE) {
+            return match index_of(page, "button", r"/>\s*Save note") {
+                Some(i) => click("save the note", i),
+                None => lost(page),
+            };
+        }
+        match index_of(page, "div", r"contenteditable") {
+            Some(i) => input("write the note", i, QUILL_NOTE),
+            None => lost(page),
+        }
+    })
+}
+
+/// react-window: 500 rows of which only those in view exist; the agent scrolls the list until
+/// invoice 150's row is rendered.
+pub fn virtual_list_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Opened:") {
+            return done_reply("Opened", true);
+        }
+        if let Some(i) = element_with_text(page, "button", "Open invoice 150") {
+            return click("open invoice 150", i);
+        }
+        // The list itself has no index (a scroll container with interactive rows, as
+        // browser-use prints it): scroll from its last row, which scrolls the row's container,
+        // by as many list heights (ten rows) as invoice 150 is away.
+        let rows: Vec<(u64, u32)> = Regex::new(r"\[(\d+)\]<button />\s*Open invoice\s+(\d+)")
+            .unwrap()
+            .captures_iter(page)
+            .filter_map(|c| Some((c[1].parse().ok()?, c[2].parse().ok()?)))
+            .collect();
+        let (Some(&(last, highest)), Some(lowest)) = (rows.last(), rows.iter().map(|r| r.1).min())
+        else {
+            return lost(page);
+        };
+        let (down, rows_away) = if highest < 150 {
+            (true, 150 - highest)
+        } else {
+            (false, lowest.saturating_sub(150))
+        };
+        reply(
+            "scroll the invoice list",
+            json!([{"scroll": {"down": down, "pages": f64::from(rows_away) / 10.0 + 0.5, "index": last}}]),
+        )
+    })
+}
+
+/// An IntersectionObserver feed: each scroll to its end loads five more posts.
+pub fn feed_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Liked:") {
+            return done_reply("Liked", true);
+        }
+        if let Some(i) = element_with_text(page, "button", "Like Post 23") {
+            return click("like post 23", i);
+        }
+        reply(
+            "scroll for more posts",
+            json!([{"scroll": {"down": true, "pages": 1.0}}]),
+        )
+    })
+}
+
+// ---------------------------------------------------------------- Gradio (PyPI)
+
+/// The Gradio app (`tests/python/gradio/app.py`) as a child process, killed on drop.
+pub struct GradioApp {
+    pub url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    _child: tokio::process::Child,
+}
+
+impl GradioApp {
+    /// Starts the app in its pinned virtualenv (made once by `scripts/venv`) and waits until it
+    /// answers.
+    pub async fn start() -> Self {
+        let python = python_venv("tests/python/gradio/requirements.txt");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("orders.jsonl");
+        let child = tokio::process::Command::new(python)
+            .arg(repo_root().join("tests/python/gradio/app.py"))
+            .env("WIDGETS_LOG", &log)
+            .env("PORT", port.to_string())
+            .env("GRADIO_ANALYTICS_ENABLED", "False")
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the Gradio app");
+        let url = format!("http://127.0.0.1:{port}/");
+        let client = reqwest::Client::new();
+        let up = async {
+            loop {
+                if client
+                    .get(&url)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    break;
+                }
+                // The app is a child process starting up: poll its port (no event to wait on).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(120), up)
+            .await
+            .expect("the Gradio app did not answer within 2 minutes");
+        Self {
+            url,
+            log,
+            _dir: dir,
+            _child: child,
+        }
+    }
+
+    /// The orders the app received, in order.
+    pub fn orders(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+pub const GRADIO_TASK: &str = "Order 37.5 kg of bananas";
+
+/// Gradio: a Number holding 5 (typed into, it must become 37.5, not 537.5) and a Dropdown whose
+/// options appear on click, in the second of two Tabs.
+pub fn gradio_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Ordered 37.5 kg of Bananas") {
+            return done_reply("Ordered", true);
+        }
+        let Some((quantity, quantity_line)) = element_after(page, r"Quantity \(kg\)", "input")
+        else {
+            return match index_of(page, "button", r"role=tab[^\n]*/>\s*Order") {
+                Some(i) => click("open the Order tab", i),
+                // Gradio's own loading screen, shown while its modules load (`import()`, which
+                // the settle does not see): wait, as a model would.
+                None if page.contains("Loading") => {
+                    reply("wait for the app", json!([{"wait": {"seconds": 1}}]))
+                }
+                None => lost(page),
+            };
+        };
+        if !quantity_line.contains("value=37.5") {
+            return input("enter the quantity", quantity, "37.5");
+        }
+        if let Some(i) = index_of(page, "li", r"/>\s*Bananas") {
+            return click("choose bananas", i);
+        }
+        let Some((fruit, fruit_line)) = element_after(page, r"(?m)^\s*Fruit$", "input") else {
+            return lost(page);
+        };
+        if !fruit_line.contains("value=Bananas") {
+            return click("open the fruit list", fruit);
+        }
+        match index_of(page, "button", r"/>\s*Place order") {
+            Some(i) => click("place the order", i),
+            None => lost(page),
+        }
+    })
+}
+
+pub fn gradio_expected() -> Value {
+    json!({"quantity": 37.5, "fruit": "Bananas"})
+}

@@ -1,0 +1,82 @@
+//! The agent on real component libraries: `browserd run` (real Chromium, the mock model whose
+//! answers depend only on the page text it is shown) on the widget corpus of
+//! `browserd_tests::widgets` — React 19 + MUI, react-window, Shoelace, Flatpickr, Tom Select and
+//! Quill from npm (pinned, installed and bundled once by `scripts/widgets`), an
+//! IntersectionObserver feed, and a Gradio app from PyPI. Each scenario picks elements by their
+//! text and ends with an assertion on what the app received.
+
+use browserd_tests::widgets::{self, GradioApp, run};
+
+/// Runs the npm-bundled scenario `name` and checks what its page submitted.
+async fn scenario(name: &str) {
+    let scenario = widgets::scenarios()
+        .into_iter()
+        .find(|s| s.name == name)
+        .unwrap();
+    let (addr, submitted) = widgets::start_server().await;
+    let url = format!("http://{addr}/pages/{name}.html");
+    let outcome = run(scenario.task, &url, (scenario.brain)(), scenario.max_steps).await;
+    assert!(outcome.exited_ok, "{}", outcome.explain());
+    assert_eq!(
+        submitted.of(name),
+        vec![(scenario.expected)()],
+        "{}",
+        outcome.explain()
+    );
+}
+
+/// React 19 + MUI: controlled text and number fields, a Select, an Autocomplete, a Dialog.
+#[tokio::test]
+async fn mui_order_form() {
+    scenario("mui").await;
+}
+
+/// Shoelace: inputs, a select and a checkbox inside shadow roots.
+#[tokio::test]
+async fn shoelace_subscription() {
+    scenario("shoelace").await;
+}
+
+/// Flatpickr: a date chosen in its calendar overlay.
+#[tokio::test]
+async fn flatpickr_date() {
+    scenario("flatpickr").await;
+}
+
+/// Tom Select: a searchable select whose options exist only in its dropdown.
+#[tokio::test]
+async fn tom_select_language() {
+    scenario("tomselect").await;
+}
+
+/// Quill: a contenteditable rich-text editor.
+#[tokio::test]
+async fn quill_note() {
+    scenario("quill").await;
+}
+
+/// react-window: a virtualised list scrolled until the row exists.
+#[tokio::test]
+async fn react_window_virtual_list() {
+    scenario("virtual").await;
+}
+
+/// An IntersectionObserver feed that grows on scroll.
+#[tokio::test]
+async fn intersection_observer_feed() {
+    scenario("feed").await;
+}
+
+/// Gradio (PyPI): a Number typed into, a Dropdown, Tabs; the app's server logs what it got.
+#[tokio::test]
+async fn gradio_number_and_dropdown() {
+    let app = GradioApp::start().await;
+    let outcome = run(widgets::GRADIO_TASK, &app.url, widgets::gradio_brain(), 12).await;
+    assert!(outcome.exited_ok, "{}", outcome.explain());
+    assert_eq!(
+        app.orders(),
+        vec![widgets::gradio_expected()],
+        "{}",
+        outcome.explain()
+    );
+}
