@@ -16,7 +16,9 @@
 //   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
 //     root the page attaches, whose animations are waited for too);
 //   - on a new document, a loading screen (a page whose only text says it is loading, or a
-//     progress bar / aria-busy element and little text): the settle waits until it is replaced.
+//     progress bar / aria-busy element and little text): the settle waits until it is replaced;
+//     and a blank app shell (no text, nothing to see or use, scripts: an app still importing
+//     its code) until it shows something, while the document is younger than BLANK_SHELL_MAX_MS.
 // It ignores what is long-lived or not the action's: EventSource, sendBeacon, keepalive
 // fetches, analytics endpoints, setInterval, infinite or long animations, timers, frames,
 // requests and WebSocket messages started by the page's own loops (from an ignored callback, or
@@ -53,6 +55,10 @@
   const FRAME_WAIT_MAX_MS = 150;
   const LOADING_TEXT_MAX = 200;
   const LOADING_ELEMENTS_MAX = 400;
+  // A new document whose body is still blank (no text, no media or controls) while it has
+  // scripts is an app still loading its code (a dynamic `import()`, which nothing here sees):
+  // waited for until the document is this old.
+  const BLANK_SHELL_MAX_MS = 5000;
   const LOADING_TEXT = /^[\s\W]*(loading|please wait|one moment|just a moment|starting|connecting|initiali[sz]ing)\b/i;
   const IGNORED_URL = /google-analytics|googletagmanager|doubleclick|googlesyndication|facebook\.com\/tr|connect\.facebook|hotjar|segment\.(io|com)|mixpanel|amplitude|sentry|newrelic|nr-data|clarity\.ms|datadoghq|fullstory|intercom|\/collect(\?|$)|\/beacon|\/rum(\?|\/|$)|\/telemetry/i;
 
@@ -717,6 +723,14 @@
         // A new document still showing its loading screen: its next mutation wakes this check.
         loading = since === 0 && loadingScreen();
         if (loading) return;
+        // A blank app shell: its next mutation, or its deadline, wakes this check.
+        const blankLeft = since === 0 ? blankShellLeft() : 0;
+        if (blankLeft > 0) {
+          loading = true;
+          clearTimer(quietTimer);
+          quietTimer = setTimer(check, blankLeft);
+          return;
+        }
         finish('quiet');
       };
       capTimer = setTimer(() => finish('cap'), capMs);
@@ -738,6 +752,18 @@
       if (indicator.getClientRects().length > 0) return true;
     }
     return false;
+  };
+  // How much longer a blank app shell is waited for (0: the document is not one, or is old
+  // enough): a body with no text and nothing to see or use, in a document with scripts.
+  const blankShellLeft = () => {
+    const left = BLANK_SHELL_MAX_MS - perfNow();
+    const body = document.body;
+    if (left <= 0 || !body || document.scripts.length === 0) return 0;
+    if (body.getElementsByTagName('*').length > LOADING_ELEMENTS_MAX) return 0;
+    if (body.querySelector('img,svg,canvas,video,iframe,embed,object,input,button,select,textarea,a[href]')) {
+      return 0;
+    }
+    return (body.innerText || '').trim() === '' ? left : 0;
   };
   const sameOriginFrames = () => {
     const found = [];

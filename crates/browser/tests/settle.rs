@@ -70,6 +70,7 @@ async fn server() -> (SocketAddr, Counts) {
                 .route("/fixture/{name}", get(fixture))
                 .route("/feed-page", get(feed_page))
                 .route("/api/config", get(config))
+                .route("/api/module", get(module))
                 .route("/ws", get(socket))
                 .with_state(counts.clone());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -843,6 +844,36 @@ fn a_websocket_answer_in_several_messages_is_waited_for_to_its_end() {
             after.llm_text
         );
         assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// A JavaScript module answered after `delay` ms (what a blank app shell imports).
+async fn module(Query(q): Query<Delayed>) -> Response {
+    tokio::time::sleep(Duration::from_millis(q.delay)).await;
+    (
+        [(header::CONTENT_TYPE, "text/javascript")],
+        "export const title = 'Inventory';",
+    )
+        .into_response()
+}
+
+/// `fixtures/settle/blank-shell.html`: an app whose body is empty until the module it imports
+/// with `import()` (answered after 1.2 s; nothing tracks a dynamic import) has arrived and
+/// rendered; the first capture shows the app, not an empty page.
+#[test]
+fn the_first_capture_waits_for_a_blank_app_shell_to_render() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/blank-shell.html?delay=1200").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Inventory"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
         session.release().await;
     });
 }
