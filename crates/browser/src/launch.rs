@@ -175,6 +175,72 @@ impl ChromeIdentity {
     }
 }
 
+/// Which build of Chrome an executable is: it decides the headless flag.
+///
+/// The headless shell (Debian's `chromium-headless-shell`, Playwright's and Puppeteer's
+/// `chrome-headless-shell`) is headless only: no windows, so no per-context top-chrome WebUI
+/// renderer, and no crashpad handlers; it takes no `--headless` flag. The full build runs
+/// headless with `--headless=new`, where every browser context gets a window with its own
+/// WebUI renderer. Told apart by the executable's name, following symlinks (Debian's
+/// `/usr/bin/chromium-headless-shell` is a wrapper script of that name): when unsure it is
+/// taken for the full build, whose `--headless=new` the shell ignores. Once connected,
+/// `Browser.getVersion` says which build answered ([`ChromeBuild::of_product`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChromeBuild {
+    /// `chromium-headless-shell` / `chrome-headless-shell` (the old headless mode).
+    HeadlessShell,
+    /// `chromium` / `chrome` in its new headless mode.
+    Full,
+}
+
+impl ChromeBuild {
+    /// The build `executable` is, by its name (and the name of what it links to).
+    pub fn of_executable(executable: &Path) -> Self {
+        let shell_named = |path: &Path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    let name = name.to_ascii_lowercase();
+                    name.contains("headless-shell") || name.contains("headless_shell")
+                })
+        };
+        let resolved = std::fs::canonicalize(executable).ok();
+        if shell_named(executable) || resolved.as_deref().is_some_and(shell_named) {
+            Self::HeadlessShell
+        } else {
+            Self::Full
+        }
+    }
+
+    /// The build that answered, from `Browser.getVersion`'s `product`: the shell calls itself
+    /// `HeadlessChrome/…`, the full build `Chrome/…` even in its new headless mode.
+    pub fn of_product(product: &str) -> Option<Self> {
+        if product.starts_with("HeadlessChrome/") {
+            Some(Self::HeadlessShell)
+        } else if product.starts_with("Chrome/") {
+            Some(Self::Full)
+        } else {
+            None
+        }
+    }
+
+    /// The flags that make this build run headless.
+    pub fn headless_flags(self) -> &'static [&'static str] {
+        match self {
+            Self::HeadlessShell => &[],
+            Self::Full => &["--headless=new"],
+        }
+    }
+
+    /// A short name for logs and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HeadlessShell => "headless shell",
+            Self::Full => "full (--headless=new)",
+        }
+    }
+}
+
 /// A launched Chrome process and its DevTools endpoint.
 pub(crate) struct LaunchedChrome {
     pub child: Child,
@@ -347,6 +413,51 @@ mod tests {
             assert!(ChromeUser::lookup(name).is_err(), "{name:?}");
         }
         assert_eq!(ChromeUser::lookup("no-such-user-browserd").unwrap(), None);
+    }
+
+    #[test]
+    fn the_build_is_told_by_the_executable_name() {
+        for shell in [
+            "/usr/bin/chromium-headless-shell",
+            "/usr/lib/chromium/chromium-headless-shell",
+            "/opt/chrome-headless-shell-linux64/chrome-headless-shell",
+            "/opt/chrome/headless_shell",
+        ] {
+            assert_eq!(
+                ChromeBuild::of_executable(Path::new(shell)),
+                ChromeBuild::HeadlessShell,
+                "{shell}"
+            );
+        }
+        for full in ["/usr/bin/chromium", "/opt/google/chrome/chrome", "chromium"] {
+            assert_eq!(
+                ChromeBuild::of_executable(Path::new(full)),
+                ChromeBuild::Full,
+                "{full}"
+            );
+        }
+        // A symlink is followed to what it names.
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("chrome-headless-shell");
+        std::fs::write(&target, "").unwrap();
+        let link = dir.path().join("browser");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(ChromeBuild::of_executable(&link), ChromeBuild::HeadlessShell);
+        assert_eq!(ChromeBuild::HeadlessShell.headless_flags(), [] as [&str; 0]);
+        assert_eq!(ChromeBuild::Full.headless_flags(), ["--headless=new"]);
+    }
+
+    #[test]
+    fn the_build_that_answered_is_told_by_its_product() {
+        assert_eq!(
+            ChromeBuild::of_product("HeadlessChrome/156.0.8078.114"),
+            Some(ChromeBuild::HeadlessShell)
+        );
+        assert_eq!(
+            ChromeBuild::of_product("Chrome/156.0.8078.114"),
+            Some(ChromeBuild::Full)
+        );
+        assert_eq!(ChromeBuild::of_product("Firefox/1"), None);
     }
 
     #[test]
