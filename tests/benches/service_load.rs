@@ -306,7 +306,11 @@ fn kind_of(pid: u32) -> String {
     if program.ends_with("browserd") {
         return "browserd".into();
     }
-    if program.rsplit('/').next().is_some_and(|p| p.starts_with("python")) {
+    if program
+        .rsplit('/')
+        .next()
+        .is_some_and(|p| p.starts_with("python"))
+    {
         return "python (browser-use)".into();
     }
     if program.contains("crashpad") {
@@ -1040,7 +1044,10 @@ async fn browser_use_run(cfg: &Config, python: &str, site: &Site, ticks: f64) ->
         .arg(cfg.tasks.to_string())
         .env("BENCH_MODEL_MS", cfg.model_delay.as_millis().to_string())
         .env("BENCH_CHROME", &cfg.browser_use_chrome)
-        .env("BENCH_CHROME_FLAGS", "--disable-gpu --disable-dev-shm-usage --no-first-run")
+        .env(
+            "BENCH_CHROME_FLAGS",
+            "--disable-gpu --disable-dev-shm-usage --no-first-run",
+        )
         .env(TAG_VAR, &tag)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -1189,7 +1196,10 @@ async fn main() {
         }
         if cfg.baseline {
             let baseline = baseline_run(&cfg, &model, &site, ticks, &cfg.chromes[0]).await;
-            println!("run {run} baseline (N × browserd run): {}", baseline.summary(n));
+            println!(
+                "run {run} baseline (N × browserd run): {}",
+                baseline.summary(n)
+            );
             baselines.push(baseline);
         }
         if let Some(python) = &cfg.browser_use_python
@@ -1229,23 +1239,31 @@ async fn main() {
     };
     row("tasks/min", &|r| r.side.per_min(n));
     row("wall of the batch (s)", &|r| r.side.wall.as_secs_f64());
-    row("peak PSS per running task (MiB)", &|r| r.side.pss_per_task());
+    row("peak PSS per running task (MiB)", &|r| {
+        r.side.pss_per_task()
+    });
     row("peak PSS, browserd + Chrome (MiB)", &|r| {
         mib(r.side.usage.pss_kib)
     });
-    row("peak RSS per running task (MiB)", &|r| r.side.rss_per_task());
+    row("peak RSS per running task (MiB)", &|r| {
+        r.side.rss_per_task()
+    });
     row("peak tasks running at once", &|r| r.side.running as f64);
     row("CPU s per task (browserd + Chrome)", &|r| {
         r.side.usage.cpu_s / n as f64
     });
-    let pct = |v: &Vec<f64>, p: f64| percentile(v, p);
+    let pct = |v: &[f64], p: f64| percentile(v, p);
     row("POST → running p50 (ms)", &|r| pct(&r.running_ms, 50.0));
     row("POST → running p99 (ms)", &|r| pct(&r.running_ms, 99.0));
     row("POST → first step_started p50 (ms)", &|r| {
         pct(&r.step_started_ms, 50.0)
     });
-    row("POST → first step p50 (ms)", &|r| pct(&r.first_step_ms, 50.0));
-    row("POST → first step p99 (ms)", &|r| pct(&r.first_step_ms, 99.0));
+    row("POST → first step p50 (ms)", &|r| {
+        pct(&r.first_step_ms, 50.0)
+    });
+    row("POST → first step p99 (ms)", &|r| {
+        pct(&r.first_step_ms, 99.0)
+    });
     row("step commit → WS delivery p50 (ms)", &|r| {
         pct(&r.step_deliveries_ms, 50.0)
     });
@@ -1272,9 +1290,8 @@ async fn main() {
         cfg.model_delay.as_millis(),
         cfg.idle_tasks
     );
-    let side_median = |sides: &[Side], f: &dyn Fn(&Side) -> f64| {
-        median(&sides.iter().map(f).collect::<Vec<_>>())
-    };
+    let side_median =
+        |sides: &[Side], f: &dyn Fn(&Side) -> f64| median(&sides.iter().map(f).collect::<Vec<_>>());
     if !browser_uses.is_empty() {
         println!(
             "browser-use 0.13.14, {n} agents at once in one Python ({}; each its own Chrome): \

@@ -442,7 +442,10 @@ mod tests {
         std::fs::write(&target, "").unwrap();
         let link = dir.path().join("browser");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert_eq!(ChromeBuild::of_executable(&link), ChromeBuild::HeadlessShell);
+        assert_eq!(
+            ChromeBuild::of_executable(&link),
+            ChromeBuild::HeadlessShell
+        );
         assert_eq!(ChromeBuild::HeadlessShell.headless_flags(), [] as [&str; 0]);
         assert_eq!(ChromeBuild::Full.headless_flags(), ["--headless=new"]);
     }

@@ -80,10 +80,19 @@ fn the_headless_shell_and_the_full_build_both_run_tasks() {
     rt().block_on(async {
         let page = format!("http://{}/rules.html", server().await);
         for (chrome, build) in [
-            (browserd_browser::DEFAULT_CHROME_PATH, browserd_browser::ChromeBuild::HeadlessShell),
-            (browserd_browser::FULL_CHROME_PATH, browserd_browser::ChromeBuild::Full),
+            (
+                browserd_browser::DEFAULT_CHROME_PATH,
+                browserd_browser::ChromeBuild::HeadlessShell,
+            ),
+            (
+                browserd_browser::FULL_CHROME_PATH,
+                browserd_browser::ChromeBuild::Full,
+            ),
         ] {
-            assert_eq!(browserd_browser::ChromeBuild::of_executable(chrome.as_ref()), build);
+            assert_eq!(
+                browserd_browser::ChromeBuild::of_executable(chrome.as_ref()),
+                build
+            );
             let pool = BrowserPool::new(PoolConfig {
                 chrome_path: chrome.into(),
                 contexts_per_process: 2,
@@ -96,16 +105,28 @@ fn the_headless_shell_and_the_full_build_both_run_tasks() {
                 session.navigate(&page).await.unwrap();
                 let target = session.focused_target().await.unwrap();
                 let agent = session
-                    .cdp(Some(&target), "Runtime.evaluate", json!({"expression": "navigator.userAgent", "returnByValue": true}))
+                    .cdp(
+                        Some(&target),
+                        "Runtime.evaluate",
+                        json!({"expression": "navigator.userAgent", "returnByValue": true}),
+                    )
                     .await
                     .unwrap();
-                assert!(agent.as_str().contains("HeadlessChrome/"), "{chrome}: {}", agent.as_str());
+                assert!(
+                    agent.as_str().contains("HeadlessChrome/"),
+                    "{chrome}: {}",
+                    agent.as_str()
+                );
             }
             let webui = chrome_helpers_with(&pool, "--top-chrome-webui").await;
             match build {
                 browserd_browser::ChromeBuild::HeadlessShell => {
                     assert_eq!(webui, 0, "the shell has no windows");
-                    assert_eq!(chrome_helpers_with(&pool, "--headless=new").await, 0, "{chrome}");
+                    assert_eq!(
+                        chrome_helpers_with(&pool, "--headless=new").await,
+                        0,
+                        "{chrome}"
+                    );
                 }
                 browserd_browser::ChromeBuild::Full => {
                     assert!(webui >= 1, "the windows have WebUI renderers: {webui}");

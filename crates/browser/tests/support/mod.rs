@@ -40,7 +40,10 @@ pub async fn server() -> SocketAddr {
 pub fn test_chrome() -> PathBuf {
     std::env::var_os("BROWSERD_TEST_CHROME")
         .filter(|v| !v.is_empty())
-        .map_or_else(|| PathBuf::from(browserd_browser::DEFAULT_CHROME_PATH), PathBuf::from)
+        .map_or_else(
+            || PathBuf::from(browserd_browser::DEFAULT_CHROME_PATH),
+            PathBuf::from,
+        )
 }
 
 pub fn test_config() -> PoolConfig {
