@@ -179,9 +179,12 @@ impl ChromeIdentity {
 ///
 /// The headless shell (Debian's `chromium-headless-shell`, Playwright's and Puppeteer's
 /// `chrome-headless-shell`) is headless only: no windows, so no per-context top-chrome WebUI
-/// renderer, and no crashpad handlers; it takes no `--headless` flag. The full build runs
-/// headless with `--headless=new`, where every browser context gets a window with its own
-/// WebUI renderer. Told apart by the executable's name, following symlinks (Debian's
+/// renderer, and no crashpad handlers; it takes no `--headless` flag, but needs
+/// `--site-per-process` for the site isolation the full build has by default (a cross-origin
+/// frame in a renderer — and a CDP target — of its own), and the full build's generic font
+/// families, which it lacks (set per tab: [`FULL_BUILD_FONT_FAMILIES`]), to lay pages out the
+/// same. The full build runs headless with `--headless=new`, where every browser context gets
+/// a window with its own WebUI renderer. Told apart by the executable's name, following symlinks (Debian's
 /// `/usr/bin/chromium-headless-shell` is a wrapper script of that name): when unsure it is
 /// taken for the full build, whose `--headless=new` the shell ignores. Once connected,
 /// `Browser.getVersion` says which build answered ([`ChromeBuild::of_product`]).
@@ -224,10 +227,11 @@ impl ChromeBuild {
         }
     }
 
-    /// The flags that make this build run headless.
-    pub fn headless_flags(self) -> &'static [&'static str] {
+    /// The flags that make this build run headless, and the shell as isolated as the full
+    /// build.
+    pub fn build_flags(self) -> &'static [&'static str] {
         match self {
-            Self::HeadlessShell => &[],
+            Self::HeadlessShell => &["--site-per-process"],
             Self::Full => &["--headless=new"],
         }
     }
@@ -240,6 +244,54 @@ impl ChromeBuild {
         }
     }
 }
+
+/// What a launch actually starts: `executable` itself, or the program a wrapper script runs
+/// without `exec`. Debian's `/usr/bin/chromium-headless-shell` is such a script
+/// (`/usr/lib/chromium/chromium-headless-shell "$@"`): started as it is, Chrome would be the
+/// child of a shell, and killing the launched process (a hung or crashed Chrome, a killed
+/// worker's exit watcher) would leave Chrome running. A script whose only command is an
+/// absolute path followed by `"$@"` is replaced by that path; anything else is run as given.
+pub fn wrapped_executable(executable: &Path) -> std::path::PathBuf {
+    let wrapped = || -> Option<std::path::PathBuf> {
+        let meta = std::fs::metadata(executable).ok()?;
+        if meta.len() > 4096 {
+            return None;
+        }
+        let script = std::fs::read_to_string(executable).ok()?;
+        let mut lines = script.lines();
+        if !lines.next()?.starts_with("#!") {
+            return None;
+        }
+        let mut commands = lines
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        let command = commands.next()?;
+        if commands.next().is_some() {
+            return None;
+        }
+        let program = command.strip_suffix(r#" "$@""#)?.trim();
+        let program = Path::new(program);
+        (program.is_absolute()
+            && !program.as_os_str().to_string_lossy().contains(' ')
+            && program.is_file())
+        .then(|| program.to_path_buf())
+    };
+    wrapped().unwrap_or_else(|| executable.to_path_buf())
+}
+
+/// The generic font families of the full Chromium build on Linux (its default preferences,
+/// `locale_settings_linux`), given to every tab with `Page.setFontFamilies`. The headless
+/// shell has no preferences: without them its `monospace` and `serif` resolve to other fonts,
+/// and pages lay out differently (on the rustdoc golden page a line moved by 7 px, out of the
+/// indexed area). The same on both builds, so both lay out as browser-use's Chrome does.
+pub const FULL_BUILD_FONT_FAMILIES: [(&str, &str); 6] = [
+    ("standard", "Times New Roman"),
+    ("serif", "Times New Roman"),
+    ("sansSerif", "Arial"),
+    ("fixed", "Monospace"),
+    ("cursive", "Comic Sans MS"),
+    ("fantasy", "Impact"),
+];
 
 /// A launched Chrome process and its DevTools endpoint.
 pub(crate) struct LaunchedChrome {
@@ -272,6 +324,7 @@ pub(crate) async fn launch_chrome(
         identity.hand_over(sub)?;
     }
     identity.hand_over(dir)?;
+    let executable = &wrapped_executable(executable);
     let mut command = Command::new(executable);
     command
         .args(args)
@@ -446,8 +499,43 @@ mod tests {
             ChromeBuild::of_executable(&link),
             ChromeBuild::HeadlessShell
         );
-        assert_eq!(ChromeBuild::HeadlessShell.headless_flags(), [] as [&str; 0]);
-        assert_eq!(ChromeBuild::Full.headless_flags(), ["--headless=new"]);
+        assert_eq!(
+            ChromeBuild::HeadlessShell.build_flags(),
+            ["--site-per-process"]
+        );
+        assert_eq!(ChromeBuild::Full.build_flags(), ["--headless=new"]);
+    }
+
+    #[test]
+    fn a_wrapper_that_does_not_exec_is_looked_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("chrome-bin");
+        std::fs::write(&program, "").unwrap();
+        let script = |name: &str, text: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let debian = script(
+            "chromium-headless-shell",
+            format!("#!/bin/sh -e\n{} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&debian), program);
+        let exec = script(
+            "exec",
+            format!("#!/bin/sh\nexec {} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&exec), exec, "exec needs nothing");
+        let more = script(
+            "more",
+            format!("#!/bin/sh\nexport X=1\n{} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&more), more);
+        assert_eq!(wrapped_executable(&program), program);
+        assert_eq!(
+            wrapped_executable(Path::new("/no/such/chrome")),
+            Path::new("/no/such/chrome")
+        );
     }
 
     #[test]

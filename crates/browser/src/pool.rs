@@ -146,8 +146,8 @@ impl Default for PoolConfig {
 /// (http CONNECT, no UDP) its traffic goes through the proxy over TCP or not at all.
 /// `--no-sandbox` is not among them: it depends on who Chrome runs as
 /// ([`crate::launch::ChromeIdentity`]); nor is the headless flag, which depends on the build
-/// ([`ChromeBuild::headless_flags`]: `--headless=new` for the full build, none for the shell,
-/// which takes every flag here too).
+/// ([`ChromeBuild::build_flags`]: `--headless=new` for the full build, `--site-per-process`
+/// for the shell, which takes every flag here too).
 pub const CHROME_FLAGS: [&str; 8] = [
     "--disable-gpu",
     "--disable-quic",
@@ -206,7 +206,7 @@ fn chrome_args(config: &PoolConfig) -> Vec<String> {
     CHROMIUMOXIDE_ARGS_KEPT
         .iter()
         .map(|flag| format!("--{flag}"))
-        .chain(build.headless_flags().iter().map(|flag| (*flag).to_owned()))
+        .chain(build.build_flags().iter().map(|flag| (*flag).to_owned()))
         .chain(CHROME_FLAGS.iter().map(|flag| (*flag).to_owned()))
         .chain(std::iter::once(format!(
             "--window-size={},{}",

@@ -65,7 +65,9 @@ async fn chrome_helpers_with(pool: &BrowserPool, flag: &str) -> usize {
     let mut count = 0;
     for pid in chrome_tree(pool).await {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.split(|b| *b == 0).any(|arg| arg == flag.as_bytes()) {
+        // Chrome rewrites its helpers' command lines into one space-separated string.
+        let args = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if args.split(' ').any(|arg| arg == flag) {
             count += 1;
         }
     }
@@ -214,7 +216,7 @@ fn remote_endpoint_mode() {
         let dir = tempfile::tempdir().unwrap();
         let chrome = std::path::Path::new(browserd_browser::DEFAULT_CHROME_PATH);
         let mut child = std::process::Command::new(chrome)
-            .args(browserd_browser::ChromeBuild::of_executable(chrome).headless_flags())
+            .args(browserd_browser::ChromeBuild::of_executable(chrome).build_flags())
             .args(browserd_browser::CHROME_FLAGS)
             .arg("--no-sandbox")
             .arg("--remote-debugging-port=0")

@@ -106,6 +106,8 @@ async fn start_env() -> Env {
         == browserd_browser::ChromeBuild::Full
     {
         builder = builder.new_headless_mode();
+    } else {
+        builder = builder.arg("site-per-process");
     }
     let config = builder
         .no_sandbox()
