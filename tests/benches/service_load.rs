@@ -1248,6 +1248,9 @@ async fn main() {
     row("peak RSS per running task (MiB)", &|r| {
         r.side.rss_per_task()
     });
+    row("peak anon RSS per running task (MiB)", &|r| {
+        r.side.anon_per_task()
+    });
     row("peak tasks running at once", &|r| r.side.running as f64);
     row("CPU s per task (browserd + Chrome)", &|r| {
         r.side.usage.cpu_s / n as f64
