@@ -210,7 +210,11 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         "a task nobody watched made live frames"
     );
 
+    // The person's browser: the full Chromium build, as people run (in the headless shell the
+    // dashboard's live frame lays out 4 px off, which moves the click mapped from its middle;
+    // the tasks' own Chrome is browserd's default, the shell).
     let pool = BrowserPool::new(PoolConfig {
+        chrome_path: browserd_browser::FULL_CHROME_PATH.into(),
         contexts_per_process: 1,
         recycle_after_tasks: 0,
         egress_proxy: false,
