@@ -11,7 +11,10 @@ RUN cargo build --release --locked -p browserd \
     && install -D -m 0755 target/release/browserd /out/browserd
 
 FROM debian:bookworm-slim
-# chromium: the browser the worker drives. Fonts, so that screenshots of real sites are legible:
+# chromium-headless-shell: the browser the worker drives (the headless-only build: no window, and
+# no top-chrome renderer, per task; docs/src/benchmarks.md). The full build (package chromium,
+# `--chrome /usr/bin/chromium`) is not in the image; a derived image may add it. Fonts, so that
+# screenshots of real sites are legible:
 # Latin metric-compatible (liberation), CJK and colour emoji (noto). tini is PID 1: it forwards
 # SIGTERM to browserd only (the worker then hands its tasks back) and reaps Chrome's helper
 # processes. curl runs the HEALTHCHECK.
@@ -21,7 +24,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         ca-certificates \
-        chromium \
+        chromium-headless-shell \
         curl \
         fonts-liberation \
         fonts-noto-cjk \
@@ -37,7 +40,7 @@ USER 10001:10001
 WORKDIR /home/browserd
 ENV BROWSERD_LISTEN=0.0.0.0:8080 \
     BROWSERD_LOG_FORMAT=json \
-    BROWSERD_CHROME=/usr/bin/chromium
+    BROWSERD_CHROME=/usr/bin/chromium-headless-shell
 EXPOSE 8080
 # /readyz answers 200 when the process serves HTTP and Postgres answers. `worker` and `migrate`
 # serve no HTTP: compose disables this check for them (Kubernetes ignores it).

@@ -81,10 +81,13 @@ def check_image(compose_config_path):
     check(re.search(r"\bdebian:bookworm", runtime_from) is not None,
           f"the runtime stage is Debian bookworm ({runtime_from})")
     run = " ".join(i for i in runtime if i.upper().startswith("RUN "))
-    for package in ["chromium", "fonts-liberation", "fonts-noto-cjk", "fonts-noto-color-emoji",
+    for package in ["chromium-headless-shell", "fonts-liberation", "fonts-noto-cjk", "fonts-noto-color-emoji",
                     "tini", "curl", "ca-certificates"]:
         check(re.search(rf"(^|\s){re.escape(package)}(\s|$)", run) is not None,
               f"the runtime stage installs {package}")
+    envs = " ".join(i for i in runtime if i.upper().startswith("ENV "))
+    check(re.search(r"\bBROWSERD_CHROME=/usr/bin/chromium-headless-shell(\s|$)", envs) is not None,
+          "the runtime stage sets BROWSERD_CHROME to the headless shell it installs")
     users = [i.split(None, 1)[1] for i in runtime if i.upper().startswith("USER ")]
     check(bool(users) and re.fullmatch(r"[1-9][0-9]*(:[0-9]+)?", users[-1]) is not None,
           f"the runtime stage runs as a numeric non-root USER (found {users})")

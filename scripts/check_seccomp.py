@@ -7,8 +7,9 @@ must render a page. Then the same filter refusing user namespaces (as a runtime'
 Chrome fail
 (so the check does exercise the user namespaces the sandbox needs), and `mount` must be refused.
 
-Usage: scripts/check_seccomp.py [CHROME]   (default /usr/bin/chromium; needs root or the user
-running it to be unprivileged already).
+Usage: scripts/check_seccomp.py [CHROME...]   (default: browserd's default Chrome, Debian's
+/usr/bin/chromium-headless-shell, and the full build /usr/bin/chromium, each that is installed;
+needs root or the user running it to be unprivileged already).
 """
 
 import json
@@ -83,8 +84,12 @@ def chrome_renders(flt, chrome, user):
     with tempfile.TemporaryDirectory(prefix="browserd-seccomp-") as home:
         if user is not None:
             os.chown(home, user.pw_uid, user.pw_gid)
+        # The full build runs headless with --headless=new; the shell is headless only (and
+        # takes no flag), told apart by name as browserd does (crates/browser/src/launch.rs).
+        name = os.path.basename(os.path.realpath(chrome)) + " " + os.path.basename(chrome)
+        shell = "headless-shell" in name or "headless_shell" in name
         argv = [
-            chrome, "--headless=new", "--disable-gpu", "--no-first-run",
+            chrome, *([] if shell else ["--headless=new"]), "--disable-gpu", "--no-first-run",
             "--disable-background-networking", "--disable-dev-shm-usage",
             f"--user-data-dir={home}/profile", "--dump-dom",
             "data:text/html,<p>rendered-under-the-profile</p>",
@@ -93,8 +98,12 @@ def chrome_renders(flt, chrome, user):
         return "rendered-under-the-profile" in output, status, output
 
 
+DEFAULT_CHROMES = ["/usr/bin/chromium-headless-shell", "/usr/bin/chromium"]
+
+
 def main():
-    chrome = sys.argv[1] if len(sys.argv) > 1 else "/usr/bin/chromium"
+    chromes = sys.argv[1:] or [c for c in DEFAULT_CHROMES if os.path.exists(c)]
+    assert chromes, f"none of {DEFAULT_CHROMES} is installed"
     with open(PROFILE) as f:
         profile = json.load(f)
     user = None
@@ -108,14 +117,17 @@ def main():
         assert user is not None, "no unprivileged user to run Chrome as"
     failures = []
 
-    ok, status, output = chrome_renders(build_filter(profile), chrome, user)
-    if not ok:
-        failures.append(f"Chrome did not render under the profile (exit {status}):\n{output[-2000:]}")
+    for chrome in chromes:
+        ok, status, output = chrome_renders(build_filter(profile), chrome, user)
+        if not ok:
+            failures.append(f"{chrome} did not render under the profile (exit {status}):\n"
+                            f"{output[-2000:]}")
 
-    no_namespaces = build_filter(profile, without_user_namespaces=True)
-    ok, _, _ = chrome_renders(no_namespaces, chrome, user)
-    if ok:
-        failures.append("Chrome rendered without namespaces: the check does not exercise the sandbox")
+        no_namespaces = build_filter(profile, without_user_namespaces=True)
+        ok, _, _ = chrome_renders(no_namespaces, chrome, user)
+        if ok:
+            failures.append(f"{chrome} rendered without namespaces: the check does not exercise "
+                            "the sandbox")
 
     status, _ = run_confined(build_filter(profile), ["/bin/sh", "-c", "mount -t tmpfs none /mnt"], None, "/tmp")
     if status == 0:
@@ -125,8 +137,8 @@ def main():
         print(f"FAIL: {failure}", file=sys.stderr)
     if failures:
         sys.exit(1)
-    print(f"seccomp profile: Chrome renders sandboxed under it ({chrome}), not without user "
-          "namespaces; mount refused")
+    print(f"seccomp profile: Chrome renders sandboxed under it ({', '.join(chromes)}), not "
+          "without user namespaces; mount refused")
 
 
 if __name__ == "__main__":

@@ -1,43 +1,49 @@
-//! Service load: N tasks submitted at once to one `browserd serve` (a Chrome pool shared by all
-//! tasks), against the same N tasks run as N concurrent `browserd run` processes (one Chrome
-//! each) in the same run. Real Postgres, real Chromium on local pages, a mock OpenAI-compatible
-//! model answering after a fixed delay; every task climbs `/stairs/1?top=T` (T−1 clicks and a
-//! `done`, so T model calls) with `use_vision: false`. Each service run starts a fresh `serve`
-//! (its Chromes launch lazily, so the batch pays their start-up like the baseline pays its own).
+//! Service load, the table of issue 28 as one command: N tasks submitted at once to one
+//! `browserd serve` (a Chrome pool shared by all tasks), once per Chrome build compared — by
+//! default Debian's headless shell (browserd's default) and the full build in its new headless
+//! mode —, runs alternating between them; then, on the same idle service, tasks one at a time.
+//! Real Postgres, real Chromium on local pages, a mock OpenAI-compatible model answering after
+//! a fixed delay. Every task reads `/stairs/1?top=T` with `use_vision: false`: T = 1 (the
+//! default) is the read-only task, one capture and a `done`; T > 1 climbs (T−1 clicks and a
+//! `done`, so T model calls). Each service run starts a fresh `serve` (its Chromes launch
+//! lazily, so the batch pays their start-up).
 //!
 //! Measured per side, from /proc every 100 ms: the processes of the side are the `browserd`
 //! processes (marked by an environment variable) and all their descendants, plus Chrome's
 //! crashpad handlers (re-parented to init, found by the same mark).
 //! - wall time of the whole batch → tasks per minute;
-//! - peak memory per concurrently running task: VmRSS summed over the processes (what was asked
-//!   for; it counts every shared page — chromium's code, fonts — once per process, so it
-//!   overstates many small processes) and RssAnon summed (private anonymous memory, no file
-//!   pages; a closer estimate of what each extra task really costs). PSS would be the exact
-//!   answer, but one `smaps_rollup` pass over the baseline's ~300 Chrome processes took up to
-//!   26 s under its load, and its CPU would perturb what is measured on 2 cores. Per kind of
-//!   process (browser, renderer, the top-chrome WebUI renderer every window gets, GPU, …) the
-//!   report shows the processes, VmRSS and RssAnon at the VmRSS peak and their CPU seconds.
-//!   Under the baseline's load one /proc scan can take 1–2 s (the sampler thread is one of
-//!   hundreds of runnable threads), so its peak comes from fewer, sparser samples; the report
-//!   prints the mean scan time;
+//! - peak memory per concurrently running task: PSS summed over the processes (from
+//!   `smaps_rollup`: each shared page — chromium's code, fonts — divided among the processes
+//!   that map it, so the sum is what the side costs the machine), divided by the most tasks
+//!   running at once; also VmRSS summed (counts every shared page once per process, so it
+//!   overstates many small processes) and RssAnon. Per kind of process (browser, renderer, the
+//!   top-chrome WebUI renderer every window of the full build gets, GPU, …) the report shows
+//!   the processes, PSS, VmRSS and RssAnon at the PSS peak and their CPU seconds;
 //! - CPU seconds of the side's processes (utime + stime, the last ≤ 100 ms of a process that
 //!   exits between samples is missed); for the service also those of its Postgres backends;
 //! - machine-wide CPU busy share while the batch ran, and in the 2 s before it (others' load).
 //!
-//! Service only: POST → `running` status, → first `step_started` (step 0 = the start URL), →
-//! first `step` event, each received on the task's WebSocket (opened right after the POST, from
-//! seq 0); and for every live event its delivery latency = client receive time − `created_at`.
-//! `created_at` is Postgres `now()`, the *start* of the writing transaction; a `step` event's
-//! transaction also stores the screenshot artifact, the step row and the usage, so its delivery
-//! latency over-counts by that transaction's duration; other events are one-insert transactions.
+//! POST → `running` status, → first `step_started` (step 0 = the start URL), → first `step`
+//! event, each received on the task's WebSocket (opened right after the POST, from seq 0), in
+//! the batch and at idle; and for every live event its delivery latency = client receive time
+//! − `created_at`. `created_at` is Postgres `now()`, the *start* of the writing transaction; a
+//! `step` event's transaction also stores the screenshot artifact, the step row and the usage,
+//! so its delivery latency over-counts by that transaction's duration; other events are
+//! one-insert transactions.
 //!
-//! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 5), `BENCH_MODEL_DELAY_MS` (300),
-//! `BENCH_RUNS` (1; medians over runs when more), `BENCH_CONCURRENCY` (20),
-//! `BENCH_CHROME_PROCESSES` (2: one Chrome per core — each Chrome's browser process serialises
-//! the CDP traffic of all its contexts on one main thread, while every extra Chrome adds its
-//! fixed processes: browser, 2 zygotes, GPU, network and storage services, 2 crashpad handlers;
-//! 1, 2 and 4 gave the same throughput within noise on 2 cores, 1 delays the first steps most),
-//! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms).
+//! browser-use's memory in the same run, when a Python with browser-use is found
+//! (`BENCH_BROWSER_USE_PYTHON`, or the virtualenv `scripts/venv tests/benches/browser_use.txt`
+//! makes): N agents at once in one Python process (`browser_use_agents.py`, each agent with its
+//! own Chrome, `BENCH_BROWSER_USE_CHROME`, default `/usr/bin/chromium`), PSS per agent.
+//! `BENCH_BASELINE=1` adds N concurrent `browserd run` processes (one Chrome each).
+//!
+//! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
+//! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated executables,
+//! `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
+//! `BENCH_CONCURRENCY` (20), `BENCH_CHROME_PROCESSES` (2: one Chrome per core — each Chrome's
+//! browser process serialises the CDP traffic of all its contexts on one main thread, while
+//! every extra Chrome adds its fixed processes), `BENCH_VERBOSE=1` (a memory sample every
+//! second, and every event delivered in over 50 ms).
 //!
 //! Needs the `browserd` binary of the same profile: `cargo build --release -p browserd` before
 //! `cargo bench -p browserd-tests --bench service_load` (or point `BROWSERD_BIN` at one).
@@ -72,7 +78,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Config {
     tasks: usize,
     top: u64,
@@ -81,20 +87,86 @@ struct Config {
     concurrency: usize,
     chrome_processes: usize,
     verbose: bool,
+    /// The Chrome executables compared, one service side each per run.
+    chromes: Vec<String>,
+    /// Tasks run one at a time on the idle service after each batch.
+    idle_tasks: usize,
+    /// Also run the N concurrent `browserd run` processes.
+    baseline: bool,
+    /// A Python with browser-use: N browser-use agents at once, for their memory.
+    browser_use_python: Option<String>,
+    /// The Chrome browser-use's agents launch.
+    browser_use_chrome: String,
 }
+
+/// Debian's two builds: the headless shell (browserd's default) and the full build.
+const DEFAULT_CHROMES: &str = "/usr/bin/chromium-headless-shell,/usr/bin/chromium";
 
 impl Config {
     fn from_env() -> Self {
+        let chromes: Vec<String> = std::env::var("BENCH_CHROMES")
+            .unwrap_or_else(|_| DEFAULT_CHROMES.to_owned())
+            .split(',')
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
+        let missing: Vec<&String> = chromes
+            .iter()
+            .filter(|c| !std::path::Path::new(c).exists())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "BENCH_CHROMES names executables that do not exist: {missing:?}"
+        );
+        let browser_use_python = std::env::var("BENCH_BROWSER_USE_PYTHON")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .or_else(find_browser_use_venv);
         Self {
             tasks: env_u64("BENCH_TASKS", 20).max(1) as usize,
-            top: env_u64("BENCH_STEPS", 5).max(2),
+            top: env_u64("BENCH_STEPS", 1).max(1),
             model_delay: Duration::from_millis(env_u64("BENCH_MODEL_DELAY_MS", 300)),
-            runs: env_u64("BENCH_RUNS", 1).max(1) as usize,
+            runs: env_u64("BENCH_RUNS", 3).max(1) as usize,
             concurrency: env_u64("BENCH_CONCURRENCY", 20).max(1) as usize,
             chrome_processes: env_u64("BENCH_CHROME_PROCESSES", 2).max(1) as usize,
             verbose: env_u64("BENCH_VERBOSE", 0) == 1,
+            chromes,
+            idle_tasks: env_u64("BENCH_IDLE_TASKS", 5) as usize,
+            baseline: env_u64("BENCH_BASELINE", 0) == 1,
+            browser_use_python,
+            browser_use_chrome: std::env::var("BENCH_BROWSER_USE_CHROME")
+                .unwrap_or_else(|_| "/usr/bin/chromium".to_owned()),
         }
     }
+}
+
+/// A virtualenv of `scripts/venv` holding browser-use (`tests/benches/browser_use.txt`), when
+/// one was made: its Python.
+fn find_browser_use_venv() -> Option<String> {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache")))?
+        .join("browserd-venvs");
+    let mut found: Vec<std::path::PathBuf> = std::fs::read_dir(cache)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("benches-browser_use-"))
+                && p.join(".complete").exists()
+        })
+        .collect();
+    found.sort();
+    found
+        .pop()
+        .map(|venv| venv.join("bin/python").display().to_string())
+}
+
+/// A short name of a Chrome executable for the report.
+fn chrome_label(chrome: &str) -> String {
+    chrome.rsplit('/').next().unwrap_or(chrome).to_owned()
 }
 
 fn now_ns() -> i128 {
@@ -234,6 +306,13 @@ fn kind_of(pid: u32) -> String {
     if program.ends_with("browserd") {
         return "browserd".into();
     }
+    if program
+        .rsplit('/')
+        .next()
+        .is_some_and(|p| p.starts_with("python"))
+    {
+        return "python (browser-use)".into();
+    }
     if program.contains("crashpad") {
         return "chrome crashpad".into();
     }
@@ -250,6 +329,21 @@ fn kind_of(pid: u32) -> String {
         return "chrome browser".into();
     }
     format!("other ({})", program.rsplit('/').next().unwrap_or("?"))
+}
+
+/// Pss in KiB, from `smaps_rollup`: each shared page divided among the processes mapping it,
+/// so the sum over a side is what the side costs the machine.
+fn pss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|rollup| {
+            rollup
+                .lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// (VmRSS, RssAnon) in KiB.
@@ -271,6 +365,7 @@ struct Member {
     kind: String,
     rss_kib: u64,
     anon_kib: u64,
+    pss_kib: u64,
     cpu_ticks: u64,
 }
 
@@ -321,7 +416,9 @@ impl Scanner {
             children.entry(stat.ppid).or_default().push(pid);
             // Chrome rewrites its helpers' environ area (setproctitle) but not the browser's
             // or crashpad's: the mark is found on browserd and crashpad, the rest by parentage.
-            if (stat.comm == "browserd" || stat.comm.starts_with("chrome_crashpad"))
+            if (stat.comm == "browserd"
+                || stat.comm.starts_with("chrome_crashpad")
+                || stat.comm.starts_with("python"))
                 && self.tagged(pid)
             {
                 roots.push(pid);
@@ -369,6 +466,7 @@ impl Scanner {
                 kind,
                 rss_kib,
                 anon_kib,
+                pss_kib: if backend { 0 } else { pss_kib(pid) },
                 cpu_ticks: stats.get(&pid).map_or(0, |s| s.cpu_ticks),
             });
         }
@@ -383,8 +481,10 @@ struct Usage {
     rss_kib: u64,
     /// Peak RssAnon sum (browserd + Chrome, no Postgres), KiB.
     anon_kib: u64,
-    /// At the VmRSS peak: kind → (processes, VmRSS KiB, RssAnon KiB).
-    breakdown: BTreeMap<String, (usize, u64, u64)>,
+    /// Peak Pss sum (browserd + Chrome, no Postgres), KiB.
+    pss_kib: u64,
+    /// At the PSS peak: kind → (processes, VmRSS KiB, RssAnon KiB, Pss KiB).
+    breakdown: BTreeMap<String, (usize, u64, u64, u64)>,
     /// CPU seconds of browserd + Chrome.
     cpu_s: f64,
     /// CPU seconds of the Postgres backends (service only).
@@ -422,14 +522,17 @@ impl Sampler {
                 let rss: u64 = ours().map(|m| m.rss_kib).sum();
                 let anon: u64 = ours().map(|m| m.anon_kib).sum();
                 usage.anon_kib = usage.anon_kib.max(anon);
-                if rss > usage.rss_kib {
-                    usage.rss_kib = rss;
+                let pss: u64 = ours().map(|m| m.pss_kib).sum();
+                usage.rss_kib = usage.rss_kib.max(rss);
+                if pss > usage.pss_kib {
+                    usage.pss_kib = pss;
                     usage.breakdown.clear();
                     for m in &procs {
                         let slot = usage.breakdown.entry(m.kind.clone()).or_default();
                         slot.0 += 1;
                         slot.1 += m.rss_kib;
                         slot.2 += m.anon_kib;
+                        slot.3 += m.pss_kib;
                     }
                 }
                 for m in &procs {
@@ -442,11 +545,13 @@ impl Sampler {
                 }
                 if verbose && scans % 10 == 1 {
                     eprintln!(
-                        "  t={:5.1}s procs={:3} rss={:6.0} MiB anon={:5.0} MiB (scan {:.1} ms)",
+                        "  t={:5.1}s procs={:3} rss={:6.0} MiB anon={:5.0} MiB pss={:5.0} MiB \
+                         (scan {:.1} ms)",
                         began.elapsed().as_secs_f64(),
                         procs.len(),
                         mib(rss),
                         mib(anon),
+                        mib(pss),
                         ms(scan.elapsed())
                     );
                 }
@@ -520,10 +625,15 @@ impl Side {
         mib(self.usage.anon_kib) / self.running.max(1) as f64
     }
 
+    fn pss_per_task(&self) -> f64 {
+        mib(self.usage.pss_kib) / self.running.max(1) as f64
+    }
+
     fn summary(&self, tasks: usize) -> String {
         format!(
-            "{:5.1} s wall, {:5.1} tasks/min{}, peak RSS {:6.0} MiB / anon {:5.0} MiB over {} \
-             running, CPU {:5.1} s (bench {:.1} s), machine busy {:3.0} % (before {:3.0} %)",
+            "{:5.1} s wall, {:5.1} tasks/min{}, peak PSS {:5.0} MiB / RSS {:6.0} MiB / anon \
+             {:5.0} MiB over {} running, CPU {:5.1} s (bench {:.1} s), machine busy {:3.0} % \
+             (before {:3.0} %)",
             self.wall.as_secs_f64(),
             self.per_min(tasks),
             if self.failed > 0 {
@@ -531,6 +641,7 @@ impl Side {
             } else {
                 String::new()
             },
+            mib(self.usage.pss_kib),
             mib(self.usage.rss_kib),
             mib(self.usage.anon_kib),
             self.running,
@@ -576,6 +687,10 @@ struct ServiceRun {
     step_deliveries_ms: Vec<f64>,
     other_deliveries_ms: Vec<f64>,
     backlog: usize,
+    /// The same latencies of tasks run one at a time on the idle service after the batch.
+    idle_running_ms: Vec<f64>,
+    idle_step_started_ms: Vec<f64>,
+    idle_first_step_ms: Vec<f64>,
 }
 
 async fn follow_task(
@@ -648,7 +763,13 @@ async fn follow_task(
     Ok(outcome)
 }
 
-async fn service_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -> ServiceRun {
+async fn service_run(
+    cfg: &Config,
+    model: &MockModel,
+    site: &Site,
+    ticks: f64,
+    chrome: &str,
+) -> ServiceRun {
     let db = TestDb::create().await;
     let database = db.url.rsplit('/').next().map(str::to_owned);
     let tag = format!("service-{}", uuid::Uuid::new_v4().simple());
@@ -666,6 +787,8 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -
             &concurrency,
             "--chrome-processes",
             &chrome_processes,
+            "--chrome",
+            chrome,
         ],
         &[(TAG_VAR, &tag), ("RUST_LOG", "info")],
     )
@@ -707,8 +830,24 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -
     let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
     let usage = sampler.finish();
 
+    // At idle: one task at a time on the same service (its Chromes running, nothing else).
+    let mut idle = Vec::new();
+    for _ in 0..cfg.idle_tasks {
+        let alone = Arc::new(Mutex::new(Running::default()));
+        match tokio::time::timeout(
+            SIDE_TIMEOUT,
+            follow_task(client.clone(), body.clone(), alone),
+        )
+        .await
+        {
+            Ok(Ok(outcome)) => idle.push(outcome),
+            Ok(Err(err)) => failures.push(format!("idle task: {err}")),
+            Err(_) => failures.push(format!("an idle task took longer than {SIDE_TIMEOUT:?}")),
+        }
+    }
+
     let code = format!("CODE{}X", cfg.top);
-    for outcome in &outcomes {
+    for outcome in outcomes.iter().chain(&idle) {
         let task = &outcome.task;
         let output = task["output"].as_str().unwrap_or("");
         if task["status"] != "finished" || task["is_success"] != true || !output.contains(&code) {
@@ -782,12 +921,21 @@ async fn service_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -
             .flat_map(|o| o.other_deliveries_ms.iter().copied())
             .collect(),
         backlog: outcomes.iter().map(|o| o.backlog).sum(),
+        idle_running_ms: idle.iter().filter_map(|o| o.running.map(ms)).collect(),
+        idle_step_started_ms: idle.iter().filter_map(|o| o.step_started.map(ms)).collect(),
+        idle_first_step_ms: idle.iter().filter_map(|o| o.first_step.map(ms)).collect(),
     }
 }
 
 // ---------------------------------------------------------------- baseline side
 
-async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) -> Side {
+async fn baseline_run(
+    cfg: &Config,
+    model: &MockModel,
+    site: &Site,
+    ticks: f64,
+    chrome: &str,
+) -> Side {
     let tag = format!("baseline-{}", uuid::Uuid::new_v4().simple());
     let start_url = site.url(&format!("/stairs/1?top={}", cfg.top));
     let base_url = format!("http://{}/v1", model.addr);
@@ -803,6 +951,7 @@ async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) 
             .arg(TASK)
             .args(["--start-url", &start_url])
             .args(["--allow-loopback", "--no-vision", "--max-steps", "20"])
+            .args(["--chrome", chrome])
             .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
             .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
             .env("BROWSERD_LLM_MOCK_BASE_URL", &base_url)
@@ -876,11 +1025,89 @@ async fn baseline_run(cfg: &Config, model: &MockModel, site: &Site, ticks: f64) 
     }
 }
 
+// ---------------------------------------------------------------- browser-use side
+
+/// N browser-use agents at once in one Python process (each with its own Chrome, as
+/// browser-use runs them), on the same page with a model of the same delay: its memory.
+async fn browser_use_run(cfg: &Config, python: &str, site: &Site, ticks: f64) -> Option<Side> {
+    let tag = format!("browser-use-{}", uuid::Uuid::new_v4().simple());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/browser_use_agents.py");
+    let start_url = site.url(&format!("/stairs/1?top={}", cfg.top));
+    let busy_before = background_busy().await;
+    let sampler = Sampler::start(&tag, None, ticks, cfg.verbose);
+    let machine = machine_cpu();
+    let own = own_cpu_ticks();
+    let started = Instant::now();
+    let child = Command::new(python)
+        .arg(script)
+        .arg(&start_url)
+        .arg(cfg.tasks.to_string())
+        .env("BENCH_MODEL_MS", cfg.model_delay.as_millis().to_string())
+        .env("BENCH_CHROME", &cfg.browser_use_chrome)
+        .env(
+            "BENCH_CHROME_FLAGS",
+            "--disable-gpu --disable-dev-shm-usage --no-first-run",
+        )
+        .env(TAG_VAR, &tag)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn();
+    let output = match child {
+        Ok(child) => tokio::time::timeout(SIDE_TIMEOUT, child.wait_with_output()).await,
+        Err(err) => {
+            sampler.finish();
+            eprintln!("browser-use: could not start {python}: {err}");
+            return None;
+        }
+    };
+    let wall = started.elapsed();
+    let busy = busy_since(machine);
+    let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
+    let usage = sampler.finish();
+    wait_gone(&tag).await;
+    let output = match output {
+        Ok(Ok(output)) => output,
+        _ => {
+            eprintln!("browser-use: the agents did not finish within {SIDE_TIMEOUT:?}");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Option<Value> = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok());
+    let Some(report) = report.filter(|_| output.status.success()) else {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        eprintln!(
+            "browser-use: {} ({stdout}); stderr, newest first:\n{}",
+            output.status,
+            tail.join("\n")
+        );
+        return None;
+    };
+    let ok = report["ok"].as_u64().unwrap_or(0) as usize;
+    Some(Side {
+        wall,
+        running: cfg.tasks,
+        usage,
+        bench_cpu_s,
+        busy,
+        busy_before,
+        failed: cfg.tasks.saturating_sub(ok),
+    })
+}
+
 // ---------------------------------------------------------------- report
 
 fn print_breakdown(name: &str, usage: &Usage) {
     println!(
-        "  {name} (VmRSS peak {:.0} MiB; one /proc scan took {:.1} ms on average):",
+        "  {name} (PSS peak {:.0} MiB, VmRSS peak {:.0} MiB; one /proc scan took {:.1} ms on \
+         average):",
+        mib(usage.pss_kib),
         mib(usage.rss_kib),
         ms(usage.scan)
     );
@@ -890,13 +1117,15 @@ fn print_breakdown(name: &str, usage: &Usage) {
         .chain(usage.cpu_by_kind.keys())
         .collect();
     for kind in kinds {
-        let (count, rss, anon) = usage.breakdown.get(kind).copied().unwrap_or_default();
+        let (count, rss, anon, pss) = usage.breakdown.get(kind).copied().unwrap_or_default();
         let cpu = usage.cpu_by_kind.get(kind).copied().unwrap_or(0.0);
         if count == 0 && cpu < 0.05 {
             continue;
         }
         println!(
-            "    {kind:<24} {count:>4} processes  RSS {:>8.1} MiB  anon {:>7.1} MiB  CPU {cpu:>5.1} s",
+            "    {kind:<24} {count:>4} processes  PSS {:>7.1} MiB  RSS {:>8.1} MiB  anon {:>7.1} MiB  \
+             CPU {cpu:>5.1} s",
+            mib(pss),
             mib(rss),
             mib(anon),
         );
@@ -910,112 +1139,199 @@ async fn main() {
     let model = MockModel::start(stairs_brain(), cfg.model_delay).await;
     let site = Site::start().await;
     println!(
-        "service_load: {} tasks × {} model calls (stairs top {}), model delay {} ms, \
-         serve --concurrency {} --chrome-processes {}, {} run(s), {} cores; loadavg {}",
+        "service_load: {} tasks at once × {} model call(s) each (stairs top {}{}), model delay {} \
+         ms, serve --concurrency {} --chrome-processes {}, {} run(s) of {}, {} cores; loadavg {}",
         cfg.tasks,
         cfg.top,
         cfg.top,
+        if cfg.top == 1 {
+            ": read-only, a capture and a done"
+        } else {
+            ""
+        },
         cfg.model_delay.as_millis(),
         cfg.concurrency,
         cfg.chrome_processes,
         cfg.runs,
+        cfg.chromes.join(", "),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         loadavg()
     );
 
     let n = cfg.tasks;
-    let mut services = Vec::new();
+    // Per Chrome, the runs' service sides; runs alternate between the Chromes, so a change of
+    // the machine's load falls on both.
+    let mut services: Vec<Vec<ServiceRun>> = vec![Vec::new(); cfg.chromes.len()];
     let mut baselines = Vec::new();
+    let mut browser_uses = Vec::new();
     for run in 1..=cfg.runs {
-        let service = service_run(&cfg, &model, &site, ticks).await;
-        println!(
-            "run {run} service:  {}; Postgres CPU {:.1} s",
-            service.side.summary(n),
-            service.side.usage.postgres_cpu_s
-        );
-        println!(
-            "             POST→running p50 {:.0} ms, →step_started p50 {:.0} ms, →first step \
-             p50 {:.0} / p99 {:.0} ms; delivery: step p50 {:.1} / p99 {:.1} ms (n={}), other \
-             p50 {:.1} / p99 {:.1} ms (n={}), {} backlog events not counted",
-            percentile(&service.running_ms, 50.0),
-            percentile(&service.step_started_ms, 50.0),
-            percentile(&service.first_step_ms, 50.0),
-            percentile(&service.first_step_ms, 99.0),
-            percentile(&service.step_deliveries_ms, 50.0),
-            percentile(&service.step_deliveries_ms, 99.0),
-            service.step_deliveries_ms.len(),
-            percentile(&service.other_deliveries_ms, 50.0),
-            percentile(&service.other_deliveries_ms, 99.0),
-            service.other_deliveries_ms.len(),
-            service.backlog,
-        );
-        let baseline = baseline_run(&cfg, &model, &site, ticks).await;
-        println!("run {run} baseline: {}", baseline.summary(n));
-        services.push(service);
-        baselines.push(baseline);
+        for (c, chrome) in cfg.chromes.iter().enumerate() {
+            let service = service_run(&cfg, &model, &site, ticks, chrome).await;
+            println!(
+                "run {run} {:<24} {}; Postgres CPU {:.1} s",
+                chrome_label(chrome),
+                service.side.summary(n),
+                service.side.usage.postgres_cpu_s
+            );
+            println!(
+                "    POST→running p50 {:.0} ms, →step_started p50 {:.0} ms, →first step p50 {:.0} \
+                 / p99 {:.0} ms; delivery: step p50 {:.1} / p99 {:.1} ms (n={}), other p50 {:.1} \
+                 / p99 {:.1} ms (n={}), {} backlog events not counted; idle: →first step p50 \
+                 {:.0} ms (n={})",
+                percentile(&service.running_ms, 50.0),
+                percentile(&service.step_started_ms, 50.0),
+                percentile(&service.first_step_ms, 50.0),
+                percentile(&service.first_step_ms, 99.0),
+                percentile(&service.step_deliveries_ms, 50.0),
+                percentile(&service.step_deliveries_ms, 99.0),
+                service.step_deliveries_ms.len(),
+                percentile(&service.other_deliveries_ms, 50.0),
+                percentile(&service.other_deliveries_ms, 99.0),
+                service.other_deliveries_ms.len(),
+                service.backlog,
+                percentile(&service.idle_first_step_ms, 50.0),
+                service.idle_first_step_ms.len(),
+            );
+            services[c].push(service);
+        }
+        if cfg.baseline {
+            let baseline = baseline_run(&cfg, &model, &site, ticks, &cfg.chromes[0]).await;
+            println!(
+                "run {run} baseline (N × browserd run): {}",
+                baseline.summary(n)
+            );
+            baselines.push(baseline);
+        }
+        if let Some(python) = &cfg.browser_use_python
+            && let Some(side) = browser_use_run(&cfg, python, &site, ticks).await
+        {
+            println!("run {run} browser-use ({n} agents): {}", side.summary(n));
+            browser_uses.push(side);
+        }
     }
 
-    let s = |f: &dyn Fn(&ServiceRun) -> f64| median(&services.iter().map(f).collect::<Vec<_>>());
-    let b = |f: &dyn Fn(&Side) -> f64| median(&baselines.iter().map(f).collect::<Vec<_>>());
-    let row = |name: &str, f: &dyn Fn(&Side) -> f64| {
-        let (service, baseline) = (s(&|r| f(&r.side)), b(f));
-        println!(
-            "{name:<36} {service:>9.1} {baseline:>9.1} {:>17.2}",
-            service / baseline
-        );
+    let med = |runs: &[ServiceRun], f: &dyn Fn(&ServiceRun) -> f64| {
+        median(&runs.iter().map(f).collect::<Vec<_>>())
     };
-    let max_running = services.iter().map(|r| r.side.running).max().unwrap_or(0);
-
     println!();
     println!(
-        "medians over {} run(s); {n} tasks; service peak concurrency {max_running}",
+        "medians over {} run(s); {n} tasks at once; per-run percentiles of latencies",
         cfg.runs
     );
-    println!(
-        "{:<36} {:>9} {:>9} {:>17}",
-        "", "service", "baseline", "service/baseline"
-    );
-    row("tasks/min", &|side| side.per_min(n));
-    row("peak RSS per running task (MiB)", &Side::rss_per_task);
-    row("peak anon RSS per running task (MiB)", &Side::anon_per_task);
-    row("CPU s per task (browserd + Chrome)", &|side| {
-        side.usage.cpu_s / n as f64
-    });
-    row("machine busy during the batch (%)", &|side| {
-        side.busy * 100.0
-    });
-    row("machine busy in the 2 s before (%)", &|side| {
-        side.busy_before * 100.0
-    });
-    println!(
-        "service only: Postgres backends CPU {:.2} s per task",
-        s(&|r| r.side.usage.postgres_cpu_s / n as f64)
-    );
-    println!("service latencies (per-run percentiles, medians over runs):");
-    let line = |name: &str, f: &dyn Fn(&ServiceRun) -> &Vec<f64>, note: &str| {
-        println!(
-            "  {name:<30} p50 {:8.1} ms   p99 {:8.1} ms{note}",
-            s(&|r| percentile(f(r), 50.0)),
-            s(&|r| percentile(f(r), 99.0)),
-        );
+    let mut header = format!("{:<40}", "");
+    for chrome in &cfg.chromes {
+        header.push_str(&format!(" {:>24}", chrome_label(chrome)));
+    }
+    if cfg.chromes.len() == 2 {
+        header.push_str(&format!(" {:>10}", "first/2nd"));
+    }
+    println!("{header}");
+    let row = |name: &str, f: &dyn Fn(&ServiceRun) -> f64| {
+        let values: Vec<f64> = services.iter().map(|runs| med(runs, f)).collect();
+        let mut line = format!("{name:<40}");
+        for v in &values {
+            line.push_str(&format!(" {v:>24.1}"));
+        }
+        if values.len() == 2 {
+            line.push_str(&format!(" {:>10.2}", values[0] / values[1]));
+        }
+        println!("{line}");
     };
-    line("POST → running", &|r| &r.running_ms, "");
-    line("POST → first step_started", &|r| &r.step_started_ms, "");
-    line("POST → first step", &|r| &r.first_step_ms, "");
-    line(
-        "step commit → WS delivery",
-        &|r| &r.step_deliveries_ms,
-        "   (target p99 ≤ 50 ms; from the start of the step's write transaction)",
+    row("tasks/min", &|r| r.side.per_min(n));
+    row("wall of the batch (s)", &|r| r.side.wall.as_secs_f64());
+    row("peak PSS per running task (MiB)", &|r| {
+        r.side.pss_per_task()
+    });
+    row("peak PSS, browserd + Chrome (MiB)", &|r| {
+        mib(r.side.usage.pss_kib)
+    });
+    row("peak RSS per running task (MiB)", &|r| {
+        r.side.rss_per_task()
+    });
+    row("peak anon RSS per running task (MiB)", &|r| {
+        r.side.anon_per_task()
+    });
+    row("peak tasks running at once", &|r| r.side.running as f64);
+    row("CPU s per task (browserd + Chrome)", &|r| {
+        r.side.usage.cpu_s / n as f64
+    });
+    let pct = |v: &[f64], p: f64| percentile(v, p);
+    row("POST → running p50 (ms)", &|r| pct(&r.running_ms, 50.0));
+    row("POST → running p99 (ms)", &|r| pct(&r.running_ms, 99.0));
+    row("POST → first step_started p50 (ms)", &|r| {
+        pct(&r.step_started_ms, 50.0)
+    });
+    row("POST → first step p50 (ms)", &|r| {
+        pct(&r.first_step_ms, 50.0)
+    });
+    row("POST → first step p99 (ms)", &|r| {
+        pct(&r.first_step_ms, 99.0)
+    });
+    row("step commit → WS delivery p50 (ms)", &|r| {
+        pct(&r.step_deliveries_ms, 50.0)
+    });
+    row("step commit → WS delivery p99 (ms)", &|r| {
+        pct(&r.step_deliveries_ms, 99.0)
+    });
+    row("other events → WS delivery p99 (ms)", &|r| {
+        pct(&r.other_deliveries_ms, 99.0)
+    });
+    row("idle: POST → running p50 (ms)", &|r| {
+        pct(&r.idle_running_ms, 50.0)
+    });
+    row("idle: POST → first step_started p50 (ms)", &|r| {
+        pct(&r.idle_step_started_ms, 50.0)
+    });
+    row("idle: POST → first step p50 (ms)", &|r| {
+        pct(&r.idle_first_step_ms, 50.0)
+    });
+    println!(
+        "(the first step waits for one model call of {} ms; idle: {} task(s) one at a time on \
+         the same service after each batch; targets of issue 28 for the default build: ≥ 450 \
+         tasks/min and ≤ 20 MB PSS per task on 20 read-only tasks, idle POST → first step ≤ 1 s \
+         + the model)",
+        cfg.model_delay.as_millis(),
+        cfg.idle_tasks
     );
-    line(
-        "other events → WS delivery",
-        &|r| &r.other_deliveries_ms,
-        "   (one-insert transactions)",
-    );
-    if let (Some(service), Some(baseline)) = (services.last(), baselines.last()) {
-        println!("processes at the VmRSS peak, and CPU over the whole side (last run):");
-        print_breakdown("service", &service.side.usage);
-        print_breakdown("baseline", &baseline.usage);
+    let side_median =
+        |sides: &[Side], f: &dyn Fn(&Side) -> f64| median(&sides.iter().map(f).collect::<Vec<_>>());
+    if !browser_uses.is_empty() {
+        println!(
+            "browser-use 0.13.14, {n} agents at once in one Python ({}; each its own Chrome): \
+             peak PSS per agent {:.1} MiB, RSS per agent {:.1} MiB, {:.1} agents/min ({} of {} \
+             runs)",
+            cfg.browser_use_chrome,
+            side_median(&browser_uses, &Side::pss_per_task),
+            side_median(&browser_uses, &Side::rss_per_task),
+            side_median(&browser_uses, &|s| s.per_min(n)),
+            browser_uses.len(),
+            cfg.runs
+        );
+    } else {
+        println!(
+            "browser-use: not measured (no BENCH_BROWSER_USE_PYTHON and no virtualenv of \
+             `scripts/venv tests/benches/browser_use.txt`)"
+        );
+    }
+    if !baselines.is_empty() {
+        println!(
+            "baseline, {n} × `browserd run` ({}): {:.1} tasks/min, peak PSS per task {:.1} MiB",
+            chrome_label(&cfg.chromes[0]),
+            side_median(&baselines, &|s| s.per_min(n)),
+            side_median(&baselines, &Side::pss_per_task),
+        );
+    }
+    println!("processes at the PSS peak, and CPU over the whole side (last run):");
+    for (chrome, runs) in cfg.chromes.iter().zip(&services) {
+        if let Some(last) = runs.last() {
+            print_breakdown(&chrome_label(chrome), &last.side.usage);
+        }
+    }
+    if let Some(last) = browser_uses.last() {
+        print_breakdown("browser-use", &last.usage);
+    }
+    if let Some(last) = baselines.last() {
+        print_breakdown("baseline", &last.usage);
     }
     println!("loadavg after: {}", loadavg());
 }

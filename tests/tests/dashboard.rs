@@ -59,7 +59,10 @@ impl Dashboard {
     /// A browser of its own (keep the pool) on the dashboard at `base`, at its sign-in form,
     /// every document's errors trapped.
     async fn open(base: &str) -> (BrowserPool, Self) {
+        // The person's browser: the full Chromium build, as people run (the tasks' own Chrome
+        // is browserd's default, the headless shell).
         let pool = BrowserPool::new(PoolConfig {
+            chrome_path: browserd_browser::FULL_CHROME_PATH.into(),
             contexts_per_process: 1,
             recycle_after_tasks: 0,
             egress_proxy: false,

@@ -54,7 +54,12 @@ fn main() {
         .expect("runtime");
     rt.block_on(async move {
         let addr = http::serve_dir(&root).await;
+        // `BENCH_CHROME=/usr/bin/chromium`: the full build instead of the headless shell.
+        let chrome = std::env::var("BENCH_CHROME")
+            .unwrap_or_else(|_| browserd_browser::DEFAULT_CHROME_PATH.to_owned());
+        println!("Chrome: {chrome}");
         let pool = BrowserPool::new(PoolConfig {
+            chrome_path: chrome.into(),
             processes: 1,
             contexts_per_process: 1,
             recycle_after_tasks: 0,

@@ -175,6 +175,124 @@ impl ChromeIdentity {
     }
 }
 
+/// Which build of Chrome an executable is: it decides the headless flag.
+///
+/// The headless shell (Debian's `chromium-headless-shell`, Playwright's and Puppeteer's
+/// `chrome-headless-shell`) is headless only: no windows, so no per-context top-chrome WebUI
+/// renderer, and no crashpad handlers; it takes no `--headless` flag, but needs
+/// `--site-per-process` for the site isolation the full build has by default (a cross-origin
+/// frame in a renderer — and a CDP target — of its own), and the full build's generic font
+/// families, which it lacks (set per tab: [`FULL_BUILD_FONT_FAMILIES`]), to lay pages out the
+/// same. The full build runs headless with `--headless=new`, where every browser context gets
+/// a window with its own WebUI renderer. Told apart by the executable's name, following symlinks (Debian's
+/// `/usr/bin/chromium-headless-shell` is a wrapper script of that name): when unsure it is
+/// taken for the full build, whose `--headless=new` the shell ignores. Once connected,
+/// `Browser.getVersion` says which build answered ([`ChromeBuild::of_product`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChromeBuild {
+    /// `chromium-headless-shell` / `chrome-headless-shell` (the old headless mode).
+    HeadlessShell,
+    /// `chromium` / `chrome` in its new headless mode.
+    Full,
+}
+
+impl ChromeBuild {
+    /// The build `executable` is, by its name (and the name of what it links to).
+    pub fn of_executable(executable: &Path) -> Self {
+        let shell_named = |path: &Path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    let name = name.to_ascii_lowercase();
+                    name.contains("headless-shell") || name.contains("headless_shell")
+                })
+        };
+        let resolved = std::fs::canonicalize(executable).ok();
+        if shell_named(executable) || resolved.as_deref().is_some_and(shell_named) {
+            Self::HeadlessShell
+        } else {
+            Self::Full
+        }
+    }
+
+    /// The build that answered, from `Browser.getVersion`'s `product`: the shell calls itself
+    /// `HeadlessChrome/…`, the full build `Chrome/…` even in its new headless mode.
+    pub fn of_product(product: &str) -> Option<Self> {
+        if product.starts_with("HeadlessChrome/") {
+            Some(Self::HeadlessShell)
+        } else if product.starts_with("Chrome/") {
+            Some(Self::Full)
+        } else {
+            None
+        }
+    }
+
+    /// The flags that make this build run headless, and the shell as isolated as the full
+    /// build.
+    pub fn build_flags(self) -> &'static [&'static str] {
+        match self {
+            Self::HeadlessShell => &["--site-per-process"],
+            Self::Full => &["--headless=new"],
+        }
+    }
+
+    /// A short name for logs and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HeadlessShell => "headless shell",
+            Self::Full => "full (--headless=new)",
+        }
+    }
+}
+
+/// What a launch actually starts: `executable` itself, or the program a wrapper script runs
+/// without `exec`. Debian's `/usr/bin/chromium-headless-shell` is such a script
+/// (`/usr/lib/chromium/chromium-headless-shell "$@"`): started as it is, Chrome would be the
+/// child of a shell, and killing the launched process (a hung or crashed Chrome, a killed
+/// worker's exit watcher) would leave Chrome running. A script whose only command is an
+/// absolute path followed by `"$@"` is replaced by that path; anything else is run as given.
+pub fn wrapped_executable(executable: &Path) -> std::path::PathBuf {
+    let wrapped = || -> Option<std::path::PathBuf> {
+        let meta = std::fs::metadata(executable).ok()?;
+        if meta.len() > 4096 {
+            return None;
+        }
+        let script = std::fs::read_to_string(executable).ok()?;
+        let mut lines = script.lines();
+        if !lines.next()?.starts_with("#!") {
+            return None;
+        }
+        let mut commands = lines
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
+        let command = commands.next()?;
+        if commands.next().is_some() {
+            return None;
+        }
+        let program = command.strip_suffix(r#" "$@""#)?.trim();
+        let program = Path::new(program);
+        (program.is_absolute()
+            && !program.as_os_str().to_string_lossy().contains(' ')
+            && program.is_file())
+        .then(|| program.to_path_buf())
+    };
+    wrapped().unwrap_or_else(|| executable.to_path_buf())
+}
+
+/// The generic font families of the full Chromium build on Linux (its default preferences,
+/// `locale_settings_linux`), given to every tab with `Page.setFontFamilies`. The headless
+/// shell has no preferences: without them its `monospace` and `serif` resolve to other fonts,
+/// and pages lay out differently (on the rustdoc golden page a line moved by 7 px, out of the
+/// indexed area). The same on both builds, so both lay out as browser-use's Chrome does.
+pub const FULL_BUILD_FONT_FAMILIES: [(&str, &str); 6] = [
+    ("standard", "Times New Roman"),
+    ("serif", "Times New Roman"),
+    ("sansSerif", "Arial"),
+    ("fixed", "Monospace"),
+    ("cursive", "Comic Sans MS"),
+    ("fantasy", "Impact"),
+];
+
 /// A launched Chrome process and its DevTools endpoint.
 pub(crate) struct LaunchedChrome {
     pub child: Child,
@@ -206,6 +324,7 @@ pub(crate) async fn launch_chrome(
         identity.hand_over(sub)?;
     }
     identity.hand_over(dir)?;
+    let executable = &wrapped_executable(executable);
     let mut command = Command::new(executable);
     command
         .args(args)
@@ -347,6 +466,89 @@ mod tests {
             assert!(ChromeUser::lookup(name).is_err(), "{name:?}");
         }
         assert_eq!(ChromeUser::lookup("no-such-user-browserd").unwrap(), None);
+    }
+
+    #[test]
+    fn the_build_is_told_by_the_executable_name() {
+        for shell in [
+            "/usr/bin/chromium-headless-shell",
+            "/usr/lib/chromium/chromium-headless-shell",
+            "/opt/chrome-headless-shell-linux64/chrome-headless-shell",
+            "/opt/chrome/headless_shell",
+        ] {
+            assert_eq!(
+                ChromeBuild::of_executable(Path::new(shell)),
+                ChromeBuild::HeadlessShell,
+                "{shell}"
+            );
+        }
+        for full in ["/usr/bin/chromium", "/opt/google/chrome/chrome", "chromium"] {
+            assert_eq!(
+                ChromeBuild::of_executable(Path::new(full)),
+                ChromeBuild::Full,
+                "{full}"
+            );
+        }
+        // A symlink is followed to what it names.
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("chrome-headless-shell");
+        std::fs::write(&target, "").unwrap();
+        let link = dir.path().join("browser");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(
+            ChromeBuild::of_executable(&link),
+            ChromeBuild::HeadlessShell
+        );
+        assert_eq!(
+            ChromeBuild::HeadlessShell.build_flags(),
+            ["--site-per-process"]
+        );
+        assert_eq!(ChromeBuild::Full.build_flags(), ["--headless=new"]);
+    }
+
+    #[test]
+    fn a_wrapper_that_does_not_exec_is_looked_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = dir.path().join("chrome-bin");
+        std::fs::write(&program, "").unwrap();
+        let script = |name: &str, text: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let debian = script(
+            "chromium-headless-shell",
+            format!("#!/bin/sh -e\n{} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&debian), program);
+        let exec = script(
+            "exec",
+            format!("#!/bin/sh\nexec {} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&exec), exec, "exec needs nothing");
+        let more = script(
+            "more",
+            format!("#!/bin/sh\nexport X=1\n{} \"$@\"\n", program.display()),
+        );
+        assert_eq!(wrapped_executable(&more), more);
+        assert_eq!(wrapped_executable(&program), program);
+        assert_eq!(
+            wrapped_executable(Path::new("/no/such/chrome")),
+            Path::new("/no/such/chrome")
+        );
+    }
+
+    #[test]
+    fn the_build_that_answered_is_told_by_its_product() {
+        assert_eq!(
+            ChromeBuild::of_product("HeadlessChrome/156.0.8078.114"),
+            Some(ChromeBuild::HeadlessShell)
+        );
+        assert_eq!(
+            ChromeBuild::of_product("Chrome/156.0.8078.114"),
+            Some(ChromeBuild::Full)
+        );
+        assert_eq!(ChromeBuild::of_product("Firefox/1"), None);
     }
 
     #[test]

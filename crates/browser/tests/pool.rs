@@ -60,6 +60,87 @@ fn contexts_are_isolated_and_shutdown_reaps_everything() {
     });
 }
 
+/// The processes of a pool's Chrome whose command line has `flag`.
+async fn chrome_helpers_with(pool: &BrowserPool, flag: &str) -> usize {
+    let mut count = 0;
+    for pid in chrome_tree(pool).await {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        // Chrome rewrites its helpers' command lines into one space-separated string.
+        let args = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if args.split(' ').any(|arg| arg == flag) {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Both builds run headless from the same flags: the headless shell (the default) without a
+/// window, the full build (`--chrome /usr/bin/chromium`) in its new headless mode, where every
+/// browser context gets a window with a top-chrome WebUI renderer of its own.
+#[test]
+fn the_headless_shell_and_the_full_build_both_run_tasks() {
+    rt().block_on(async {
+        let page = format!("http://{}/rules.html", server().await);
+        for (chrome, build) in [
+            (
+                browserd_browser::DEFAULT_CHROME_PATH,
+                browserd_browser::ChromeBuild::HeadlessShell,
+            ),
+            (
+                browserd_browser::FULL_CHROME_PATH,
+                browserd_browser::ChromeBuild::Full,
+            ),
+        ] {
+            assert_eq!(
+                browserd_browser::ChromeBuild::of_executable(chrome.as_ref()),
+                build
+            );
+            let pool = BrowserPool::new(PoolConfig {
+                chrome_path: chrome.into(),
+                contexts_per_process: 2,
+                ..test_config()
+            })
+            .unwrap();
+            let a = pool.lease().await.unwrap();
+            let b = pool.lease().await.unwrap();
+            for session in [&a, &b] {
+                session.navigate(&page).await.unwrap();
+                let target = session.focused_target().await.unwrap();
+                let agent = session
+                    .cdp(
+                        Some(&target),
+                        "Runtime.evaluate",
+                        json!({"expression": "navigator.userAgent", "returnByValue": true}),
+                    )
+                    .await
+                    .unwrap();
+                assert!(
+                    agent.as_str().contains("HeadlessChrome/"),
+                    "{chrome}: {}",
+                    agent.as_str()
+                );
+            }
+            let webui = chrome_helpers_with(&pool, "--top-chrome-webui").await;
+            match build {
+                browserd_browser::ChromeBuild::HeadlessShell => {
+                    assert_eq!(webui, 0, "the shell has no windows");
+                    assert_eq!(
+                        chrome_helpers_with(&pool, "--headless=new").await,
+                        0,
+                        "{chrome}"
+                    );
+                }
+                browserd_browser::ChromeBuild::Full => {
+                    assert!(webui >= 1, "the windows have WebUI renderers: {webui}");
+                }
+            }
+            a.release().await;
+            b.release().await;
+            pool.shutdown().await;
+        }
+    });
+}
+
 #[test]
 fn recycles_after_n_tasks_and_replaces_dead_chrome() {
     rt().block_on(async {
@@ -133,7 +214,9 @@ fn recycles_after_n_tasks_and_replaces_dead_chrome() {
 fn remote_endpoint_mode() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("/usr/bin/chromium")
+        let chrome = std::path::Path::new(browserd_browser::DEFAULT_CHROME_PATH);
+        let mut child = std::process::Command::new(chrome)
+            .args(browserd_browser::ChromeBuild::of_executable(chrome).build_flags())
             .args(browserd_browser::CHROME_FLAGS)
             .arg("--no-sandbox")
             .arg("--remote-debugging-port=0")

@@ -23,7 +23,10 @@ use crate::egress::{EgressArgs, ProxiesArgs};
 /// Chrome, egress and task-default flags of every role that runs tasks.
 #[derive(Debug, Args)]
 pub struct BrowserArgs {
-    /// Chrome / Chromium executable.
+    /// Chrome / Chromium executable: Debian's headless shell by default; the full build
+    /// (`/usr/bin/chromium`, run with `--headless=new`) or any Chrome also works. A name with
+    /// `headless-shell` (or `headless_shell`) is taken for the shell, anything else for the
+    /// full build.
     #[arg(long, env = "BROWSERD_CHROME", default_value = DEFAULT_CHROME_PATH)]
     pub chrome: PathBuf,
 

@@ -432,7 +432,13 @@ async fn bare_run(
 #[tokio::main]
 async fn main() {
     let addr = start_app().await;
+    // `BENCH_BROWSERD_CHROME=/usr/bin/chromium` measures the full build instead of the
+    // default headless shell (browser-use's Chrome is `BENCH_CHROME`).
+    let chrome = std::env::var("BENCH_BROWSERD_CHROME")
+        .unwrap_or_else(|_| browserd_browser::DEFAULT_CHROME_PATH.to_owned());
+    println!("browserd's Chrome: {chrome}");
     let pool = BrowserPool::new(PoolConfig {
+        chrome_path: chrome.into(),
         extra_args: extra_chrome_args(),
         ..PoolConfig::default()
     })

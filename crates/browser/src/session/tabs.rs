@@ -280,9 +280,10 @@ impl BrowserSession {
     }
 }
 
-/// Enables Page events and lifecycle events on the tab and sets its viewport (browser-use's
-/// headless `Emulation.setDeviceMetricsOverride`: device scale factor 1, not mobile), once per
-/// tab; the three commands are pipelined. The override lives as long as the tab's session on
+/// Enables Page events and lifecycle events on the tab, sets its viewport (browser-use's
+/// headless `Emulation.setDeviceMetricsOverride`: device scale factor 1, not mobile) and the
+/// full build's generic font families ([`crate::launch::FULL_BUILD_FONT_FAMILIES`], which the
+/// headless shell lacks), once per tab; the four commands are pipelined. The override lives as long as the tab's session on
 /// the crate's connection, which is kept for the tab's life, so it survives navigations.
 pub(super) async fn prepare_tab(
     sessions: &Sessions,
@@ -297,7 +298,11 @@ pub(super) async fn prepare_tab(
         return Ok(session);
     }
     let conn = &sessions.chrome.conn;
-    let (page, lifecycle, metrics) = tokio::join!(
+    let fonts: serde_json::Map<String, serde_json::Value> = crate::launch::FULL_BUILD_FONT_FAMILIES
+        .iter()
+        .map(|(generic, family)| ((*generic).to_owned(), json!(family)))
+        .collect();
+    let (page, lifecycle, metrics, font_families) = tokio::join!(
         conn.call_raw(Some(&session), "Page.enable", json!({}), timeout),
         conn.call_raw(
             Some(&session),
@@ -316,10 +321,17 @@ pub(super) async fn prepare_tab(
             }),
             timeout
         ),
+        conn.call_raw(
+            Some(&session),
+            "Page.setFontFamilies",
+            json!({"fontFamilies": fonts}),
+            timeout
+        ),
     );
     page?;
     lifecycle?;
     metrics?;
+    font_families?;
     prepared.insert(target_id.to_owned());
     Ok(session)
 }

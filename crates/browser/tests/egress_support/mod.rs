@@ -98,9 +98,18 @@ async fn start_env() -> Env {
     let rules = test_resolver()
         .chromium_host_resolver_rules()
         .expect("rules");
-    let config = BrowserConfig::builder()
-        .chrome_executable("/usr/bin/chromium")
-        .new_headless_mode()
+    // The pool's default Chrome; chromiumoxide's own headless mode (`--headless`, which the
+    // headless shell ignores) unless it is the full build.
+    let chrome = browserd_browser::DEFAULT_CHROME_PATH;
+    let mut builder = BrowserConfig::builder().chrome_executable(chrome);
+    if browserd_browser::ChromeBuild::of_executable(std::path::Path::new(chrome))
+        == browserd_browser::ChromeBuild::Full
+    {
+        builder = builder.new_headless_mode();
+    } else {
+        builder = builder.arg("site-per-process");
+    }
+    let config = builder
         .no_sandbox()
         .user_data_dir(profile.path())
         .viewport(None)

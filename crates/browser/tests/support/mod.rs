@@ -35,8 +35,20 @@ pub async fn server() -> SocketAddr {
     *ADDR.get_or_init(|| http::serve_dir(fixtures_dir())).await
 }
 
+/// The Chrome the browser tests launch: the pool's default (the headless shell), or
+/// `BROWSERD_TEST_CHROME` (e.g. `/usr/bin/chromium`, to run them against the full build).
+pub fn test_chrome() -> PathBuf {
+    std::env::var_os("BROWSERD_TEST_CHROME")
+        .filter(|v| !v.is_empty())
+        .map_or_else(
+            || PathBuf::from(browserd_browser::DEFAULT_CHROME_PATH),
+            PathBuf::from,
+        )
+}
+
 pub fn test_config() -> PoolConfig {
     PoolConfig {
+        chrome_path: test_chrome(),
         processes: 1,
         contexts_per_process: 8,
         recycle_after_tasks: 0,
