@@ -444,23 +444,33 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
     .await;
     page.eval("document.querySelector('#take-over').click(); true")
         .await;
-    // The frame's middle once the layout has settled after the panel changed (the same box
+    // The frame's box once the layout has settled after the panel changed (the same box
     // on two frames in a row): a scrollbar coming or going moves and resizes the frame.
     let middle = page
         .eval(
             "(async () => { \
                const middle = () => { const r = document.querySelector('#live-frame').getBoundingClientRect(); \
-                 return [r.left + r.width / 2, r.top + r.height / 2]; }; \
+                 return [r.left, r.top, r.width, r.height]; }; \
                const frame = () => new Promise((resolve) => requestAnimationFrame(resolve)); \
                let last = middle(); \
                for (let i = 0; i < 100; i++) { \
                  await frame(); const now = middle(); \
-                 if (now[0] === last[0] && now[1] === last[1]) return now; \
+                 if (now.every((v, i) => v === last[i])) return now; \
                  last = now; } \
                throw new Error('the live frame never stopped moving'); })()",
         )
         .await;
-    let (x, y) = (middle[0].as_f64().unwrap(), middle[1].as_f64().unwrap());
+    let frame: Vec<f64> = middle
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    // Chrome delivers a mouse event at whole CSS pixels: click at one, in the frame's middle.
+    let (x, y) = (
+        (frame[0] + frame[2] / 2.0).floor(),
+        (frame[1] + frame[3] / 2.0).floor(),
+    );
     for kind in ["mousePressed", "mouseReleased"] {
         page.session
             .cdp(
@@ -515,10 +525,16 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         .expect("the live view announced the page's size");
     assert_eq!((width, height), (1920.0, 1080.0), "browser-use's viewport");
     assert_eq!(inputs[0]["type"], "click", "{inputs:?}");
+    // Where that pixel of the (scaled down) frame is on the page.
+    let expected = (
+        ((x - frame[0]) * width / frame[2]).round(),
+        ((y - frame[1]) * height / frame[3]).round(),
+    );
     assert!(
-        (inputs[0]["x"].as_f64().unwrap() - width / 2.0).abs() <= 2.0
-            && (inputs[0]["y"].as_f64().unwrap() - height / 2.0).abs() <= 2.0,
-        "the click in the frame's middle is not at the page's middle: {inputs:?}"
+        (inputs[0]["x"].as_f64().unwrap() - expected.0).abs() <= 1.0
+            && (inputs[0]["y"].as_f64().unwrap() - expected.1).abs() <= 1.0
+            && (expected.0 - width / 2.0).abs() <= width / frame[2] + 1.0,
+        "the click in the frame's middle is not at the page's middle: {inputs:?} (frame {frame:?}, expected {expected:?})"
     );
     assert_eq!(
         inputs[1],
