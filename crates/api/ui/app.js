@@ -879,6 +879,8 @@ function renderTask(app, id) {
     socket.binaryType = 'blob';
     liveSocket = socket;
     let frames = 0;
+    // The newest frame shown (frames are numbered as they arrive on this socket).
+    let shownFrame = 0;
     liveState.dataset.state = 'waiting';
     if (current === 'queued') liveState.textContent = 'Waiting for the task to start…';
     else if (current !== 'paused') liveState.textContent = 'Waiting for the first frame…';
@@ -890,13 +892,25 @@ function renderTask(app, id) {
       if (!(message.data instanceof Blob)) return;
       frames += 1;
       liveDelay = RECONNECT_MIN_MS;
+      // The frame is decoded before it replaces the shown one (no blank image between two
+      // frames); a frame decoded after a newer one was shown is dropped.
+      const seq = frames;
       const url = URL.createObjectURL(message.data);
-      liveImg.src = url;
-      if (frameUrl) URL.revokeObjectURL(frameUrl);
-      frameUrl = url;
-      liveImg.dataset.frames = String(Number(liveImg.dataset.frames || 0) + 1);
-      liveState.dataset.state = 'live';
-      liveState.textContent = current === 'paused' ? 'Paused.' : `Live · ${new Date().toLocaleTimeString()}`;
+      const decoded = new Image();
+      decoded.src = url;
+      decoded.decode().then(() => {
+        if (liveSocket !== socket || seq <= shownFrame) {
+          URL.revokeObjectURL(url);
+          return;
+        }
+        shownFrame = seq;
+        liveImg.src = url;
+        if (frameUrl) URL.revokeObjectURL(frameUrl);
+        frameUrl = url;
+        liveImg.dataset.frames = String(Number(liveImg.dataset.frames || 0) + 1);
+        liveState.dataset.state = 'live';
+        liveState.textContent = current === 'paused' ? 'Paused.' : `Live · ${new Date().toLocaleTimeString()}`;
+      }, () => URL.revokeObjectURL(url));
     });
     socket.addEventListener('close', (close) => {
       if (liveSocket === socket) liveSocket = null;
