@@ -157,8 +157,9 @@ struct State {
     armed: HashMap<String, SessionInfo>,
     /// Target ids armed at least once and still attached.
     armed_targets: HashSet<String>,
-    /// Sessions of the guarded scope whose arming is in progress.
-    in_scope: HashSet<String>,
+    /// Sessions of the guarded scope (armed or being armed), with their targets: a request
+    /// can pause between `Fetch.enable` and the session's entry in `armed`.
+    in_scope: HashMap<String, SessionInfo>,
     blocked: VecDeque<BlockedRequest>,
     stats: EgressGuardStats,
 }
@@ -419,22 +420,22 @@ fn on_attached(link: &CdpLink, shared: &Arc<Shared>, parent_session: Option<&str
         .get("waitingForDebugger")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    let info = SessionInfo {
+        target_id,
+        target_type,
+    };
     let in_scope = {
         let mut st = shared.lock();
-        let parent_in_scope = parent_session.is_some_and(|p| st.in_scope.contains(p));
+        let parent_in_scope = parent_session.is_some_and(|p| st.in_scope.contains_key(p));
         let covered = parent_in_scope || shared.scope.covers(context);
         if covered {
-            st.in_scope.insert(session.clone());
+            st.in_scope.insert(session.clone(), info.clone());
         }
         covered
     };
     let link = link.clone();
     let shared = shared.clone();
     let parent = parent_session.map(str::to_string);
-    let info = SessionInfo {
-        target_id,
-        target_type,
-    };
     tokio::spawn(async move {
         if in_scope {
             arm(&link, &shared, &session, info, waiting).await;
@@ -611,6 +612,7 @@ async fn answer_paused(link: CdpLink, shared: Arc<Shared>, session: String, para
                 let st = shared.lock();
                 st.armed
                     .get(&session)
+                    .or_else(|| st.in_scope.get(&session))
                     .map(|i| (i.target_id.clone(), i.target_type.clone()))
                     .unwrap_or_default()
             };
