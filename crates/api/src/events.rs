@@ -349,6 +349,8 @@ async fn stream_events(
             Some(_) => {}
         }
 
+        // Events stored from now on are live: their delivery time is measured.
+        let opened = time::OffsetDateTime::now_utc();
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.reset();
         loop {
@@ -361,6 +363,11 @@ async fn stream_events(
                         let json = serde_json::to_string(&event)
                             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
                         socket.send(Message::Text(json.into())).await?;
+                        if event.created_at >= opened {
+                            let took = time::OffsetDateTime::now_utc() - event.created_at;
+                            metrics::histogram!("browserd_event_delivery_seconds")
+                                .record(took.as_seconds_f64().max(0.0));
+                        }
                         if event.is_final() {
                             return Ok((close_code::NORMAL, "task ended"));
                         }

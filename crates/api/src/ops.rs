@@ -272,6 +272,12 @@ fn describe_metrics() {
         "browserd_http_request_timeouts_total",
         "Requests answered 408 because they exceeded the request timeout"
     );
+    metrics::describe_histogram!(
+        "browserd_event_delivery_seconds",
+        metrics::Unit::Seconds,
+        "From a task event's commit to the end of its send on a task event WebSocket (events \
+         stored while the socket was open)"
+    );
     metrics::describe_gauge!(
         "browserd_websocket_subscribers",
         "Open task event WebSockets on this api process"

@@ -246,7 +246,9 @@ fn budget(per_second: u32, burst: u32) -> Option<RateLimit> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    // Lives as long as the process; 'static, so a role on a runtime of its own (serve's
+    // worker) can borrow its flags.
+    let cli: &'static Cli = Box::leak(Box::new(Cli::parse()));
     let telemetry = telemetry::init(cli.log_format, cli.command.role())?;
     if matches!(
         cli.command,
@@ -262,7 +264,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Mcp(args) => mcp::serve(cli.config.as_deref(), &cli.proxies, args)
             .await
             .map(|()| ExitCode::SUCCESS),
-        other => other_command(&cli, other, tracing_enabled)
+        other => other_command(cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),
     };
@@ -299,7 +301,11 @@ impl Command {
     }
 }
 
-async fn other_command(cli: &Cli, command: &Command, tracing: bool) -> anyhow::Result<()> {
+async fn other_command(
+    cli: &'static Cli,
+    command: &'static Command,
+    tracing: bool,
+) -> anyhow::Result<()> {
     match command {
         Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) | Command::Mcp(_) => Ok(()),
         Command::Serve { api, worker } => {
@@ -450,9 +456,9 @@ pub(crate) async fn open_store(cli: &Cli, max_connections: u32) -> anyhow::Resul
 }
 
 async fn serve(
-    cli: &Cli,
+    cli: &'static Cli,
     args: &ServeArgs,
-    worker_args: Option<&worker::WorkerArgs>,
+    worker_args: Option<&'static worker::WorkerArgs>,
     allow_loopback: bool,
     tracing: bool,
 ) -> anyhow::Result<()> {
@@ -473,15 +479,16 @@ async fn serve(
         .await
         .context("listening for task events")?;
     // The worker stops on its own token, cancelled with the server's: it hands its tasks back
-    // while the api finishes its requests.
+    // while the api finishes its requests. It runs on threads of its own, with a database pool
+    // of its own: running tasks' captures must not hold up the api's requests and event
+    // deliveries, nor their writes queue behind api reads (and WebSocket replays behind step
+    // writes).
     let worker = match worker_args {
         Some(worker_args) => Some(
-            worker::start(
+            worker::WorkerOnItsOwnRuntime::start(
                 cli,
                 worker_args,
-                // Its own pool: running tasks' writes must not queue behind api reads (and
-                // WebSocket replays behind step writes).
-                open_store(cli, worker_args.db_connections(args.db_max_connections)).await?,
+                worker_args.db_connections(args.db_max_connections),
                 hub.clone(),
                 shutdown.clone(),
                 tracing,

@@ -329,6 +329,52 @@ pub async fn start(
     })
 }
 
+/// `serve`'s worker: [`start`] on a multi-threaded tokio runtime of its own (as many threads
+/// as cores), so that the api's threads are free whenever a request or an event delivery
+/// wakes them, however busy the tasks keep the worker's (the operating system shares the
+/// cores among both). Measured by `tests/benches/service_load.rs` (docs/src/benchmarks.md).
+pub struct WorkerOnItsOwnRuntime {
+    runtime: tokio::runtime::Runtime,
+    worker: RunningWorker,
+}
+
+impl WorkerOnItsOwnRuntime {
+    /// Builds the runtime and starts the worker on it, with a database pool of
+    /// `db_connections` opened there.
+    pub async fn start(
+        cli: &'static Cli,
+        args: &'static WorkerArgs,
+        db_connections: u32,
+        hub: EventHub,
+        shutdown: CancellationToken,
+        tracing: bool,
+    ) -> anyhow::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("browserd-worker")
+            .enable_all()
+            .build()
+            .context("building the worker's runtime")?;
+        let started = runtime.spawn(async move {
+            let store = crate::open_store(cli, db_connections).await?;
+            start(cli, args, store, hub, shutdown, tracing).await
+        });
+        let worker = match started.await {
+            Ok(started) => started?,
+            Err(err) => anyhow::bail!("the worker's start-up failed: {err}"),
+        };
+        Ok(Self { runtime, worker })
+    }
+
+    /// Waits for the worker to stop (its tasks handed back, its browsers closed), then lets
+    /// the runtime go.
+    pub async fn stopped(self) {
+        let Self { runtime, worker } = self;
+        let _ = runtime.spawn(worker.stopped()).await;
+        // Not dropped here: dropping a runtime blocks, which an async context may not.
+        runtime.shutdown_background();
+    }
+}
+
 /// `browserd worker`: the worker role alone.
 pub async fn run_worker_only(
     cli: &Cli,

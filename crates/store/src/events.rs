@@ -1,7 +1,8 @@
 //! The per-task event log. `seq` is assigned by bumping `tasks.last_event_seq` with
 //! `UPDATE ... RETURNING` inside the inserting transaction: the row lock serializes concurrent
-//! writers from any process, so seqs are gap-free and unique. The same transaction sends
-//! `pg_notify('task_events', '<task_id>:<seq>')`, which Postgres delivers only on commit.
+//! writers from any process, so seqs are gap-free and unique. The same statement sends
+//! `pg_notify('task_events', '<task_id>:<seq>[:<event>]')`, which Postgres delivers only on
+//! commit, in commit order.
 
 use browserd_types::{EventBody, TaskEvent, TaskId};
 use sqlx::PgConnection;
@@ -9,7 +10,8 @@ use sqlx::PgConnection;
 use crate::tasks::parse_status;
 use crate::{Store, StoreError};
 
-/// The LISTEN/NOTIFY channel carrying `<task_id>:<seq>` (or `<task_id>:deleted`).
+/// The LISTEN/NOTIFY channel carrying `<task_id>:<seq>`, with the event's JSON after a third
+/// `:` when it fits (or `<task_id>:deleted`).
 pub const NOTIFY_CHANNEL: &str = "task_events";
 
 /// Whether an append must be refused once the task has ended.
@@ -46,18 +48,42 @@ pub(crate) async fn append_event_in(
         EventGuard::Owner(owner) => Some(owner),
         _ => None,
     };
-    let seq = sqlx::query_scalar!(
-        "update tasks set last_event_seq = last_event_seq + 1
-         where id = $1 and ($2 or status not in ('finished', 'failed', 'stopped'))
-           and ($3::text is null or lease_owner = $3)
-         returning last_event_seq",
+    // One statement, one round trip: the seq bump (its row lock orders the task's writers until
+    // commit), the row (stamped with the clock, not the transaction's start: what precedes it in
+    // the transaction is not its delivery time) and the notification, which carries the event
+    // whole when it fits so that subscribers need not read it back.
+    let appended = sqlx::query!(
+        r#"with bumped as (
+             update tasks set last_event_seq = last_event_seq + 1
+             where id = $1 and ($2 or status not in ('finished', 'failed', 'stopped'))
+               and ($3::text is null or lease_owner = $3)
+             returning id, last_event_seq
+           ), inserted as (
+             insert into task_events (task_id, seq, kind, payload, created_at)
+             select id, last_event_seq, $4, $5, clock_timestamp() from bumped
+             returning task_id, seq, kind, payload, created_at
+           ), message as (
+             select seq, created_at,
+                    task_id::text || ':' || seq::text as short,
+                    json_build_object('task_id', task_id, 'seq', seq, 'kind', kind,
+                                      'payload', payload, 'created_at', created_at)::text as event
+             from inserted
+           )
+           select seq as "seq!", created_at as "created_at!"
+           from message
+           cross join lateral pg_notify($6, case when octet_length(event) + 64 <= $7
+                                                 then short || ':' || event else short end)"#,
         task_id.0,
         guard == EventGuard::Any,
         owner,
+        kind,
+        payload,
+        NOTIFY_CHANNEL,
+        NOTIFY_EVENT_MAX_BYTES,
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(seq) = seq else {
+    let Some(appended) = appended else {
         let current = sqlx::query!(
             "select status, lease_owner from tasks where id = $1",
             task_id.0
@@ -75,27 +101,58 @@ pub(crate) async fn append_event_in(
             },
         });
     };
-    let created_at = sqlx::query_scalar!(
-        "insert into task_events (task_id, seq, kind, payload) values ($1, $2, $3, $4)
-         returning created_at",
-        task_id.0,
-        seq,
-        kind,
-        payload,
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    let message = format!("{task_id}:{seq}");
-    sqlx::query!("select pg_notify($1, $2)", NOTIFY_CHANNEL, message)
-        .execute(&mut *conn)
-        .await?;
     Ok(TaskEvent {
         task_id,
-        seq,
+        seq: appended.seq,
         kind: kind.to_owned(),
         payload,
-        created_at,
+        created_at: appended.created_at,
     })
+}
+
+/// The largest notification that carries its event whole (Postgres refuses payloads of 8000
+/// bytes or more); a larger event's notification is `<task_id>:<seq>` alone, and its
+/// subscribers read it from the table.
+const NOTIFY_EVENT_MAX_BYTES: i32 = 7900;
+
+/// A `task_events` notification's payload: `<task_id>:<seq>`, `<task_id>:<seq>:<event JSON>`
+/// or `<task_id>:deleted`.
+#[derive(Debug, PartialEq)]
+pub(crate) enum EventNotice {
+    Appended {
+        task_id: TaskId,
+        seq: i64,
+        event: Option<TaskEvent>,
+    },
+    Deleted(TaskId),
+}
+
+impl EventNotice {
+    /// Parses a notification; `None` when it is malformed. An event that does not parse (or
+    /// does not match its prefix) is left out: the subscriber reads it from the table.
+    pub(crate) fn parse(payload: &str) -> Option<Self> {
+        let mut parts = payload.splitn(3, ':');
+        let task_id = parts.next()?.parse::<TaskId>().ok()?;
+        let what = parts.next()?;
+        if what == "deleted" {
+            return Some(Self::Deleted(task_id));
+        }
+        let seq = what.parse::<i64>().ok()?;
+        let event = parts
+            .next()
+            .and_then(|json| serde_json::from_str::<TaskEvent>(json).ok())
+            .filter(|event| event.task_id == task_id && event.seq == seq)
+            .map(|event| TaskEvent {
+                // As the table's reads give it (Postgres writes the session's time zone).
+                created_at: event.created_at.to_offset(time::UtcOffset::UTC),
+                ..event
+            });
+        Some(Self::Appended {
+            task_id,
+            seq,
+            event,
+        })
+    }
 }
 
 pub(crate) async fn notify_deleted(conn: &mut PgConnection, id: TaskId) -> Result<(), StoreError> {
@@ -133,5 +190,56 @@ impl Store {
                 created_at: row.created_at,
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_notification_gives_its_event_only_when_it_matches_its_prefix() {
+        let id = TaskId::new();
+        let event = json!({"task_id": id, "seq": 7, "kind": "log",
+                           "payload": {"message": "a:b"},
+                           "created_at": "2026-12-02T13:22:45.12599+01:00"});
+        let Some(EventNotice::Appended {
+            task_id,
+            seq: 7,
+            event: Some(carried),
+        }) = EventNotice::parse(&format!("{id}:7:{event}"))
+        else {
+            panic!("not parsed");
+        };
+        assert_eq!(task_id, id);
+        assert_eq!(carried.payload, json!({"message": "a:b"}));
+        assert_eq!(carried.created_at.offset(), time::UtcOffset::UTC);
+        assert_eq!(
+            carried.created_at,
+            time::OffsetDateTime::parse(
+                "2026-12-02T12:22:45.12599Z",
+                &time::format_description::well_known::Rfc3339
+            )
+            .unwrap()
+        );
+        // Another seq than the prefix's, or no JSON: the seq alone.
+        for payload in [
+            format!("{id}:8:{event}"),
+            format!("{id}:7"),
+            format!("{id}:7:{{"),
+        ] {
+            assert!(matches!(
+                EventNotice::parse(&payload),
+                Some(EventNotice::Appended { event: None, .. })
+            ));
+        }
+        assert_eq!(
+            EventNotice::parse(&format!("{id}:deleted")),
+            Some(EventNotice::Deleted(id))
+        );
+        assert_eq!(EventNotice::parse("nonsense:1"), None);
+        assert_eq!(EventNotice::parse(&format!("{id}:x")), None);
     }
 }

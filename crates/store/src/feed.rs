@@ -2,9 +2,10 @@
 //! WebSocket, the MCP tools) waits for what comes next.
 //!
 //! Algorithm: subscribe to the hub first, then read `seq > last` from `task_events`; after
-//! every signal, read again. Notifications are only wake-ups: a lost, late or repeated one can
-//! neither drop nor repeat an event, and an event committed between the subscription and the
-//! first read is in that read.
+//! every signal, read again — unless the signal carries the very next event (`last + 1`, the
+//! feed caught up), which is then handed out as it is, without a read. Notifications are
+//! otherwise only wake-ups: a lost, late or repeated one can neither drop nor repeat an event,
+//! and an event committed between the subscription and the first read is in that read.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -94,7 +95,11 @@ impl EventFeed {
                 return Ok(FeedItem::Resync);
             }
             match self.subscription.recv().await {
-                Some(Signal::Appended { seq }) if seq <= self.last => {}
+                Some(Signal::Appended { seq, .. }) if seq <= self.last => {}
+                Some(Signal::Appended {
+                    seq,
+                    event: Some(event),
+                }) if seq == self.last + 1 => self.pending.push_back(Arc::unwrap_or_clone(event)),
                 Some(Signal::Appended { .. }) => self.caught_up = false,
                 Some(Signal::Resync) => {
                     self.caught_up = false;

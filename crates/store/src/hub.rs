@@ -1,7 +1,8 @@
 //! One shared `LISTEN task_events` connection per process, fanned out to in-process
 //! subscribers (one `broadcast` channel per watched task).
 //!
-//! Notifications only carry `(task_id, seq)`; subscribers read the events themselves from
+//! Notifications carry `(task_id, seq)` and, when it fits, the event itself; a subscriber
+//! takes a carried event only when it is the next one it expects, and otherwise reads from
 //! `task_events`, so a lost or lagging notification can never lose an event: whenever a
 //! subscriber may have missed something (channel lag, listener reconnect) it gets
 //! [`Signal::Resync`] and re-reads everything after the last seq it delivered.
@@ -17,14 +18,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use browserd_types::{ApiKeyId, TaskId};
+use browserd_types::{ApiKeyId, TaskEvent, TaskId};
 use sqlx::postgres::PgListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_keys::API_KEYS_CHANNEL;
-use crate::events::NOTIFY_CHANNEL;
+use crate::events::{EventNotice, NOTIFY_CHANNEL};
 use crate::live::LIVE_CHANNEL;
 use crate::queue::QUEUE_CHANNEL;
 use crate::{Store, StoreError};
@@ -33,10 +34,13 @@ use crate::{Store, StoreError};
 const CHANNEL_CAPACITY: usize = 256;
 
 /// What a subscriber is told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Signal {
-    /// Event `seq` of the task was committed.
-    Appended { seq: i64 },
+    /// Event `seq` of the task was committed; `event` is it, when its notification carried it.
+    Appended {
+        seq: i64,
+        event: Option<Arc<TaskEvent>>,
+    },
     /// The task was deleted.
     Deleted,
     /// Notifications may have been missed; re-read from the database.
@@ -262,21 +266,23 @@ impl EventHub {
     }
 
     fn dispatch(&self, payload: &str) {
-        let Some((task_id, what)) = payload.split_once(':') else {
-            tracing::warn!(payload, "malformed task event notification");
-            return;
-        };
-        let Ok(task_id) = task_id.parse::<TaskId>() else {
-            tracing::warn!(payload, "malformed task id in notification");
-            return;
-        };
-        let signal = if what == "deleted" {
-            Signal::Deleted
-        } else if let Ok(seq) = what.parse() {
-            Signal::Appended { seq }
-        } else {
-            tracing::warn!(payload, "malformed seq in notification");
-            return;
+        let (task_id, signal) = match EventNotice::parse(payload) {
+            Some(EventNotice::Deleted(task_id)) => (task_id, Signal::Deleted),
+            Some(EventNotice::Appended {
+                task_id,
+                seq,
+                event,
+            }) => (
+                task_id,
+                Signal::Appended {
+                    seq,
+                    event: event.map(Arc::new),
+                },
+            ),
+            None => {
+                tracing::warn!(payload, "malformed task event notification");
+                return;
+            }
         };
         self.publish(task_id, signal);
     }

@@ -158,7 +158,7 @@ impl MemoryStore {
 
     fn signal(&self, id: TaskId, before: i64, after: i64, queued: bool) {
         for seq in before + 1..=after {
-            self.hub.publish(id, Signal::Appended { seq });
+            self.hub.publish(id, Signal::Appended { seq, event: None });
         }
         if queued && after > before {
             self.hub.wake_queue();

@@ -462,9 +462,9 @@ impl Store {
         Ok(event)
     }
 
-    /// Persists a finished step in one transaction: the `step` event (which takes the task's
-    /// row lock and checks `owner`'s lease), the screenshot artifact, the step row and the
-    /// task's usage. Nothing is announced before it is stored: the event is delivered on
+    /// Persists a finished step in one transaction: the screenshot artifact, the step row, the
+    /// task's usage and the `step` event (which checks `owner`'s lease: without it, all is
+    /// rolled back). Nothing is announced before it is stored: the event is delivered on
     /// commit.
     pub async fn write_step(
         &self,
@@ -473,13 +473,6 @@ impl Store {
         step: StepWrite,
     ) -> Result<TaskEvent, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let event = append_body_in(
-            &mut tx,
-            id,
-            &EventBody::Step(step.event),
-            EventGuard::Owner(owner),
-        )
-        .await?;
         let screenshot_id = match step.screenshot {
             Some((artifact, content_type, bytes)) => {
                 let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
@@ -531,6 +524,14 @@ impl Store {
             step.task_usage,
         )
         .execute(&mut *tx)
+        .await?;
+        // Last, so that the event's time is its commit's (a lost lease rolls back the rest).
+        let event = append_body_in(
+            &mut tx,
+            id,
+            &EventBody::Step(step.event),
+            EventGuard::Owner(owner),
+        )
         .await?;
         tx.commit().await?;
         Ok(event)

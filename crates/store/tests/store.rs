@@ -308,8 +308,12 @@ async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
             .await
             .unwrap();
     }
-    store
-        .append_event(id, event_kind::LOG, json!({}))
+    let appended = store
+        .append_event(
+            id,
+            event_kind::LOG,
+            json!({"message": "ünïcode: \"quoted\" : colon"}),
+        )
         .await
         .unwrap();
     // The notification of the task's creation (seq 1) may come after the subscription, as
@@ -318,14 +322,35 @@ async fn hub_signals_committed_events_and_deletion(pool: PgPool) {
         let signal = tokio::time::timeout(Duration::from_secs(30), subscription.recv())
             .await
             .unwrap();
-        if signal != Some(Signal::Appended { seq: 1 }) {
+        if !matches!(signal, Some(Signal::Appended { seq: 1, .. })) {
             break signal;
         }
     };
+    // The notification carries the event exactly as the table gives it back.
+    let stored = store.events_after(id, 1, 10).await.unwrap();
+    assert_eq!(stored, vec![appended]);
     assert_eq!(
         signal,
-        Some(Signal::Appended { seq: 2 }),
-        "only this task's events"
+        Some(Signal::Appended {
+            seq: 2,
+            event: Some(std::sync::Arc::new(stored[0].clone()))
+        }),
+        "only this task's events, each carried whole"
+    );
+    // An event too large for a notification is announced by its seq alone.
+    let large = store
+        .append_event(id, event_kind::LOG, json!({"message": "x".repeat(9000)}))
+        .await
+        .unwrap();
+    let signal = tokio::time::timeout(Duration::from_secs(30), subscription.recv())
+        .await
+        .unwrap();
+    assert_eq!(
+        signal,
+        Some(Signal::Appended {
+            seq: large.seq,
+            event: None
+        })
     );
     store.delete_task(owner, id).await.unwrap();
     let signal = tokio::time::timeout(Duration::from_secs(10), subscription.recv())
