@@ -169,6 +169,7 @@ const FAMILIES: &[&str] = &[
     "browserd_chrome_launches_total",
     "browserd_chrome_crashes_total",
     "browserd_websocket_subscribers",
+    "browserd_event_delivery_seconds",
 ];
 
 fn assert_families(exposition: &str, families: &[&str], what: &str) {
@@ -263,8 +264,17 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     assert_eq!(response.status().as_u16(), 201);
     let created: Value = response.json().await.unwrap();
     let id = created["id"].as_str().unwrap().to_owned();
+    // Watched live: the events stored while the socket is open are timed.
+    let mut stream = client.events(&id, 0).await;
     let task = client.wait_status(&id, &["finished"], LONG).await;
     assert_eq!(task["is_success"], json!(true), "{task}");
+    let mut streamed = 0;
+    while let Some(event) = stream.next(LONG).await {
+        streamed += 1;
+        if event["kind"] == "status" && event["payload"]["status"] == "finished" {
+            break;
+        }
+    }
 
     // The spans: the POST joins the caller's trace; the task is a child of the POST; steps of
     // the task; capture, model calls and actions of the steps.
@@ -411,6 +421,11 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
     );
     assert_eq!(sample(&exposition, "browserd_browser_processes"), Some(1.0));
     assert!(exposition.contains("browserd_step_duration_seconds_bucket"));
+    let delivered = sample(&exposition, "browserd_event_delivery_seconds_count").unwrap();
+    assert!(
+        delivered >= 1.0 && delivered <= f64::from(streamed),
+        "{delivered} timed deliveries of {streamed} streamed events"
+    );
 
     // A worker alone serves the exposition on --metrics-addr.
     let worker = Process::start(
