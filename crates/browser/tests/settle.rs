@@ -147,6 +147,9 @@ struct Delayed {
     /// The WebSocket's answer comes in this many messages, `delay` ms apart.
     #[serde(default)]
     parts: u32,
+    /// The WebSocket answers `started` at once, then works this many ms before its answer.
+    #[serde(default)]
+    work: u64,
 }
 
 /// Page `page` of the feed (ten post titles), after `delay` ms.
@@ -172,7 +175,8 @@ async fn config(Query(q): Query<Delayed>) -> Response {
 }
 
 /// A WebSocket that answers each text message after `delay` ms, or with `parts` messages
-/// `delay` ms apart (`part 1 of n`, …, then the answer).
+/// `delay` ms apart (`part 1 of n`, …, then the answer), or (`work`) with `started` at once and
+/// the answer `work` ms later.
 async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response {
     upgrade.on_upgrade(move |mut ws: WebSocket| async move {
         while let Some(Ok(message)) = ws.recv().await {
@@ -182,6 +186,16 @@ async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response
                 } else {
                     format!("unknown question {}", text.as_str())
                 };
+                if q.work > 0 {
+                    if ws.send(Message::Text("started".into())).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(q.work)).await;
+                    if ws.send(Message::Text(answer.into())).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 let parts = q.parts.max(1);
                 let mut messages: Vec<String> = (1..parts)
                     .map(|n| format!("part {n} of {}", parts - 1))
@@ -844,6 +858,42 @@ fn a_websocket_answer_in_several_messages_is_waited_for_to_its_end() {
             after.llm_text
         );
         assert_eq!(settle.ended, SettleEnd::Quiet, "{settle:?}");
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/websocket-busy.html`: the server answers the click with `started` at once
+/// (the page marks itself busy, nothing else changes), then works 600 ms (longer than the
+/// socket's quiet window) before the result; the capture after the click shows the result, with
+/// each kind of busy marker: a state attribute (Streamlit's), `aria-busy`, a class.
+#[test]
+fn a_websocket_answer_paused_by_the_servers_work_is_waited_for_while_the_page_says_busy() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        for marker in ["state", "aria", "class"] {
+            let arrived = navigate(
+                &session,
+                &format!("/fixture/websocket-busy.html?marker={marker}"),
+            )
+            .await;
+            let before = capture(&session).await;
+            assert!(
+                before.llm_text.contains("Connected"),
+                "{marker}: {:?}\n{}",
+                settle_of(&arrived),
+                before.llm_text
+            );
+            let result = run(&session, click(index_of(&before, "ask"))).await;
+            let settle = settle_of(&result);
+            let after = capture(&session).await;
+            assert!(
+                after.llm_text.contains("Result: 42"),
+                "{marker}: {settle:?}\n{}",
+                after.llm_text
+            );
+            assert_eq!(settle.ended, SettleEnd::Quiet, "{marker}: {settle:?}");
+        }
         session.release().await;
     });
 }
