@@ -11,7 +11,8 @@
 //   - WebSocket messages: a message the page sends is pending until the socket's answer is over
 //     (its first message, then WS_QUIET_MS without one while the page no longer says it is busy;
 //     at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
-//   - scripts, stylesheets and iframes inserted into the document, until they load;
+//   - scripts, stylesheets, preloaded modules (then two frames, in which the page imports and
+//     renders them) and iframes inserted into the document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
 //   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
 //     root the page attaches, whose animations are waited for too);
@@ -617,22 +618,41 @@
 
   // ---- inserted resources and DOM mutations ----
   // `reloading`: a frame element whose document just began to navigate (told by the frame).
+  // A module preloaded (`<link rel=modulepreload>`, as Vite's dynamic imports insert for the
+  // chunk they import and its dependencies) is imported and run by the page right after it has
+  // arrived, and what it renders comes a frame or two later: its item ends after two frames.
+  const endAfterFrames = (id) => {
+    if (!nextFrame || document.visibilityState === 'hidden') return endLater(id);
+    let ended = false;
+    const end = () => {
+      if (ended) return;
+      ended = true;
+      endNow(id);
+    };
+    nextFrame(() => nextFrame(end));
+    setTimer(end, FRAME_WAIT_MAX_MS);
+  };
   const trackElement = (el, reloading) => {
     const tag = el.localName;
     let what = '';
+    let preload = false;
     if (tag === 'script') what = el.src;
-    else if (tag === 'link') what = /\bstylesheet\b/i.test(el.rel || '') ? el.href : '';
-    else if (tag === 'iframe' || tag === 'frame') {
+    else if (tag === 'link') {
+      const rel = el.rel || '';
+      preload = /\bmodulepreload\b/i.test(rel) || (/\bpreload\b/i.test(rel) && el.as === 'script');
+      what = preload || /\bstylesheet\b/i.test(rel) ? el.href : '';
+    } else if (tag === 'iframe' || tag === 'frame') {
       what = el.src || (reloading ? 'frame' : '');
       // A blank frame has loaded before the observer sees it.
       if (!what || (what === 'about:blank' && !reloading)) return;
     }
     if (!what) return;
-    const id = begin(tag, what);
+    const id = begin(preload ? 'module' : tag, what);
     const done = () => {
       el.removeEventListener('load', done);
       el.removeEventListener('error', done);
-      endLater(id);
+      if (preload) endAfterFrames(id);
+      else endLater(id);
     };
     el.addEventListener('load', done);
     el.addEventListener('error', done);
@@ -672,7 +692,7 @@
           if (added.nodeType !== 1) continue;
           if (/^(script|link|iframe)$/.test(added.localName)) trackElement(added);
           else if (added.firstElementChild && added.querySelectorAll) {
-            for (const inner of added.querySelectorAll('script[src],link[rel~=stylesheet],iframe[src]')) {
+            for (const inner of added.querySelectorAll('script[src],link[href],iframe[src]')) {
               trackElement(inner);
             }
           }

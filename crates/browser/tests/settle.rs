@@ -928,6 +928,26 @@ fn the_first_capture_waits_for_a_blank_app_shell_to_render() {
     });
 }
 
+/// `fixtures/settle/lazy-widget.html`: a page with text whose widget's code is a chunk
+/// preloaded with `<link rel=modulepreload>` and imported (answered after 400 ms; the import
+/// itself is not seen), as Vite apps load their widgets; the first capture shows the widget.
+#[test]
+fn the_first_capture_waits_for_a_preloaded_module_to_render() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/lazy-widget.html?delay=400").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Gift wrap for Inventory"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
+        session.release().await;
+    });
+}
+
 /// `fixtures/settle/loading.html`: a single-page app shows `Loading...` until its configuration
 /// arrives (after 1.2 s: longer than a new document's requests count otherwise); the first
 /// capture after arriving shows the app. A loading screen that never goes away costs the cap.
