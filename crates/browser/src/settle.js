@@ -11,8 +11,9 @@
 //   - WebSocket messages: a message the page sends is pending until the socket's answer is over
 //     (its first message, then WS_QUIET_MS without one while the page no longer says it is busy;
 //     at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
-//   - scripts, stylesheets, preloaded modules (then two frames, in which the page imports and
-//     renders them) and iframes inserted into the document, until they load;
+//   - scripts, stylesheets, preloaded modules (then until the DOM has been quiet for
+//     MODULE_QUIET_MS: the page imports and renders them) and iframes inserted into the
+//     document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
 //   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
 //     root the page attaches, whose animations are waited for too);
@@ -54,6 +55,10 @@
   // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
   // long at most.
   const FRAME_WAIT_MAX_MS = 150;
+  // After a preloaded module arrives, the page imports and renders it: its item ends once the
+  // DOM has been quiet this long (at most MODULE_RENDER_MAX_MS after its load).
+  const MODULE_QUIET_MS = 150;
+  const MODULE_RENDER_MAX_MS = 1000;
   const LOADING_TEXT_MAX = 200;
   const LOADING_ELEMENTS_MAX = 400;
   // A new document whose body is still blank (no text, no media or controls) while it has
@@ -619,18 +624,25 @@
   // ---- inserted resources and DOM mutations ----
   // `reloading`: a frame element whose document just began to navigate (told by the frame).
   // A module preloaded (`<link rel=modulepreload>`, as Vite's dynamic imports insert for the
-  // chunk they import and its dependencies) is imported and run by the page right after it has
-  // arrived, and what it renders comes a frame or two later: its item ends after two frames.
-  const endAfterFrames = (id) => {
-    if (!nextFrame || document.visibilityState === 'hidden') return endLater(id);
-    let ended = false;
+  // chunk they import and its dependencies) is imported, run and rendered by the page after it
+  // has arrived, in tasks nothing here sees (the import's promise, a framework's scheduler):
+  // its item ends once the DOM has been quiet for MODULE_QUIET_MS after its load, at most
+  // MODULE_RENDER_MAX_MS after it.
+  const moduleWatchers = new Set(); // re-arm callbacks of loaded modules' quiet timers
+  const endWhenQuiet = (id) => {
+    let timer = 0;
     const end = () => {
-      if (ended) return;
-      ended = true;
+      clearTimer(timer);
+      moduleWatchers.delete(arm);
       endNow(id);
     };
-    nextFrame(() => nextFrame(end));
-    setTimer(end, FRAME_WAIT_MAX_MS);
+    const arm = () => {
+      clearTimer(timer);
+      timer = setTimer(end, MODULE_QUIET_MS);
+    };
+    moduleWatchers.add(arm);
+    arm();
+    setTimer(end, MODULE_RENDER_MAX_MS);
   };
   const trackElement = (el, reloading) => {
     const tag = el.localName;
@@ -651,7 +663,7 @@
     const done = () => {
       el.removeEventListener('load', done);
       el.removeEventListener('error', done);
-      if (preload) endAfterFrames(id);
+      if (preload) endWhenQuiet(id);
       else endLater(id);
     };
     el.addEventListener('load', done);
@@ -702,6 +714,7 @@
     settleBusySockets();
     if (counts) {
       lastMutation = t;
+      for (const arm of moduleWatchers) arm();
       wake();
     }
   });
