@@ -2,7 +2,8 @@
 //! action started once it has finished (requests answered after 0 ms, 300 ms and 1.5 s, a
 //! 100 ms timer, a form that navigates to a page that loads its data, same- and cross-origin
 //! frames, a dropdown's closing transition and the frame after it, an IntersectionObserver
-//! feed's next page, a WebSocket app's answer, a single-page app's loading screen), and pages
+//! feed's next page, a WebSocket app's answer — streamed, or paused by the server's work while the
+//! page says it is busy —, a single-page app's loading screen, a lazily loaded widget), and pages
 //! that never go quiet (a hanging long poll, an EventSource feed, a ticking clock, an
 //! animation) do not cost the cap.
 
