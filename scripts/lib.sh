@@ -139,3 +139,14 @@ ensure_widgets() {
     ) 9>"$cache/.lock"
     printf '%s\n' "$dist"
 }
+
+# ensure_python_apps: the virtualenvs of the widget corpus's Python apps (tests/python/gradio and
+# tests/python/streamlit, pinned requirements; tests/tests/widgets.rs), made once each by
+# ensure_venv. Made before the tests so that their install time (~35 s and ~55 s) is not spent
+# inside a test, where the apps' tests would wait for each other on ensure_venv's lock.
+ensure_python_apps() {
+    local app
+    for app in gradio streamlit; do
+        ensure_venv "$ROOT/tests/python/$app/requirements.txt" >/dev/null
+    done
+}

@@ -4,13 +4,13 @@
 //! installed), both driven by the same brain through the same mock model, on the same page.
 //! Prints a Markdown table: steps taken and whether the app received the expected value. Not a
 //! CI test (it needs browser-use); `cargo bench -p browserd-tests --bench widgets_fidelity`.
-//! `BENCH_WIDGETS=mui,feed` limits the scenarios (`gradio` is one of them).
+//! `BENCH_WIDGETS=mui,feed` limits the scenarios (`gradio` and `streamlit` are among them).
 
 use std::{path::PathBuf, time::Duration};
 
 use browserd_tests::{
     Brain, MockModel, repo_root,
-    widgets::{self, GradioApp},
+    widgets::{self, GradioApp, PythonApp, StreamlitApp},
 };
 use serde_json::Value;
 
@@ -57,6 +57,34 @@ async fn browser_use(
             (0, "crashed".to_owned())
         }
     }
+}
+
+/// The row of a Python app of the corpus: browserd, then browser-use, each on a fresh app.
+async fn python_app_row<F>(
+    python: &PathBuf,
+    name: &str,
+    start: fn() -> F,
+    task: &str,
+    brain: fn() -> Brain,
+    expected: Value,
+) -> String
+where
+    F: std::future::Future<Output = PythonApp>,
+{
+    let app = start().await;
+    let ours = widgets::run(task, &app.url, brain(), 12).await;
+    let ours_state = verdict(&app.received(), &expected);
+    if ours_state != "pass" {
+        eprintln!("browserd on {}: {}", app.url, ours.explain());
+    }
+    drop(app);
+    let app = start().await;
+    let (theirs, theirs_success) = browser_use(python, &app.url, task, brain(), 12).await;
+    let theirs_state = verdict(&app.received(), &expected);
+    format!(
+        "| {name} | {} | {ours_state} | {theirs} | {theirs_state} (success: {theirs_success}) |",
+        ours.steps()
+    )
 }
 
 fn verdict(received: &[Value], expected: &Value) -> String {
@@ -110,28 +138,30 @@ async fn main() {
         ));
     }
     if wanted("gradio") {
-        let expected = widgets::gradio_expected();
-        let app = GradioApp::start().await;
-        let ours = widgets::run(widgets::GRADIO_TASK, &app.url, widgets::gradio_brain(), 12).await;
-        let ours_state = verdict(&app.orders(), &expected);
-        if ours_state != "pass" {
-            eprintln!("browserd on {}: {}", app.url, ours.explain());
-        }
-        drop(app);
-        let app = GradioApp::start().await;
-        let (theirs, theirs_success) = browser_use(
-            &python,
-            &app.url,
-            widgets::GRADIO_TASK,
-            widgets::gradio_brain(),
-            12,
-        )
-        .await;
-        let theirs_state = verdict(&app.orders(), &expected);
-        rows.push(format!(
-            "| gradio | {} | {ours_state} | {theirs} | {theirs_state} (success: {theirs_success}) |",
-            ours.steps()
-        ));
+        rows.push(
+            python_app_row(
+                &python,
+                "gradio",
+                GradioApp::start,
+                widgets::GRADIO_TASK,
+                widgets::gradio_brain,
+                widgets::gradio_expected(),
+            )
+            .await,
+        );
+    }
+    if wanted("streamlit") {
+        rows.push(
+            python_app_row(
+                &python,
+                "streamlit",
+                StreamlitApp::start,
+                widgets::STREAMLIT_TASK,
+                widgets::streamlit_brain,
+                widgets::streamlit_expected(),
+            )
+            .await,
+        );
     }
     println!(
         "| scenario | browserd steps | browserd: app state | browser-use steps | browser-use: app state |"

@@ -565,43 +565,55 @@ pub fn feed_brain() -> Brain {
     })
 }
 
-// ---------------------------------------------------------------- Gradio (PyPI)
+// ---------------------------------------------------------------- Python apps (PyPI)
 
-/// The Gradio app (`tests/python/gradio/app.py`) as a child process, killed on drop.
-pub struct GradioApp {
+/// An app of the corpus written in Python (`tests/python/{name}/app.py`), as a child process in
+/// its pinned virtualenv (`tests/python/{name}/requirements.txt`, made once by `scripts/venv`),
+/// killed on drop. The app appends what it received, one JSON line each, to the file its
+/// `WIDGETS_LOG` names.
+pub struct PythonApp {
     pub url: String,
     log: PathBuf,
     _dir: tempfile::TempDir,
     _child: tokio::process::Child,
 }
 
-impl GradioApp {
-    /// Starts the app in its pinned virtualenv (made once by `scripts/venv`) and waits until it
-    /// answers.
-    pub async fn start() -> Self {
-        let python = python_venv("tests/python/gradio/requirements.txt");
+impl PythonApp {
+    /// Starts the virtualenv's `python` with the arguments `args(app.py, port)` gives and the
+    /// environment `env` (and `PORT`, `WIDGETS_LOG`), and waits until `{url}{ready}` answers
+    /// with a success.
+    async fn start(
+        name: &str,
+        args: impl FnOnce(&std::path::Path, u16) -> Vec<std::ffi::OsString>,
+        env: &[(&str, &str)],
+        ready: &str,
+    ) -> Self {
+        let python = python_venv(&format!("tests/python/{name}/requirements.txt"));
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("orders.jsonl");
+        let log = dir.path().join("received.jsonl");
+        let script = repo_root().join(format!("tests/python/{name}/app.py"));
         let child = tokio::process::Command::new(python)
-            .arg(repo_root().join("tests/python/gradio/app.py"))
+            .args(args(&script, port))
             .env("WIDGETS_LOG", &log)
             .env("PORT", port.to_string())
-            .env("GRADIO_ANALYTICS_ENABLED", "False")
+            .envs(env.iter().copied())
+            .current_dir(dir.path())
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .expect("start the Gradio app");
+            .unwrap_or_else(|e| panic!("start the {name} app: {e}"));
         let url = format!("http://127.0.0.1:{port}/");
+        let probe = format!("{url}{ready}");
         let client = reqwest::Client::new();
         let up = async {
             loop {
                 if client
-                    .get(&url)
+                    .get(&probe)
                     .send()
                     .await
                     .is_ok_and(|r| r.status().is_success())
@@ -614,7 +626,7 @@ impl GradioApp {
         };
         tokio::time::timeout(Duration::from_secs(120), up)
             .await
-            .expect("the Gradio app did not answer within 2 minutes");
+            .unwrap_or_else(|_| panic!("the {name} app did not answer within 2 minutes"));
         Self {
             url,
             log,
@@ -623,13 +635,28 @@ impl GradioApp {
         }
     }
 
-    /// The orders the app received, in order.
-    pub fn orders(&self) -> Vec<Value> {
+    /// What the app received, in order (one value per line of its log).
+    pub fn received(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+}
+
+/// The Gradio app (`tests/python/gradio/app.py`); it logs each order.
+pub struct GradioApp;
+
+impl GradioApp {
+    pub async fn start() -> PythonApp {
+        PythonApp::start(
+            "gradio",
+            |script, _| vec![script.into()],
+            &[("GRADIO_ANALYTICS_ENABLED", "False")],
+            "",
+        )
+        .await
     }
 }
 
@@ -675,4 +702,82 @@ pub fn gradio_brain() -> Brain {
 
 pub fn gradio_expected() -> Value {
     json!({"quantity": 37.5, "fruit": "Bananas"})
+}
+
+// ---------------------------------------------------------------- Streamlit (PyPI)
+
+/// The Streamlit app (`tests/python/streamlit/app.py`), headless on 127.0.0.1, usage statistics
+/// and the file watcher off; it logs each press of its button with the checkbox's state.
+pub struct StreamlitApp;
+
+impl StreamlitApp {
+    pub async fn start() -> PythonApp {
+        PythonApp::start(
+            "streamlit",
+            |script, port| {
+                let mut args: Vec<std::ffi::OsString> =
+                    vec!["-m".into(), "streamlit".into(), "run".into(), script.into()];
+                for (flag, value) in [
+                    ("--server.headless", "true"),
+                    ("--server.address", "127.0.0.1"),
+                    ("--server.port", &port.to_string()),
+                    ("--browser.gatherUsageStats", "false"),
+                    ("--server.fileWatcherType", "none"),
+                ] {
+                    args.push(flag.into());
+                    args.push(value.into());
+                }
+                args
+            },
+            &[],
+            "_stcore/health",
+        )
+        .await
+    }
+}
+
+pub const STREAMLIT_TASK: &str = "Compute the total of the order with gift wrap";
+
+/// What the app shows once it computed the total with gift wrap.
+const STREAMLIT_RESULT: &str = "Total: 25 EUR, gift wrapped";
+
+/// Streamlit: every widget event is a message on the app's WebSocket, answered by a re-run of
+/// the app's script on the server, whose result is rendered from the messages it sends back.
+/// In one step the brain ticks the checkbox and presses the button (two actions); once the
+/// result is on the page it is done. If the capture after the step shows the ticked box but not
+/// the result, it presses the button again, as a model would: the app's log then holds two
+/// presses.
+pub fn streamlit_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains(STREAMLIT_RESULT) {
+            return done_reply(STREAMLIT_RESULT, true);
+        }
+        let button = element_with_text(page, "button", "Compute total");
+        // The checkbox is named by its label (`aria-label=Gift wrap`).
+        let checkbox = Regex::new(r"\[(\d+)\]<input\b[^\n]*")
+            .unwrap()
+            .captures_iter(page)
+            .map(|c| (c[1].parse::<u64>().unwrap(), c.get(0).unwrap().as_str()))
+            .find(|(_, line)| line.contains("type=checkbox") && line.contains("Gift wrap"));
+        let (Some(button), Some((checkbox, checkbox_line))) = (button, checkbox) else {
+            // The app's page without its widgets yet (Streamlit loads each widget's code when
+            // the script first uses it): wait, as a model would.
+            return if page.contains("Gift shop") {
+                reply("wait for the app", json!([{"wait": {"seconds": 1}}]))
+            } else {
+                lost(page)
+            };
+        };
+        if checkbox_line.contains("checked=true") {
+            return click("compute the total", button);
+        }
+        reply(
+            "tick gift wrap and compute the total",
+            json!([{"click": {"index": checkbox}}, {"click": {"index": button}}]),
+        )
+    })
+}
+
+pub fn streamlit_expected() -> Value {
+    json!({"gift_wrap": true})
 }

@@ -2,10 +2,10 @@
 //! answers depend only on the page text it is shown) on the widget corpus of
 //! `browserd_tests::widgets` — React 19 + MUI, react-window, Shoelace, Flatpickr, Tom Select and
 //! Quill from npm (pinned, installed and bundled once by `scripts/widgets`), an
-//! IntersectionObserver feed, and a Gradio app from PyPI. Each scenario picks elements by their
+//! IntersectionObserver feed, and a Gradio and a Streamlit app from PyPI. Each scenario picks elements by their
 //! text and ends with an assertion on what the app received.
 
-use browserd_tests::widgets::{self, GradioApp, run};
+use browserd_tests::widgets::{self, GradioApp, StreamlitApp, run};
 
 /// Runs the npm-bundled scenario `name` and checks what its page submitted.
 async fn scenario(name: &str) {
@@ -74,8 +74,31 @@ async fn gradio_number_and_dropdown() {
     let outcome = run(widgets::GRADIO_TASK, &app.url, widgets::gradio_brain(), 12).await;
     assert!(outcome.exited_ok, "{}", outcome.explain());
     assert_eq!(
-        app.orders(),
+        app.received(),
         vec![widgets::gradio_expected()],
+        "{}",
+        outcome.explain()
+    );
+}
+
+/// Streamlit (PyPI): the checkbox ticked and the button pressed in one step; the button's
+/// result comes over the app's WebSocket after ~400 ms of server work. The app's log holds one
+/// press, with the box ticked: a capture taken before the answer was rendered would have made
+/// the model press again.
+#[tokio::test]
+async fn streamlit_checkbox_and_button_in_one_step() {
+    let app = StreamlitApp::start().await;
+    let outcome = run(
+        widgets::STREAMLIT_TASK,
+        &app.url,
+        widgets::streamlit_brain(),
+        8,
+    )
+    .await;
+    assert!(outcome.exited_ok, "{}", outcome.explain());
+    assert_eq!(
+        app.received(),
+        vec![widgets::streamlit_expected()],
         "{}",
         outcome.explain()
     );

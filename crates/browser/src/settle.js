@@ -9,9 +9,11 @@
 //     work or a scroll listener added, the settle lasts two rendering frames at least, after
 //     which their callbacks (and what those start) have run;
 //   - WebSocket messages: a message the page sends is pending until the socket's answer is over
-//     (its first message, then WS_QUIET_MS without one; at most WS_REPLY_MAX_MS), and a socket
-//     opened is pending until it is open;
-//   - scripts, stylesheets and iframes inserted into the document, until they load;
+//     (its first message, then WS_QUIET_MS without one while the page no longer says it is busy;
+//     at most WS_REPLY_MAX_MS), and a socket opened is pending until it is open;
+//   - scripts, stylesheets, preloaded modules (then until the DOM has been quiet for
+//     MODULE_QUIET_MS: the page imports and renders them) and iframes inserted into the
+//     document, until they load;
 //   - form submissions and the start of a cross-document navigation (beforeunload);
 //   - DOM mutations, for a quiet window after the last one (in the document and in every shadow
 //     root the page attaches, whose animations are waited for too);
@@ -53,6 +55,10 @@
   // Frames may not come at all (a hidden tab, a throttled frame): a frame is waited for this
   // long at most.
   const FRAME_WAIT_MAX_MS = 150;
+  // After a preloaded module arrives, the page imports and renders it: its item ends once the
+  // DOM has been quiet this long (at most MODULE_RENDER_MAX_MS after its load).
+  const MODULE_QUIET_MS = 150;
+  const MODULE_RENDER_MAX_MS = 1000;
   const LOADING_TEXT_MAX = 200;
   const LOADING_ELEMENTS_MAX = 400;
   // A new document whose body is still blank (no text, no media or controls) while it has
@@ -460,15 +466,85 @@
     }
   }
 
+  // ---- what the page says it is busy with ----
+  // A page waiting for its server says so in its DOM: `aria-busy="true"`, a progress bar, a
+  // state attribute (`data-state="running"`, Streamlit's `data-test-script-state="running"`)
+  // or a class (`phx-click-loading`, `is-loading`, `pending`). The markers set or inserted while
+  // an action's work (or a new document's) is tracked are remembered, and `pageBusy()` tells
+  // whether one of them, still attached and rendered, still says so. A quiet WebSocket does not
+  // end its answer while it does (below).
+  const BUSY_WORD = /^(loading|running|pending|busy|processing|computing|working|submitting|saving|generating|in-?progress)$/i;
+  const busyMarks = new Map(); // element → Set of attribute names ('' = the element itself)
+  const busyValue = (el, name) => {
+    if (name === '') return true;
+    const value = el.getAttribute(name);
+    if (value === null) return false;
+    if (name === 'class') {
+      return value.split(/\s+/).some((token) => token.split(/[-_]+/).some((part) => BUSY_WORD.test(part)));
+    }
+    // aria-busy="true", data-loading="" …: the attribute's name says busy, its value yes.
+    const words = name.replace(/^(aria|data)-/, '').split(/[-_]+/);
+    if (words.some((w) => BUSY_WORD.test(w) || w === 'busy')) return value === '' || value === 'true';
+    return BUSY_WORD.test(value.trim());
+  };
+  const busyAttribute = (name) =>
+    name === 'class' || name === 'aria-busy' || name.startsWith('data-') || /(state|status)$/i.test(name);
+  const markBusy = (el, name) => {
+    let names = busyMarks.get(el);
+    if (!names) {
+      if (busyMarks.size > 200) return;
+      names = new Set();
+      busyMarks.set(el, names);
+    }
+    names.add(name);
+  };
+  // Called with the observer's records while an action's (or a new document's) work is tracked.
+  const noteBusy = (record) => {
+    if (record.type === 'attributes') {
+      const el = record.target;
+      const name = record.attributeName;
+      if (el.nodeType === 1 && busyAttribute(name) && busyValue(el, name)) markBusy(el, name);
+      return;
+    }
+    if (record.type !== 'childList') return;
+    for (const added of record.addedNodes) {
+      if (added.nodeType !== 1) continue;
+      for (const attr of added.attributes) {
+        if (busyAttribute(attr.name) && busyValue(added, attr.name)) markBusy(added, attr.name);
+      }
+      if (added.matches('[role=progressbar],progress')) markBusy(added, '');
+      if (!added.firstElementChild) continue;
+      for (const inner of added.querySelectorAll('[aria-busy=true],[role=progressbar],progress')) {
+        markBusy(inner, inner.hasAttribute('aria-busy') ? 'aria-busy' : '');
+      }
+    }
+  };
+  const pageBusy = () => {
+    let busy = false;
+    for (const [el, names] of busyMarks) {
+      for (const name of names) if (!busyValue(el, name)) names.delete(name);
+      if (names.size === 0 || !el.isConnected) busyMarks.delete(el);
+      else if (el.getClientRects().length > 0) busy = true;
+    }
+    return busy;
+  };
+  // Sockets whose answer went quiet while the page said it was busy: settled by the mutation
+  // that ends the busy state (or by their WS_REPLY_MAX_MS).
+  const busySockets = new Set();
+  let settleBusySockets = () => {};
+
   // ---- WebSocket ----
   // A message the page sends is pending until the socket's answer is over: its first message,
   // then until the socket has been quiet for WS_QUIET_MS (an answer streamed in several
-  // messages, each re-rendering the page), at most WS_REPLY_MAX_MS after the send. The item ends
-  // one task after the last message, once the page's own handlers have run. A socket opened is
-  // pending until it is open.
+  // messages, each re-rendering the page), at most WS_REPLY_MAX_MS after the send. A server
+  // may pause in the middle of its answer to do the work asked (Streamlit re-runs the app's
+  // script: its first messages come at once, the result once computed): while the page says
+  // it is busy (above), a quiet socket's answer goes on. The item ends one task after the last
+  // message, once the page's own handlers have run. A socket opened is pending until it is open.
   if (typeof window.WebSocket === 'function' && window.WebSocket.prototype) {
     const awaiting = new WeakMap(); // socket → {ids: Set of item ids, quiet: timer}
     const settleSocket = (socket) => {
+      busySockets.delete(socket);
       const state = awaiting.get(socket);
       if (!state) return;
       clearTimer(state.quiet);
@@ -476,11 +552,23 @@
       for (const id of state.ids) endLater(id);
       state.ids.clear();
     };
+    const quietSocket = (socket) => {
+      const state = awaiting.get(socket);
+      if (!state) return;
+      state.quiet = 0;
+      if (state.ids.size > 0 && pageBusy()) busySockets.add(socket);
+      else settleSocket(socket);
+    };
+    settleBusySockets = () => {
+      if (busySockets.size === 0 || pageBusy()) return;
+      for (const socket of [...busySockets]) settleSocket(socket);
+    };
     const answered = (socket) => {
       const state = awaiting.get(socket);
       if (!state || state.ids.size === 0) return;
+      busySockets.delete(socket);
       clearTimer(state.quiet);
-      state.quiet = setTimer(() => settleSocket(socket), WS_QUIET_MS);
+      state.quiet = setTimer(() => quietSocket(socket), WS_QUIET_MS);
     };
     const expect = (socket, kind) => {
       let state = awaiting.get(socket);
@@ -535,22 +623,48 @@
 
   // ---- inserted resources and DOM mutations ----
   // `reloading`: a frame element whose document just began to navigate (told by the frame).
+  // A module preloaded (`<link rel=modulepreload>`, as Vite's dynamic imports insert for the
+  // chunk they import and its dependencies) is imported, run and rendered by the page after it
+  // has arrived, in tasks nothing here sees (the import's promise, a framework's scheduler):
+  // its item ends once the DOM has been quiet for MODULE_QUIET_MS after its load, at most
+  // MODULE_RENDER_MAX_MS after it.
+  const moduleWatchers = new Set(); // re-arm callbacks of loaded modules' quiet timers
+  const endWhenQuiet = (id) => {
+    let timer = 0;
+    const end = () => {
+      clearTimer(timer);
+      moduleWatchers.delete(arm);
+      endNow(id);
+    };
+    const arm = () => {
+      clearTimer(timer);
+      timer = setTimer(end, MODULE_QUIET_MS);
+    };
+    moduleWatchers.add(arm);
+    arm();
+    setTimer(end, MODULE_RENDER_MAX_MS);
+  };
   const trackElement = (el, reloading) => {
     const tag = el.localName;
     let what = '';
+    let preload = false;
     if (tag === 'script') what = el.src;
-    else if (tag === 'link') what = /\bstylesheet\b/i.test(el.rel || '') ? el.href : '';
-    else if (tag === 'iframe' || tag === 'frame') {
+    else if (tag === 'link') {
+      const rel = el.rel || '';
+      preload = /\bmodulepreload\b/i.test(rel) || (/\bpreload\b/i.test(rel) && el.as === 'script');
+      what = preload || /\bstylesheet\b/i.test(rel) ? el.href : '';
+    } else if (tag === 'iframe' || tag === 'frame') {
       what = el.src || (reloading ? 'frame' : '');
       // A blank frame has loaded before the observer sees it.
       if (!what || (what === 'about:blank' && !reloading)) return;
     }
     if (!what) return;
-    const id = begin(tag, what);
+    const id = begin(preload ? 'module' : tag, what);
     const done = () => {
       el.removeEventListener('load', done);
       el.removeEventListener('error', done);
-      endLater(id);
+      if (preload) endWhenQuiet(id);
+      else endLater(id);
     };
     el.addEventListener('load', done);
     el.addEventListener('error', done);
@@ -559,7 +673,13 @@
   const observer = new MutationObserver((records) => {
     const t = now();
     let counts = false;
+    const tracking = epoch === 0 || acting();
     for (const record of records) {
+      if (tracking) {
+        try {
+          noteBusy(record);
+        } catch (_) {}
+      }
       const node = record.target;
       let times = nodeTimes.get(node);
       if (!times) {
@@ -584,15 +704,17 @@
           if (added.nodeType !== 1) continue;
           if (/^(script|link|iframe)$/.test(added.localName)) trackElement(added);
           else if (added.firstElementChild && added.querySelectorAll) {
-            for (const inner of added.querySelectorAll('script[src],link[rel~=stylesheet],iframe[src]')) {
+            for (const inner of added.querySelectorAll('script[src],link[href],iframe[src]')) {
               trackElement(inner);
             }
           }
         }
       }
     }
+    settleBusySockets();
     if (counts) {
       lastMutation = t;
+      for (const arm of moduleWatchers) arm();
       wake();
     }
   });
@@ -778,6 +900,7 @@
   const api = Object.freeze({
     // Marks the start of an action in this document and its same-origin frames.
     begin() {
+      busyMarks.clear();
       epoch = now();
       perfEpoch = perfNow();
       actionUntil = epoch + ACTION_MAX_MS;

@@ -2,7 +2,8 @@
 //! action started once it has finished (requests answered after 0 ms, 300 ms and 1.5 s, a
 //! 100 ms timer, a form that navigates to a page that loads its data, same- and cross-origin
 //! frames, a dropdown's closing transition and the frame after it, an IntersectionObserver
-//! feed's next page, a WebSocket app's answer, a single-page app's loading screen), and pages
+//! feed's next page, a WebSocket app's answer — streamed, or paused by the server's work while the
+//! page says it is busy —, a single-page app's loading screen, a lazily loaded widget), and pages
 //! that never go quiet (a hanging long poll, an EventSource feed, a ticking clock, an
 //! animation) do not cost the cap.
 
@@ -147,6 +148,9 @@ struct Delayed {
     /// The WebSocket's answer comes in this many messages, `delay` ms apart.
     #[serde(default)]
     parts: u32,
+    /// The WebSocket answers `started` at once, then works this many ms before its answer.
+    #[serde(default)]
+    work: u64,
 }
 
 /// Page `page` of the feed (ten post titles), after `delay` ms.
@@ -172,7 +176,8 @@ async fn config(Query(q): Query<Delayed>) -> Response {
 }
 
 /// A WebSocket that answers each text message after `delay` ms, or with `parts` messages
-/// `delay` ms apart (`part 1 of n`, …, then the answer).
+/// `delay` ms apart (`part 1 of n`, …, then the answer), or (`work`) with `started` at once and
+/// the answer `work` ms later.
 async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response {
     upgrade.on_upgrade(move |mut ws: WebSocket| async move {
         while let Some(Ok(message)) = ws.recv().await {
@@ -182,6 +187,16 @@ async fn socket(upgrade: WebSocketUpgrade, Query(q): Query<Delayed>) -> Response
                 } else {
                     format!("unknown question {}", text.as_str())
                 };
+                if q.work > 0 {
+                    if ws.send(Message::Text("started".into())).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(q.work)).await;
+                    if ws.send(Message::Text(answer.into())).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 let parts = q.parts.max(1);
                 let mut messages: Vec<String> = (1..parts)
                     .map(|n| format!("part {n} of {}", parts - 1))
@@ -848,6 +863,42 @@ fn a_websocket_answer_in_several_messages_is_waited_for_to_its_end() {
     });
 }
 
+/// `fixtures/settle/websocket-busy.html`: the server answers the click with `started` at once
+/// (the page marks itself busy, nothing else changes), then works 600 ms (longer than the
+/// socket's quiet window) before the result; the capture after the click shows the result, with
+/// each kind of busy marker: a state attribute (Streamlit's), `aria-busy`, a class.
+#[test]
+fn a_websocket_answer_paused_by_the_servers_work_is_waited_for_while_the_page_says_busy() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        for marker in ["state", "aria", "class"] {
+            let arrived = navigate(
+                &session,
+                &format!("/fixture/websocket-busy.html?marker={marker}"),
+            )
+            .await;
+            let before = capture(&session).await;
+            assert!(
+                before.llm_text.contains("Connected"),
+                "{marker}: {:?}\n{}",
+                settle_of(&arrived),
+                before.llm_text
+            );
+            let result = run(&session, click(index_of(&before, "ask"))).await;
+            let settle = settle_of(&result);
+            let after = capture(&session).await;
+            assert!(
+                after.llm_text.contains("Result: 42"),
+                "{marker}: {settle:?}\n{}",
+                after.llm_text
+            );
+            assert_eq!(settle.ended, SettleEnd::Quiet, "{marker}: {settle:?}");
+        }
+        session.release().await;
+    });
+}
+
 /// A JavaScript module answered after `delay` ms (what a blank app shell imports).
 async fn module(Query(q): Query<Delayed>) -> Response {
     tokio::time::sleep(Duration::from_millis(q.delay)).await;
@@ -871,6 +922,26 @@ fn the_first_capture_waits_for_a_blank_app_shell_to_render() {
         let state = capture(&session).await;
         assert!(
             state.llm_text.contains("Inventory"),
+            "{settle:?}\n{}",
+            state.llm_text
+        );
+        session.release().await;
+    });
+}
+
+/// `fixtures/settle/lazy-widget.html`: a page with text whose widget's code is a chunk
+/// preloaded with `<link rel=modulepreload>` and imported (answered after 400 ms; the import
+/// itself is not seen), as Vite apps load their widgets; the first capture shows the widget.
+#[test]
+fn the_first_capture_waits_for_a_preloaded_module_to_render() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open_with_cap(&guard, "/static", Duration::from_secs(6)).await;
+        let arrived = navigate(&session, "/fixture/lazy-widget.html?delay=400").await;
+        let settle = settle_of(&arrived);
+        let state = capture(&session).await;
+        assert!(
+            state.llm_text.contains("Gift wrap for Inventory"),
             "{settle:?}\n{}",
             state.llm_text
         );
