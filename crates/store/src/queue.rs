@@ -452,12 +452,13 @@ impl Store {
             number,
             url: url.to_owned(),
         });
-        let event = append_body_in(&mut tx, id, &started, EventGuard::Owner(owner)).await?;
         if !url.is_empty() {
             sqlx::query!("update tasks set last_url = $2 where id = $1", id.0, url)
                 .execute(&mut *tx)
                 .await?;
         }
+        // Last, so that the event's time is its commit's (a lost lease rolls back the URL).
+        let event = append_body_in(&mut tx, id, &started, EventGuard::Owner(owner)).await?;
         tx.commit().await?;
         Ok(event)
     }
