@@ -40,10 +40,17 @@
 //! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
 //! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated executables,
 //! `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
-//! `BENCH_CONCURRENCY` (20), `BENCH_CHROME_PROCESSES` (2: one Chrome per core — each Chrome's
-//! browser process serialises the CDP traffic of all its contexts on one main thread, while
-//! every extra Chrome adds its fixed processes), `BENCH_VERBOSE=1` (a memory sample every
-//! second, and every event delivered in over 50 ms).
+//! `BENCH_CONCURRENCY` and `BENCH_CHROME_PROCESSES` (unset: `serve` runs with the default
+//! install's settings, 4 tasks at once on one Chrome, as in the issue's table; the saturation
+//! run of the delivery measurement is `BENCH_CONCURRENCY=20 BENCH_CHROME_PROCESSES=2`, one
+//! Chrome per core — each Chrome's browser process serialises the CDP traffic of all its
+//! contexts on one main thread, while every extra Chrome adds its fixed processes),
+//! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms).
+//!
+//! Memory is reported two ways: the peak PSS over the tasks of the batch (the issue's "memory
+//! per task": what N tasks cost the machine when the service runs them at its concurrency) and
+//! the peak PSS over the tasks running at once at that peak (the marginal cost of concurrency
+//! plus the fixed processes shared among fewer tasks).
 //!
 //! Needs the `browserd` binary of the same profile: `cargo build --release -p browserd` before
 //! `cargo bench -p browserd-tests --bench service_load` (or point `BROWSERD_BIN` at one).
@@ -84,8 +91,9 @@ struct Config {
     top: u64,
     model_delay: Duration,
     runs: usize,
-    concurrency: usize,
-    chrome_processes: usize,
+    /// `serve`'s flags beyond the default install (`BENCH_CONCURRENCY` → `--concurrency`,
+    /// `BENCH_CHROME_PROCESSES` → `--chrome-processes`); none by default.
+    serve_flags: Vec<String>,
     verbose: bool,
     /// The Chrome executables compared, one service side each per run.
     chromes: Vec<String>,
@@ -127,8 +135,17 @@ impl Config {
             top: env_u64("BENCH_STEPS", 1).max(1),
             model_delay: Duration::from_millis(env_u64("BENCH_MODEL_DELAY_MS", 300)),
             runs: env_u64("BENCH_RUNS", 3).max(1) as usize,
-            concurrency: env_u64("BENCH_CONCURRENCY", 20).max(1) as usize,
-            chrome_processes: env_u64("BENCH_CHROME_PROCESSES", 2).max(1) as usize,
+            serve_flags: [
+                ("BENCH_CONCURRENCY", "--concurrency"),
+                ("BENCH_CHROME_PROCESSES", "--chrome-processes"),
+            ]
+            .into_iter()
+            .filter_map(|(var, flag)| {
+                let value = env_u64(var, 0);
+                (value > 0).then(|| [flag.to_owned(), value.to_string()])
+            })
+            .flatten()
+            .collect(),
             verbose: env_u64("BENCH_VERBOSE", 0) == 1,
             chromes,
             idle_tasks: env_u64("BENCH_IDLE_TASKS", 5) as usize,
@@ -775,21 +792,13 @@ async fn service_run(
     let tag = format!("service-{}", uuid::Uuid::new_v4().simple());
     let busy_before = background_busy().await;
     let sampler = Sampler::start(&tag, database, ticks, cfg.verbose);
-    let concurrency = cfg.concurrency.to_string();
-    let chrome_processes = cfg.chrome_processes.to_string();
+    let mut flags = vec!["--allow-loopback", "--chrome", chrome];
+    flags.extend(cfg.serve_flags.iter().map(String::as_str));
     let mut server = Process::start_with_env(
         &db,
         model.addr,
         "serve",
-        &[
-            "--allow-loopback",
-            "--concurrency",
-            &concurrency,
-            "--chrome-processes",
-            &chrome_processes,
-            "--chrome",
-            chrome,
-        ],
+        &flags,
         &[(TAG_VAR, &tag), ("RUST_LOG", "info")],
     )
     .await;
@@ -1140,7 +1149,7 @@ async fn main() {
     let site = Site::start().await;
     println!(
         "service_load: {} tasks at once × {} model call(s) each (stairs top {}{}), model delay {} \
-         ms, serve --concurrency {} --chrome-processes {}, {} run(s) of {}, {} cores; loadavg {}",
+         ms, serve {}, {} run(s) of {}, {} cores; loadavg {}",
         cfg.tasks,
         cfg.top,
         cfg.top,
@@ -1150,8 +1159,11 @@ async fn main() {
             ""
         },
         cfg.model_delay.as_millis(),
-        cfg.concurrency,
-        cfg.chrome_processes,
+        if cfg.serve_flags.is_empty() {
+            "with the default install's settings".to_owned()
+        } else {
+            cfg.serve_flags.join(" ")
+        },
         cfg.runs,
         cfg.chromes.join(", "),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1239,6 +1251,9 @@ async fn main() {
     };
     row("tasks/min", &|r| r.side.per_min(n));
     row("wall of the batch (s)", &|r| r.side.wall.as_secs_f64());
+    row("peak PSS / tasks of the batch (MiB)", &|r| {
+        mib(r.side.usage.pss_kib) / n as f64
+    });
     row("peak PSS per running task (MiB)", &|r| {
         r.side.pss_per_task()
     });
