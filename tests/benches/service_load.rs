@@ -45,7 +45,10 @@
 //! run of the delivery measurement is `BENCH_CONCURRENCY=20 BENCH_CHROME_PROCESSES=2`, one
 //! Chrome per core — each Chrome's browser process serialises the CDP traffic of all its
 //! contexts on one main thread, while every extra Chrome adds its fixed processes),
-//! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms).
+//! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms),
+//! `BENCH_SERVE_LOG` (`serve`'s `RUST_LOG`, `info`) with `BENCH_SERVE_GREP` (its log lines
+//! containing this text are printed after each batch: e.g. `browserd_browser=debug` and
+//! `browser context opened` show where each context's opening went).
 //!
 //! Memory is reported two ways: the peak PSS over the tasks of the batch (the issue's "memory
 //! per task": what N tasks cost the machine when the service runs them at its concurrency) and
@@ -686,7 +689,80 @@ struct TaskOutcome {
     backlog: usize,
     /// Live events delivered in more than 50 ms: (kind, seq, ms, created_at ns).
     slow: Vec<(String, i64, f64, i128)>,
+    /// Every event, in order: its label (kind, with the status or step number) and
+    /// `created_at` in ns.
+    timeline: Vec<(String, i128)>,
     task: Value,
+}
+
+/// An event's label in the timeline: `status:running`, `step_started:0`, `step:1`, `model_output`.
+fn timeline_label(event: &TaskEvent) -> String {
+    let payload = &event.payload;
+    if let Some(status) = payload["status"]
+        .as_str()
+        .filter(|_| event.kind == "status")
+    {
+        format!("status:{status}")
+    } else if let Some(number) = payload["number"].as_i64() {
+        format!("{}:{number}", event.kind)
+    } else {
+        event.kind.clone()
+    }
+}
+
+/// Median milliseconds between consecutive events of the tasks, per transition (`a → b`), in
+/// the order the transitions first appear; and, for the slots handed from a finished task to a
+/// queued one, the median gap between a task's final event and the next `running`.
+fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
+    let mut order: Vec<String> = Vec::new();
+    let mut gaps: HashMap<String, Vec<f64>> = HashMap::new();
+    for outcome in outcomes {
+        for pair in outcome.timeline.windows(2) {
+            let name = format!("{} → {}", pair[0].0, pair[1].0);
+            if !gaps.contains_key(&name) {
+                order.push(name.clone());
+            }
+            gaps.entry(name)
+                .or_default()
+                .push((pair[1].1 - pair[0].1) as f64 / 1e6);
+        }
+    }
+    let mut rows: Vec<(String, f64, usize)> = order
+        .into_iter()
+        .map(|name| {
+            let values = &gaps[&name];
+            (name, median(values), values.len())
+        })
+        .collect();
+    // The k-th start after the first slots' is the k-th end's successor.
+    let at = |label: &str| -> Vec<i128> {
+        let mut times: Vec<i128> = outcomes
+            .iter()
+            .filter_map(|o| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t))
+            .collect();
+        times.sort_unstable();
+        times
+    };
+    let starts = at("status:running");
+    let ends = at("status:finished");
+    let slots = starts
+        .iter()
+        .filter(|t| ends.first().is_none_or(|e| *t < e))
+        .count();
+    let handoffs: Vec<f64> = starts
+        .iter()
+        .skip(slots)
+        .zip(&ends)
+        .map(|(start, end)| (start - end) as f64 / 1e6)
+        .collect();
+    if !handoffs.is_empty() {
+        rows.push((
+            "a task finished → a queued one running".to_owned(),
+            median(&handoffs),
+            handoffs.len(),
+        ));
+    }
+    rows
 }
 
 #[derive(Default)]
@@ -732,6 +808,7 @@ async fn follow_task(
         other_deliveries_ms: Vec::new(),
         backlog: 0,
         slow: Vec::new(),
+        timeline: Vec::new(),
         task: Value::Null,
     };
     let mut was_running = false;
@@ -747,6 +824,7 @@ async fn follow_task(
                 .slow
                 .push((event.kind.clone(), event.seq, delivery_ms, created_ns));
         }
+        outcome.timeline.push((timeline_label(&event), created_ns));
         if created_ns < connected_ns {
             outcome.backlog += 1;
         } else if event.kind == "step" {
@@ -792,6 +870,7 @@ async fn service_run(
     let tag = format!("service-{}", uuid::Uuid::new_v4().simple());
     let busy_before = background_busy().await;
     let sampler = Sampler::start(&tag, database, ticks, cfg.verbose);
+    let serve_log = std::env::var("BENCH_SERVE_LOG").unwrap_or_else(|_| "info".to_owned());
     let mut flags = vec!["--allow-loopback", "--chrome", chrome];
     flags.extend(cfg.serve_flags.iter().map(String::as_str));
     let mut server = Process::start_with_env(
@@ -799,7 +878,7 @@ async fn service_run(
         model.addr,
         "serve",
         &flags,
-        &[(TAG_VAR, &tag), ("RUST_LOG", "info")],
+        &[(TAG_VAR, &tag), ("RUST_LOG", &serve_log)],
     )
     .await;
     let key = create_key(&db).await;
@@ -866,6 +945,11 @@ async fn service_run(
             ));
         }
     }
+    if let Ok(pattern) = std::env::var("BENCH_SERVE_GREP") {
+        for line in server.logs().lines().filter(|l| l.contains(&pattern)) {
+            println!("    serve: {line}");
+        }
+    }
     server.signal("TERM").await;
     server.wait(Duration::from_secs(60)).await;
     if !failures.is_empty() {
@@ -908,6 +992,10 @@ async fn service_run(
         }
     }
     let running = running.lock().unwrap().max;
+    println!("    a task's events, median ms between consecutive ones (`created_at`), n:");
+    for (name, gap, n) in timeline_medians(&outcomes) {
+        println!("      {name:<44} {gap:8.1} ms  (n={n})");
+    }
     ServiceRun {
         side: Side {
             wall,

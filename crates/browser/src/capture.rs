@@ -429,6 +429,13 @@ pub(crate) fn page_info_from_metrics(m: &LayoutMetrics) -> PageInfo {
 /// when given and smaller. Chrome scales it while rendering: a `clip` of the visual viewport
 /// (document coordinates, so its scroll offset is read first) with a `scale`, which neither
 /// resizes the page nor fires resize / media-query events, and keeps the scrollbars.
+///
+/// Unscaled, it is taken from the view (`fromSurface: false`): the same pixels after the same
+/// forced redraw, but Chrome's GPU process then keeps no copy of the frame, which an unclipped
+/// surface capture leaves there until the tab's next frame — on a page that stays still while
+/// the model thinks, 4 bytes per viewport pixel (8 MB for 1920×1080) per tab. A clipped
+/// capture (the scaled one here) keeps none either; the view path ignores `clip`, so a scaled
+/// screenshot still comes from the surface.
 pub(crate) async fn screenshot(
     conn: &CdpConnection,
     session: &str,
@@ -448,7 +455,9 @@ pub(crate) async fn screenshot(
         }),
     };
     let (width, height) = viewport.screenshot_size(max_size);
-    if (width, height) != (viewport.width, viewport.height) {
+    if (width, height) == (viewport.width, viewport.height) {
+        params["fromSurface"] = json!(false);
+    } else {
         let metrics = layout_metrics(conn, session, timeout).await?;
         let scroll = &metrics.css_visual_viewport;
         params["clip"] = json!({

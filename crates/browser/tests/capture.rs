@@ -173,6 +173,70 @@ fn scroll_containers_report_pages() {
     });
 }
 
+/// An unscaled screenshot is taken from the view (no surface copy is kept in the GPU process):
+/// it shows the scrolled page with its fixed box, pixel for pixel what the surface path gives,
+/// and a change made just before it.
+#[test]
+fn unscaled_screenshot_shows_the_scrolled_page_as_the_surface_does() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let session = open(&guard, "screenshot.html").await;
+        let target = session.focused_target().await.unwrap();
+        let eval = |expression: &str| {
+            session.cdp(
+                Some(&target),
+                "Runtime.evaluate",
+                serde_json::json!({"expression": expression}),
+            )
+        };
+        eval("window.scrollTo(0, 1900)").await.unwrap();
+        let decode = |data: &[u8]| {
+            image::load_from_memory_with_format(data, image::ImageFormat::Png)
+                .unwrap()
+                .into_rgb8()
+        };
+        let view = session
+            .viewport_screenshot(ScreenshotFormat::Png, None)
+            .await
+            .unwrap();
+        let view = decode(&view.data);
+        let surface = session
+            .cdp(
+                Some(&target),
+                "Page.captureScreenshot",
+                serde_json::json!({"format": "png"}),
+            )
+            .await
+            .unwrap()
+            .decode::<serde_json::Value>()
+            .unwrap();
+        let surface = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            surface["data"].as_str().unwrap(),
+        )
+        .unwrap();
+        let surface = decode(&surface);
+        assert_eq!(view.dimensions(), (1920, 1080));
+        assert!(view == surface, "the view and the surface differ");
+        // The block (document y 2000–2200) is 100–300 px down the scrolled viewport; the fixed
+        // box stays in the top right corner (left of the scrollbar).
+        assert_eq!(view.get_pixel(200, 200).0, [200, 0, 0]);
+        assert_eq!(view.get_pixel(200, 50).0, [255, 255, 255]);
+        let right = 1920 - 1 - 20;
+        assert_eq!(view.get_pixel(right, 50).0, [0, 160, 0]);
+        // A change right before the screenshot is in it.
+        eval("document.getElementById('fixed').style.background = 'rgb(0, 0, 200)'")
+            .await
+            .unwrap();
+        let changed = session
+            .viewport_screenshot(ScreenshotFormat::Png, None)
+            .await
+            .unwrap();
+        assert_eq!(decode(&changed.data).get_pixel(right, 50).0, [0, 0, 200]);
+        session.release().await;
+    });
+}
+
 #[test]
 fn element_behind_modal_is_hidden() {
     let guard = support::shared_pool();

@@ -194,7 +194,8 @@ impl BrowserSession {
             .capture_bytes(
                 &session,
                 "Page.captureScreenshot",
-                json!({"format": "png"}),
+                // From the view: no surface copy left in the GPU process (capture::screenshot).
+                json!({"format": "png", "fromSurface": false}),
                 timeouts::SCREENSHOT,
             )
             .await?;

@@ -117,6 +117,13 @@ impl std::fmt::Debug for BrowserSession {
     }
 }
 
+/// Where the opening of a context went (the `browser context opened` debug line).
+struct StartTimings {
+    guard_ms: f64,
+    setup_ms: f64,
+    tab_ms: f64,
+}
+
 impl BrowserSession {
     /// `default_viewport` applies when `options` has none.
     pub(crate) async fn open(
@@ -126,6 +133,7 @@ impl BrowserSession {
         default_viewport: Viewport,
         net: Arc<EgressNet>,
     ) -> Result<Self> {
+        let opening = std::time::Instant::now();
         let workspace = match &options.workspace_dir {
             Some(dir) => Workspace::open(dir)?,
             None => Workspace::temporary()?,
@@ -181,6 +189,7 @@ impl BrowserSession {
             #[serde(rename = "browserContextId")]
             browser_context_id: String,
         }
+        let proxy_ms = opening.elapsed().as_secs_f64() * 1e3;
         let context_id = chrome
             .conn
             .call_raw(None, "Target.createBrowserContext", context_params, timeout)
@@ -217,8 +226,20 @@ impl BrowserSession {
             released: false,
             focus: tokio::sync::watch::Sender::new(None),
         };
+        let context_ms = opening.elapsed().as_secs_f64() * 1e3 - proxy_ms;
         match session.start(policy).await {
-            Ok(()) => Ok(session),
+            Ok(timings) => {
+                tracing::debug!(
+                    proxy_ms,
+                    context_ms,
+                    guard_ms = timings.guard_ms,
+                    setup_ms = timings.setup_ms,
+                    tab_ms = timings.tab_ms,
+                    total_ms = opening.elapsed().as_secs_f64() * 1e3,
+                    "browser context opened"
+                );
+                Ok(session)
+            }
             Err(err) => {
                 session.dispose_context().await;
                 session.released = true;
@@ -229,7 +250,9 @@ impl BrowserSession {
 
     /// Installs the egress guard, the event listener and download behaviour, then opens the
     /// first tab.
-    async fn start(&mut self, policy: Option<Arc<EgressPolicy>>) -> Result<()> {
+    async fn start(&mut self, policy: Option<Arc<EgressPolicy>>) -> Result<StartTimings> {
+        let started = std::time::Instant::now();
+        let ms = |since: std::time::Instant| since.elapsed().as_secs_f64() * 1e3;
         if let Some(policy) = policy {
             let guard = EgressGuard::attach(
                 &self.chrome.ws_url,
@@ -241,6 +264,8 @@ impl BrowserSession {
             .map_err(|e| BrowserError::Egress(e.to_string()))?;
             self.egress = Some(guard);
         }
+        let guard_ms = ms(started);
+        let setup = std::time::Instant::now();
         let conn = &self.chrome.conn;
         // Subscribe before anything can happen in the context.
         let rx = conn.events();
@@ -275,8 +300,14 @@ impl BrowserSession {
                 download_caps: self.download_caps,
             },
         )));
+        let setup_ms = ms(setup);
+        let tab = std::time::Instant::now();
         self.new_tab("about:blank").await?;
-        Ok(())
+        Ok(StartTimings {
+            guard_ms,
+            setup_ms,
+            tab_ms: ms(tab),
+        })
     }
 
     pub(crate) fn with_lease(mut self, lease: Lease) -> Self {
