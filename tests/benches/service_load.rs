@@ -755,6 +755,27 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
         .zip(&ends)
         .map(|(start, end)| (start - end) as f64 / 1e6)
         .collect();
+    // A task's whole run, for the tasks that started on the fresh service and the others.
+    let mut runs: Vec<(i128, f64)> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let at = |label: &str| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
+            let (start, end) = (at("status:running")?, at("status:finished")?);
+            Some((start, (end - start) as f64 / 1e6))
+        })
+        .collect();
+    runs.sort_by_key(|(start, _)| *start);
+    let (first, later): (Vec<_>, Vec<_>) = runs.iter().enumerate().partition(|(i, _)| *i < slots);
+    for (name, group) in [("first", first), ("later", later)] {
+        let values: Vec<f64> = group.iter().map(|(_, (_, ms))| *ms).collect();
+        if !values.is_empty() {
+            rows.push((
+                format!("running → finished, the {name} tasks"),
+                median(&values),
+                values.len(),
+            ));
+        }
+    }
     if !handoffs.is_empty() {
         rows.push((
             "a task finished → a queued one running".to_owned(),
