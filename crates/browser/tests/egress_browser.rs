@@ -465,6 +465,71 @@ fn guard_only_acts_on_its_own_context() {
     });
 }
 
+/// The guards of two contexts of one Chrome share one connection, and each judges its own
+/// context's requests by its own policy; closing one leaves the other enforcing.
+#[test]
+fn guards_of_two_contexts_share_a_connection_and_keep_their_own_policies() {
+    RT.block_on(async {
+        let env = env().await;
+        let a = GuardedContext::new(env, policy(named_hosts(&["allowed.test"], &[]))).await;
+        let b = GuardedContext::new(env, policy(named_hosts(&["evil.test"], &[]))).await;
+        assert!(a.guard.shares_connection_with(&b.guard));
+
+        let to_evil = env.evil.url("evil.test", "/page/shared-hub-evil");
+        let to_app = env.app.url("allowed.test", "/page/shared-hub-app");
+        // A may reach allowed.test only, B evil.test only.
+        goto(&a.page, &to_app)
+            .await
+            .expect("A loads its allowed host");
+        let _ = goto(&a.page, &to_evil).await;
+        goto(&b.page, &to_evil)
+            .await
+            .expect("B loads its allowed host");
+        let _ = goto(&b.page, &to_app).await;
+        let mut seen_a = Vec::new();
+        assert!(
+            wait_blocked(&a, &mut seen_a, |x| x.url == to_evil).await,
+            "{seen_a:?}"
+        );
+        let mut seen_b = Vec::new();
+        assert!(
+            wait_blocked(&b, &mut seen_b, |x| x.url == to_app).await,
+            "{seen_b:?}"
+        );
+        assert!(seen_a.iter().all(|x| x.url != to_app), "{seen_a:?}");
+        assert!(seen_b.iter().all(|x| x.url != to_evil), "{seen_b:?}");
+        assert_eq!(
+            env.app.hits.count("/page/shared-hub-app"),
+            1,
+            "only A's load"
+        );
+        assert_eq!(
+            env.evil.hits.count("/page/shared-hub-evil"),
+            1,
+            "only B's load"
+        );
+
+        // A goes; B's guard goes on over the same connection, for a tab opened after.
+        a.dispose(env).await;
+        assert!(b.guard.is_active());
+        let late = new_page(env, &b.context).await;
+        let after = env.app.url("allowed.test", "/page/shared-hub-after");
+        let _ = goto(&late, &after).await;
+        let mut seen = Vec::new();
+        assert!(
+            wait_until(|| {
+                seen.extend(b.guard.drain_blocked());
+                seen.iter().any(|x| x.url == after)
+            })
+            .await,
+            "{seen:?}"
+        );
+        assert_eq!(env.app.hits.count("/page/shared-hub-after"), 0);
+        let _ = late.close().await;
+        b.dispose(env).await;
+    });
+}
+
 #[test]
 fn attach_arms_pages_that_already_exist() {
     RT.block_on(async {

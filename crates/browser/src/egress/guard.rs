@@ -2,12 +2,18 @@
 //! interception on every target: pages, popups and new tabs, cross-origin iframes (OOPIFs),
 //! workers.
 //!
-//! How: the guard opens its own CDP connection ([`super::link`]) and sends a browser-level
-//! `Target.setAutoAttach {autoAttach, waitForDebuggerOnStart, flatten}`. Every new target is
-//! then attached to the guard *paused*; for targets in the guarded context the guard enables
-//! `Fetch` (all URLs, request stage) and the same auto-attach on the target's session (so its
-//! OOPIFs and workers arrive paused too), and only then resumes it with
-//! `Runtime.runIfWaitingForDebugger`. Targets of other contexts are resumed and detached at once.
+//! How: the guards of one Chrome's contexts share one CDP connection of their own (a hub,
+//! [`super::link`]), which sends a browser-level `Target.setAutoAttach {autoAttach,
+//! waitForDebuggerOnStart, flatten}` once. Every new target is then attached to the hub
+//! *paused*; the hub hands it to the guard of its browser context (or of its parent target),
+//! which enables `Fetch` (all URLs, request stage) and the same auto-attach on the target's
+//! session (so its OOPIFs and workers arrive paused too), and only then resumes it with
+//! `Runtime.runIfWaitingForDebugger`. Targets of contexts without a guard are resumed and
+//! detached at once. One connection per Chrome rather than one per guard: Chrome holds a new
+//! target until every auto-attached client has resumed it, so with a connection per context
+//! each tab waited for every other task's guard, and each guard attached to every target of
+//! the browser (docs/src/benchmarks.md). A [`EgressScope::WholeBrowser`] guard keeps a
+//! connection of its own.
 //!
 //! Each `Fetch.requestPaused` (redirect hops arrive as new pauses) is checked with
 //! [`EgressPolicy::check_url_resolved`] in its own task and answered with `Fetch.continueRequest`
@@ -197,9 +203,112 @@ impl Shared {
 /// [`is_active`](Self::is_active) turns false the context is unguarded and must be disposed.
 pub struct EgressGuard {
     shared: Arc<Shared>,
+    hub: Arc<Hub>,
+}
+
+/// The CDP connection shared by the guards of one Chrome (see the module docs), and which
+/// guard owns which context and session.
+struct Hub {
+    ws_url: String,
     link: CdpLink,
     link_task: JoinHandle<()>,
     dispatch_task: JoinHandle<()>,
+    routes: Arc<Routes>,
+    /// Set once the browser-level auto-attach is on.
+    auto_attach: tokio::sync::OnceCell<()>,
+}
+
+#[derive(Default)]
+struct Routes {
+    inner: Mutex<RouteTable>,
+}
+
+#[derive(Default)]
+struct RouteTable {
+    /// The guard of a private hub's whole browser.
+    whole: Option<Arc<Shared>>,
+    /// Guards by browser context id.
+    contexts: HashMap<String, Arc<Shared>>,
+    /// The guard owning each attached session of the scopes (kept until the session detaches,
+    /// so a guard dropped before its context closes still judges its targets' requests).
+    sessions: HashMap<String, Arc<Shared>>,
+}
+
+impl Routes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RouteTable> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Hubs by browser websocket URL: one per Chrome while any of its guards lives.
+static HUBS: std::sync::LazyLock<tokio::sync::Mutex<HashMap<String, std::sync::Weak<Hub>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+impl Hub {
+    async fn connect(ws_url: &str, options: &EgressGuardOptions) -> Result<Self, EgressGuardError> {
+        let (link, events, link_task) = CdpLink::connect(ws_url, options.command_timeout).await?;
+        let routes = Arc::new(Routes::default());
+        let dispatch_task = tokio::spawn(dispatch(
+            events,
+            link.clone(),
+            routes.clone(),
+            options.command_timeout,
+        ));
+        Ok(Self {
+            ws_url: ws_url.to_owned(),
+            link,
+            link_task,
+            dispatch_task,
+            routes,
+            auto_attach: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// The live hub of the Chrome at `ws_url`, connected now if there is none.
+    async fn shared(
+        ws_url: &str,
+        options: &EgressGuardOptions,
+    ) -> Result<Arc<Self>, EgressGuardError> {
+        let mut hubs = HUBS.lock().await;
+        hubs.retain(|_, hub| hub.strong_count() > 0);
+        if let Some(hub) = hubs.get(ws_url).and_then(std::sync::Weak::upgrade)
+            && hub.is_alive()
+        {
+            return Ok(hub);
+        }
+        let hub = Arc::new(Self::connect(ws_url, options).await?);
+        hubs.insert(ws_url.to_owned(), Arc::downgrade(&hub));
+        Ok(hub)
+    }
+
+    fn is_alive(&self) -> bool {
+        self.link.is_alive() && !self.dispatch_task.is_finished()
+    }
+
+    /// Turns the browser-level auto-attach on, once; true when this call did (its existing
+    /// targets were then attached to the hub and routed to the guards registered so far).
+    async fn start_auto_attach(&self, timeout: Duration) -> Result<bool, EgressGuardError> {
+        let mut started = false;
+        self.auto_attach
+            .get_or_try_init(|| async {
+                self.link
+                    .call("Target.setAutoAttach", None, auto_attach_params(), timeout)
+                    .await
+                    .map(|_| {
+                        started = true;
+                    })
+            })
+            .await?;
+        Ok(started)
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        self.dispatch_task.abort();
+        self.link_task.abort();
+        tracing::debug!(ws_url = %self.ws_url, "egress: the guards' connection is closed");
+    }
 }
 
 impl std::fmt::Debug for EgressGuard {
@@ -251,7 +360,10 @@ impl EgressGuard {
         policy: Arc<EgressPolicy>,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
-        let (link, events, link_task) = CdpLink::connect(ws_url, options.command_timeout).await?;
+        let hub = match &scope {
+            EgressScope::Context(_) => Hub::shared(ws_url, &options).await?,
+            EgressScope::WholeBrowser => Arc::new(Hub::connect(ws_url, &options).await?),
+        };
         let shared = Arc::new(Shared {
             policy,
             scope,
@@ -261,26 +373,27 @@ impl EgressGuard {
             allowed: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
         });
-        let dispatch_task = tokio::spawn(dispatch(events, link.clone(), shared.clone()));
-        let guard = Self {
-            shared,
-            link,
-            link_task,
-            dispatch_task,
-        };
+        {
+            let mut routes = hub.routes.lock();
+            match &shared.scope {
+                EgressScope::Context(id) => {
+                    routes.contexts.insert(id.clone(), shared.clone());
+                }
+                EgressScope::WholeBrowser => routes.whole = Some(shared.clone()),
+            }
+        }
+        let guard = Self { shared, hub };
         guard.start().await?;
         Ok(guard)
     }
 
+    /// Arms the scope's existing targets and waits until they are: attached by the hub's
+    /// auto-attach when this guard started it, else attached here.
     async fn start(&self) -> Result<(), EgressGuardError> {
         let timeout = self.shared.options.command_timeout;
-        self.link
-            .call("Target.setAutoAttach", None, auto_attach_params(), timeout)
-            .await?;
-        // Existing targets were attached (not paused) by the call above; wait until the
-        // dispatcher has enabled Fetch on the ones in scope.
-        let targets = self
-            .link
+        let link = &self.hub.link;
+        let started = self.hub.start_auto_attach(timeout).await?;
+        let targets = link
             .call("Target.getTargets", None, json!({}), timeout)
             .await?;
         let expected: Vec<String> = targets
@@ -303,6 +416,25 @@ impl EgressGuard {
                     .collect()
             })
             .unwrap_or_default();
+        if !started {
+            for target in &expected {
+                let attached = self
+                    .shared
+                    .lock()
+                    .in_scope
+                    .values()
+                    .any(|info| &info.target_id == target);
+                if !attached {
+                    link.call(
+                        "Target.attachToTarget",
+                        None,
+                        json!({"targetId": target, "flatten": true}),
+                        timeout,
+                    )
+                    .await?;
+                }
+            }
+        }
         let deadline = tokio::time::Instant::now() + self.shared.options.attach_timeout;
         loop {
             let notified = self.shared.armed_notify.notified();
@@ -329,7 +461,7 @@ impl EgressGuard {
 
     /// Whether the guard's connection is up. When false, nothing is intercepted any more.
     pub fn is_active(&self) -> bool {
-        self.link.is_alive() && !self.dispatch_task.is_finished()
+        self.hub.is_alive()
     }
 
     /// Current counters.
@@ -340,31 +472,48 @@ impl EgressGuard {
         stats
     }
 
+    /// Whether `other` enforces over the same CDP connection (guards of one Chrome's contexts
+    /// do).
+    pub fn shares_connection_with(&self, other: &EgressGuard) -> bool {
+        Arc::ptr_eq(&self.hub, &other.hub)
+    }
+
     /// The policy being enforced.
     pub fn policy(&self) -> &Arc<EgressPolicy> {
         &self.shared.policy
     }
 
-    /// Stops enforcement and closes the guard's connection.
-    pub async fn close(mut self) {
-        self.dispatch_task.abort();
-        self.link_task.abort();
-        let _ = (&mut self.dispatch_task).await;
-        let _ = (&mut self.link_task).await;
+    /// Stops enforcement for new targets of the scope (those attached keep being judged by
+    /// this guard's policy until they go) and closes the connection if no other guard of the
+    /// Chrome uses it.
+    pub async fn close(self) {
+        drop(self);
     }
 }
 
 impl Drop for EgressGuard {
     fn drop(&mut self) {
-        self.dispatch_task.abort();
-        self.link_task.abort();
+        let mut routes = self.hub.routes.lock();
+        match &self.shared.scope {
+            EgressScope::Context(id) => {
+                if routes
+                    .contexts
+                    .get(id)
+                    .is_some_and(|g| Arc::ptr_eq(g, &self.shared))
+                {
+                    routes.contexts.remove(id);
+                }
+            }
+            EgressScope::WholeBrowser => routes.whole = None,
+        }
     }
 }
 
 async fn dispatch(
     mut events: mpsc::UnboundedReceiver<RawEvent>,
     link: CdpLink,
-    shared: Arc<Shared>,
+    routes: Arc<Routes>,
+    timeout: Duration,
 ) {
     while let Some(event) = events.recv().await {
         match event.method.as_str() {
@@ -372,22 +521,36 @@ async fn dispatch(
                 let Some(session) = event.session_id else {
                     continue;
                 };
-                tokio::spawn(answer_paused(
-                    link.clone(),
-                    shared.clone(),
-                    session,
-                    event.params,
-                ));
+                let owner = routes.lock().sessions.get(&session).cloned();
+                match owner {
+                    Some(shared) => {
+                        tokio::spawn(answer_paused(link.clone(), shared, session, event.params));
+                    }
+                    // Fetch is enabled only by a guard on a session it owns: a pause nobody
+                    // owns is refused.
+                    None => {
+                        tokio::spawn(refuse_unowned(link.clone(), session, event.params, timeout));
+                    }
+                }
             }
             "Target.attachedToTarget" => {
-                on_attached(&link, &shared, event.session_id.as_deref(), event.params);
+                on_attached(
+                    &link,
+                    &routes,
+                    event.session_id.as_deref(),
+                    event.params,
+                    timeout,
+                );
             }
             "Target.detachedFromTarget" => {
                 if let Some(session) = event.params.get("sessionId").and_then(Value::as_str) {
-                    let mut st = shared.lock();
-                    st.in_scope.remove(session);
-                    if let Some(info) = st.armed.remove(session) {
-                        st.armed_targets.remove(&info.target_id);
+                    let owner = routes.lock().sessions.remove(session);
+                    if let Some(shared) = owner {
+                        let mut st = shared.lock();
+                        st.in_scope.remove(session);
+                        if let Some(info) = st.armed.remove(session) {
+                            st.armed_targets.remove(&info.target_id);
+                        }
                     }
                 }
             }
@@ -396,7 +559,26 @@ async fn dispatch(
     }
 }
 
-fn on_attached(link: &CdpLink, shared: &Arc<Shared>, parent_session: Option<&str>, params: Value) {
+async fn refuse_unowned(link: CdpLink, session: String, params: Value, timeout: Duration) {
+    if let Some(request_id) = params.get("requestId").and_then(Value::as_str) {
+        let _ = link
+            .call(
+                "Fetch.failRequest",
+                Some(&session),
+                json!({ "requestId": request_id, "errorReason": "BlockedByClient" }),
+                timeout,
+            )
+            .await;
+    }
+}
+
+fn on_attached(
+    link: &CdpLink,
+    routes: &Arc<Routes>,
+    parent_session: Option<&str>,
+    params: Value,
+    timeout: Duration,
+) {
     let Some(session) = params
         .get("sessionId")
         .and_then(Value::as_str)
@@ -424,23 +606,26 @@ fn on_attached(link: &CdpLink, shared: &Arc<Shared>, parent_session: Option<&str
         target_id,
         target_type,
     };
-    let in_scope = {
-        let mut st = shared.lock();
-        let parent_in_scope = parent_session.is_some_and(|p| st.in_scope.contains_key(p));
-        let covered = parent_in_scope || shared.scope.covers(context);
-        if covered {
-            st.in_scope.insert(session.clone(), info.clone());
+    // The guard of the parent target (an OOPIF's, a worker's), else of the whole browser,
+    // else of the target's context.
+    let owner = {
+        let mut routes = routes.lock();
+        let owner = parent_session
+            .and_then(|p| routes.sessions.get(p).cloned())
+            .or_else(|| routes.whole.clone())
+            .or_else(|| context.and_then(|c| routes.contexts.get(c).cloned()));
+        if let Some(shared) = &owner {
+            routes.sessions.insert(session.clone(), shared.clone());
+            shared.lock().in_scope.insert(session.clone(), info.clone());
         }
-        covered
+        owner
     };
     let link = link.clone();
-    let shared = shared.clone();
     let parent = parent_session.map(str::to_string);
     tokio::spawn(async move {
-        if in_scope {
-            arm(&link, &shared, &session, info, waiting).await;
-        } else {
-            release(&link, &shared, &session, parent.as_deref(), waiting).await;
+        match owner {
+            Some(shared) => arm(&link, &shared, &session, info, waiting).await,
+            None => release(&link, timeout, &session, parent.as_deref(), waiting).await,
         }
     });
 }
@@ -448,12 +633,11 @@ fn on_attached(link: &CdpLink, shared: &Arc<Shared>, parent_session: Option<&str
 /// Not ours: let it run and stop listening to it.
 async fn release(
     link: &CdpLink,
-    shared: &Shared,
+    timeout: Duration,
     session: &str,
     parent: Option<&str>,
     waiting: bool,
 ) {
-    let timeout = shared.options.command_timeout;
     if waiting
         && let Err(e) = link
             .call(
@@ -479,14 +663,23 @@ async fn release(
 /// Ours: enable interception (and auto-attach for its children), then resume it.
 async fn arm(link: &CdpLink, shared: &Shared, session: &str, info: SessionInfo, waiting: bool) {
     let timeout = shared.options.command_timeout;
-    let fetch = link
-        .call(
+    // Interception and the children's auto-attach (OOPIFs, dedicated workers must arrive
+    // paused as well) are both in place before the target is resumed; Chrome runs a session's
+    // commands in order, so they are sent together.
+    let (fetch, children) = tokio::join!(
+        link.call(
             "Fetch.enable",
             Some(session),
             json!({ "patterns": [{ "urlPattern": "*", "requestStage": "Request" }] }),
             timeout,
+        ),
+        link.call(
+            "Target.setAutoAttach",
+            Some(session),
+            auto_attach_params(),
+            timeout,
         )
-        .await;
+    );
     match fetch {
         Ok(_) => {}
         // Dedicated workers have no Fetch domain: their requests are intercepted by the
@@ -496,6 +689,11 @@ async fn arm(link: &CdpLink, shared: &Shared, session: &str, info: SessionInfo, 
             on_arm_failed(link, shared, &info, &e).await;
             return;
         }
+    }
+    // Not every target type supports auto-attach (e.g. some workers); their children, if any,
+    // are not web content.
+    if let Err(e) = children {
+        tracing::debug!(error = %e, target_type = %info.target_type, "egress: child auto-attach not available");
     }
     {
         let mut st = shared.lock();
@@ -507,19 +705,6 @@ async fn arm(link: &CdpLink, shared: &Shared, session: &str, info: SessionInfo, 
             .or_default() += 1;
     }
     shared.armed_notify.notify_waiters();
-    // Children (OOPIFs, dedicated workers) must arrive paused as well. Not every target type
-    // supports auto-attach (e.g. some workers); their children, if any, are not web content.
-    if let Err(e) = link
-        .call(
-            "Target.setAutoAttach",
-            Some(session),
-            auto_attach_params(),
-            timeout,
-        )
-        .await
-    {
-        tracing::debug!(error = %e, target_type = %info.target_type, "egress: child auto-attach not available");
-    }
     if waiting
         && let Err(e) = link
             .call(
