@@ -215,17 +215,20 @@ fn remote_endpoint_mode() {
     rt().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let chrome = std::path::Path::new(browserd_browser::DEFAULT_CHROME_PATH);
-        let mut child = std::process::Command::new(chrome)
-            .args(browserd_browser::ChromeBuild::of_executable(chrome).build_flags())
-            .args(browserd_browser::CHROME_FLAGS)
-            .arg("--no-sandbox")
-            .arg("--remote-debugging-port=0")
-            .arg(format!("--user-data-dir={}", dir.path().display()))
-            .arg("about:blank")
-            .env("LANG", "C")
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        // The program itself, not Debian's wrapper script (killing the script would leave
+        // Chrome running).
+        let mut child =
+            std::process::Command::new(browserd_browser::launch::wrapped_executable(chrome))
+                .args(browserd_browser::ChromeBuild::of_executable(chrome).build_flags())
+                .args(browserd_browser::CHROME_FLAGS)
+                .arg("--no-sandbox")
+                .arg("--remote-debugging-port=0")
+                .arg(format!("--user-data-dir={}", dir.path().display()))
+                .arg("about:blank")
+                .env("LANG", "C")
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
         let stderr = child.stderr.take().unwrap();
         let ws = tokio::task::spawn_blocking(move || {
             for line in std::io::BufReader::new(stderr)

@@ -100,10 +100,13 @@ async fn start_env() -> Env {
         .expect("rules");
     // The pool's default Chrome; chromiumoxide's own headless mode (`--headless`, which the
     // headless shell ignores) unless it is the full build.
-    let chrome = browserd_browser::DEFAULT_CHROME_PATH;
-    let mut builder = BrowserConfig::builder().chrome_executable(chrome);
-    if browserd_browser::ChromeBuild::of_executable(std::path::Path::new(chrome))
-        == browserd_browser::ChromeBuild::Full
+    // The program itself, not Debian's wrapper script: the exit watcher below kills what was
+    // launched, and killing the script would leave Chrome running.
+    let chrome = browserd_browser::launch::wrapped_executable(std::path::Path::new(
+        browserd_browser::DEFAULT_CHROME_PATH,
+    ));
+    let mut builder = BrowserConfig::builder().chrome_executable(&chrome);
+    if browserd_browser::ChromeBuild::of_executable(&chrome) == browserd_browser::ChromeBuild::Full
     {
         builder = builder.new_headless_mode();
     } else {
