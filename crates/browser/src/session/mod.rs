@@ -117,6 +117,11 @@ impl std::fmt::Debug for BrowserSession {
     }
 }
 
+/// Milliseconds since `since`, for the timings of the `browser context opened` debug line.
+fn elapsed_ms(since: std::time::Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
 /// Where the opening of a context went (the `browser context opened` debug line).
 struct StartTimings {
     guard_ms: f64,
@@ -189,7 +194,7 @@ impl BrowserSession {
             #[serde(rename = "browserContextId")]
             browser_context_id: String,
         }
-        let proxy_ms = opening.elapsed().as_secs_f64() * 1e3;
+        let proxy_ms = elapsed_ms(opening);
         let context_id = chrome
             .conn
             .call_raw(None, "Target.createBrowserContext", context_params, timeout)
@@ -226,7 +231,7 @@ impl BrowserSession {
             released: false,
             focus: tokio::sync::watch::Sender::new(None),
         };
-        let context_ms = opening.elapsed().as_secs_f64() * 1e3 - proxy_ms;
+        let context_ms = elapsed_ms(opening) - proxy_ms;
         match session.start(policy).await {
             Ok(timings) => {
                 tracing::debug!(
@@ -235,7 +240,7 @@ impl BrowserSession {
                     guard_ms = timings.guard_ms,
                     setup_ms = timings.setup_ms,
                     tab_ms = timings.tab_ms,
-                    total_ms = opening.elapsed().as_secs_f64() * 1e3,
+                    total_ms = elapsed_ms(opening),
                     "browser context opened"
                 );
                 Ok(session)
@@ -252,7 +257,6 @@ impl BrowserSession {
     /// first tab.
     async fn start(&mut self, policy: Option<Arc<EgressPolicy>>) -> Result<StartTimings> {
         let started = std::time::Instant::now();
-        let ms = |since: std::time::Instant| since.elapsed().as_secs_f64() * 1e3;
         if let Some(policy) = policy {
             let guard = EgressGuard::attach(
                 &self.chrome.ws_url,
@@ -264,7 +268,7 @@ impl BrowserSession {
             .map_err(|e| BrowserError::Egress(e.to_string()))?;
             self.egress = Some(guard);
         }
-        let guard_ms = ms(started);
+        let guard_ms = elapsed_ms(started);
         let setup = std::time::Instant::now();
         let conn = &self.chrome.conn;
         // Subscribe before anything can happen in the context.
@@ -300,13 +304,13 @@ impl BrowserSession {
                 download_caps: self.download_caps,
             },
         )));
-        let setup_ms = ms(setup);
+        let setup_ms = elapsed_ms(setup);
         let tab = std::time::Instant::now();
         self.new_tab("about:blank").await?;
         Ok(StartTimings {
             guard_ms,
             setup_ms,
-            tab_ms: ms(tab),
+            tab_ms: elapsed_ms(tab),
         })
     }
 
