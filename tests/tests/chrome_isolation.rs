@@ -453,6 +453,15 @@ async fn crash_tab(server: &Process, needle: &str) {
                 }
             }
         };
+    // Target events on this connection: the crash is awaited below, not assumed (a
+    // connection closed right after `Page.crash` can detach before the renderer runs it).
+    call(
+        0,
+        "Target.setDiscoverTargets",
+        json!({"discover": true}),
+        None,
+    )
+    .await;
     let targets = call(1, "Target.getTargets", json!({}), None).await;
     let target = targets["targetInfos"]
         .as_array()
@@ -470,6 +479,21 @@ async fn crash_tab(server: &Process, needle: &str) {
     .await;
     let session = attached["sessionId"].as_str().unwrap().to_owned();
     call(3, "Page.crash", json!({}), Some(&session)).await;
+    drop(call);
+    let crashed = tokio::time::timeout(LONG, async {
+        while let Some(Ok(message)) = ws.next().await {
+            let Message::Text(text) = message else {
+                continue;
+            };
+            let event: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
+            if event["method"] == "Target.targetCrashed" && event["params"]["targetId"] == target {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(crashed, Ok(true), "the tab at {needle} crashed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
