@@ -479,7 +479,6 @@ async fn crash_tab(server: &Process, needle: &str) {
     .await;
     let session = attached["sessionId"].as_str().unwrap().to_owned();
     call(3, "Page.crash", json!({}), Some(&session)).await;
-    drop(call);
     let crashed = tokio::time::timeout(LONG, async {
         while let Some(Ok(message)) = ws.next().await {
             let Message::Text(text) = message else {
