@@ -8,7 +8,8 @@
 //! `done`, so T model calls). Each service run starts a fresh `serve` (its Chromes launch
 //! lazily, so the batch pays their start-up).
 //!
-//! Measured per side, from /proc every 100 ms: the processes of the side are the `browserd`
+//! Measured per side, from /proc every 100 ms (PSS only in the samples whose RSS sum is within
+//! 10 % of the side's highest so far: reading it is most of a scan's cost): the processes of the side are the `browserd`
 //! processes (marked by an environment variable) and all their descendants, plus Chrome's
 //! crashpad handlers (re-parented to init, found by the same mark).
 //! - wall time of the whole batch → tasks per minute;
@@ -38,8 +39,9 @@
 //! `BENCH_BASELINE=1` adds N concurrent `browserd run` processes (one Chrome each).
 //!
 //! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
-//! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated executables,
-//! `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
+//! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated sides, each an
+//! executable maybe followed by `serve` flags of its own — `/usr/bin/chromium-headless-shell
+//! --spare-contexts false` —, default `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
 //! `BENCH_CONCURRENCY` and `BENCH_CHROME_PROCESSES` (unset: `serve` runs with the default
 //! install's settings, 4 tasks at once on one Chrome, as in the table; the saturation
 //! run of the delivery measurement is `BENCH_CONCURRENCY=20 BENCH_CHROME_PROCESSES=2`, one
@@ -76,6 +78,9 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
 const SIDE_TIMEOUT: Duration = Duration::from_secs(900);
 /// Sampling period of /proc.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// A sample reads the processes' PSS only while their RSS sum is at least this share (%) of
+/// the highest RSS sum seen so far.
+const PSS_NEAR_RSS_PEAK_PERCENT: u64 = 90;
 /// Marks every process of one side.
 const TAG_VAR: &str = "BROWSERD_BENCH_TAG";
 const TASK: &str = "Climb to the top and report the code";
@@ -123,7 +128,10 @@ impl Config {
             .collect();
         let missing: Vec<&String> = chromes
             .iter()
-            .filter(|c| !std::path::Path::new(c).exists())
+            .filter(|c| {
+                let executable = c.split_whitespace().next().unwrap_or(c);
+                !std::path::Path::new(executable).exists()
+            })
             .collect();
         assert!(
             missing.is_empty(),
@@ -184,9 +192,15 @@ fn find_browser_use_venv() -> Option<String> {
         .map(|venv| venv.join("bin/python").display().to_string())
 }
 
-/// A short name of a Chrome executable for the report.
+/// A short name of a side (a Chrome executable and its own `serve` flags) for the report.
 fn chrome_label(chrome: &str) -> String {
-    chrome.rsplit('/').next().unwrap_or(chrome).to_owned()
+    let mut words = chrome.split_whitespace();
+    let executable = words.next().unwrap_or(chrome);
+    let name = executable.rsplit('/').next().unwrap_or(executable);
+    std::iter::once(name)
+        .chain(words)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn now_ns() -> i128 {
@@ -486,7 +500,7 @@ impl Scanner {
                 kind,
                 rss_kib,
                 anon_kib,
-                pss_kib: if backend { 0 } else { pss_kib(pid) },
+                pss_kib: 0,
                 cpu_ticks: stats.get(&pid).map_or(0, |s| s.cpu_ticks),
             });
         }
@@ -535,14 +549,31 @@ impl Sampler {
             let mut scanning = Duration::ZERO;
             while !stopped.load(Ordering::SeqCst) {
                 let scan = Instant::now();
-                let procs = scanner.scan();
+                let mut procs = scanner.scan();
+                let ours = |procs: &[Member]| {
+                    procs
+                        .iter()
+                        .filter(|m| m.kind != POSTGRES)
+                        .map(|m| (m.rss_kib, m.anon_kib))
+                        .fold((0, 0), |(r, a), (mr, ma)| (r + mr, a + ma))
+                };
+                let (rss, anon) = ours(&procs);
+                // PSS (smaps_rollup walks every mapping of a process: most of a scan's cost,
+                // which the 2-core machine would take from the service) only while the side's
+                // RSS is near its peak so far, where the PSS peak is.
+                if rss * 100 >= usage.rss_kib * PSS_NEAR_RSS_PEAK_PERCENT {
+                    for m in procs.iter_mut().filter(|m| m.kind != POSTGRES) {
+                        m.pss_kib = pss_kib(m.pid);
+                    }
+                }
                 scanning += scan.elapsed();
                 scans += 1;
-                let ours = || procs.iter().filter(|m| m.kind != POSTGRES);
-                let rss: u64 = ours().map(|m| m.rss_kib).sum();
-                let anon: u64 = ours().map(|m| m.anon_kib).sum();
                 usage.anon_kib = usage.anon_kib.max(anon);
-                let pss: u64 = ours().map(|m| m.pss_kib).sum();
+                let pss: u64 = procs
+                    .iter()
+                    .filter(|m| m.kind != POSTGRES)
+                    .map(|m| m.pss_kib)
+                    .sum();
                 usage.rss_kib = usage.rss_kib.max(rss);
                 if pss > usage.pss_kib {
                     usage.pss_kib = pss;
@@ -879,6 +910,23 @@ async fn follow_task(
     Ok(outcome)
 }
 
+/// `browserd_browser_context_opens_total` of the service at `address`: (from a spare, new).
+async fn context_opens(address: &str) -> (u64, u64) {
+    let exposition = match reqwest::get(format!("http://{address}/metrics")).await {
+        Ok(answer) => answer.text().await.unwrap_or_default(),
+        Err(_) => return (0, 0),
+    };
+    let count = |from: &str| {
+        let series = format!("browserd_browser_context_opens_total{{from=\"{from}\"}} ");
+        exposition
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (count("spare"), count("new"))
+}
+
 async fn service_run(
     cfg: &Config,
     model: &MockModel,
@@ -892,8 +940,12 @@ async fn service_run(
     let busy_before = background_busy().await;
     let sampler = Sampler::start(&tag, database, ticks, cfg.verbose);
     let serve_log = std::env::var("BENCH_SERVE_LOG").unwrap_or_else(|_| "info".to_owned());
+    // A side is a Chrome executable, maybe followed by `serve` flags of its own.
+    let mut side = chrome.split_whitespace();
+    let chrome = side.next().unwrap_or(chrome);
     let mut flags = vec!["--allow-loopback", "--chrome", chrome];
     flags.extend(cfg.serve_flags.iter().map(String::as_str));
+    flags.extend(side);
     let mut server = Process::start_with_env(
         &db,
         model.addr,
@@ -938,6 +990,7 @@ async fn service_run(
     let busy = busy_since(machine);
     let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
     let usage = sampler.finish();
+    let contexts = context_opens(server.address()).await;
 
     // At idle: one task at a time on the same service (its Chromes running, nothing else).
     let mut idle = Vec::new();
@@ -1013,6 +1066,10 @@ async fn service_run(
         }
     }
     let running = running.lock().unwrap().max;
+    println!(
+        "    browser contexts of the batch: {} from a spare, {} opened at the lease",
+        contexts.0, contexts.1
+    );
     println!("    a task's events, median ms between consecutive ones (`created_at`), n:");
     for (name, gap, n) in timeline_medians(&outcomes) {
         println!("      {name:<44} {gap:8.1} ms  (n={n})");
@@ -1069,7 +1126,10 @@ async fn baseline_run(
             .arg(TASK)
             .args(["--start-url", &start_url])
             .args(["--allow-loopback", "--no-vision", "--max-steps", "20"])
-            .args(["--chrome", chrome])
+            .args([
+                "--chrome",
+                chrome.split_whitespace().next().unwrap_or(chrome),
+            ])
             .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
             .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
             .env("BROWSERD_LLM_MOCK_BASE_URL", &base_url)

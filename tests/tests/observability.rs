@@ -166,6 +166,7 @@ const FAMILIES: &[&str] = &[
     "browserd_browser_processes",
     "browserd_browser_contexts_in_use",
     "browserd_browser_contexts_capacity",
+    "browserd_browser_context_opens_total",
     "browserd_chrome_launches_total",
     "browserd_chrome_crashes_total",
     "browserd_websocket_subscribers",

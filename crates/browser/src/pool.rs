@@ -44,6 +44,10 @@ pub fn describe_metrics() {
         "Chrome launches (or remote connects) by outcome"
     );
     metrics::describe_counter!(
+        "browserd_browser_context_opens_total",
+        "Browser contexts given to tasks, by where they came from: a spare opened ahead of the task, or new"
+    );
+    metrics::describe_counter!(
         "browserd_chrome_crashes_total",
         "Chrome processes whose connection died without the pool closing them"
     );
@@ -51,6 +55,8 @@ pub fn describe_metrics() {
     metrics::gauge!("browserd_browser_contexts_in_use").increment(0.0);
     metrics::counter!("browserd_chrome_crashes_total").increment(0);
     metrics::counter!("browserd_chrome_launches_total", "outcome" => "ok").increment(0);
+    metrics::counter!("browserd_browser_context_opens_total", "from" => "spare").increment(0);
+    metrics::counter!("browserd_browser_context_opens_total", "from" => "new").increment(0);
     metrics::counter!("browserd_chrome_launches_total", "outcome" => "error").increment(0);
 }
 
@@ -101,6 +107,11 @@ pub struct PoolConfig {
     /// The most resident memory one renderer process may use, in MiB; a renderer above it is
     /// killed (its tabs — one task's — are replaced and the task told). `None` = no cap.
     pub renderer_memory_cap_mb: Option<u64>,
+    /// Keep one context per Chrome opened ahead of the next task (a spare: its guard and
+    /// proxy listener attached but refusing everything, its first tab's renderer started),
+    /// bound to the task that leases it. A lease then skips the part of opening that waits
+    /// on Chrome — the new renderer's start — at the cost of one idle renderer per Chrome.
+    pub spare_contexts: bool,
 }
 
 /// The Chrome a pool launches unless told otherwise: Debian's `chromium-headless-shell`
@@ -137,6 +148,7 @@ impl Default for PoolConfig {
             health_interval: Duration::from_secs(2),
             hang_timeout: Duration::from_secs(20),
             renderer_memory_cap_mb: Some(DEFAULT_RENDERER_MEMORY_CAP_MB),
+            spare_contexts: true,
         }
     }
 }
@@ -245,6 +257,11 @@ pub(crate) struct Chrome {
     child: std::sync::Mutex<Option<tokio::process::Child>>,
     /// When the health watch last killed one of its renderers for its memory, and the cap.
     memory_kill: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// A context opened ahead of the next task ([`BrowserSession::open_spare`]); taken by
+    /// the next lease that fits it, released when this Chrome is closed.
+    spare: std::sync::Mutex<Option<BrowserSession>>,
+    /// A spare is being opened (at most one at a time).
+    spare_opening: AtomicBool,
 }
 
 impl Chrome {
@@ -387,6 +404,8 @@ impl Chrome {
             exit_watcher: std::sync::Mutex::new(None),
             child: std::sync::Mutex::new(None),
             memory_kill: std::sync::Mutex::new(None),
+            spare: std::sync::Mutex::new(None),
+            spare_opening: AtomicBool::new(false),
         });
         if !remote {
             tokio::spawn(watch_health(
@@ -395,6 +414,21 @@ impl Chrome {
             ));
         }
         Ok(chrome)
+    }
+
+    fn take_spare(&self) -> Option<BrowserSession> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Keeps `spare` as this Chrome's spare, unless the Chrome is closing or gone (or has one):
+    /// then it is handed back to be released.
+    fn keep_spare(&self, spare: BrowserSession) -> Option<BrowserSession> {
+        let mut slot = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.is_alive() || slot.is_some() {
+            return Some(spare);
+        }
+        *slot = Some(spare);
+        None
     }
 
     /// The memory cap (MiB) if the health watch killed one of this Chrome's renderers for it
@@ -425,6 +459,10 @@ impl Chrome {
     /// Closes Chrome, waits for the process and every descendant, removes the profile dir.
     pub async fn close(&self) {
         self.dead.store(true, Ordering::SeqCst);
+        // After `dead`: a spare that finishes opening now sees it and is released by its
+        // opener, so none is left holding this Chrome. Dropped, not released: its context
+        // goes with the browser.
+        drop(self.take_spare());
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
         let taken = guard.take();
@@ -808,6 +846,8 @@ pub(crate) struct PoolInner {
     state: Mutex<PoolState>,
     permits: Arc<Semaphore>,
     shut_down: AtomicBool,
+    /// Woken whenever a Chrome keeps a new spare context.
+    spare_kept: tokio::sync::Notify,
 }
 
 impl PoolInner {
@@ -836,12 +876,108 @@ impl PoolInner {
             };
             let outcome = if launched.is_ok() { "ok" } else { "error" };
             metrics::counter!("browserd_chrome_launches_total", "outcome" => outcome).increment(1);
+            if let Ok(chrome) = &launched {
+                inner.refill_spare(chrome);
+            }
             launched.map_err(Arc::new)
         }
         .boxed()
         .shared();
         tokio::spawn(launch.clone());
         launch
+    }
+
+    /// Opens `chrome`'s spare context in the background if it has none (and none is being
+    /// opened), it is alive and not used up, and the pool keeps spares.
+    fn refill_spare(self: &Arc<Self>, chrome: &Arc<Chrome>) {
+        if !self.config.spare_contexts
+            || self.shut_down.load(Ordering::SeqCst)
+            || !chrome.is_alive()
+            || self.used_up(chrome)
+            || chrome.spare_opening.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        let has_one = chrome
+            .spare
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if has_one {
+            chrome.spare_opening.store(false, Ordering::SeqCst);
+            return;
+        }
+        let inner = self.clone();
+        let chrome = chrome.clone();
+        tokio::spawn(async move {
+            let opened = BrowserSession::open_spare(
+                chrome.clone(),
+                inner.config.cdp_timeout,
+                inner.config.viewport,
+                inner.net.clone(),
+            )
+            .await;
+            match opened {
+                Ok(spare) => {
+                    let unkept = if inner.shut_down.load(Ordering::SeqCst) {
+                        Some(spare)
+                    } else {
+                        chrome.keep_spare(spare)
+                    };
+                    match unkept {
+                        Some(spare) => spare.release().await,
+                        None => inner.spare_kept.notify_waiters(),
+                    }
+                }
+                Err(err) => tracing::debug!(%err, "could not open a spare browser context"),
+            }
+            chrome.spare_opening.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// A session for a lease on `chrome`: its spare bound to the task when there is one and
+    /// the task fits it, else a context opened now; then the spare is refilled.
+    async fn open_session(
+        self: &Arc<Self>,
+        chrome: &Arc<Chrome>,
+        options: ContextOptions,
+    ) -> Result<BrowserSession> {
+        let config = &self.config;
+        let spare = BrowserSession::spare_fits(&options, config.viewport)
+            .then(|| chrome.take_spare())
+            .flatten();
+        let from_spare = match spare {
+            Some(mut spare) => match spare.bind(&options, &self.net).await {
+                Ok(()) => Some(spare),
+                Err(err) => {
+                    tracing::debug!(%err, "the spare browser context could not be bound");
+                    spare.release().await;
+                    None
+                }
+            },
+            None => None,
+        };
+        let opened = match from_spare {
+            Some(session) => {
+                metrics::counter!("browserd_browser_context_opens_total", "from" => "spare")
+                    .increment(1);
+                Ok(session)
+            }
+            None => {
+                metrics::counter!("browserd_browser_context_opens_total", "from" => "new")
+                    .increment(1);
+                BrowserSession::open(
+                    chrome.clone(),
+                    config.cdp_timeout,
+                    options,
+                    config.viewport,
+                    self.net.clone(),
+                )
+                .await
+            }
+        };
+        self.refill_spare(chrome);
+        opened
     }
 
     /// Starts Chromes ahead of need, so that no lease waits for a launch it could have been
@@ -942,6 +1078,7 @@ impl BrowserPool {
                 }),
                 config,
                 shut_down: AtomicBool::new(false),
+                spare_kept: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -980,14 +1117,7 @@ impl BrowserPool {
             .map_err(|_| BrowserError::PoolShutDown)?;
         let chrome = self.pick_chrome().await?;
         metrics::gauge!("browserd_browser_contexts_in_use").increment(1.0);
-        let opened = BrowserSession::open(
-            chrome.clone(),
-            self.inner.config.cdp_timeout,
-            options,
-            self.inner.config.viewport,
-            self.inner.net.clone(),
-        )
-        .await;
+        let opened = self.inner.open_session(&chrome, options).await;
         match opened {
             Ok(session) => Ok(session.with_lease(Lease {
                 pool: self.inner.clone(),
@@ -1004,6 +1134,40 @@ impl BrowserPool {
                 .finish()
                 .await;
                 Err(err)
+            }
+        }
+    }
+
+    /// Waits until a live Chrome of the pool holds a spare context (one is opened after each
+    /// launch and each lease when [`PoolConfig::spare_contexts`] is on), at most `within`;
+    /// true if one does. For tests and diagnostics: leases never wait for a spare.
+    pub async fn wait_for_spare(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let kept = self.inner.spare_kept.notified();
+            tokio::pin!(kept);
+            kept.as_mut().enable();
+            let has_spare = {
+                let state = self.inner.state.lock().await;
+                state
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.current.as_ref())
+                    .chain(
+                        state
+                            .slots
+                            .iter()
+                            .filter_map(|s| s.next.as_ref()?.peek()?.as_ref().ok()),
+                    )
+                    .any(|c| {
+                        c.is_alive() && c.spare.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+                    })
+            };
+            if has_spare {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, kept).await.is_err() {
+                return false;
             }
         }
     }

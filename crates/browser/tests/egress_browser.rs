@@ -570,3 +570,58 @@ fn attach_arms_pages_that_already_exist() {
         let _ = env.browser.dispose_browser_context(context).await;
     });
 }
+
+/// A guard attached before its task is known (a spare context's) blocks every request of its
+/// context until the task's policy is bound, then enforces exactly that policy.
+#[test]
+fn an_unbound_guard_blocks_everything_until_its_task_is_bound() {
+    RT.block_on(async {
+        let env = env().await;
+        let context = new_context(env).await;
+        let guard = browserd_browser::egress::EgressGuard::attach_unbound(
+            env.browser.websocket_address(),
+            browserd_browser::egress::EgressScope::Context(context.inner().clone()),
+            browserd_browser::egress::EgressGuardOptions::default(),
+        )
+        .await
+        .expect("attach unbound");
+        let page = new_page(env, &context).await;
+        let early = env.app.url("allowed.test", "/page/unbound-early");
+        let _ = goto(&page, &early).await;
+        let mut seen = Vec::new();
+        assert!(
+            wait_until(|| {
+                seen.extend(guard.drain_blocked());
+                seen.iter().any(|b| b.url == early)
+            })
+            .await,
+            "{seen:?}"
+        );
+        let entry = seen.iter().find(|b| b.url == early).expect("entry");
+        assert_eq!(entry.reason, DenyReason::Unbound);
+        assert_eq!(env.app.hits.count("/page/unbound-early"), 0);
+
+        assert!(guard.bind(policy(named_hosts(&["allowed.test"], &[]))));
+        let ok = env.app.url("allowed.test", "/page/unbound-bound");
+        goto(&page, &ok).await.expect("allowed once bound");
+        assert_eq!(env.app.hits.count("/page/unbound-bound"), 1);
+        let bad = env.evil.url("evil.test", "/page/unbound-evil");
+        let _ = goto(&page, &bad).await;
+        assert!(
+            wait_until(|| {
+                seen.extend(guard.drain_blocked());
+                seen.iter().any(|b| b.url == bad)
+            })
+            .await,
+            "{seen:?}"
+        );
+        assert_eq!(env.evil.hits.count("/page/unbound-evil"), 0);
+        assert!(
+            !guard.bind(policy(named_hosts(&["evil.test"], &[]))),
+            "a guard keeps its task's policy"
+        );
+        let _ = page.close().await;
+        guard.close().await;
+        let _ = env.browser.dispose_browser_context(context).await;
+    });
+}

@@ -40,6 +40,7 @@ fn egress_proxy_enforces_the_policy_at_the_network_level() {
         rebinding(&env).await;
         subresources_and_redirects(&env).await;
         two_contexts_at_once(&env).await;
+        spare_contexts(&env).await;
         env.shutdown().await;
     });
 }
@@ -345,6 +346,65 @@ async fn two_contexts_at_once(env: &Env) {
     a.release().await;
     b.release().await;
     c.release().await;
+}
+
+/// Contexts opened ahead of their tasks (the pool's spares): each lease that finds one gets it
+/// bound to its own task's policy — the guard's and the listener's —, two in a row enforce
+/// their own lists and not each other's, and the spare's downloads go to the task's workspace.
+async fn spare_contexts(env: &Env) {
+    const WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+    assert!(env.pool.wait_for_spare(WITHIN).await, "a spare is opened");
+    let a = env.session(allowed_only(&["allowed.test"])).await;
+    assert!(a.opened_ahead(), "the first lease takes the spare");
+    assert!(
+        env.pool.wait_for_spare(WITHIN).await,
+        "the spare is refilled"
+    );
+    let b = env.session(allowed_only(&["third.test"])).await;
+    assert!(b.opened_ahead(), "the second lease takes the new spare");
+    assert_ne!(a.context_id(), b.context_id());
+
+    a.navigate(&env.allowed.url("http", "allowed.test", "/page/spare-a"))
+        .await
+        .expect("a loads its allowed page");
+    b.navigate(&env.third.url("http", "third.test", "/page/spare-b"))
+        .await
+        .expect("b loads its allowed page");
+    assert!(
+        a.navigate(&env.third.url("http", "third.test", "/page/spare-a-other"))
+            .await
+            .is_err(),
+        "a's guard refuses b's host"
+    );
+    assert_eq!(env.third.hits.count("/page/spare-a-other"), 0);
+    let forbidden_before = env.forbidden.accepts();
+    let a_other_url = env.third.url("ws", "third.test", "/ws/spare-a-other");
+    let b_own_url = env.third.url("ws", "third.test", "/ws/spare-b-own");
+    let (a_other, b_own) = tokio::join!(websocket(&a, &a_other_url), websocket(&b, &b_own_url));
+    assert!(a_other.starts_with("failed"), "{a_other}");
+    assert_eq!(b_own, "echo:hi", "b's listener carries b's policy");
+    assert_eq!(env.third.hits.count("/ws/spare-a-other"), 0);
+    let mut seen_a = Vec::new();
+    assert!(
+        wait_blocked(&a, &mut seen_a, |e| e.url.starts_with("third.test:")).await,
+        "a's listener refused b's host: {seen_a:?}"
+    );
+    assert_eq!(env.forbidden.accepts(), forbidden_before);
+
+    // A task the spare does not fit (no egress settings: a spare is always guarded) opens a
+    // context of its own and leaves the spare for the next one.
+    assert!(env.pool.wait_for_spare(WITHIN).await);
+    let unguarded = env.pool.lease().await.expect("lease without egress");
+    assert!(!unguarded.opened_ahead());
+    let c = env.session(allowed_only(&["allowed.test"])).await;
+    assert!(
+        c.opened_ahead(),
+        "the spare is still there for a task that fits"
+    );
+    unguarded.release().await;
+    c.release().await;
+    a.release().await;
+    b.release().await;
 }
 
 fn url_encode(s: &str) -> String {

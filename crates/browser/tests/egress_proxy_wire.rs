@@ -87,6 +87,43 @@ async fn tunnel_get(proxy: SocketAddr, authority: &str) -> String {
     exchange(proxy, &head).await
 }
 
+/// A listener opened ahead of its task (a spare context's) refuses every tunnel and request
+/// until the task's policy is bound; then it applies that policy, and a second bind is refused.
+#[tokio::test]
+async fn an_unbound_listener_refuses_everything_until_its_task_is_bound() {
+    let allowed = origin([127, 0, 0, 2]).await;
+    let proxy = EgressProxy::new(ProxyOptions::default(), HashMap::new());
+    let ctx = proxy.open_unbound().await.expect("open");
+    assert!(ctx.policy().get().is_none());
+    let authority = format!("allowed.test:{}", allowed.port());
+    let refused = tunnel_get(ctx.addr(), &authority).await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(refused.contains("not bound to a task"), "{refused}");
+    assert!(!refused.contains("hello"), "{refused}");
+    let get = format!(
+        "GET http://{authority}/x HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    );
+    let refused = exchange(ctx.addr(), &get).await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(!refused.contains("hello"), "{refused}");
+    assert_eq!(ctx.drain_blocked().len(), 2);
+
+    assert!(ctx.bind(policy(settings())), "the first bind takes");
+    let ok = tunnel_get(ctx.addr(), &authority).await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(ok.contains(&format!("hello from {allowed}")), "{ok}");
+    let strict = EgressSettings {
+        allowed_domains: vec!["elsewhere.test".into()],
+        ..settings()
+    };
+    assert!(
+        !ctx.bind(policy(strict)),
+        "a context keeps its task's policy"
+    );
+    let still = tunnel_get(ctx.addr(), &authority).await;
+    assert!(still.starts_with("HTTP/1.1 200"), "{still}");
+}
+
 #[tokio::test]
 async fn connect_and_absolute_form_are_checked_and_pinned() {
     let allowed = origin([127, 0, 0, 2]).await;

@@ -63,6 +63,20 @@ pub struct BrowserArgs {
     #[arg(long, env = "BROWSERD_CHROME_HANG_TIMEOUT_S", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub chrome_hang_timeout_s: u64,
 
+    /// Keep one browser context per Chrome opened ahead of the next task (its egress guard and
+    /// proxy listener refusing everything until a task is bound to it, its first tab's
+    /// renderer started), so that a task starting does not wait for Chrome to start a
+    /// renderer; costs one idle renderer per Chrome. Takes `1`/`0`, `true`/`false`,
+    /// `yes`/`no`, `on`/`off`.
+    #[arg(
+        long,
+        env = "BROWSERD_SPARE_CONTEXTS",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub spare_contexts: bool,
+
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
     pub chrome_args: String,
@@ -200,6 +214,7 @@ impl Runtime {
                 renderer_memory_cap_mb: (browser.renderer_memory_cap_mb > 0)
                     .then_some(browser.renderer_memory_cap_mb),
                 hang_timeout: Duration::from_secs(browser.chrome_hang_timeout_s),
+                spare_contexts: browser.spare_contexts,
                 ..PoolConfig::default()
             },
         )?;

@@ -139,7 +139,8 @@ impl BrowserSession {
                 return None;
             }
             policy
-                .check_str(u)
+                .for_url(u)
+                .and_then(|policy| policy.check_str(u))
                 .err()
                 .map(|d| format!("{} ({})", d.url, d.reason))
         };

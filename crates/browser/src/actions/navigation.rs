@@ -16,7 +16,10 @@ use crate::{
 impl BrowserSession {
     pub(super) async fn check_egress(&self, url: &str) -> Result<(), Fail> {
         if let Some(guard) = &self.egress {
-            let policy = guard.policy();
+            let refused = |d: crate::egress::EgressDenied| {
+                Fail(format!("Navigation to {url} is not allowed: {}", d.reason))
+            };
+            let policy = guard.policy().for_url(url).map_err(refused)?;
             let parsed = policy
                 .check_str(url)
                 .map_err(|d| Fail(format!("Navigation to {url} is not allowed: {}", d.reason)))?;
@@ -51,7 +54,10 @@ impl BrowserSession {
         // A redirect may have landed somewhere the policy forbids.
         let landed = self.target_url(&target).await.unwrap_or_default();
         if let Some(guard) = &self.egress
-            && let Err(denied) = guard.policy().check_str(&landed)
+            && let Err(denied) = guard
+                .policy()
+                .for_url(&landed)
+                .and_then(|policy| policy.check_str(&landed))
         {
             let _ = self.navigate_target(&target, "about:blank").await;
             return Err(Fail(format!(

@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 use url::Url;
 
 use super::link::{CdpLink, LinkError, RawEvent};
-use super::policy::{DenyReason, EgressDenied, EgressPolicy, shorten_url};
+use super::policy::{DenyReason, EgressDenied, EgressPolicy, PolicySlot, shorten_url};
 
 /// Which targets a guard is responsible for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,7 +171,7 @@ struct State {
 }
 
 struct Shared {
-    policy: Arc<EgressPolicy>,
+    policy: PolicySlot,
     scope: EgressScope,
     options: EgressGuardOptions,
     state: Mutex<State>,
@@ -360,6 +360,31 @@ impl EgressGuard {
         policy: Arc<EgressPolicy>,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
+        Self::attach_slot(ws_url, scope, PolicySlot::bound(policy), options).await
+    }
+
+    /// [`EgressGuard::attach`] for a context opened ahead of its task: every request of the
+    /// scope is refused until [`EgressGuard::bind`] gives it the task's policy.
+    pub async fn attach_unbound(
+        ws_url: &str,
+        scope: EgressScope,
+        options: EgressGuardOptions,
+    ) -> Result<Self, EgressGuardError> {
+        Self::attach_slot(ws_url, scope, PolicySlot::unbound(), options).await
+    }
+
+    /// Binds the task's policy to a guard attached unbound; false (and nothing changes) if it
+    /// already has one.
+    pub fn bind(&self, policy: Arc<EgressPolicy>) -> bool {
+        self.shared.policy.bind(policy)
+    }
+
+    async fn attach_slot(
+        ws_url: &str,
+        scope: EgressScope,
+        policy: PolicySlot,
+        options: EgressGuardOptions,
+    ) -> Result<Self, EgressGuardError> {
         let hub = match &scope {
             EgressScope::Context(_) => Hub::shared(ws_url, &options).await?,
             EgressScope::WholeBrowser => Arc::new(Hub::connect(ws_url, &options).await?),
@@ -478,8 +503,8 @@ impl EgressGuard {
         Arc::ptr_eq(&self.hub, &other.hub)
     }
 
-    /// The policy being enforced.
-    pub fn policy(&self) -> &Arc<EgressPolicy> {
+    /// The policy being enforced (empty while an unbound guard waits for its task).
+    pub fn policy(&self) -> &PolicySlot {
         &self.shared.policy
     }
 
@@ -842,7 +867,8 @@ async fn check(shared: &Shared, url_text: &str) -> Result<(), EgressDenied> {
             },
         )
     })?;
-    let run = std::panic::AssertUnwindSafe(shared.policy.check_url_resolved(&url)).catch_unwind();
+    let policy = shared.policy.for_url(url_text)?;
+    let run = std::panic::AssertUnwindSafe(policy.check_url_resolved(&url)).catch_unwind();
     match tokio::time::timeout(shared.options.check_timeout, run).await {
         Ok(Ok(verdict)) => verdict,
         Ok(Err(_panic)) => Err(EgressDenied::new(

@@ -42,7 +42,7 @@ pub use guard::{
 pub use link::LinkError;
 pub use policy::{
     DEFAULT_DNS_TIMEOUT, DenyReason, EgressConfigError, EgressDenied, EgressPolicy, EgressSettings,
-    Network,
+    Network, PolicySlot,
 };
 pub use proxy::{ContextProxy, EgressProxy, ProxyError, ProxyOptions, ProxyStats, UpstreamProxy};
 pub use resolve::{HostOverride, HostResolver, ResolveError};

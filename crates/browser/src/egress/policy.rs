@@ -228,6 +228,9 @@ pub enum DenyReason {
         /// What happened.
         detail: String,
     },
+    /// The browser context was opened ahead of its task and no task's policy is bound to it
+    /// yet ([`PolicySlot`]): nothing may leave it.
+    Unbound,
 }
 
 impl fmt::Display for DenyReason {
@@ -267,6 +270,9 @@ impl fmt::Display for DenyReason {
                     "the egress check failed ({detail}), so the request is refused"
                 )
             }
+            DenyReason::Unbound => {
+                f.write_str("the browser context is not bound to a task's policy yet")
+            }
         }
     }
 }
@@ -299,6 +305,41 @@ pub(crate) fn shorten_url(url: &str) -> String {
         cut -= 1;
     }
     format!("{}…", &url[..cut])
+}
+
+/// The policy of one browser context's guard and proxy listener, set once: at the context's
+/// opening for a task, or — for a context opened ahead of its task (the pool's spare) — when
+/// the task leases it. Until then every request is refused ([`DenyReason::Unbound`]); once set
+/// it never changes, so a context serves one task's policy for its whole life.
+#[derive(Debug, Default)]
+pub struct PolicySlot(std::sync::OnceLock<Arc<EgressPolicy>>);
+
+impl PolicySlot {
+    /// A slot holding `policy` from the start.
+    pub fn bound(policy: Arc<EgressPolicy>) -> Self {
+        Self(std::sync::OnceLock::from(policy))
+    }
+
+    /// An empty slot: everything is refused until [`PolicySlot::bind`].
+    pub fn unbound() -> Self {
+        Self::default()
+    }
+
+    /// Sets the policy; false if one was already set (it is kept).
+    pub fn bind(&self, policy: Arc<EgressPolicy>) -> bool {
+        self.0.set(policy).is_ok()
+    }
+
+    /// The policy, if bound.
+    pub fn get(&self) -> Option<&Arc<EgressPolicy>> {
+        self.0.get()
+    }
+
+    /// The policy, or the refusal of `url` when none is bound yet.
+    pub fn for_url(&self, url: &str) -> Result<&Arc<EgressPolicy>, EgressDenied> {
+        self.get()
+            .ok_or_else(|| EgressDenied::new(url, DenyReason::Unbound))
+    }
 }
 
 /// A validated egress policy. Cheap to share behind an [`Arc`].

@@ -53,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::guard::{BlockedRequest, now_ms};
-use super::policy::{DenyReason, EgressDenied, EgressPolicy, shorten_url};
+use super::policy::{DenyReason, EgressDenied, EgressPolicy, PolicySlot, shorten_url};
 
 /// Tunables of the egress proxy.
 #[derive(Debug, Clone)]
@@ -306,6 +306,20 @@ impl EgressProxy {
         policy: Arc<EgressPolicy>,
         upstream: Option<&str>,
     ) -> Result<ContextProxy, ProxyError> {
+        self.open_slot(PolicySlot::bound(policy), upstream).await
+    }
+
+    /// [`EgressProxy::open`] for a context opened ahead of its task, with no upstream: every
+    /// connection is refused until [`ContextProxy::bind`] gives it the task's policy.
+    pub async fn open_unbound(&self) -> Result<ContextProxy, ProxyError> {
+        self.open_slot(PolicySlot::unbound(), None).await
+    }
+
+    async fn open_slot(
+        &self,
+        policy: PolicySlot,
+        upstream: Option<&str>,
+    ) -> Result<ContextProxy, ProxyError> {
         let upstream = match upstream {
             Some(name) => Some(
                 self.upstreams
@@ -390,9 +404,15 @@ impl ContextProxy {
         }
     }
 
-    /// The policy applied.
-    pub fn policy(&self) -> &Arc<EgressPolicy> {
+    /// The policy applied (empty while an unbound listener waits for its task).
+    pub fn policy(&self) -> &PolicySlot {
         &self.shared.policy
+    }
+
+    /// Binds the task's policy to a listener opened unbound; false (and nothing changes) if
+    /// it already has one.
+    pub fn bind(&self, policy: Arc<EgressPolicy>) -> bool {
+        self.shared.policy.bind(policy)
     }
 
     /// Closes the listener and every connection.
@@ -430,7 +450,7 @@ struct Counters {
 }
 
 struct Shared {
-    policy: Arc<EgressPolicy>,
+    policy: PolicySlot,
     upstream: Option<UpstreamProxy>,
     options: ProxyOptions,
     listeners: Arc<Mutex<HashSet<SocketAddr>>>,
@@ -653,7 +673,8 @@ async fn tunnel(req: Request<Incoming>, shared: &Arc<Shared>) -> Response<ProxyB
     let host = authority.host();
     let shown = format!("{host}:{port}");
     let check = async {
-        shared.policy.check_tunnel(host, port)?;
+        let policy = shared.policy.for_url(&shown)?;
+        policy.check_tunnel(host, port)?;
         let url = Url::parse(&format!("https://{host}:{port}/")).map_err(|e| {
             EgressDenied::new(
                 &shown,
@@ -665,7 +686,7 @@ async fn tunnel(req: Request<Incoming>, shared: &Arc<Shared>) -> Response<ProxyB
         let host = url
             .host()
             .ok_or_else(|| EgressDenied::new(&shown, DenyReason::MissingHost))?;
-        shared.policy.resolve_checked(&host, &shown).await
+        policy.resolve_checked(&host, &shown).await
     };
     let addrs = match shared.checked(&shown, check).await {
         Ok(addrs) => addrs,
@@ -777,7 +798,11 @@ async fn forward(
             "browserd egress proxy: no port".into(),
         );
     };
-    if let Err(denied) = shared.policy.check_url(&url) {
+    let policy = match shared.policy.for_url(&shown) {
+        Ok(policy) => policy,
+        Err(denied) => return refused(shared, denied, "HTTP"),
+    };
+    if let Err(denied) = policy.check_url(&url) {
         return refused(shared, denied, "HTTP");
     }
     let Some(host) = url.host() else {
@@ -802,7 +827,7 @@ async fn forward(
         _ => None,
     };
     if sender.is_none() {
-        let check = shared.policy.resolve_checked(&host, &shown);
+        let check = policy.resolve_checked(&host, &shown);
         let addrs = match shared.checked(&shown, check).await {
             Ok(addrs) => addrs,
             Err(denied) => return refused(shared, denied, "HTTP"),

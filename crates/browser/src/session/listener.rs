@@ -57,10 +57,23 @@ pub(super) struct ListenerCtx {
     pub(super) sessions: Arc<Sessions>,
     pub(super) events: Arc<SessionEvents>,
     pub(super) context_id: String,
-    pub(super) downloads_dir: PathBuf,
+    pub(super) downloads: Arc<std::sync::Mutex<DownloadPlace>>,
     pub(super) timeout: Duration,
     pub(super) viewport: Viewport,
-    pub(super) download_caps: DownloadCaps,
+}
+
+/// Where a session's downloads go and how much they may take: set when the context opens for
+/// its task, or when a task binds a context opened ahead of it (the pool's spare).
+#[derive(Clone, Debug)]
+pub(super) struct DownloadPlace {
+    pub(super) dir: PathBuf,
+    pub(super) caps: DownloadCaps,
+}
+
+impl ListenerCtx {
+    fn downloads_dir(&self) -> PathBuf {
+        lock(&self.downloads).dir.clone()
+    }
 }
 
 /// The most a session's downloads may take on disk: per file and all together. A download
@@ -244,7 +257,7 @@ pub(super) async fn listen(
                         // Checked while it grows and once more when it completes (a fast
                         // download may complete before any progress event).
                         let over = (running && p.state != "canceled")
-                            .then(|| over_download_cap(&downloads, size, ctx.download_caps))
+                            .then(|| over_download_cap(&downloads, size, lock(&ctx.downloads).caps))
                             .flatten();
                         let d = &mut downloads[pos];
                         if let Some(why) = over {
@@ -265,7 +278,7 @@ pub(super) async fn listen(
                         }
                     };
                     if let Some(done) = finished {
-                        let path = finish_download(&ctx.downloads_dir, &done);
+                        let path = finish_download(&ctx.downloads_dir(), &done);
                         // Listed for the next action result before it shows as completed.
                         if let Some(path) = &path {
                             lock(&ctx.events.finished_downloads)
@@ -322,7 +335,7 @@ async fn cancel_download(ctx: &ListenerCtx, guid: &str) {
     if let Err(err) = cancelled {
         tracing::debug!(%err, "could not cancel a download past its cap (it completed)");
     }
-    let _ = std::fs::remove_file(ctx.downloads_dir.join(guid));
+    let _ = std::fs::remove_file(ctx.downloads_dir().join(guid));
 }
 
 /// Moves `downloads/<guid>` to a sanitized unique name; returns the final path.

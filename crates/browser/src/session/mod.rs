@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::Mutex;
 
-use self::listener::{ListenerCtx, SessionEvents, listen, lock};
+use self::listener::{DownloadPlace, ListenerCtx, SessionEvents, listen, lock};
 pub(crate) use self::navigation::{WaitOutcome, load_cap, wait_for_event};
 use self::tabs::Sessions;
 use crate::{
@@ -101,10 +101,13 @@ pub struct BrowserSession {
     proxy: Option<ContextProxy>,
     pub(crate) workspace: Workspace,
     viewport: Viewport,
-    download_caps: DownloadCaps,
+    /// Where downloads go and their caps (shared with the listener).
+    downloads: Arc<std::sync::Mutex<DownloadPlace>>,
     listener: Option<tokio::task::JoinHandle<()>>,
     lease: Option<Lease>,
     released: bool,
+    /// The context was opened ahead of its task (the pool's spare) and bound to it.
+    opened_ahead: bool,
     /// The focused tab's target id, for watchers (the live view follows it).
     pub(crate) focus: tokio::sync::watch::Sender<Option<String>>,
 }
@@ -122,11 +125,79 @@ fn elapsed_ms(since: std::time::Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
+/// The task's workspace (a temporary one when it names none), opened so that Chrome — maybe
+/// another user — can write its downloads.
+fn task_workspace(options: &ContextOptions, chrome: &Chrome) -> Result<Workspace> {
+    let workspace = match &options.workspace_dir {
+        Some(dir) => Workspace::open(dir)?,
+        None => Workspace::temporary()?,
+    };
+    // Chrome (maybe another user) writes the downloads; it may pass through the root.
+    let identity = &chrome.identity;
+    identity.allow_through(workspace.root())?;
+    identity.hand_over(&workspace.downloads_dir())?;
+    Ok(workspace)
+}
+
+/// The task's egress policy, validated, on the pool's shared resolver; `None` without egress
+/// settings.
+fn task_policy(options: &ContextOptions, net: &EgressNet) -> Result<Option<Arc<EgressPolicy>>> {
+    options
+        .egress
+        .as_ref()
+        .map(|settings| {
+            EgressPolicy::new(settings.clone())
+                .map(|policy| Arc::new(policy.with_shared_resolver(net.resolver.clone())))
+                .map_err(|e| BrowserError::Egress(e.to_string()))
+        })
+        .transpose()
+}
+
+fn proxy_error(err: crate::egress::ProxyError) -> BrowserError {
+    match err {
+        crate::egress::ProxyError::UnknownUpstream(_) => {
+            BrowserError::InvalidArgument(err.to_string())
+        }
+        other => BrowserError::Egress(other.to_string()),
+    }
+}
+
+/// `Browser.setDownloadBehavior`'s parameters: the context's downloads go to the workspace.
+fn download_behavior(context_id: &str, workspace: &Workspace) -> serde_json::Value {
+    json!({
+        "behavior": "allowAndName",
+        "browserContextId": context_id,
+        "downloadPath": workspace.downloads_dir().to_string_lossy(),
+        "eventsEnabled": true,
+    })
+}
+
 /// Where the opening of a context went (the `browser context opened` debug line).
 struct StartTimings {
     guard_ms: f64,
     setup_ms: f64,
     tab_ms: f64,
+}
+
+/// The egress a context opens with.
+enum OpeningEgress {
+    /// No guard and no listener (local tools and tests).
+    Off,
+    /// The task's policy from the start.
+    Task(Arc<EgressPolicy>),
+    /// A spare's (a context opened ahead of its task): guard and listener refuse everything
+    /// until [`BrowserSession::bind`] gives them the task's policy.
+    Unbound,
+}
+
+/// What [`BrowserSession::open_context`] opens a context with.
+struct Opening {
+    workspace: Workspace,
+    proxy: Option<ContextProxy>,
+    egress: OpeningEgress,
+    viewport: Viewport,
+    settle: SettleSettings,
+    download_caps: DownloadCaps,
 }
 
 impl BrowserSession {
@@ -139,22 +210,8 @@ impl BrowserSession {
         net: Arc<EgressNet>,
     ) -> Result<Self> {
         let opening = std::time::Instant::now();
-        let workspace = match &options.workspace_dir {
-            Some(dir) => Workspace::open(dir)?,
-            None => Workspace::temporary()?,
-        };
-        // Chrome (maybe another user) writes the downloads; it may pass through the root.
-        let identity = &chrome.identity;
-        identity.allow_through(workspace.root())?;
-        identity.hand_over(&workspace.downloads_dir())?;
-        let policy = match &options.egress {
-            Some(settings) => Some(Arc::new(
-                EgressPolicy::new(settings.clone())
-                    .map_err(|e| BrowserError::Egress(e.to_string()))?
-                    .with_shared_resolver(net.resolver.clone()),
-            )),
-            None => None,
-        };
+        let workspace = task_workspace(&options, &chrome)?;
+        let policy = task_policy(&options, &net)?;
         // The context's own proxy listener: every connection of the context is checked
         // against the task's policy at the network level.
         let proxy = match (&policy, &net.proxy, &options.proxy) {
@@ -172,15 +229,135 @@ impl BrowserSession {
                 proxy
                     .open(policy.clone(), upstream.as_deref())
                     .await
-                    .map_err(|e| match e {
-                        crate::egress::ProxyError::UnknownUpstream(_) => {
-                            BrowserError::InvalidArgument(e.to_string())
-                        }
-                        other => BrowserError::Egress(other.to_string()),
-                    })?,
+                    .map_err(proxy_error)?,
             ),
             _ => None,
         };
+        let egress = match policy {
+            Some(policy) => OpeningEgress::Task(policy),
+            None => OpeningEgress::Off,
+        };
+        Self::open_context(
+            chrome,
+            timeout,
+            Opening {
+                workspace,
+                proxy,
+                egress,
+                viewport: options.viewport.unwrap_or(default_viewport),
+                settle: options.settle,
+                download_caps: options.download_caps,
+            },
+            opening,
+        )
+        .await
+    }
+
+    /// Opens a context ahead of its task (the pool's spare, see [`BrowserSession::bind`]):
+    /// its egress guard and proxy listener attached but refusing everything, its first tab
+    /// open at `about:blank` with its renderer started — the part of a lease that waits on
+    /// Chrome —, a temporary workspace, the pool's viewport.
+    pub(crate) async fn open_spare(
+        chrome: Arc<Chrome>,
+        timeout: Duration,
+        viewport: Viewport,
+        net: Arc<EgressNet>,
+    ) -> Result<Self> {
+        let opening = std::time::Instant::now();
+        let workspace = task_workspace(&ContextOptions::default(), &chrome)?;
+        let proxy = match &net.proxy {
+            Some(proxy) => Some(proxy.open_unbound().await.map_err(proxy_error)?),
+            None => None,
+        };
+        Self::open_context(
+            chrome,
+            timeout,
+            Opening {
+                workspace,
+                proxy,
+                egress: OpeningEgress::Unbound,
+                viewport,
+                settle: SettleSettings::default(),
+                download_caps: DownloadCaps::default(),
+            },
+            opening,
+        )
+        .await
+    }
+
+    /// Whether a task leasing with `options` can take a spare of a pool whose tabs are
+    /// `pool_viewport`: it has egress settings (a spare is always guarded), no upstream proxy
+    /// (a spare's listener has none) and the pool's viewport.
+    pub(crate) fn spare_fits(options: &ContextOptions, pool_viewport: Viewport) -> bool {
+        options.egress.is_some()
+            && options.proxy.is_none()
+            && options.viewport.is_none_or(|v| v == pool_viewport)
+    }
+
+    /// Gives a spare ([`BrowserSession::open_spare`]) to the task leasing with `options`
+    /// (which [`BrowserSession::spare_fits`]): the task's workspace and downloads, settle
+    /// settings and download caps, and its egress policy, bound to the guard and the listener
+    /// once and for good. Fails — and the spare must then be released, not used — if the
+    /// spare's browser or tab is gone or its policy could not be bound.
+    pub(crate) async fn bind(&mut self, options: &ContextOptions, net: &EgressNet) -> Result<()> {
+        let policy = task_policy(options, net)?.ok_or_else(|| {
+            BrowserError::InvalidArgument("a spare context needs egress settings".into())
+        })?;
+        if !self.chrome.is_alive() || !lock(&self.events.crashed).is_empty() {
+            return Err(BrowserError::Egress(
+                "the spare context's browser or tab is gone".into(),
+            ));
+        }
+        let workspace = task_workspace(options, &self.chrome)?;
+        self.chrome
+            .conn
+            .call_raw(
+                None,
+                "Browser.setDownloadBehavior",
+                download_behavior(&self.context_id, &workspace),
+                self.timeout,
+            )
+            .await?;
+        *lock(&self.downloads) = DownloadPlace {
+            dir: workspace.downloads_dir(),
+            caps: options.download_caps,
+        };
+        self.workspace = workspace;
+        self.settle = options.settle;
+        let guard_bound = self.egress.as_ref().is_some_and(|g| g.bind(policy.clone()));
+        let proxy_bound = self.proxy.as_ref().is_none_or(|p| p.bind(policy));
+        if !guard_bound || !proxy_bound {
+            return Err(BrowserError::Egress(
+                "the spare context's egress was already bound".into(),
+            ));
+        }
+        self.opened_ahead = true;
+        Ok(())
+    }
+
+    /// Whether this session's context was opened ahead of its task (the pool's spare, see
+    /// [`PoolConfig::spare_contexts`](crate::PoolConfig::spare_contexts)) rather than at
+    /// its lease.
+    pub fn opened_ahead(&self) -> bool {
+        self.opened_ahead
+    }
+
+    /// Creates the browser context (with the listener as its proxy), then installs the guard,
+    /// the event listener and download behaviour and opens the first tab.
+    async fn open_context(
+        chrome: Arc<Chrome>,
+        timeout: Duration,
+        opening: Opening,
+        started: std::time::Instant,
+    ) -> Result<Self> {
+        let Opening {
+            workspace,
+            proxy,
+            egress,
+            viewport,
+            settle,
+            download_caps,
+        } = opening;
         let mut context_params = json!({"disposeOnDetach": false});
         if let Some(proxy) = &proxy {
             context_params["proxyServer"] = json!(proxy.proxy_server());
@@ -194,7 +371,7 @@ impl BrowserSession {
             #[serde(rename = "browserContextId")]
             browser_context_id: String,
         }
-        let proxy_ms = elapsed_ms(opening);
+        let proxy_ms = elapsed_ms(started);
         let context_id = chrome
             .conn
             .call_raw(None, "Target.createBrowserContext", context_params, timeout)
@@ -207,12 +384,16 @@ impl BrowserSession {
             init_scripts: std::sync::Mutex::new(Vec::new()),
         });
         let events = Arc::new(SessionEvents::default());
+        let downloads = Arc::new(std::sync::Mutex::new(DownloadPlace {
+            dir: workspace.downloads_dir(),
+            caps: download_caps,
+        }));
         let mut session = Self {
             sessions,
             chrome,
             context_id,
             timeout,
-            settle: options.settle,
+            settle,
             state: Mutex::new(SessionState {
                 focused: None,
                 selector_map: SelectorMap::new(),
@@ -224,15 +405,16 @@ impl BrowserSession {
             egress: None,
             proxy,
             workspace,
-            viewport: options.viewport.unwrap_or(default_viewport),
-            download_caps: options.download_caps,
+            viewport,
+            downloads,
             listener: None,
             lease: None,
             released: false,
+            opened_ahead: false,
             focus: tokio::sync::watch::Sender::new(None),
         };
-        let context_ms = elapsed_ms(opening) - proxy_ms;
-        match session.start(policy).await {
+        let context_ms = elapsed_ms(started) - proxy_ms;
+        match session.start(egress).await {
             Ok(timings) => {
                 tracing::debug!(
                     proxy_ms,
@@ -240,7 +422,7 @@ impl BrowserSession {
                     guard_ms = timings.guard_ms,
                     setup_ms = timings.setup_ms,
                     tab_ms = timings.tab_ms,
-                    total_ms = elapsed_ms(opening),
+                    total_ms = elapsed_ms(started),
                     "browser context opened"
                 );
                 Ok(session)
@@ -255,18 +437,22 @@ impl BrowserSession {
 
     /// Installs the egress guard, the event listener and download behaviour, then opens the
     /// first tab.
-    async fn start(&mut self, policy: Option<Arc<EgressPolicy>>) -> Result<StartTimings> {
+    async fn start(&mut self, egress: OpeningEgress) -> Result<StartTimings> {
         let started = std::time::Instant::now();
-        if let Some(policy) = policy {
-            let guard = EgressGuard::attach(
-                &self.chrome.ws_url,
-                EgressScope::Context(self.context_id.clone()),
-                policy,
-                EgressGuardOptions::default(),
-            )
-            .await
-            .map_err(|e| BrowserError::Egress(e.to_string()))?;
-            self.egress = Some(guard);
+        let scope = EgressScope::Context(self.context_id.clone());
+        let ws_url = &self.chrome.ws_url;
+        let options = EgressGuardOptions::default();
+        let guard = match egress {
+            OpeningEgress::Off => None,
+            OpeningEgress::Task(policy) => {
+                Some(EgressGuard::attach(ws_url, scope, policy, options).await)
+            }
+            OpeningEgress::Unbound => {
+                Some(EgressGuard::attach_unbound(ws_url, scope, options).await)
+            }
+        };
+        if let Some(guard) = guard {
+            self.egress = Some(guard.map_err(|e| BrowserError::Egress(e.to_string()))?);
         }
         let guard_ms = elapsed_ms(started);
         let setup = std::time::Instant::now();
@@ -283,12 +469,7 @@ impl BrowserSession {
         conn.call_raw(
             None,
             "Browser.setDownloadBehavior",
-            json!({
-                "behavior": "allowAndName",
-                "browserContextId": self.context_id,
-                "downloadPath": self.workspace.downloads_dir().to_string_lossy(),
-                "eventsEnabled": true,
-            }),
+            download_behavior(&self.context_id, &self.workspace),
             self.timeout,
         )
         .await?;
@@ -298,10 +479,9 @@ impl BrowserSession {
                 sessions: self.sessions.clone(),
                 events: self.events.clone(),
                 context_id: self.context_id.clone(),
-                downloads_dir: self.workspace.downloads_dir(),
+                downloads: self.downloads.clone(),
                 timeout: self.timeout,
                 viewport: self.viewport,
-                download_caps: self.download_caps,
             },
         )));
         let setup_ms = elapsed_ms(setup);
