@@ -957,6 +957,10 @@ impl PoolInner {
             },
             None => None,
         };
+        // The next spare is opened after this session's first capture (`Lease::refill_spare_once`),
+        // not now: opened now, it competed with the task's first navigation for Chrome's
+        // main thread and the CPU, and made that navigation slower by about what the spare
+        // saved (docs/src/benchmarks.md, "Spare contexts").
         let opened = match from_spare {
             Some(session) => {
                 metrics::counter!("browserd_browser_context_opens_total", "from" => "spare")
@@ -976,7 +980,6 @@ impl PoolInner {
                 .await
             }
         };
-        self.refill_spare(chrome);
         opened
     }
 
@@ -1119,20 +1122,12 @@ impl BrowserPool {
         metrics::gauge!("browserd_browser_contexts_in_use").increment(1.0);
         let opened = self.inner.open_session(&chrome, options).await;
         match opened {
-            Ok(session) => Ok(session.with_lease(Lease {
-                pool: self.inner.clone(),
-                chrome,
-                permit: Some(permit),
-            })),
+            Ok(session) => Ok(session.with_lease(Lease::new(self.inner.clone(), chrome, permit))),
             Err(err) => {
                 // The Chrome could not even open a context: count it as a finished lease.
-                Lease {
-                    pool: self.inner.clone(),
-                    chrome,
-                    permit: Some(permit),
-                }
-                .finish()
-                .await;
+                Lease::new(self.inner.clone(), chrome, permit)
+                    .finish()
+                    .await;
                 Err(err)
             }
         }
@@ -1318,9 +1313,29 @@ pub(crate) struct Lease {
     pool: Arc<PoolInner>,
     chrome: Arc<Chrome>,
     permit: Option<OwnedSemaphorePermit>,
+    /// This lease has not yet had its Chrome open the next spare context.
+    spare_refill_due: AtomicBool,
 }
 
 impl Lease {
+    fn new(pool: Arc<PoolInner>, chrome: Arc<Chrome>, permit: OwnedSemaphorePermit) -> Self {
+        Self {
+            pool,
+            chrome,
+            permit: Some(permit),
+            spare_refill_due: AtomicBool::new(true),
+        }
+    }
+
+    /// Has this lease's Chrome open its next spare context, once per lease: after the
+    /// session's first capture (its task's first page is loaded and read, and a model call
+    /// usually follows), or when the lease ends, whichever comes first.
+    pub fn refill_spare_once(&self) {
+        if self.spare_refill_due.swap(false, Ordering::SeqCst) {
+            self.pool.refill_spare(&self.chrome);
+        }
+    }
+
     /// Gives the slot back; closes the Chrome if it is retired or used up and now idle.
     pub async fn finish(mut self) {
         metrics::gauge!("browserd_browser_contexts_in_use").decrement(1.0);
@@ -1348,5 +1363,6 @@ impl Lease {
             }
         }
         self.permit.take();
+        self.refill_spare_once();
     }
 }

@@ -60,6 +60,9 @@ impl BrowserSession {
             self.timeout,
         )
         .await?;
+        if let Some(lease) = &self.lease {
+            lease.refill_spare_once();
+        }
         {
             let mut state = self.state.lock().await;
             state.previous = output
