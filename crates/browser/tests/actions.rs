@@ -1501,3 +1501,101 @@ fn a_download_past_its_cap_is_cancelled_and_reported() {
         session.release().await;
     });
 }
+
+/// A context opened ahead of its task (the pool's spare) takes the task's settings when it is
+/// bound: its downloads land in the task's own workspace, and the task's download caps apply.
+#[test]
+fn a_spare_context_downloads_into_its_tasks_workspace_under_its_caps() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let srv = server().await;
+        let workspace = tempfile::tempdir().expect("workspace");
+        let options = ContextOptions {
+            egress: Some(EgressSettings {
+                allow_loopback: true,
+                ..EgressSettings::default()
+            }),
+            workspace_dir: Some(workspace.path().join("task")),
+            download_caps: DownloadCaps {
+                per_file_bytes: 1 << 20,
+                per_task_bytes: 10 << 20,
+            },
+            ..ContextOptions::default()
+        };
+        // Other tests of this binary may take the spare first: lease until one is ours.
+        let mut session = None;
+        for _ in 0..10 {
+            assert!(
+                guard.pool().wait_for_spare(Duration::from_secs(60)).await,
+                "the pool keeps a spare"
+            );
+            let leased = guard
+                .pool()
+                .lease_with(options.clone())
+                .await
+                .expect("lease");
+            if leased.opened_ahead() {
+                session = Some(leased);
+                break;
+            }
+            // Its first capture has the next spare opened.
+            leased
+                .navigate(&url("/actions/form.html", srv.addr))
+                .await
+                .expect("navigate");
+            capture(&leased).await;
+            leased.release().await;
+        }
+        let session = session.expect("a lease got the spare");
+        assert_eq!(session.workspace().root(), workspace.path().join("task"));
+        session
+            .navigate(&url("/actions/form.html", srv.addr))
+            .await
+            .expect("navigate");
+        let state = capture(&session).await;
+        let click = run(
+            &session,
+            Action::Click(ClickParams {
+                index: Some(index_of(&state, "dl")),
+                coordinate_x: None,
+                coordinate_y: None,
+            }),
+        )
+        .await;
+        ok(&click);
+        eventually("download", || async {
+            session
+                .downloads()
+                .iter()
+                .any(|d| d.state == DownloadState::Completed)
+        })
+        .await;
+        let path = session
+            .downloads()
+            .into_iter()
+            .find_map(|d| d.path)
+            .expect("the download's path");
+        assert!(path.starts_with(workspace.path().join("task")), "{path:?}");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "hello download"
+        );
+
+        run(
+            &session,
+            Action::Navigate(NavigateParams {
+                url: url("/big-download", srv.addr),
+                new_tab: false,
+            }),
+        )
+        .await;
+        eventually("the task's cap to cancel the big download", || async {
+            session
+                .downloads()
+                .iter()
+                .any(|d| d.state == DownloadState::Canceled)
+        })
+        .await;
+        session.release().await;
+    });
+}

@@ -8,6 +8,7 @@
 
 mod proxy_support;
 
+use browserd_browser::CaptureOptions;
 use browserd_browser::egress::{AddressRange, BlockedRequest, DenyReason, EgressSettings};
 use proxy_support::{Env, FORBIDDEN, RT, js, wait_until, websocket};
 
@@ -350,12 +351,18 @@ async fn two_contexts_at_once(env: &Env) {
 
 /// Contexts opened ahead of their tasks (the pool's spares): each lease that finds one gets it
 /// bound to its own task's policy — the guard's and the listener's —, two in a row enforce
-/// their own lists and not each other's, and the spare's downloads go to the task's workspace.
+/// their own lists and not each other's (downloads and caps: `actions.rs`).
 async fn spare_contexts(env: &Env) {
     const WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+    let capture = CaptureOptions::default();
     assert!(env.pool.wait_for_spare(WITHIN).await, "a spare is opened");
     let a = env.session(allowed_only(&["allowed.test"])).await;
     assert!(a.opened_ahead(), "the first lease takes the spare");
+    a.navigate(&env.allowed.url("http", "allowed.test", "/page/spare-a"))
+        .await
+        .expect("a loads its allowed page");
+    // The next spare is opened once the lease has captured its first page.
+    a.capture(&capture).await.expect("a's page is captured");
     assert!(
         env.pool.wait_for_spare(WITHIN).await,
         "the spare is refilled"
@@ -363,13 +370,10 @@ async fn spare_contexts(env: &Env) {
     let b = env.session(allowed_only(&["third.test"])).await;
     assert!(b.opened_ahead(), "the second lease takes the new spare");
     assert_ne!(a.context_id(), b.context_id());
-
-    a.navigate(&env.allowed.url("http", "allowed.test", "/page/spare-a"))
-        .await
-        .expect("a loads its allowed page");
     b.navigate(&env.third.url("http", "third.test", "/page/spare-b"))
         .await
         .expect("b loads its allowed page");
+    b.capture(&capture).await.expect("b's page is captured");
     assert!(
         a.navigate(&env.third.url("http", "third.test", "/page/spare-a-other"))
             .await
