@@ -961,7 +961,7 @@ impl PoolInner {
         // not now: opened now, it competed with the task's first navigation for Chrome's
         // main thread and the CPU, and made that navigation slower by about what the spare
         // saved (docs/src/benchmarks.md, "Spare contexts").
-        let opened = match from_spare {
+        match from_spare {
             Some(session) => {
                 metrics::counter!("browserd_browser_context_opens_total", "from" => "spare")
                     .increment(1);
@@ -979,8 +979,7 @@ impl PoolInner {
                 )
                 .await
             }
-        };
-        opened
+        }
     }
 
     /// Starts Chromes ahead of need, so that no lease waits for a launch it could have been
