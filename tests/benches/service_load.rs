@@ -39,9 +39,9 @@
 //! `BENCH_BASELINE=1` adds N concurrent `browserd run` processes (one Chrome each).
 //!
 //! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
-//! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated sides, each an
-//! executable maybe followed by `serve` flags of its own — `/usr/bin/chromium-headless-shell
-//! --spare-contexts false` —, default `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
+//! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated sides — `;`-separated
+//! when there is a `;` —, each an executable maybe followed by `serve` flags of its own —
+//! `/usr/bin/chromium-headless-shell --spare-contexts false` —, default `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
 //! `BENCH_CONCURRENCY` and `BENCH_CHROME_PROCESSES` (unset: `serve` runs with the default
 //! install's settings, 4 tasks at once on one Chrome, as in the issue's table; the saturation
 //! run of the delivery measurement is `BENCH_CONCURRENCY=20 BENCH_CHROME_PROCESSES=2`, one
@@ -120,9 +120,12 @@ const DEFAULT_CHROMES: &str = "/usr/bin/chromium-headless-shell,/usr/bin/chromiu
 
 impl Config {
     fn from_env() -> Self {
-        let chromes: Vec<String> = std::env::var("BENCH_CHROMES")
-            .unwrap_or_else(|_| DEFAULT_CHROMES.to_owned())
-            .split(',')
+        // Sides are separated by `;` when there is one (a side's flags may hold commas:
+        // `--chrome-args=--disable-features=A,B`), else by `,`.
+        let sides = std::env::var("BENCH_CHROMES").unwrap_or_else(|_| DEFAULT_CHROMES.to_owned());
+        let separator = if sides.contains(';') { ';' } else { ',' };
+        let chromes: Vec<String> = sides
+            .split(separator)
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty())
             .collect();
@@ -1436,8 +1439,11 @@ async fn main() {
         r.side.anon_per_task()
     });
     row("peak tasks running at once", &|r| r.side.running as f64);
-    row("CPU s per task (browserd + Chrome)", &|r| {
-        r.side.usage.cpu_s / n as f64
+    row("CPU ms per task (browserd + Chrome)", &|r| {
+        1000.0 * r.side.usage.cpu_s / n as f64
+    });
+    row("Postgres CPU ms per task", &|r| {
+        1000.0 * r.side.usage.postgres_cpu_s / n as f64
     });
     let pct = |v: &[f64], p: f64| percentile(v, p);
     row("POST → running p50 (ms)", &|r| pct(&r.running_ms, 50.0));

@@ -47,6 +47,21 @@ pub enum Signal {
     Resync,
 }
 
+impl Signal {
+    /// Whether the task's status or lease may have changed: every transition, claim and
+    /// hand-back appends a `status` event in its own transaction, so a notification that
+    /// carries an event of another kind (a step, a model output, a log line) changed neither,
+    /// and a watcher of the task's status need not read the task back.
+    pub fn may_change_status(&self) -> bool {
+        match self {
+            Signal::Appended {
+                event: Some(event), ..
+            } => event.kind == browserd_types::event_kind::STATUS,
+            Signal::Appended { event: None, .. } | Signal::Deleted | Signal::Resync => true,
+        }
+    }
+}
+
 /// What the holders of [`EventHub::key_signals`] are told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeySignal {
@@ -377,5 +392,34 @@ async fn reconnect(store: &Store, shutdown: &CancellationToken) -> Option<PgList
             () = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn appended(kind: &str) -> Signal {
+        Signal::Appended {
+            seq: 2,
+            event: Some(Arc::new(TaskEvent {
+                task_id: TaskId(uuid::Uuid::nil()),
+                seq: 2,
+                kind: kind.to_owned(),
+                payload: serde_json::json!({}),
+                created_at: time::OffsetDateTime::UNIX_EPOCH,
+            })),
+        }
+    }
+
+    #[test]
+    fn only_status_events_and_unknowns_may_change_a_tasks_status() {
+        assert!(appended("status").may_change_status());
+        assert!(Signal::Appended { seq: 2, event: None }.may_change_status());
+        assert!(Signal::Resync.may_change_status());
+        assert!(Signal::Deleted.may_change_status());
+        for kind in ["step", "step_started", "model_output", "action_result", "log"] {
+            assert!(!appended(kind).may_change_status(), "{kind}");
+        }
     }
 }

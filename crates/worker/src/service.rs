@@ -1065,7 +1065,11 @@ async fn watch_task(
                     sink.abandon("the task was deleted".to_owned());
                     return;
                 }
-                Some(Signal::Appended { .. } | Signal::Resync) => {
+                Some(signal @ (Signal::Appended { .. } | Signal::Resync)) => {
+                    // The task's own progress events (most of them) change nothing here.
+                    if !signal.may_change_status() {
+                        continue;
+                    }
                     match store.get_task(None, id).await {
                         Ok(Some(task)) if task.lease_owner.as_deref() == Some(config.id.as_str()) => {
                             apply(task.status, Some(task.last_event_seq)).await;
