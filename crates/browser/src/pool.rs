@@ -107,11 +107,12 @@ pub struct PoolConfig {
     /// The most resident memory one renderer process may use, in MiB; a renderer above it is
     /// killed (its tabs — one task's — are replaced and the task told). `None` = no cap.
     pub renderer_memory_cap_mb: Option<u64>,
-    /// Keep one context per Chrome opened ahead of the next task (a spare: its guard and
-    /// proxy listener attached but refusing everything, its first tab's renderer started),
-    /// bound to the task that leases it. A lease then skips the part of opening that waits
-    /// on Chrome — the new renderer's start — at the cost of one idle renderer per Chrome.
-    pub spare_contexts: bool,
+    /// Contexts each Chrome keeps opened ahead of the next tasks (spares: their guard and
+    /// proxy listener attached but refusing everything, their first tab's renderer started),
+    /// each bound to the task that leases it; 0 keeps none. A lease then skips the part of
+    /// opening that waits on Chrome — the new renderer's start — at the cost of one idle
+    /// renderer per spare.
+    pub spare_contexts: usize,
 }
 
 /// The Chrome a pool launches unless told otherwise: Debian's `chromium-headless-shell`
@@ -148,7 +149,7 @@ impl Default for PoolConfig {
             health_interval: Duration::from_secs(2),
             hang_timeout: Duration::from_secs(20),
             renderer_memory_cap_mb: Some(DEFAULT_RENDERER_MEMORY_CAP_MB),
-            spare_contexts: true,
+            spare_contexts: 1,
         }
     }
 }
@@ -261,10 +262,10 @@ pub(crate) struct Chrome {
     child: std::sync::Mutex<Option<tokio::process::Child>>,
     /// When the health watch last killed one of its renderers for its memory, and the cap.
     memory_kill: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
-    /// A context opened ahead of the next task ([`BrowserSession::open_spare`]); taken by
-    /// the next lease that fits it, released when this Chrome is closed.
-    spare: std::sync::Mutex<Option<BrowserSession>>,
-    /// A spare is being opened (at most one at a time).
+    /// Contexts opened ahead of the next tasks ([`BrowserSession::open_spare`]), newest
+    /// last; each taken by a lease that fits it, all released when this Chrome is closed.
+    spares: std::sync::Mutex<Vec<BrowserSession>>,
+    /// Spares are being opened (by one task at a time, one after the other).
     spare_opening: AtomicBool,
 }
 
@@ -408,7 +409,7 @@ impl Chrome {
             exit_watcher: std::sync::Mutex::new(None),
             child: std::sync::Mutex::new(None),
             memory_kill: std::sync::Mutex::new(None),
-            spare: std::sync::Mutex::new(None),
+            spares: std::sync::Mutex::new(Vec::new()),
             spare_opening: AtomicBool::new(false),
         });
         if !remote {
@@ -420,18 +421,24 @@ impl Chrome {
         Ok(chrome)
     }
 
-    fn take_spare(&self) -> Option<BrowserSession> {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner()).take()
+    fn spares(&self) -> std::sync::MutexGuard<'_, Vec<BrowserSession>> {
+        self.spares.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `spare` as this Chrome's spare, unless the Chrome is closing or gone (or has one):
-    /// then it is handed back to be released.
-    fn keep_spare(&self, spare: BrowserSession) -> Option<BrowserSession> {
-        let mut slot = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-        if !self.is_alive() || slot.is_some() {
+    /// The newest spare (a tab that has sat idle navigates a little slower: the oldest
+    /// waits for the next lease).
+    fn take_spare(&self) -> Option<BrowserSession> {
+        self.spares().pop()
+    }
+
+    /// Keeps `spare` among this Chrome's spares, unless the Chrome is closing or gone, or
+    /// holds `most` already: then it is handed back to be released.
+    fn keep_spare(&self, spare: BrowserSession, most: usize) -> Option<BrowserSession> {
+        let mut spares = self.spares();
+        if !self.is_alive() || spares.len() >= most {
             return Some(spare);
         }
-        *slot = Some(spare);
+        spares.push(spare);
         None
     }
 
@@ -466,7 +473,7 @@ impl Chrome {
         // After `dead`: a spare that finishes opening now sees it and is released by its
         // opener, so none is left holding this Chrome. Dropped, not released: its context
         // goes with the browser.
-        drop(self.take_spare());
+        drop(std::mem::take(&mut *self.spares()));
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
         let taken = guard.take();
@@ -891,52 +898,72 @@ impl PoolInner {
         launch
     }
 
-    /// Opens `chrome`'s spare context in the background if it has none (and none is being
-    /// opened), it is alive and not used up, and the pool keeps spares.
+    /// Opens `chrome`'s spare contexts in the background, one after the other, until it
+    /// holds as many as the pool keeps (unless they are being opened already), while it is
+    /// alive and not used up.
     fn refill_spare(self: &Arc<Self>, chrome: &Arc<Chrome>) {
-        if !self.config.spare_contexts
-            || self.shut_down.load(Ordering::SeqCst)
-            || !chrome.is_alive()
-            || self.used_up(chrome)
-            || chrome.spare_opening.swap(true, Ordering::SeqCst)
-        {
-            return;
-        }
-        let has_one = chrome
-            .spare
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some();
-        if has_one {
-            chrome.spare_opening.store(false, Ordering::SeqCst);
+        let most = self.config.spare_contexts;
+        let wanted = move |inner: &Self, chrome: &Arc<Chrome>| {
+            !inner.shut_down.load(Ordering::SeqCst)
+                && chrome.is_alive()
+                && !inner.used_up(chrome)
+                && chrome.spares().len() < most
+        };
+        if most == 0 || !wanted(self, chrome) || chrome.spare_opening.swap(true, Ordering::SeqCst) {
             return;
         }
         let inner = self.clone();
         let chrome = chrome.clone();
         tokio::spawn(async move {
+            loop {
+                let opened_all = inner.open_spares_while(&chrome, most, &wanted).await;
+                chrome.spare_opening.store(false, Ordering::SeqCst);
+                // A lease may have taken one after the last check, while the flag still said
+                // that spares were being opened. (After a failure, the next lease tries again.)
+                if !opened_all
+                    || !wanted(&inner, &chrome)
+                    || chrome.spare_opening.swap(true, Ordering::SeqCst)
+                {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Opens spares for `chrome` one after the other while `wanted`; false if one could not
+    /// be opened.
+    async fn open_spares_while(
+        &self,
+        chrome: &Arc<Chrome>,
+        most: usize,
+        wanted: &impl Fn(&Self, &Arc<Chrome>) -> bool,
+    ) -> bool {
+        while wanted(self, chrome) {
             let opened = BrowserSession::open_spare(
                 chrome.clone(),
-                inner.config.cdp_timeout,
-                inner.config.viewport,
-                inner.net.clone(),
+                self.config.cdp_timeout,
+                self.config.viewport,
+                self.net.clone(),
             )
             .await;
-            match opened {
-                Ok(spare) => {
-                    let unkept = if inner.shut_down.load(Ordering::SeqCst) {
-                        Some(spare)
-                    } else {
-                        chrome.keep_spare(spare)
-                    };
-                    match unkept {
-                        Some(spare) => spare.release().await,
-                        None => inner.spare_kept.notify_waiters(),
-                    }
+            let spare = match opened {
+                Ok(spare) => spare,
+                Err(err) => {
+                    tracing::debug!(%err, "could not open a spare browser context");
+                    return false;
                 }
-                Err(err) => tracing::debug!(%err, "could not open a spare browser context"),
+            };
+            let unkept = if self.shut_down.load(Ordering::SeqCst) {
+                Some(spare)
+            } else {
+                chrome.keep_spare(spare, most)
+            };
+            match unkept {
+                Some(spare) => spare.release().await,
+                None => self.spare_kept.notify_waiters(),
             }
-            chrome.spare_opening.store(false, Ordering::SeqCst);
-        });
+        }
+        true
     }
 
     /// A session for a lease on `chrome`: its spare bound to the task when there is one and
@@ -1136,38 +1163,46 @@ impl BrowserPool {
         }
     }
 
-    /// Waits until a live Chrome of the pool holds a spare context (one is opened after each
-    /// launch and each lease when [`PoolConfig::spare_contexts`] is on), at most `within`;
-    /// true if one does. For tests and diagnostics: leases never wait for a spare.
-    pub async fn wait_for_spare(&self, within: Duration) -> bool {
+    /// Waits until the pool's live Chromes hold `count` spare contexts between them (they are
+    /// opened after each launch and each lease while [`PoolConfig::spare_contexts`] is not 0),
+    /// at most `within`; true if they do. For tests and diagnostics: leases never wait for a
+    /// spare.
+    pub async fn wait_for_spares(&self, count: usize, within: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let kept = self.inner.spare_kept.notified();
             tokio::pin!(kept);
             kept.as_mut().enable();
-            let has_spare = {
-                let state = self.inner.state.lock().await;
-                state
-                    .slots
-                    .iter()
-                    .filter_map(|s| s.current.as_ref())
-                    .chain(
-                        state
-                            .slots
-                            .iter()
-                            .filter_map(|s| s.next.as_ref()?.peek()?.as_ref().ok()),
-                    )
-                    .any(|c| {
-                        c.is_alive() && c.spare.lock().unwrap_or_else(|e| e.into_inner()).is_some()
-                    })
-            };
-            if has_spare {
+            if self.spares_kept().await >= count {
                 return true;
             }
             if tokio::time::timeout_at(deadline, kept).await.is_err() {
                 return false;
             }
         }
+    }
+
+    /// [`Self::wait_for_spares`] for one.
+    pub async fn wait_for_spare(&self, within: Duration) -> bool {
+        self.wait_for_spares(1, within).await
+    }
+
+    /// The spare contexts the pool's live Chromes hold now.
+    pub async fn spares_kept(&self) -> usize {
+        let state = self.inner.state.lock().await;
+        state
+            .slots
+            .iter()
+            .filter_map(|s| s.current.as_ref())
+            .chain(
+                state
+                    .slots
+                    .iter()
+                    .filter_map(|s| s.next.as_ref()?.peek()?.as_ref().ok()),
+            )
+            .filter(|c| c.is_alive())
+            .map(|c| c.spares().len())
+            .sum()
     }
 
     /// Starts the first Chrome now, in the background, so that the first task does not wait for

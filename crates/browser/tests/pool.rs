@@ -6,7 +6,8 @@ mod support;
 use std::{io::BufRead, time::Duration};
 
 use browserd_browser::{
-    BrowserPool, PoolConfig,
+    BrowserPool, ContextOptions, PoolConfig,
+    egress::EgressSettings,
     pool::{descendant_pids, pid_alive},
 };
 use serde_json::json;
@@ -653,5 +654,52 @@ fn a_warm_spare_takes_over_from_a_used_up_chrome_and_warm_up_starts_the_first() 
         pool.shutdown().await;
         assert!(all_alive(&tree).is_empty(), "processes outlived the pool");
         assert!(!pid_alive(warm), "the used-up Chrome is gone");
+    });
+}
+
+/// `spare_contexts: 3`: a Chrome keeps three contexts opened ahead, three leases in a row
+/// take them (each its own context, working), the next opens one at the lease, and the
+/// spares are refilled up to three — never more — once the leases end.
+#[test]
+fn a_chrome_keeps_as_many_spare_contexts_as_configured() {
+    rt().block_on(async {
+        const WITHIN: Duration = Duration::from_secs(60);
+        let pool = BrowserPool::new(PoolConfig {
+            spare_contexts: 3,
+            ..test_config()
+        })
+        .unwrap();
+        pool.warm_up().await;
+        assert!(pool.wait_for_spares(3, WITHIN).await, "three spares opened");
+        let guarded = || ContextOptions {
+            egress: Some(EgressSettings {
+                allow_loopback: true,
+                ..EgressSettings::default()
+            }),
+            ..ContextOptions::default()
+        };
+        let mut sessions = Vec::new();
+        for _ in 0..3 {
+            let session = pool.lease_with(guarded()).await.unwrap();
+            assert!(session.opened_ahead(), "a spare is taken");
+            sessions.push(session);
+        }
+        let fourth = pool.lease_with(guarded()).await.unwrap();
+        assert!(!fourth.opened_ahead(), "no spare is left for the fourth");
+        sessions.push(fourth);
+        let contexts: std::collections::HashSet<String> =
+            sessions.iter().map(|s| s.context_id().to_owned()).collect();
+        assert_eq!(contexts.len(), 4, "every lease has a context of its own");
+        let page = format!("http://{}/modal.html", server().await);
+        for session in &sessions {
+            session.navigate(&page).await.expect("the page loads");
+        }
+        for session in sessions {
+            session.release().await;
+        }
+        assert!(pool.wait_for_spares(3, WITHIN).await, "refilled");
+        // A spare opened beyond the set is released, not kept.
+        assert_eq!(pool.spares_kept().await, 3);
+        pool.shutdown().await;
     });
 }

@@ -63,19 +63,18 @@ pub struct BrowserArgs {
     #[arg(long, env = "BROWSERD_CHROME_HANG_TIMEOUT_S", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub chrome_hang_timeout_s: u64,
 
-    /// Keep one browser context per Chrome opened ahead of the next task (its egress guard and
-    /// proxy listener refusing everything until a task is bound to it, its first tab's
+    /// Browser contexts each Chrome keeps opened ahead of the next tasks (their egress guard
+    /// and proxy listener refusing everything until a task is bound, their first tab's
     /// renderer started), so that a task starting does not wait for Chrome to start a
-    /// renderer; costs one idle renderer per Chrome. Takes `1`/`0`, `true`/`false`,
-    /// `yes`/`no`, `on`/`off`.
+    /// renderer; each costs an idle renderer. A count (0–16); `true`/`on`/`yes` mean 1,
+    /// `false`/`off`/`no` 0.
     #[arg(
         long,
         env = "BROWSERD_SPARE_CONTEXTS",
-        default_value_t = true,
-        action = clap::ArgAction::Set,
-        value_parser = clap::builder::BoolishValueParser::new()
+        default_value = "1",
+        value_parser = parse_spare_contexts
     )]
-    pub spare_contexts: bool,
+    pub spare_contexts: usize,
 
     /// Extra Chrome command-line flags (space-separated).
     #[arg(long, env = "BROWSERD_CHROME_ARGS", default_value = "")]
@@ -232,6 +231,20 @@ impl Runtime {
     }
 }
 
+/// `--spare-contexts`: a count, or a yes/no word (yes = 1), as the flag once was a switch.
+fn parse_spare_contexts(value: &str) -> Result<usize, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" => Ok(1),
+        "false" | "off" | "no" => Ok(0),
+        number => match number.parse::<usize>() {
+            Ok(n) if n <= 16 => Ok(n),
+            _ => Err(format!(
+                "expected a count of spare contexts per Chrome from 0 to 16 (or true/false), got {value:?}"
+            )),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -257,6 +270,28 @@ mod tests {
         assert_eq!(flags.browser.viewport.to_string(), "1280x720");
         assert!(Flags::try_parse_from(["browserd", "--viewport", "10x10"]).is_err());
         assert!(Flags::try_parse_from(["browserd", "--settle-timeout-ms", "30001"]).is_err());
+    }
+
+    #[test]
+    fn spare_contexts_take_a_count_or_a_switch_word() {
+        let spares = |value: &str| {
+            Flags::try_parse_from(["browserd", "--spare-contexts", value])
+                .map(|flags| flags.browser.spare_contexts)
+        };
+        assert_eq!(
+            Flags::try_parse_from(["browserd"])
+                .unwrap()
+                .browser
+                .spare_contexts,
+            1
+        );
+        assert_eq!(spares("3").unwrap(), 3);
+        assert_eq!(spares("0").unwrap(), 0);
+        assert_eq!(spares("true").unwrap(), 1);
+        assert_eq!(spares("off").unwrap(), 0);
+        let err = spares("17").unwrap_err().to_string();
+        assert!(err.contains("from 0 to 16"), "{err}");
+        assert!(spares("many").is_err());
     }
 
     #[test]

@@ -415,10 +415,22 @@ mod tests {
     #[test]
     fn only_status_events_and_unknowns_may_change_a_tasks_status() {
         assert!(appended("status").may_change_status());
-        assert!(Signal::Appended { seq: 2, event: None }.may_change_status());
+        assert!(
+            Signal::Appended {
+                seq: 2,
+                event: None
+            }
+            .may_change_status()
+        );
         assert!(Signal::Resync.may_change_status());
         assert!(Signal::Deleted.may_change_status());
-        for kind in ["step", "step_started", "model_output", "action_result", "log"] {
+        for kind in [
+            "step",
+            "step_started",
+            "model_output",
+            "action_result",
+            "log",
+        ] {
             assert!(!appended(kind).may_change_status(), "{kind}");
         }
     }
