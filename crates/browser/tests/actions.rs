@@ -1467,21 +1467,7 @@ fn a_download_past_its_cap_is_cancelled_and_reported() {
             .navigate(&url("/actions/form.html", srv.addr))
             .await
             .expect("navigate");
-        let navigate = run(
-            &session,
-            Action::Navigate(NavigateParams {
-                url: url("/big-download", srv.addr),
-                new_tab: false,
-            }),
-        )
-        .await;
-        eventually("the download to be refused", || async {
-            session
-                .downloads()
-                .iter()
-                .any(|d| d.state == DownloadState::Canceled)
-        })
-        .await;
+        let navigate = start_big_download_until_cancelled(&session, srv.addr).await;
         let next = run(&session, Action::Wait(WaitParams { seconds: 0 })).await;
         let reported = format!(
             "{:?} {:?}",
@@ -1581,21 +1567,31 @@ fn a_spare_context_downloads_into_its_tasks_workspace_under_its_caps() {
             "hello download"
         );
 
-        run(
-            &session,
-            Action::Navigate(NavigateParams {
-                url: url("/big-download", srv.addr),
-                new_tab: false,
-            }),
-        )
-        .await;
-        eventually("the task's cap to cancel the big download", || async {
-            session
-                .downloads()
-                .iter()
-                .any(|d| d.state == DownloadState::Canceled)
-        })
-        .await;
+        start_big_download_until_cancelled(&session, srv.addr).await;
         session.release().await;
     });
+}
+
+/// Navigates to the fixture server's 3 MiB download and waits until the session's download
+/// cap has cancelled it; the navigation's result.
+async fn start_big_download_until_cancelled(
+    session: &BrowserSession,
+    addr: std::net::SocketAddr,
+) -> ActionResult {
+    let navigate = run(
+        session,
+        Action::Navigate(NavigateParams {
+            url: url("/big-download", addr),
+            new_tab: false,
+        }),
+    )
+    .await;
+    eventually("the download cap to cancel the big download", || async {
+        session
+            .downloads()
+            .iter()
+            .any(|d| d.state == DownloadState::Canceled)
+    })
+    .await;
+    navigate
 }
