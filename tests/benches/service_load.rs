@@ -8,8 +8,10 @@
 //! `done`, so T model calls). Each service run starts a fresh `serve` (its Chromes launch
 //! lazily, so the batch pays their start-up).
 //!
-//! Measured per side, from /proc every 100 ms (PSS only in the samples whose RSS sum is within
-//! 10 % of the side's highest so far: reading it is most of a scan's cost): the processes of the side are the `browserd`
+//! Measured per side, from /proc every 100 ms (PSS only in the samples whose RSS sum is the
+//! side's highest so far, and at most every 300 ms in those within 5 % of it: reading PSS walks
+//! every page table of a process, and at every near-peak sample it took the bench most of a
+//! CPU-second per batch, which the 2-core machine took from the service): the processes of the side are the `browserd`
 //! processes (marked by an environment variable) and all their descendants, plus Chrome's
 //! crashpad handlers (re-parented to init, found by the same mark).
 //! - wall time of the whole batch → tasks per minute;
@@ -78,9 +80,11 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
 const SIDE_TIMEOUT: Duration = Duration::from_secs(900);
 /// Sampling period of /proc.
 const SAMPLE_EVERY: Duration = Duration::from_millis(100);
-/// A sample reads the processes' PSS only while their RSS sum is at least this share (%) of
-/// the highest RSS sum seen so far.
-const PSS_NEAR_RSS_PEAK_PERCENT: u64 = 90;
+/// A sample reads the processes' PSS when their RSS sum is the highest so far, or at least
+/// this share (%) of it and the last PSS reading is [`PSS_NEAR_PEAK_EVERY`] old.
+const PSS_NEAR_RSS_PEAK_PERCENT: u64 = 95;
+/// Least time between two PSS readings near (not at) the RSS peak.
+const PSS_NEAR_PEAK_EVERY: Duration = Duration::from_millis(300);
 /// Marks every process of one side.
 const TAG_VAR: &str = "BROWSERD_BENCH_TAG";
 const TASK: &str = "Climb to the top and report the code";
@@ -107,6 +111,11 @@ struct Config {
     chromes: Vec<String>,
     /// Tasks run one at a time on the idle service after each batch.
     idle_tasks: usize,
+    /// POST the batch as soon as `serve` answers (`BENCH_COLD=1`): the batch pays for the
+    /// first Chrome's launch. By default the batch waits until the service is warm — its
+    /// first Chrome running with its spare contexts open, as on a service that has been up
+    /// for a while — and CPU is counted from the batch's start.
+    cold: bool,
     /// Also run the N concurrent `browserd run` processes.
     baseline: bool,
     /// A Python with browser-use: N browser-use agents at once, for their memory.
@@ -163,6 +172,7 @@ impl Config {
             verbose: env_u64("BENCH_VERBOSE", 0) == 1,
             chromes,
             idle_tasks: env_u64("BENCH_IDLE_TASKS", 5) as usize,
+            cold: env_u64("BENCH_COLD", 0) == 1,
             baseline: env_u64("BENCH_BASELINE", 0) == 1,
             browser_use_python,
             browser_use_chrome: std::env::var("BENCH_BROWSER_USE_CHROME")
@@ -530,11 +540,18 @@ struct Usage {
     cpu_by_kind: BTreeMap<String, f64>,
     /// Mean duration of one /proc scan.
     scan: Duration,
+    /// Scans in all, and those that read PSS.
+    scans: (u32, u32),
 }
 
 /// Samples a side's processes on a thread of its own until finished.
 struct Sampler {
     stop: Arc<AtomicBool>,
+    /// Per pid, the CPU ticks used before the batch (a warmed-up service's start-up), left
+    /// out of the side's CPU once set.
+    before_batch: Arc<Mutex<Option<HashMap<u32, u64>>>>,
+    tag: String,
+    database: Option<String>,
     handle: std::thread::JoinHandle<Usage>,
 }
 
@@ -542,14 +559,19 @@ impl Sampler {
     fn start(tag: &str, database: Option<String>, ticks: f64, verbose: bool) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
-        let mut scanner = Scanner::new(tag, database);
+        let before_batch = Arc::new(Mutex::new(None));
+        let left_out = before_batch.clone();
+        let mut scanner = Scanner::new(tag, database.clone());
         let handle = std::thread::spawn(move || {
             let mut usage = Usage::default();
             // Per pid: (kind, highest CPU ticks seen).
             let mut cpu: HashMap<u32, (String, u64)> = HashMap::new();
+
             let began = Instant::now();
             let mut scans = 0u32;
             let mut scanning = Duration::ZERO;
+            let mut last_pss: Option<Instant> = None;
+            let mut pss_scans = 0u32;
             while !stopped.load(Ordering::SeqCst) {
                 let scan = Instant::now();
                 let mut procs = scanner.scan();
@@ -562,9 +584,14 @@ impl Sampler {
                 };
                 let (rss, anon) = ours(&procs);
                 // PSS (smaps_rollup walks every mapping of a process: most of a scan's cost,
-                // which the 2-core machine would take from the service) only while the side's
-                // RSS is near its peak so far, where the PSS peak is.
-                if rss * 100 >= usage.rss_kib * PSS_NEAR_RSS_PEAK_PERCENT {
+                // which the 2-core machine would take from the service) only at or near the
+                // side's RSS peak so far, where the PSS peak is.
+                let at_peak = rss >= usage.rss_kib;
+                let near_peak = rss * 100 >= usage.rss_kib * PSS_NEAR_RSS_PEAK_PERCENT
+                    && last_pss.is_none_or(|at: Instant| at.elapsed() >= PSS_NEAR_PEAK_EVERY);
+                if at_peak || near_peak {
+                    last_pss = Some(Instant::now());
+                    pss_scans += 1;
                     for m in procs.iter_mut().filter(|m| m.kind != POSTGRES) {
                         m.pss_kib = pss_kib(m.pid);
                     }
@@ -611,15 +638,35 @@ impl Sampler {
                 }
                 std::thread::sleep(SAMPLE_EVERY);
             }
-            for (kind, t) in cpu.values() {
-                *usage.cpu_by_kind.entry(kind.clone()).or_default() += *t as f64 / ticks;
+            let before: HashMap<u32, u64> = left_out.lock().unwrap().take().unwrap_or_default();
+            for (pid, (kind, t)) in &cpu {
+                let t = t.saturating_sub(before.get(pid).copied().unwrap_or(0));
+                *usage.cpu_by_kind.entry(kind.clone()).or_default() += t as f64 / ticks;
             }
             usage.postgres_cpu_s = usage.cpu_by_kind.get(POSTGRES).copied().unwrap_or(0.0);
             usage.cpu_s = usage.cpu_by_kind.values().sum::<f64>() - usage.postgres_cpu_s;
             usage.scan = scanning / scans.max(1);
+            usage.scans = (scans, pss_scans);
             usage
         });
-        Self { stop, handle }
+        Self {
+            stop,
+            before_batch,
+            tag: tag.to_owned(),
+            database,
+            handle,
+        }
+    }
+
+    /// From now on, CPU counts: what the processes used before is left out.
+    fn count_cpu_from_now(&self) {
+        let mut scanner = Scanner::new(&self.tag, self.database.clone());
+        let used: HashMap<u32, u64> = scanner
+            .scan()
+            .iter()
+            .map(|m| (m.pid, m.cpu_ticks))
+            .collect();
+        *self.before_batch.lock().unwrap() = Some(used);
     }
 
     fn finish(self) -> Usage {
@@ -914,6 +961,52 @@ async fn follow_task(
 }
 
 /// `browserd_browser_context_opens_total` of the service at `address`: (from a spare, new).
+/// Longest wait for a service to be warm.
+const WARM_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The spare contexts per Chrome a `serve` command line asks for (`--spare-contexts`, 1 by
+/// default).
+fn spare_contexts_of(flags: &[&str]) -> usize {
+    let value = flags.iter().enumerate().find_map(|(i, flag)| {
+        flag.strip_prefix("--spare-contexts=")
+            .or_else(|| (*flag == "--spare-contexts").then(|| flags.get(i + 1).copied())?)
+    });
+    match value {
+        None | Some("true") => 1,
+        Some("false") => 0,
+        Some(n) => n.parse().unwrap_or(1),
+    }
+}
+
+/// A gauge's value in a Prometheus exposition.
+fn gauge(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the service at `address` has a Chrome running and `spares` spare contexts
+/// open (its /metrics, polled); how long that took, or what it had at the deadline.
+async fn wait_warm(address: &str, spares: usize) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut last = String::from("no /metrics answer");
+    while started.elapsed() < WARM_TIMEOUT {
+        if let Ok(answer) = reqwest::get(format!("http://{address}/metrics")).await {
+            let exposition = answer.text().await.unwrap_or_default();
+            let processes = gauge(&exposition, "browserd_browser_processes");
+            let kept = gauge(&exposition, "browserd_browser_spare_contexts");
+            if processes >= 1.0 && kept >= spares as f64 {
+                return Ok(started.elapsed());
+            }
+            last = format!("{processes} Chrome(s), {kept} spare context(s)");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(last)
+}
+
 async fn context_opens(address: &str) -> (u64, u64) {
     let exposition = match reqwest::get(format!("http://{address}/metrics")).await {
         Ok(answer) => answer.text().await.unwrap_or_default(),
@@ -949,6 +1042,7 @@ async fn service_run(
     let mut flags = vec!["--allow-loopback", "--chrome", chrome];
     flags.extend(cfg.serve_flags.iter().map(String::as_str));
     flags.extend(side);
+    let spares = spare_contexts_of(&flags);
     let mut server = Process::start_with_env(
         &db,
         model.addr,
@@ -959,6 +1053,18 @@ async fn service_run(
     .await;
     let key = create_key(&db).await;
     let client = Client::new(server.address(), &key);
+    if !cfg.cold {
+        match wait_warm(server.address(), spares).await {
+            Ok(took) => println!(
+                "    warm after {:.0} ms (Chrome and {spares} spare context(s))",
+                ms(took)
+            ),
+            Err(state) => println!(
+                "    warning: not warm after {WARM_TIMEOUT:?} ({state}); the batch starts anyway"
+            ),
+        }
+        sampler.count_cpu_from_now();
+    }
     let body = json!({
         "task": TASK,
         "start_url": site.url(&format!("/stairs/1?top={}", cfg.top)),
@@ -1287,10 +1393,12 @@ async fn browser_use_run(cfg: &Config, python: &str, site: &Site, ticks: f64) ->
 fn print_breakdown(name: &str, usage: &Usage) {
     println!(
         "  {name} (PSS peak {:.0} MiB, VmRSS peak {:.0} MiB; one /proc scan took {:.1} ms on \
-         average):",
+         average; {} of {} scans read PSS):",
         mib(usage.pss_kib),
         mib(usage.rss_kib),
-        ms(usage.scan)
+        ms(usage.scan),
+        usage.scans.1,
+        usage.scans.0
     );
     let kinds: BTreeSet<&String> = usage
         .breakdown

@@ -47,12 +47,17 @@ pub fn describe_metrics() {
         "browserd_browser_context_opens_total",
         "Browser contexts given to tasks, by where they came from: a spare opened ahead of the task, or new"
     );
+    metrics::describe_gauge!(
+        "browserd_browser_spare_contexts",
+        "Browser contexts opened ahead of the next tasks and not yet given to one (spares)"
+    );
     metrics::describe_counter!(
         "browserd_chrome_crashes_total",
         "Chrome processes whose connection died without the pool closing them"
     );
     metrics::gauge!("browserd_browser_processes").increment(0.0);
     metrics::gauge!("browserd_browser_contexts_in_use").increment(0.0);
+    metrics::gauge!("browserd_browser_spare_contexts").increment(0.0);
     metrics::counter!("browserd_chrome_crashes_total").increment(0);
     metrics::counter!("browserd_chrome_launches_total", "outcome" => "ok").increment(0);
     metrics::counter!("browserd_browser_context_opens_total", "from" => "spare").increment(0);
@@ -428,7 +433,11 @@ impl Chrome {
     /// The newest spare (a tab that has sat idle navigates a little slower: the oldest
     /// waits for the next lease).
     fn take_spare(&self) -> Option<BrowserSession> {
-        self.spares().pop()
+        let spare = self.spares().pop();
+        if spare.is_some() {
+            metrics::gauge!("browserd_browser_spare_contexts").decrement(1.0);
+        }
+        spare
     }
 
     /// Keeps `spare` among this Chrome's spares, unless the Chrome is closing or gone, or
@@ -439,6 +448,7 @@ impl Chrome {
             return Some(spare);
         }
         spares.push(spare);
+        metrics::gauge!("browserd_browser_spare_contexts").increment(1.0);
         None
     }
 
@@ -473,7 +483,9 @@ impl Chrome {
         // After `dead`: a spare that finishes opening now sees it and is released by its
         // opener, so none is left holding this Chrome. Dropped, not released: its context
         // goes with the browser.
-        drop(std::mem::take(&mut *self.spares()));
+        let spares = std::mem::take(&mut *self.spares());
+        metrics::gauge!("browserd_browser_spare_contexts").decrement(spares.len() as f64);
+        drop(spares);
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
         let taken = guard.take();
