@@ -11,7 +11,9 @@
 //! Measured per side, from /proc every 100 ms (PSS only in the samples whose RSS sum is the
 //! side's highest so far, and at most every 300 ms in those within 5 % of it: reading PSS walks
 //! every page table of a process, and at every near-peak sample it took the bench most of a
-//! CPU-second per batch, which the 2-core machine took from the service): the processes of the side are the `browserd`
+//! CPU-second per batch, which the 2-core machine took from the service; a PSS kept from an
+//! earlier reading would be cheaper but wrong — what a process shares is divided among more
+//! processes as others start — and overstated the peak by 7–15 %): the processes of the side are the `browserd`
 //! processes (marked by an environment variable) and all their descendants, plus Chrome's
 //! crashpad handlers (re-parented to init, found by the same mark).
 //! - wall time of the whole batch → tasks per minute;
@@ -794,27 +796,9 @@ fn timeline_label(event: &TaskEvent) -> String {
 /// Median milliseconds between consecutive events of the tasks, per transition (`a → b`), in
 /// the order the transitions first appear; and, for the slots handed from a finished task to a
 /// queued one, the median gap between a task's final event and the next `running`.
-fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
-    let mut order: Vec<String> = Vec::new();
-    let mut gaps: HashMap<String, Vec<f64>> = HashMap::new();
-    for outcome in outcomes {
-        for pair in outcome.timeline.windows(2) {
-            let name = format!("{} → {}", pair[0].0, pair[1].0);
-            if !gaps.contains_key(&name) {
-                order.push(name.clone());
-            }
-            gaps.entry(name)
-                .or_default()
-                .push((pair[1].1 - pair[0].1) as f64 / 1e6);
-        }
-    }
-    let mut rows: Vec<(String, f64, usize)> = order
-        .into_iter()
-        .map(|name| {
-            let values = &gaps[&name];
-            (name, median(values), values.len())
-        })
-        .collect();
+/// Rows of the batch's timeline: a name, the median over all tasks (ms), how many, and the
+/// median over the tasks of the first slots (those running before any had finished).
+fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize, Option<f64>)> {
     // The k-th start after the first slots' is the k-th end's successor.
     let at = |label: &str| -> Vec<i128> {
         let mut times: Vec<i128> = outcomes
@@ -830,6 +814,37 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
         .iter()
         .filter(|t| ends.first().is_none_or(|e| *t < e))
         .count();
+    let started_first = |o: &TaskOutcome| {
+        o.timeline
+            .iter()
+            .find(|(l, _)| l == "status:running")
+            .is_some_and(|(_, t)| ends.first().is_none_or(|e| t < e))
+    };
+    let mut order: Vec<String> = Vec::new();
+    let mut gaps: HashMap<String, (Vec<f64>, Vec<f64>)> = HashMap::new();
+    for outcome in outcomes {
+        let first = started_first(outcome);
+        for pair in outcome.timeline.windows(2) {
+            let name = format!("{} → {}", pair[0].0, pair[1].0);
+            if !gaps.contains_key(&name) {
+                order.push(name.clone());
+            }
+            let gap = (pair[1].1 - pair[0].1) as f64 / 1e6;
+            let (all, of_first) = gaps.entry(name).or_default();
+            all.push(gap);
+            if first {
+                of_first.push(gap);
+            }
+        }
+    }
+    let mut rows: Vec<(String, f64, usize, Option<f64>)> = order
+        .into_iter()
+        .map(|name| {
+            let (all, of_first) = &gaps[&name];
+            let first = (!of_first.is_empty()).then(|| median(of_first));
+            (name, median(all), all.len(), first)
+        })
+        .collect();
     let handoffs: Vec<f64> = starts
         .iter()
         .skip(slots)
@@ -854,6 +869,7 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
                 format!("running → finished, the {name} tasks"),
                 median(&values),
                 values.len(),
+                None,
             ));
         }
     }
@@ -862,6 +878,7 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize)> {
             "a task finished → a queued one running".to_owned(),
             median(&handoffs),
             handoffs.len(),
+            None,
         ));
     }
     rows
@@ -964,17 +981,33 @@ async fn follow_task(
 /// Longest wait for a service to be warm.
 const WARM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The spare contexts per Chrome a `serve` command line asks for (`--spare-contexts`, 1 by
-/// default).
+/// The spare contexts an idle `serve` with this command line keeps: its first Chrome's, one
+/// per context of that Chrome (`--concurrency` over `--chrome-processes`, 4 and 1 by
+/// default), at most `--spare-contexts` (1 by default).
 fn spare_contexts_of(flags: &[&str]) -> usize {
-    let value = flags.iter().enumerate().find_map(|(i, flag)| {
-        flag.strip_prefix("--spare-contexts=")
-            .or_else(|| (*flag == "--spare-contexts").then(|| flags.get(i + 1).copied())?)
-    });
-    match value {
+    let value_of = |name: &str| {
+        flags.iter().enumerate().find_map(|(i, flag)| {
+            flag.strip_prefix(name)?
+                .strip_prefix('=')
+                .or_else(|| flag.eq(&name).then(|| flags.get(i + 1).copied())?)
+        })
+    };
+    let most = match value_of("--spare-contexts") {
         None | Some("true") => 1,
         Some("false") => 0,
         Some(n) => n.parse().unwrap_or(1),
+    };
+    let count = |name: &str, default: usize| {
+        value_of(name)
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(default)
+            .max(1)
+    };
+    let per_chrome = count("--concurrency", 4).div_ceil(count("--chrome-processes", 1));
+    if most == 0 {
+        0
+    } else {
+        per_chrome.clamp(1, most)
     }
 }
 
@@ -1179,9 +1212,13 @@ async fn service_run(
         "    browser contexts of the batch: {} from a spare, {} opened at the lease",
         contexts.0, contexts.1
     );
-    println!("    a task's events, median ms between consecutive ones (`created_at`), n:");
-    for (name, gap, n) in timeline_medians(&outcomes) {
-        println!("      {name:<44} {gap:8.1} ms  (n={n})");
+    println!(
+        "    a task's events, median ms between consecutive ones (`created_at`), n, and the \
+         median of the first slots' tasks:"
+    );
+    for (name, gap, n, first) in timeline_medians(&outcomes) {
+        let first = first.map_or(String::new(), |f| format!("  first {f:8.1} ms"));
+        println!("      {name:<44} {gap:8.1} ms  (n={n}){first}");
     }
     ServiceRun {
         side: Side {

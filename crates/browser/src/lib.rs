@@ -37,7 +37,8 @@ pub use launch::{ChromeBuild, ChromeIdentity, ChromeUser, Sandbox};
 pub use live::{FrameSender, LiveViewSettings, ScreencastFrame};
 pub use pool::{
     BrowserPool, CHROME_FLAGS, DEFAULT_CHROME_NICE, DEFAULT_CHROME_PATH,
-    DEFAULT_RENDERER_MEMORY_CAP_MB, FULL_CHROME_PATH, PoolConfig, describe_metrics,
+    DEFAULT_RENDERER_MEMORY_CAP_MB, DEFAULT_SPARE_CONTEXTS, FULL_CHROME_PATH, PoolConfig,
+    describe_metrics,
 };
 pub use serializer::DEFAULT_INCLUDE_ATTRIBUTES;
 pub use session::{

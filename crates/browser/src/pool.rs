@@ -112,11 +112,13 @@ pub struct PoolConfig {
     /// The most resident memory one renderer process may use, in MiB; a renderer above it is
     /// killed (its tabs — one task's — are replaced and the task told). `None` = no cap.
     pub renderer_memory_cap_mb: Option<u64>,
-    /// Contexts each Chrome keeps opened ahead of the next tasks (spares: their guard and
-    /// proxy listener attached but refusing everything, their first tab's renderer started),
-    /// each bound to the task that leases it; 0 keeps none. A lease then skips the part of
-    /// opening that waits on Chrome — the new renderer's start — at the cost of one idle
-    /// renderer per spare.
+    /// The most contexts each Chrome keeps opened ahead of the next tasks (spares: their guard
+    /// and proxy listener attached but refusing everything, their first tab's renderer
+    /// started), each bound to the task that leases it; 0 keeps none. A lease then skips the
+    /// part of opening that waits on Chrome — the new renderer's start — at the cost of one
+    /// idle renderer per spare. Within this bound a Chrome keeps one spare per context it has
+    /// free, and at least one ([`PoolInner::spare_target`]): an idle pool is ready for a
+    /// burst of tasks, a busy one holds no more renderers than its tasks and the next one.
     pub spare_contexts: usize,
 }
 
@@ -154,7 +156,7 @@ impl Default for PoolConfig {
             health_interval: Duration::from_secs(2),
             hang_timeout: Duration::from_secs(20),
             renderer_memory_cap_mb: Some(DEFAULT_RENDERER_MEMORY_CAP_MB),
-            spare_contexts: 1,
+            spare_contexts: DEFAULT_SPARE_CONTEXTS,
         }
     }
 }
@@ -242,6 +244,21 @@ fn chrome_args(config: &PoolConfig) -> Vec<String> {
             }
         }))
         .collect()
+}
+
+/// [`PoolConfig::spare_contexts`] by default. More (up to one per task slot) make an idle
+/// Chrome ready for a burst: the first tasks of 20 at once started ~150 ms sooner with 4, but
+/// the batch took no less time and a task at idle right after a batch waited for the refill
+/// (docs/src/benchmarks.md, "Spare contexts by free slot").
+pub const DEFAULT_SPARE_CONTEXTS: usize = 1;
+
+/// The spare contexts a Chrome with `active` of its `per_process` contexts leased is to hold:
+/// one per free context, at least one, at most `most` (none when `most` is 0).
+fn spare_target(most: usize, per_process: usize, active: usize) -> usize {
+    if most == 0 {
+        return 0;
+    }
+    per_process.saturating_sub(active).clamp(1, most)
 }
 
 static CHROME_IDS: AtomicU64 = AtomicU64::new(1);
@@ -881,6 +898,17 @@ impl PoolInner {
             && !self.used_up(chrome)
     }
 
+    /// How many spare contexts `chrome` is to hold now: one per context it has free (the
+    /// tasks that could start on it at once), at least one (the next task's, while it is
+    /// full), at most `spare_contexts`.
+    fn spare_target(&self, chrome: &Chrome) -> usize {
+        spare_target(
+            self.config.spare_contexts,
+            self.config.contexts_per_process,
+            chrome.active.load(Ordering::SeqCst),
+        )
+    }
+
     /// It has hosted its `recycle_after_tasks` leases.
     fn used_up(&self, chrome: &Chrome) -> bool {
         self.config.recycle_after_tasks > 0
@@ -911,15 +939,15 @@ impl PoolInner {
     }
 
     /// Opens `chrome`'s spare contexts in the background, one after the other, until it
-    /// holds as many as the pool keeps (unless they are being opened already), while it is
-    /// alive and not used up.
+    /// holds as many as it is to ([`Self::spare_target`]; unless they are being opened
+    /// already), while it is alive and not used up.
     fn refill_spare(self: &Arc<Self>, chrome: &Arc<Chrome>) {
         let most = self.config.spare_contexts;
         let wanted = move |inner: &Self, chrome: &Arc<Chrome>| {
             !inner.shut_down.load(Ordering::SeqCst)
                 && chrome.is_alive()
                 && !inner.used_up(chrome)
-                && chrome.spares().len() < most
+                && chrome.spares().len() < inner.spare_target(chrome)
         };
         if most == 0 || !wanted(self, chrome) || chrome.spare_opening.swap(true, Ordering::SeqCst) {
             return;
@@ -1377,9 +1405,9 @@ impl Lease {
         }
     }
 
-    /// Has this lease's Chrome open its next spare context, once per lease: after the
+    /// Has this lease's Chrome open its next spare context, once per lease, after the
     /// session's first capture (its task's first page is loaded and read, and a model call
-    /// usually follows), or when the lease ends, whichever comes first.
+    /// usually follows); the lease's end refills too.
     pub fn refill_spare_once(&self) {
         if self.spare_refill_due.swap(false, Ordering::SeqCst) {
             self.pool.refill_spare(&self.chrome);
@@ -1413,6 +1441,29 @@ impl Lease {
             }
         }
         self.permit.take();
-        self.refill_spare_once();
+        // Also after this lease's own refill: with a context free again, the Chrome may be
+        // due more spares.
+        self.pool.refill_spare(&self.chrome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spare_target;
+
+    #[test]
+    fn a_chrome_keeps_a_spare_per_free_context_at_least_one_at_most_the_setting() {
+        // An idle Chrome of 4 contexts: one per task of a burst, up to the setting.
+        assert_eq!(spare_target(4, 4, 0), 4);
+        assert_eq!(spare_target(2, 4, 0), 2);
+        // Busier: fewer.
+        assert_eq!(spare_target(4, 4, 1), 3);
+        assert_eq!(spare_target(4, 4, 3), 1);
+        // Full: still the next task's.
+        assert_eq!(spare_target(4, 4, 4), 1);
+        assert_eq!(spare_target(4, 10, 0), 4);
+        assert_eq!(spare_target(1, 10, 0), 1);
+        // None wanted.
+        assert_eq!(spare_target(0, 4, 0), 0);
     }
 }

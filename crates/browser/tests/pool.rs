@@ -703,3 +703,48 @@ fn a_chrome_keeps_as_many_spare_contexts_as_configured() {
         pool.shutdown().await;
     });
 }
+
+/// `spare_contexts: 4` on a Chrome of two contexts: it keeps one spare per free context —
+/// two while idle, so both leases of a burst take one —, and after the burst it refills to
+/// two again, not four.
+#[test]
+fn a_chrome_keeps_no_more_spares_than_it_has_free_contexts() {
+    rt().block_on(async {
+        const WITHIN: Duration = Duration::from_secs(60);
+        let pool = BrowserPool::new(PoolConfig {
+            spare_contexts: 4,
+            contexts_per_process: 2,
+            ..test_config()
+        })
+        .unwrap();
+        pool.warm_up().await;
+        assert!(pool.wait_for_spares(2, WITHIN).await, "two spares opened");
+        assert_eq!(
+            pool.spares_kept().await,
+            2,
+            "no more than its free contexts"
+        );
+        let guarded = || ContextOptions {
+            egress: Some(EgressSettings {
+                allow_loopback: true,
+                ..EgressSettings::default()
+            }),
+            ..ContextOptions::default()
+        };
+        let (a, b) = tokio::join!(pool.lease_with(guarded()), pool.lease_with(guarded()));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(
+            a.opened_ahead() && b.opened_ahead(),
+            "both tasks of the burst take a spare"
+        );
+        let page = format!("http://{}/modal.html", server().await);
+        a.navigate(&page).await.expect("the page loads");
+        b.navigate(&page).await.expect("the page loads");
+        a.release().await;
+        b.release().await;
+        assert!(pool.wait_for_spares(2, WITHIN).await, "refilled");
+        // A third one would be released rather than kept; none is being opened either.
+        assert_eq!(pool.spares_kept().await, 2);
+        pool.shutdown().await;
+    });
+}

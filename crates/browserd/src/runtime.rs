@@ -63,15 +63,16 @@ pub struct BrowserArgs {
     #[arg(long, env = "BROWSERD_CHROME_HANG_TIMEOUT_S", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub chrome_hang_timeout_s: u64,
 
-    /// Browser contexts each Chrome keeps opened ahead of the next tasks (their egress guard
-    /// and proxy listener refusing everything until a task is bound, their first tab's
-    /// renderer started), so that a task starting does not wait for Chrome to start a
-    /// renderer; each costs an idle renderer. A count (0–16); `true`/`on`/`yes` mean 1,
-    /// `false`/`off`/`no` 0.
+    /// The most browser contexts each Chrome keeps opened ahead of the next tasks (their
+    /// egress guard and proxy listener refusing everything until a task is bound, their first
+    /// tab's renderer started), so that a task starting does not wait for Chrome to start a
+    /// renderer; each costs an idle renderer. Within it, a Chrome keeps one per task slot it
+    /// has free, and at least one. A count (0–16); `true`/`on`/`yes` mean 1, `false`/`off`/`no`
+    /// 0.
     #[arg(
         long,
         env = "BROWSERD_SPARE_CONTEXTS",
-        default_value = "1",
+        default_value_t = browserd_browser::DEFAULT_SPARE_CONTEXTS,
         value_parser = parse_spare_contexts
     )]
     pub spare_contexts: usize,
