@@ -5,8 +5,9 @@
 //! Real Postgres, real Chromium on local pages, a mock OpenAI-compatible model answering after
 //! a fixed delay. Every task reads `/stairs/1?top=T` with `use_vision: false`: T = 1 (the
 //! default) is the read-only task, one capture and a `done`; T > 1 climbs (T−1 clicks and a
-//! `done`, so T model calls). Each service run starts a fresh `serve` (its Chromes launch
-//! lazily, so the batch pays their start-up).
+//! `done`, so T model calls). Each service run starts a fresh `serve` and posts the batch once
+//! it is warm (its first Chrome running with its spare contexts open; `BENCH_COLD=1` posts at
+//! once, so that the batch pays for the launch).
 //!
 //! Measured per side, from /proc every 100 ms (PSS only in the samples whose RSS sum is the
 //! side's highest so far, and at most every 300 ms in those within 5 % of it: reading PSS walks
@@ -42,7 +43,7 @@
 //! own Chrome, `BENCH_BROWSER_USE_CHROME`, default `/usr/bin/chromium`), PSS per agent.
 //! `BENCH_BASELINE=1` adds N concurrent `browserd run` processes (one Chrome each).
 //!
-//! Knobs: `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
+//! Knobs: `BENCH_COLD` (0), `BENCH_TASKS` (20), `BENCH_STEPS` (stairs top, 1), `BENCH_MODEL_DELAY_MS` (300),
 //! `BENCH_RUNS` (3; medians over runs), `BENCH_CHROMES` (comma-separated sides — `;`-separated
 //! when there is a `;` —, each an executable maybe followed by `serve` flags of its own —
 //! `/usr/bin/chromium-headless-shell --spare-contexts false` —, default `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
