@@ -671,13 +671,6 @@ fn a_chrome_keeps_as_many_spare_contexts_as_configured() {
         .unwrap();
         pool.warm_up().await;
         assert!(pool.wait_for_spares(3, WITHIN).await, "three spares opened");
-        let guarded = || ContextOptions {
-            egress: Some(EgressSettings {
-                allow_loopback: true,
-                ..EgressSettings::default()
-            }),
-            ..ContextOptions::default()
-        };
         let mut sessions = Vec::new();
         for _ in 0..3 {
             let session = pool.lease_with(guarded()).await.unwrap();
@@ -724,13 +717,6 @@ fn a_chrome_keeps_no_more_spares_than_it_has_free_contexts() {
             2,
             "no more than its free contexts"
         );
-        let guarded = || ContextOptions {
-            egress: Some(EgressSettings {
-                allow_loopback: true,
-                ..EgressSettings::default()
-            }),
-            ..ContextOptions::default()
-        };
         let (a, b) = tokio::join!(pool.lease_with(guarded()), pool.lease_with(guarded()));
         let (a, b) = (a.unwrap(), b.unwrap());
         assert!(
@@ -747,4 +733,15 @@ fn a_chrome_keeps_no_more_spares_than_it_has_free_contexts() {
         assert_eq!(pool.spares_kept().await, 2);
         pool.shutdown().await;
     });
+}
+
+/// A context with an egress policy (loopback allowed): the kind a spare fits.
+fn guarded() -> ContextOptions {
+    ContextOptions {
+        egress: Some(EgressSettings {
+            allow_loopback: true,
+            ..EgressSettings::default()
+        }),
+        ..ContextOptions::default()
+    }
 }
