@@ -994,9 +994,11 @@ fn spare_contexts_of(flags: &[&str]) -> usize {
         })
     };
     let most = match value_of("--spare-contexts") {
-        None | Some("true") => 1,
+        None | Some("true") => browserd_browser::DEFAULT_SPARE_CONTEXTS,
         Some("false") => 0,
-        Some(n) => n.parse().unwrap_or(1),
+        Some(n) => n
+            .parse()
+            .unwrap_or(browserd_browser::DEFAULT_SPARE_CONTEXTS),
     };
     let count = |name: &str, default: usize| {
         value_of(name)

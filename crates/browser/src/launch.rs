@@ -330,7 +330,10 @@ pub(crate) async fn launch_chrome(
         .args(args)
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--remote-debugging-port=0")
-        .arg("about:blank")
+        // No first tab: every task opens its own in its own context, and the default
+        // context's `about:blank` held a renderer and a viewport-sized compositor surface
+        // (~20 MiB PSS together) for nothing. Neither build exits without a tab.
+        .arg("--no-startup-window")
         .env_clear()
         .envs(chrome_env(&home, &tmp))
         .current_dir(dir)

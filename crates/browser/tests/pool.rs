@@ -99,10 +99,14 @@ fn the_headless_shell_and_the_full_build_both_run_tasks() {
             let pool = BrowserPool::new(PoolConfig {
                 chrome_path: chrome.into(),
                 contexts_per_process: 2,
+                spare_contexts: 0,
                 ..test_config()
             })
             .unwrap();
             let a = pool.lease().await.unwrap();
+            // Chrome starts with no tab of its own (`--no-startup-window`): the lease's is the
+            // only page.
+            assert_eq!(pages(&a).await, 1, "{chrome}");
             let b = pool.lease().await.unwrap();
             for session in [&a, &b] {
                 session.navigate(&page).await.unwrap();
@@ -137,9 +141,31 @@ fn the_headless_shell_and_the_full_build_both_run_tasks() {
             }
             a.release().await;
             b.release().await;
+            // Left with no tab at all, neither build exits: the next task gets the same Chrome.
+            let chrome_pids = pool.chrome_pids().await;
+            let c = pool.lease().await.unwrap();
+            c.navigate(&page).await.unwrap();
+            assert_eq!(pool.chrome_pids().await, chrome_pids, "{chrome}");
+            assert_eq!(pages(&c).await, 1, "{chrome}");
+            c.release().await;
             pool.shutdown().await;
         }
     });
+}
+
+/// The pages Chrome has open, in every context (a browser-level `Target.getTargets`).
+async fn pages(session: &browserd_browser::BrowserSession) -> usize {
+    let targets = session
+        .cdp(None, "Target.getTargets", json!({}))
+        .await
+        .unwrap();
+    let targets: serde_json::Value = targets.decode().unwrap();
+    targets["targetInfos"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["type"] == "page")
+        .count()
 }
 
 #[test]

@@ -67,8 +67,8 @@ pub struct BrowserArgs {
     /// egress guard and proxy listener refusing everything until a task is bound, their first
     /// tab's renderer started), so that a task starting does not wait for Chrome to start a
     /// renderer; each costs an idle renderer. Within it, a Chrome keeps one per task slot it
-    /// has free, and at least one. A count (0–16); `true`/`on`/`yes` mean 1, `false`/`off`/`no`
-    /// 0.
+    /// has free, and at least one. A count (0–16); `true`/`on`/`yes` mean the default (4),
+    /// `false`/`off`/`no` 0.
     #[arg(
         long,
         env = "BROWSERD_SPARE_CONTEXTS",
@@ -235,7 +235,7 @@ impl Runtime {
 /// `--spare-contexts`: a count, or a yes/no word (yes = 1), as the flag once was a switch.
 fn parse_spare_contexts(value: &str) -> Result<usize, String> {
     match value.trim().to_ascii_lowercase().as_str() {
-        "true" | "on" | "yes" => Ok(1),
+        "true" | "on" | "yes" => Ok(browserd_browser::DEFAULT_SPARE_CONTEXTS),
         "false" | "off" | "no" => Ok(0),
         number => match number.parse::<usize>() {
             Ok(n) if n <= 16 => Ok(n),
@@ -284,11 +284,11 @@ mod tests {
                 .unwrap()
                 .browser
                 .spare_contexts,
-            1
+            browserd_browser::DEFAULT_SPARE_CONTEXTS
         );
         assert_eq!(spares("3").unwrap(), 3);
         assert_eq!(spares("0").unwrap(), 0);
-        assert_eq!(spares("true").unwrap(), 1);
+        assert_eq!(spares("true").unwrap(), 4);
         assert_eq!(spares("off").unwrap(), 0);
         let err = spares("17").unwrap_err().to_string();
         assert!(err.contains("from 0 to 16"), "{err}");
