@@ -48,11 +48,12 @@
 //! when there is a `;` —, each an executable maybe followed by `serve` flags of its own —
 //! `/usr/bin/chromium-headless-shell --spare-contexts false` —, default `/usr/bin/chromium-headless-shell,/usr/bin/chromium`), `BENCH_IDLE_TASKS` (5),
 //! `BENCH_CONCURRENCY` and `BENCH_CHROME_PROCESSES` (unset: `serve` runs with the default
-//! install's settings, 4 tasks at once on one Chrome, as in the issue's table; the saturation
+//! install's settings, 5 tasks at once on one Chrome (4 when the issue measured its table); the saturation
 //! run of the delivery measurement is `BENCH_CONCURRENCY=20 BENCH_CHROME_PROCESSES=2`, one
 //! Chrome per core — each Chrome's browser process serialises the CDP traffic of all its
 //! contexts on one main thread, while every extra Chrome adds its fixed processes),
 //! `BENCH_VERBOSE=1` (a memory sample every second, and every event delivered in over 50 ms),
+//! `BENCH_TASK_TIMES=1` (each task's `queued`, `running` and `finished`, ms from the first POST),
 //! `BENCH_SERVE_LOG` (`serve`'s `RUST_LOG`, `info`) with `BENCH_SERVE_GREP` (its log lines
 //! containing this text are printed after each batch: e.g. `browserd_browser=debug` and
 //! `browser context opened` show where each context's opening went).
@@ -862,6 +863,29 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize, Option
         })
         .collect();
     runs.sort_by_key(|(start, _)| *start);
+    if env_u64("BENCH_TASK_TIMES", 0) == 1 {
+        let t0 = at("status:queued").first().copied().unwrap_or(0);
+        let mut rows: Vec<(i128, i128, i128)> = outcomes
+            .iter()
+            .filter_map(|o| {
+                let at = |label: &str| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
+                Some((
+                    at("status:queued")?,
+                    at("status:running")?,
+                    at("status:finished")?,
+                ))
+            })
+            .collect();
+        rows.sort_by_key(|r| r.1);
+        for (q, r, f) in rows {
+            println!(
+                "      task: queued {:6.0} running {:6.0} finished {:6.0} ms",
+                (q - t0) as f64 / 1e6,
+                (r - t0) as f64 / 1e6,
+                (f - t0) as f64 / 1e6
+            );
+        }
+    }
     let (first, later): (Vec<_>, Vec<_>) = runs.iter().enumerate().partition(|(i, _)| *i < slots);
     for (name, group) in [("first", first), ("later", later)] {
         let values: Vec<f64> = group.iter().map(|(_, (_, ms))| *ms).collect();
@@ -1006,7 +1030,7 @@ fn spare_contexts_of(flags: &[&str]) -> usize {
             .unwrap_or(default)
             .max(1)
     };
-    let per_chrome = count("--concurrency", 4).div_ceil(count("--chrome-processes", 1));
+    let per_chrome = count("--concurrency", 5).div_ceil(count("--chrome-processes", 1));
     if most == 0 {
         0
     } else {

@@ -78,8 +78,10 @@ impl SecretsArgs {
 /// Settings of the worker role.
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// Tasks this worker runs at once.
-    #[arg(long, env = "BROWSERD_CONCURRENCY", default_value_t = 4)]
+    /// The most tasks this worker runs at once (the memory and CPU headroom checks may hold
+    /// it to fewer). 5 by default: with 4, read-only tasks left a 2-core machine a third idle
+    /// while they waited on the model (docs/src/benchmarks.md, "Ready for a burst").
+    #[arg(long, env = "BROWSERD_CONCURRENCY", default_value_t = 5)]
     concurrency: usize,
 
     /// Lease duration in seconds; the heartbeat renews it every third of it. A task whose
