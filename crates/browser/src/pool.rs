@@ -246,11 +246,11 @@ fn chrome_args(config: &PoolConfig) -> Vec<String> {
         .collect()
 }
 
-/// [`PoolConfig::spare_contexts`] by default: the default install's task slots per Chrome, so
-/// that an idle Chrome is ready for a burst of as many tasks as it runs at once. It costs
-/// nothing at the peak (a full Chrome keeps one) and ~17 MiB PSS per extra spare at idle; with
-/// 20 read-only tasks at once on a quiet 2-core machine it took the batch from 438 to 464
-/// tasks/min (docs/src/benchmarks.md, "Ready for a burst").
+/// [`PoolConfig::spare_contexts`] by default, so that an idle Chrome is ready for a burst of
+/// tasks (one spare per free slot, up to this). It costs nothing at the peak (a full Chrome
+/// keeps one) and ~17 MiB PSS per extra spare at idle; with 20 read-only tasks, 4 at once, on a
+/// quiet 2-core machine it took the batch from 438 to 464 tasks/min (docs/src/benchmarks.md,
+/// "Ready for a burst").
 pub const DEFAULT_SPARE_CONTEXTS: usize = 4;
 
 /// The spare contexts a Chrome with `active` of its `per_process` contexts leased is to hold:
