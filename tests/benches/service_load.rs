@@ -780,6 +780,16 @@ struct TaskOutcome {
     task: Value,
 }
 
+impl TaskOutcome {
+    /// `created_at` (ns) of the task's first event labelled `label` (see [`timeline_label`]).
+    fn event_at(&self, label: &str) -> Option<i128> {
+        self.timeline
+            .iter()
+            .find(|(l, _)| l == label)
+            .map(|(_, t)| *t)
+    }
+}
+
 /// An event's label in the timeline: `status:running`, `step_started:0`, `step:1`, `model_output`.
 fn timeline_label(event: &TaskEvent) -> String {
     let payload = &event.payload;
@@ -803,10 +813,7 @@ fn timeline_label(event: &TaskEvent) -> String {
 fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize, Option<f64>)> {
     // The k-th start after the first slots' is the k-th end's successor.
     let at = |label: &str| -> Vec<i128> {
-        let mut times: Vec<i128> = outcomes
-            .iter()
-            .filter_map(|o| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t))
-            .collect();
+        let mut times: Vec<i128> = outcomes.iter().filter_map(|o| o.event_at(label)).collect();
         times.sort_unstable();
         times
     };
@@ -857,8 +864,10 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize, Option
     let mut runs: Vec<(i128, f64)> = outcomes
         .iter()
         .filter_map(|o| {
-            let at = |label: &str| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
-            let (start, end) = (at("status:running")?, at("status:finished")?);
+            let (start, end) = (
+                o.event_at("status:running")?,
+                o.event_at("status:finished")?,
+            );
             Some((start, (end - start) as f64 / 1e6))
         })
         .collect();
@@ -868,11 +877,10 @@ fn timeline_medians(outcomes: &[TaskOutcome]) -> Vec<(String, f64, usize, Option
         let mut rows: Vec<(i128, i128, i128)> = outcomes
             .iter()
             .filter_map(|o| {
-                let at = |label: &str| o.timeline.iter().find(|(l, _)| l == label).map(|(_, t)| *t);
                 Some((
-                    at("status:queued")?,
-                    at("status:running")?,
-                    at("status:finished")?,
+                    o.event_at("status:queued")?,
+                    o.event_at("status:running")?,
+                    o.event_at("status:finished")?,
                 ))
             })
             .collect();

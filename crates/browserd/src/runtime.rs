@@ -232,7 +232,7 @@ impl Runtime {
     }
 }
 
-/// `--spare-contexts`: a count, or a yes/no word (yes = 1), as the flag once was a switch.
+/// `--spare-contexts`: a count, or a yes/no word (yes = the default), as the flag once was a switch.
 fn parse_spare_contexts(value: &str) -> Result<usize, String> {
     match value.trim().to_ascii_lowercase().as_str() {
         "true" | "on" | "yes" => Ok(browserd_browser::DEFAULT_SPARE_CONTEXTS),
