@@ -262,7 +262,10 @@ async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
         brain,
         Duration::from_millis(100),
         &["--concurrency", "2", "--renderer-memory-cap-mb", "600"],
-        &[],
+        &[(
+            "RUST_LOG",
+            "info,browserd_worker=debug,browserd_browser=debug",
+        )],
     )
     .await;
     let climber = client.create_task(climb_task(&site, 6)).await;
@@ -288,7 +291,8 @@ async fn a_page_that_eats_memory_is_closed_and_only_its_task_is_told() {
             .as_str()
             .unwrap_or_default()
             .contains("closed for its memory"),
-        "{hog_task}"
+        "{hog_task}\n{}",
+        server.logs()
     );
     assert_eq!(climber_task["status"], "finished", "{climber_task}");
     assert!(

@@ -10,7 +10,7 @@
 //! `serde_json::Value`.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -28,7 +28,15 @@ use crate::error::{BrowserError, Result};
 /// A CDP session id (flattened protocol) as Chrome reports it.
 pub type SessionId = String;
 
-type Pending = HashMap<u64, (String, oneshot::Sender<Result<Utf8Bytes>>)>;
+/// A call waiting for its answer: its method, its session (None = browser) and where the
+/// answer goes.
+struct PendingCall {
+    method: String,
+    session: Option<SessionId>,
+    answer: oneshot::Sender<Result<Utf8Bytes>>,
+}
+
+type Pending = HashMap<u64, PendingCall>;
 
 /// An event Chrome pushed on this connection (only domains enabled on our own sessions).
 #[derive(Debug, Clone)]
@@ -98,6 +106,8 @@ impl RawResponse {
 struct Shared {
     next_id: AtomicU64,
     pending: Mutex<Pending>,
+    /// Sessions whose target's renderer died ([`CdpConnection::fail_session`]).
+    dead_sessions: Mutex<HashSet<SessionId>>,
     closed: AtomicBool,
     events: broadcast::Sender<Arc<CdpEvent>>,
 }
@@ -119,16 +129,23 @@ impl Shared {
             Ok(mut map) => map.drain().collect(),
             Err(poisoned) => poisoned.into_inner().drain().collect(),
         };
-        for (_, (_, tx)) in drained {
-            let _ = tx.send(Err(BrowserError::ConnectionClosed));
+        for (_, call) in drained {
+            let _ = call.answer.send(Err(BrowserError::ConnectionClosed));
         }
     }
 
-    fn take(&self, id: u64) -> Option<(String, oneshot::Sender<Result<Utf8Bytes>>)> {
+    fn take(&self, id: u64) -> Option<PendingCall> {
         match self.pending.lock() {
             Ok(mut map) => map.remove(&id),
             Err(poisoned) => poisoned.into_inner().remove(&id),
         }
+    }
+
+    fn is_dead(&self, session: &str) -> bool {
+        self.dead_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(session)
     }
 }
 
@@ -226,6 +243,7 @@ impl CdpConnection {
         let shared = Arc::new(Shared {
             next_id: AtomicU64::new(1),
             pending: Mutex::new(HashMap::new()),
+            dead_sessions: Mutex::new(HashSet::new()),
             closed: AtomicBool::new(false),
             events,
         });
@@ -295,15 +313,27 @@ impl CdpConnection {
         if self.is_closed() {
             return Err(BrowserError::ConnectionClosed);
         }
+        if let Some(session) = session
+            && self.shared.is_dead(session)
+        {
+            return Err(BrowserError::TargetCrashed {
+                method: method.to_owned(),
+            });
+        }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut message = serde_json::json!({ "id": id, "method": method, "params": params });
         if let Some(session) = session {
             message["sessionId"] = serde_json::Value::String(session.to_owned());
         }
         let (tx, rx) = oneshot::channel();
+        let call = PendingCall {
+            method: method.to_owned(),
+            session: session.map(str::to_owned),
+            answer: tx,
+        };
         match self.shared.pending.lock() {
-            Ok(mut map) => map.insert(id, (method.to_owned(), tx)),
-            Err(poisoned) => poisoned.into_inner().insert(id, (method.to_owned(), tx)),
+            Ok(mut map) => map.insert(id, call),
+            Err(poisoned) => poisoned.into_inner().insert(id, call),
         };
         if self
             .outgoing
@@ -353,6 +383,47 @@ impl CdpConnection {
         raw.decode::<T>()
     }
 
+    /// Marks `session` dead — its target's renderer died (`Target.targetCrashed`) — and fails
+    /// its calls, those waiting and those to come, with [`BrowserError::TargetCrashed`]: Chrome
+    /// holds a crashed target's commands until a new renderer takes it, which for a killed
+    /// page is never, so they would otherwise end only at their timeouts.
+    pub fn fail_session(&self, session: &str) {
+        self.shared
+            .dead_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.to_owned());
+        let failed: Vec<PendingCall> = {
+            let mut pending = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, call)| call.session.as_deref() == Some(session))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| pending.remove(&id))
+                .collect()
+        };
+        for call in failed {
+            let _ = call.answer.send(Err(BrowserError::TargetCrashed {
+                method: call.method,
+            }));
+        }
+    }
+
+    /// Forgets a dead session (its tab is closed; Chrome never reuses a session id).
+    pub fn forget_session(&self, session: &str) {
+        self.shared
+            .dead_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(session);
+    }
+
     /// Attaches to `target_id` with the flattened protocol and returns the new session id.
     pub async fn attach(&self, target_id: &str) -> Result<SessionId> {
         #[derive(Deserialize)]
@@ -396,9 +467,9 @@ fn dispatch(shared: &Shared, text: Utf8Bytes) {
         },
     };
     if let Some(id) = id
-        && let Some((_, tx)) = shared.take(id)
+        && let Some(call) = shared.take(id)
     {
-        let _ = tx.send(Ok(text));
+        let _ = call.answer.send(Ok(text));
     }
 }
 

@@ -21,6 +21,10 @@ pub enum BrowserError {
         code: i64,
         message: String,
     },
+    /// The page's renderer died (crashed, or killed for its memory) while or before the command
+    /// ran on it; the next capture replaces the tab.
+    #[error("the page's renderer died; CDP command {method} was not run")]
+    TargetCrashed { method: String },
     /// The websocket to Chrome is gone (Chrome died or closed the connection).
     #[error("connection to chrome closed")]
     ConnectionClosed,

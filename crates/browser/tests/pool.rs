@@ -6,7 +6,7 @@ mod support;
 use std::{io::BufRead, time::Duration};
 
 use browserd_browser::{
-    BrowserPool, ContextOptions, PoolConfig,
+    BrowserError, BrowserPool, ContextOptions, PoolConfig,
     egress::EgressSettings,
     pool::{descendant_pids, pid_alive},
 };
@@ -428,9 +428,33 @@ fn a_crashed_tab_is_replaced_and_only_its_session_notices() {
         let before = b.capture(&Default::default()).await.unwrap();
         let chrome = pool.chrome_pids().await;
         let crashed_tab = a.focused_target().await.unwrap();
-        // Page.crash never answers: its renderer is gone.
+        // A call in flight on the tab, and Page.crash itself: Chrome answers neither (it holds
+        // a crashed target's commands for a renderer that never comes); both end when the
+        // crash is reported, not at their timeouts, and so does a later call on the tab.
+        let in_flight = a.cdp(
+            Some(&crashed_tab),
+            "Runtime.evaluate",
+            json!({"expression": "new Promise(() => {})", "awaitPromise": true}),
+        );
         let crash = a.cdp(Some(&crashed_tab), "Page.crash", json!({}));
-        let _ = tokio::time::timeout(Duration::from_secs(5), crash).await;
+        let (in_flight, crash) = tokio::join!(in_flight, crash);
+        for ended in [in_flight, crash] {
+            assert!(
+                matches!(ended, Err(BrowserError::TargetCrashed { .. })),
+                "{ended:?}"
+            );
+        }
+        let later = a
+            .cdp(
+                Some(&crashed_tab),
+                "Runtime.evaluate",
+                json!({"expression": "1"}),
+            )
+            .await;
+        assert!(
+            matches!(later, Err(BrowserError::TargetCrashed { .. })),
+            "{later:?}"
+        );
         let state = capture_until_browser_error(&a).await;
         assert_eq!(state.browser_errors.len(), 1, "{:?}", state.browser_errors);
         let notice = &state.browser_errors[0];

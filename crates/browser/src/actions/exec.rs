@@ -23,6 +23,11 @@ impl From<BrowserError> for Fail {
                 )
             }
             BrowserError::ConnectionClosed => "The browser connection was lost".to_owned(),
+            BrowserError::TargetCrashed { .. } => {
+                "The page crashed or was closed (its renderer died); the next browser state \
+                 shows what replaced it"
+                    .to_owned()
+            }
             BrowserError::Protocol {
                 method, message, ..
             } => format!("Browser error in {method}: {message}"),

@@ -2,7 +2,10 @@
 //! out-of-memory, `Page.crash`) or that the pool's memory watch killed for using more than its
 //! cap. Only the tabs of that renderer are hit — other tasks' contexts live in other
 //! renderers — and only this session notices: the listener records the crash
-//! (`Target.targetCrashed`), and the next capture replaces each crashed tab with a new one —
+//! (`Target.targetCrashed`, with the memory cap when the pool's watch had just killed a
+//! renderer) and fails the tab's CDP calls, in flight and to come (Chrome would hold them until
+//! their timeouts), and the next capture — or the one it interrupted, once more — replaces each
+//! crashed tab with a new one —
 //! at the same address after a crash, blank after a memory kill or a second crash of the same
 //! address — and tells the agent in the state's browser errors.
 
@@ -17,10 +20,13 @@ pub(crate) struct CrashedTab {
     pub target_id: String,
     /// Chrome's termination status (`crashed`, `killed`, `oom`, `abnormal`, …).
     pub status: String,
+    /// The memory cap (MiB) when the pool's memory watch had just killed a renderer of this
+    /// Chrome as the crash was reported: the likeliest cause.
+    pub memory_cap_mb: Option<u64>,
 }
 
 /// How recent a memory kill of the pool's watch must be to explain a crash.
-const MEMORY_KILL_WINDOW: Duration = Duration::from_secs(10);
+pub(super) const MEMORY_KILL_WINDOW: Duration = Duration::from_secs(10);
 
 impl BrowserSession {
     /// Replaces the tabs that crashed since the last call (see the module docs) and returns
@@ -38,7 +44,9 @@ impl BrowserSession {
             };
             let focused = self.focused_target().await.ok();
             let was_focused = focused.as_deref() == Some(tab.target_id.as_str());
-            let memory_kill = self.chrome.memory_killed_within(MEMORY_KILL_WINDOW);
+            let memory_kill = crash
+                .memory_cap_mb
+                .or_else(|| self.chrome.memory_killed_within(MEMORY_KILL_WINDOW));
             let repeated = {
                 let mut seen = super::listener::lock(&self.events.crashed_urls);
                 let repeated = seen.contains(&tab.url);
@@ -58,7 +66,9 @@ impl BrowserSession {
             if let Err(err) = self.close_tab(&tab.target_id).await {
                 tracing::debug!(%err, "closing the crashed tab failed");
             }
-            self.sessions.by_target.lock().await.remove(&tab.target_id);
+            if let Some(session) = self.sessions.by_target.lock().await.remove(&tab.target_id) {
+                self.chrome.conn.forget_session(&session);
+            }
             let reopened = self.new_tab(reopen_at).await;
             if !was_focused && let Some(previous) = &focused {
                 let _ = self.switch_tab(previous).await;

@@ -179,18 +179,33 @@ pub(super) async fn listen(
             }
             "Target.targetCrashed" => {
                 if let Ok(p) = ev.params::<TargetCrashedWire>() {
-                    let ours = ctx.events.prepared.lock().await.contains(&p.target_id)
-                        || ctx
-                            .sessions
-                            .by_target
-                            .lock()
-                            .await
-                            .contains_key(&p.target_id);
+                    let session = ctx
+                        .sessions
+                        .by_target
+                        .lock()
+                        .await
+                        .get(&p.target_id)
+                        .cloned();
+                    let ours = session.is_some()
+                        || ctx.events.prepared.lock().await.contains(&p.target_id);
                     if ours {
+                        tracing::debug!(target = %p.target_id, status = %p.status, "a tab's renderer died");
+                        // Whether the pool's memory watch killed it is decided now, while the
+                        // kill is recent, not at the next capture (which may come much later).
+                        let memory_cap_mb = ctx
+                            .sessions
+                            .chrome
+                            .memory_killed_within(super::crash::MEMORY_KILL_WINDOW);
                         lock(&ctx.events.crashed).push(CrashedTab {
                             target_id: p.target_id,
                             status: p.status,
+                            memory_cap_mb,
                         });
+                        // After the crash is recorded: a call failed here finds it at its
+                        // retry.
+                        if let Some(session) = session {
+                            ctx.sessions.chrome.conn.fail_session(&session);
+                        }
                     }
                 }
             }

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use super::BrowserSession;
 use crate::{
     capture::{self, SessionSource, page_info_from_metrics},
-    error::Result,
+    error::{BrowserError, Result},
     types::{CaptureOptions, PageState, Screenshot, ScreenshotFormat, Tab},
 };
 
@@ -39,7 +39,22 @@ impl BrowserSession {
     /// (reset when the focused tab changes).
     pub async fn capture(&self, options: &CaptureOptions) -> Result<PageState> {
         // A tab whose renderer died is replaced first; the agent is told in `browser_errors`.
-        let browser_errors = self.recover_crashed_tabs().await;
+        let mut browser_errors = self.recover_crashed_tabs().await;
+        match self.capture_focused(options, browser_errors.clone()).await {
+            // It died during this capture: replaced now, captured once more.
+            Err(BrowserError::TargetCrashed { .. }) => {
+                browser_errors.extend(self.recover_crashed_tabs().await);
+                self.capture_focused(options, browser_errors).await
+            }
+            other => other,
+        }
+    }
+
+    async fn capture_focused(
+        &self,
+        options: &CaptureOptions,
+        browser_errors: Vec<String>,
+    ) -> Result<PageState> {
         let target = self.focused_target().await?;
         let previous = {
             let state = self.state.lock().await;
