@@ -313,13 +313,6 @@ impl CdpConnection {
         if self.is_closed() {
             return Err(BrowserError::ConnectionClosed);
         }
-        if let Some(session) = session
-            && self.shared.is_dead(session)
-        {
-            return Err(BrowserError::TargetCrashed {
-                method: method.to_owned(),
-            });
-        }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut message = serde_json::json!({ "id": id, "method": method, "params": params });
         if let Some(session) = session {
@@ -331,10 +324,23 @@ impl CdpConnection {
             session: session.map(str::to_owned),
             answer: tx,
         };
-        match self.shared.pending.lock() {
-            Ok(mut map) => map.insert(id, call),
-            Err(poisoned) => poisoned.into_inner().insert(id, call),
-        };
+        {
+            // Under the pending lock, as in `fail_session`: a call cannot slip in between the
+            // session's death and the failing of its calls.
+            let mut pending = self
+                .shared
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(session) = session
+                && self.shared.is_dead(session)
+            {
+                return Err(BrowserError::TargetCrashed {
+                    method: method.to_owned(),
+                });
+            }
+            pending.insert(id, call);
+        }
         if self
             .outgoing
             .send(Message::Text(message.to_string().into()))
@@ -388,17 +394,17 @@ impl CdpConnection {
     /// holds a crashed target's commands until a new renderer takes it, which for a killed
     /// page is never, so they would otherwise end only at their timeouts.
     pub fn fail_session(&self, session: &str) {
-        self.shared
-            .dead_sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(session.to_owned());
         let failed: Vec<PendingCall> = {
             let mut pending = self
                 .shared
                 .pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
+            self.shared
+                .dead_sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(session.to_owned());
             let ids: Vec<u64> = pending
                 .iter()
                 .filter(|(_, call)| call.session.as_deref() == Some(session))

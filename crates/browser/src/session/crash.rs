@@ -25,7 +25,8 @@ pub(crate) struct CrashedTab {
     pub memory_cap_mb: Option<u64>,
 }
 
-/// How recent a memory kill of the pool's watch must be to explain a crash.
+/// How recent a memory kill of the pool's watch must be, when the crash is reported, to
+/// explain it.
 pub(super) const MEMORY_KILL_WINDOW: Duration = Duration::from_secs(10);
 
 impl BrowserSession {
@@ -44,9 +45,7 @@ impl BrowserSession {
             };
             let focused = self.focused_target().await.ok();
             let was_focused = focused.as_deref() == Some(tab.target_id.as_str());
-            let memory_kill = crash
-                .memory_cap_mb
-                .or_else(|| self.chrome.memory_killed_within(MEMORY_KILL_WINDOW));
+            let memory_kill = crash.memory_cap_mb;
             let repeated = {
                 let mut seen = super::listener::lock(&self.events.crashed_urls);
                 let repeated = seen.contains(&tab.url);
