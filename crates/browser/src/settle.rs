@@ -86,8 +86,27 @@ pub(crate) struct ActionMark {
     doc: Option<String>,
     /// Cross-origin frame sessions of the tab with their document ids.
     frames: Vec<(String, String)>,
+    /// The child frame the action's element lives in, when its target's session reaches it
+    /// only through the element (a cross-origin frame in the same process: no session of its
+    /// own, and no same-origin parent to reach its tracker).
+    element_frame: Option<ElementFrame>,
     /// Events since just before the action (navigation lifecycle).
     events: broadcast::Receiver<Arc<CdpEvent>>,
+}
+
+/// A frame's tracker reached through an element of the frame: functions called on the element
+/// run in the frame's main world, where its tracker lives.
+struct ElementFrame {
+    session: String,
+    object_id: String,
+    doc: String,
+}
+
+/// The element an action is about, for settling: its session and node, and whether it lives in
+/// a child frame of its target.
+pub(crate) struct ActionElement<'a> {
+    pub(crate) session: &'a str,
+    pub(crate) backend_node_id: i64,
 }
 
 #[derive(Deserialize)]
@@ -97,6 +116,11 @@ struct TrackerAnswer {
     #[serde(default)]
     pending: Vec<String>,
 }
+
+/// `begin()` of the tracker of the called-on element's window (its document id).
+const TRACKER_BEGIN_ON: &str = "function() { const w = (this.ownerDocument && this.ownerDocument.defaultView) || window; const t = w[Symbol.for('browserd.settle')]; return t ? t.begin() : null; }";
+/// `settle(doc, quietMs, capMs)` of the tracker of the called-on element's window.
+const TRACKER_SETTLE_ON: &str = "function(doc, quietMs, capMs) { const w = (this.ownerDocument && this.ownerDocument.defaultView) || window; const t = w[Symbol.for('browserd.settle')]; return t ? t.settle(doc, quietMs, capMs) : null; }";
 
 fn tracker_call(body: &str) -> String {
     format!(
@@ -119,16 +143,112 @@ impl BrowserSession {
             .filter(|v| !v.is_null())
     }
 
+    /// Calls `function` on a remote object (in its frame's main world); `None` when it fails,
+    /// throws or answers nothing.
+    async fn tracker_call_on(
+        &self,
+        session: &str,
+        object_id: &str,
+        function: &str,
+        arguments: Vec<Value>,
+        timeout: Duration,
+    ) -> Option<Value> {
+        #[derive(Deserialize)]
+        struct Answer {
+            result: Remote,
+            #[serde(rename = "exceptionDetails", default)]
+            exception: Option<Value>,
+        }
+        #[derive(Deserialize)]
+        struct Remote {
+            #[serde(default)]
+            value: Option<Value>,
+        }
+        let arguments: Vec<Value> = arguments
+            .into_iter()
+            .map(|v| serde_json::json!({ "value": v }))
+            .collect();
+        let answer: Answer = self
+            .chrome
+            .conn
+            .call_raw(
+                Some(session),
+                "Runtime.callFunctionOn",
+                serde_json::json!({"functionDeclaration": function, "objectId": object_id, "arguments": arguments, "returnByValue": true, "awaitPromise": true}),
+                timeout,
+            )
+            .await
+            .ok()?
+            .decode()
+            .ok()?;
+        if answer.exception.is_some() {
+            return None;
+        }
+        answer.result.value.filter(|v| !v.is_null())
+    }
+
+    /// Marks the start of an action in the frame of `element` (see [`ActionMark`]).
+    async fn begin_in_element_frame(&self, element: &ActionElement<'_>) -> Option<ElementFrame> {
+        #[derive(Deserialize)]
+        struct Resolved {
+            object: Object,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(rename = "objectId")]
+            object_id: Option<String>,
+        }
+        let object_id = self
+            .chrome
+            .conn
+            .call_raw(
+                Some(element.session),
+                "DOM.resolveNode",
+                serde_json::json!({"backendNodeId": element.backend_node_id}),
+                self.timeout,
+            )
+            .await
+            .ok()?
+            .decode::<Resolved>()
+            .ok()?
+            .object
+            .object_id?;
+        let doc = self
+            .tracker_call_on(
+                element.session,
+                &object_id,
+                TRACKER_BEGIN_ON,
+                Vec::new(),
+                self.timeout,
+            )
+            .await?;
+        Some(ElementFrame {
+            session: element.session.to_owned(),
+            object_id,
+            doc: doc.as_str()?.to_owned(),
+        })
+    }
+
     /// Marks the start of an action in the focused tab (and the cross-origin frames of its
-    /// last capture). `None` when there is no focused tab.
-    pub(crate) async fn settle_begin(&self) -> Option<ActionMark> {
+    /// last capture, and the child frame of the action's element). `None` when there is no
+    /// focused tab.
+    pub(crate) async fn settle_begin(
+        &self,
+        element: Option<ActionElement<'_>>,
+    ) -> Option<ActionMark> {
         let target = self.focused_target().await.ok()?;
         let session = self.prepare_tab(&target).await.ok()?;
         let frame_sessions = self.state.lock().await.frame_sessions.clone();
         let events = self.chrome.conn.events();
         let begin = tracker_call("t.begin()");
         let timeout = self.timeout;
-        let (doc, frames) = tokio::join!(
+        let element_frame = async {
+            match &element {
+                Some(element) => self.begin_in_element_frame(element).await,
+                None => None,
+            }
+        };
+        let (doc, frames, element_frame) = tokio::join!(
             self.tracker_eval(&session, begin.clone(), timeout),
             futures::future::join_all(frame_sessions.into_iter().map(|frame| {
                 let begin = begin.clone();
@@ -136,13 +256,15 @@ impl BrowserSession {
                     let doc = self.tracker_eval(&frame, begin, timeout).await;
                     doc.and_then(|d| d.as_str().map(|d| (frame, d.to_owned())))
                 }
-            }))
+            })),
+            element_frame
         );
         Some(ActionMark {
             target,
             session,
             doc: doc.and_then(|d| d.as_str().map(str::to_owned)),
             frames: frames.into_iter().flatten().collect(),
+            element_frame,
             events,
         })
     }
@@ -164,6 +286,7 @@ impl BrowserSession {
                     mark.session = session;
                     mark.doc = Some(String::new());
                     mark.frames.clear();
+                    mark.element_frame = None;
                 }
                 Err(_) => return report(started, SettleEnd::Unavailable, Vec::new()),
             }
@@ -190,7 +313,29 @@ impl BrowserSession {
                     .iter()
                     .map(|(session, doc)| self.tracker_eval(session, settle(doc), answer_timeout)),
             );
-            let (main, others) = tokio::join!(main, others);
+            // The element's frame too, once.
+            let element_frame = mark.element_frame.take();
+            let in_element_frame = async {
+                match &element_frame {
+                    Some(frame) => {
+                        self.tracker_call_on(
+                            &frame.session,
+                            &frame.object_id,
+                            TRACKER_SETTLE_ON,
+                            vec![
+                                Value::String(frame.doc.clone()),
+                                quiet_ms.into(),
+                                cap_ms.into(),
+                            ],
+                            answer_timeout,
+                        )
+                        .await
+                    }
+                    None => None,
+                }
+            };
+            let (main, mut others, in_element_frame) = tokio::join!(main, others, in_element_frame);
+            others.push(in_element_frame);
             let main: Option<TrackerAnswer> = main.and_then(|v| serde_json::from_value(v).ok());
             match main {
                 Some(answer) if answer.reason != "navigation" => {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{
     ActionContext, ActionResult, ClickParams,
-    element::describe,
+    element::{Resolved, describe},
     exec::{Fail, Outcome},
     js, timeouts,
 };
@@ -311,34 +311,124 @@ impl BrowserSession {
                 "Clicked {label} (via JavaScript: no visible geometry)"
             )));
         };
-        let probe = self
-            .call_on(&r, js::CLICK_PROBE, vec![json!(x), json!(y)], self.timeout)
-            .await?;
-        let checked_before = probe.get("checked").cloned().unwrap_or(Value::Null);
-        let topmost = probe.get("ok").and_then(Value::as_bool).unwrap_or(false);
+        // The hit test runs in the element's own document: an element of a child frame of its
+        // target is hit-tested by Chrome from the root (the quads are in the root's
+        // coordinates), then compared in the frame.
+        let topmost = match self.hit_in_child_frame(el, x, y).await {
+            None => self.probe_topmost(&r, x, y, None).await?,
+            Some(ChildFrameHit::Node(hit)) => self.probe_topmost(&r, x, y, Some(hit)).await?,
+            Some(ChildFrameHit::OtherDocument) => false,
+        };
         let mut how = "";
         if topmost {
             self.mouse_click(&r.session, x, y).await?;
+            // The click is sent again only when none of its events reached the element (the
+            // page moved something over it between the probe and the click): a click that
+            // arrived is never repeated, whatever the page made of it — its effect (a state
+            // the server sets, a re-render) may come later, and a second click would undo or
+            // repeat it.
+            let reached = self
+                .call_on(&r, js::CLICK_RECEIPT, vec![], self.timeout)
+                .await
+                .ok()
+                .and_then(|v| v.as_bool())
+                .unwrap_or(true);
+            if !reached {
+                self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
+                    .await?;
+                how = " (via JavaScript: the mouse click did not reach it)";
+            }
         } else {
             self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
                 .await?;
             how = " (via JavaScript: the point was covered by another element)";
         }
-        if !checked_before.is_null() {
-            let after = self
-                .call_on(&r, js::CHECKED_STATE, vec![], self.timeout)
-                .await
-                .unwrap_or(Value::Null);
-            if after == checked_before && topmost {
-                self.call_on(&r, js::JS_CLICK, vec![], timeouts::CLICK)
-                    .await?;
-                how = " (via JavaScript: the mouse click did not toggle it)";
-            }
-        }
         Ok(ActionResult::memory(format!("Clicked {label}{how}"))
             .with_meta("click_x", json!(x))
             .with_meta("click_y", json!(y)))
     }
+
+    /// Runs [`js::CLICK_PROBE`] (which also arms [`js::CLICK_RECEIPT`]): whether the element
+    /// is the topmost hit at (x, y), hit-tested in its document or given as `hit` (an object id).
+    async fn probe_topmost(
+        &self,
+        r: &Resolved,
+        x: f64,
+        y: f64,
+        hit: Option<String>,
+    ) -> Result<bool, Fail> {
+        let given = match hit {
+            Some(object_id) => json!({ "objectId": object_id }),
+            None => json!({ "value": null }),
+        };
+        let probe = self
+            .call_on_with(
+                r,
+                js::CLICK_PROBE,
+                vec![json!({"value": x}), json!({"value": y}), given],
+                self.timeout,
+            )
+            .await?;
+        Ok(probe.get("ok").and_then(Value::as_bool).unwrap_or(false))
+    }
+
+    /// For an element in a child frame of its target (a same-process iframe, whose content
+    /// quads are in the root document's coordinates): the node Chrome hit-tests at (x, y),
+    /// through the frames, as the mouse click would. `None` for an element in its target's own
+    /// document (the page-side probe hit-tests it).
+    async fn hit_in_child_frame(&self, el: &ElementInfo, x: f64, y: f64) -> Option<ChildFrameHit> {
+        let frame = el.frame_id.as_deref()?;
+        if frame == el.target_id {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct Located {
+            #[serde(rename = "backendNodeId")]
+            backend_node_id: i64,
+            #[serde(rename = "frameId", default)]
+            frame_id: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct ResolvedNode {
+            object: super::element::RemoteObject,
+        }
+        let conn = &self.chrome.conn;
+        let located = conn
+            .call_raw(
+                Some(&el.session_id),
+                "DOM.getNodeForLocation",
+                json!({"x": x.round() as i64, "y": y.round() as i64, "includeUserAgentShadowDOM": false}),
+                self.timeout,
+            )
+            .await
+            .and_then(|r| r.decode::<Located>());
+        let Ok(located) = located else {
+            return Some(ChildFrameHit::OtherDocument);
+        };
+        if located.frame_id.as_deref().is_some_and(|f| f != frame) {
+            return Some(ChildFrameHit::OtherDocument);
+        }
+        let object = conn
+            .call_raw(
+                Some(&el.session_id),
+                "DOM.resolveNode",
+                json!({"backendNodeId": located.backend_node_id}),
+                self.timeout,
+            )
+            .await
+            .and_then(|r| r.decode::<ResolvedNode>())
+            .ok()
+            .and_then(|r| r.object.object_id);
+        Some(object.map_or(ChildFrameHit::OtherDocument, ChildFrameHit::Node))
+    }
+}
+
+/// What Chrome's hit test found at a click point of an element in a child frame.
+enum ChildFrameHit {
+    /// A node of the element's own document (its remote object id).
+    Node(String),
+    /// Nothing of the element's document: another document (the parent's overlay) is on top.
+    OtherDocument,
 }
 
 /// The point to click: centre of the largest quad part inside the viewport, clamped.

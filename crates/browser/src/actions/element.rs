@@ -114,6 +114,17 @@ impl BrowserSession {
         timeout: Duration,
     ) -> Result<Value, Fail> {
         let arguments: Vec<Value> = args.into_iter().map(|v| json!({"value": v})).collect();
+        self.call_on_with(r, function, arguments, timeout).await
+    }
+
+    /// [`Self::call_on`] with CDP `CallArgument`s (`{"value": …}` or `{"objectId": …}`).
+    pub(super) async fn call_on_with(
+        &self,
+        r: &Resolved,
+        function: &str,
+        arguments: Vec<Value>,
+        timeout: Duration,
+    ) -> Result<Value, Fail> {
         let answer: EvalAnswer = self
             .chrome
             .conn

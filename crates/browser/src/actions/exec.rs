@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{Action, ActionContext, ActionResult, js, timeouts, workspace::WorkspaceError};
-use crate::{error::BrowserError, session::BrowserSession, types::short_tab_id};
+use crate::{
+    error::BrowserError, session::BrowserSession, settle::ActionElement, types::short_tab_id,
+};
 
 /// An action failure: the message the model reads.
 #[derive(Debug)]
@@ -58,6 +60,12 @@ pub(super) fn truncate_chars(text: &str, max: usize) -> (String, bool) {
     }
 }
 
+/// The longest `wait` (browser-use caps it at 30 s too).
+const WAIT_MAX: Duration = Duration::from_secs(30);
+/// After what the page was loading is replaced, how long the DOM must stay quiet before `wait`
+/// returns (the result renders in the frames after the loading text goes).
+const WAIT_QUIET: Duration = Duration::from_millis(150);
+
 fn overall_timeout(action: &Action) -> Duration {
     match action {
         Action::Navigate(_) | Action::Search(_) => Duration::from_secs(30),
@@ -88,7 +96,20 @@ impl BrowserSession {
     pub async fn execute(&self, action: &Action, ctx: &ActionContext) -> ActionResult {
         let limit = overall_timeout(action);
         let mark = if action.settles_page() && !self.settle.cap.is_zero() {
-            self.settle_begin().await
+            // An element in a child frame of its target: its frame is settled through it too.
+            let element = match action.index() {
+                Some(index) => self
+                    .element(index)
+                    .await
+                    .ok()
+                    .filter(|el| el.frame_id.as_deref().is_some_and(|f| f != el.target_id)),
+                None => None,
+            };
+            self.settle_begin(element.as_deref().map(|el| ActionElement {
+                session: &el.session_id,
+                backend_node_id: el.backend_node_id,
+            }))
+            .await
         } else {
             None
         };
@@ -190,14 +211,7 @@ impl BrowserSession {
             }
             Action::Navigate(p) => self.open_url(&p.url, p.new_tab).await,
             Action::GoBack(_) => self.go_back().await,
-            Action::Wait(p) => {
-                let secs = (p.seconds - 1).clamp(0, 30) as u64;
-                tokio::time::sleep(Duration::from_secs(secs)).await;
-                Ok(ActionResult::memory(format!(
-                    "Waited for {} seconds",
-                    p.seconds
-                )))
-            }
+            Action::Wait(p) => self.wait(p.seconds).await,
             Action::Click(p) => self.click(p, ctx).await,
             Action::Input(p) => self.input(p, ctx).await,
             Action::UploadFile(p) => self.upload(p.index, &p.path, ctx).await,
@@ -254,6 +268,58 @@ impl BrowserSession {
             Action::SelectDropdown(p) => self.select_dropdown(p.index, &p.text).await,
             Action::Evaluate(p) => self.evaluate(&p.code).await,
         }
+    }
+
+    /// The `wait` action: the whole time asked (at most [`WAIT_MAX`]), unless the page shows
+    /// what it is loading ("Checking availability…", a progress bar): then until that is
+    /// replaced and the DOM has gone quiet, the time asked at most.
+    async fn wait(&self, seconds: i64) -> Outcome {
+        let asked = Duration::from_secs(seconds.clamp(0, WAIT_MAX.as_secs() as i64) as u64);
+        let started = tokio::time::Instant::now();
+        let loading = match self.focused_session().await {
+            Ok(session) if !asked.is_zero() => {
+                let arg = json!({"ms": asked.as_millis() as u64, "quietMs": WAIT_QUIET.as_millis() as u64});
+                self.eval(
+                    &session,
+                    &js::with_arg(js::WAIT_FOR_LOADING, &arg),
+                    asked + Duration::from_secs(2),
+                )
+                .await
+                .ok()
+            }
+            _ => None,
+        };
+        let indicators: Vec<String> = loading
+            .as_ref()
+            .and_then(|v| v.get("indicators"))
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let replaced = loading
+            .as_ref()
+            .and_then(|v| v.get("replaced"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if replaced {
+            let waited = started.elapsed().as_secs_f64();
+            return Ok(ActionResult::memory(format!(
+                "Waited {waited:.1} seconds, until the page's loading message was replaced ({})",
+                indicators.join("; ")
+            ))
+            .with_meta("waited_ms", json!(started.elapsed().as_millis() as u64)));
+        }
+        // Nothing said loading (or it did not answer): the whole time asked.
+        tokio::time::sleep_until(started + asked).await;
+        let mut result = ActionResult::memory(format!("Waited for {seconds} seconds"));
+        if !indicators.is_empty() {
+            result.append_note(&format!("The page still shows: {}", indicators.join("; ")));
+        }
+        Ok(result.with_meta("waited_ms", json!(started.elapsed().as_millis() as u64)))
     }
 
     fn done(&self, text: &str, success: bool, files: &[String]) -> Outcome {

@@ -1,34 +1,66 @@
 //! Page-side JavaScript of the actions (functions run with `Runtime.callFunctionOn` on the
 //! element, or expressions for `Runtime.evaluate` with a JSON argument spliced in).
 
-/// `this` = element; (x, y) = click point in the element's document. Reports whether the
-/// element (or something belonging to it) is the topmost hit, and checkbox state.
-pub const CLICK_PROBE: &str = r#"function(x, y) {
+/// `this` = element; (x, y) = click point in the element's document; `given`: the node Chrome
+/// hit-tested at that point (an element in a child frame, whose document's coordinates are
+/// not the root's), or `null` to hit-test here. Reports whether the element (or something
+/// belonging to it: a descendant, its label, the control of a label) is the topmost hit, and
+/// arms [`CLICK_RECEIPT`]: a capture listener on the element's window that notes whether a
+/// trusted pointer or mouse event of the click reached the element.
+pub const CLICK_PROBE: &str = r#"function(x, y, given) {
   const el = this;
-  const root = el.getRootNode ? el.getRootNode() : document;
-  let hit = (root && root.elementFromPoint) ? root.elementFromPoint(x, y) : document.elementFromPoint(x, y);
-  while (hit && hit.shadowRoot && hit.shadowRoot.elementFromPoint) {
-    const inner = hit.shadowRoot.elementFromPoint(x, y);
-    if (!inner || inner === hit) break;
-    hit = inner;
+  let hit = given;
+  if (given === null || given === undefined) {
+    const root = el.getRootNode ? el.getRootNode() : document;
+    hit = (root && root.elementFromPoint) ? root.elementFromPoint(x, y) : document.elementFromPoint(x, y);
+    while (hit && hit.shadowRoot && hit.shadowRoot.elementFromPoint) {
+      const inner = hit.shadowRoot.elementFromPoint(x, y);
+      if (!inner || inner === hit) break;
+      hit = inner;
+    }
   }
   const inside = (n, anc) => { while (n) { if (n === anc) return true; n = n.parentNode || n.host; } return false; };
+  const labels = el.labels ? Array.from(el.labels) : [];
   let ok = false;
   if (hit) {
     ok = inside(hit, el)
       || (hit.tagName === 'LABEL' && hit.control === el)
       || (el.tagName === 'LABEL' && el.control === hit)
-      || (el.labels ? Array.from(el.labels).some(l => inside(hit, l)) : false);
+      || labels.some(l => inside(hit, l));
   }
-  const checkable = el.tagName === 'INPUT' && (el.type === 'checkbox' || el.type === 'radio');
-  return { ok, checked: checkable ? el.checked : (el.getAttribute('aria-checked')), hit: hit ? hit.tagName.toLowerCase() : null };
+  const KEY = Symbol.for('browserd.click');
+  const w = (el.ownerDocument && el.ownerDocument.defaultView) || window;
+  if (w[KEY]) w[KEY].disarm();
+  const state = { reached: false };
+  const related = (path) => path.includes(el)
+    || labels.some(l => path.includes(l))
+    || (el.tagName === 'LABEL' && !!el.control && path.includes(el.control));
+  const types = ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click'];
+  const note = (event) => {
+    if (state.reached || !event.isTrusted) return;
+    try { if (related(event.composedPath())) state.reached = true; } catch (_) {}
+  };
+  let timer = 0;
+  state.disarm = () => {
+    for (const t of types) w.removeEventListener(t, note, true);
+    clearTimeout(timer);
+    if (w[KEY] === state) delete w[KEY];
+  };
+  for (const t of types) w.addEventListener(t, note, true);
+  Object.defineProperty(w, KEY, { value: state, configurable: true, enumerable: false, writable: true });
+  timer = setTimeout(state.disarm, 30000);
+  return { ok, hit: hit ? String(hit.tagName || hit.nodeName).toLowerCase() : null };
 }"#;
 
-/// `this` = element: current checked state (checkbox/radio or aria-checked).
-pub const CHECKED_STATE: &str = r#"function() {
-  const el = this;
-  if (el.tagName === 'INPUT' && (el.type === 'checkbox' || el.type === 'radio')) return el.checked;
-  return el.getAttribute('aria-checked');
+/// `this` = element probed by [`CLICK_PROBE`]: whether a trusted event of the mouse click
+/// reached it (disarms the listener). `true` when nothing was armed: only a click proven not
+/// to have arrived may be sent again.
+pub const CLICK_RECEIPT: &str = r#"function() {
+  const w = (this.ownerDocument && this.ownerDocument.defaultView) || window;
+  const state = w[Symbol.for('browserd.click')];
+  if (!state) return true;
+  state.disarm();
+  return state.reached;
 }"#;
 
 /// `this` = element: JavaScript click.
@@ -382,3 +414,73 @@ pub const EXTRACT_HTML: &str = r#"(function(o) {
 pub fn with_arg(template: &str, arg: &serde_json::Value) -> String {
     template.replace("__ARG__", &arg.to_string())
 }
+
+/// Expression template (`__ARG__` = `{ms, quietMs}`): the `wait` action. Finds what the page
+/// says it is still loading — visible short texts such as "Loading…", "Checking availability…",
+/// "Please wait", a progress bar, an `aria-busy` region — and resolves once every one of them
+/// is gone, hidden or says something else and the DOM has then been quiet for `quietMs`, or at
+/// `ms`. Answers `{indicators: [texts], replaced: bool, waited_ms}`; with no indicator it answers
+/// at once (`indicators` empty) and the caller waits the whole time asked.
+pub const WAIT_FOR_LOADING: &str = r#"(function(arg) {
+  const started = Date.now();
+  const BUSY = /^[\s\W]*(loading|please wait|one moment|just a moment|hold on|starting|connecting|initiali[sz]ing|checking|processing|searching|fetching|retrieving|updating|saving|submitting|sending|calculating|computing|verifying|validating|preparing|generating|uploading|downloading|waiting|refreshing|syncing|signing in|logging in|redirecting|working|thinking)\b/i;
+  const ELLIPSIS = /(\u2026|\.\.\.)\s*$/;
+  const visible = (el) => {
+    if (!el.getClientRects || el.getClientRects().length === 0) return false;
+    const style = getComputedStyle(el);
+    return style.visibility !== 'hidden' && style.display !== 'none' && Number(style.opacity) !== 0;
+  };
+  const busyText = (text) => {
+    const t = (text || '').replace(/\s+/g, ' ').trim();
+    if (t.length < 3 || t.length > 120) return false;
+    return BUSY.test(t) || (ELLIPSIS.test(t) && /\b[a-z]{3,}ing\b/i.test(t));
+  };
+  const label = (el) => (el.innerText || el.textContent || el.getAttribute('aria-label') || el.tagName).replace(/\s+/g, ' ').trim().slice(0, 80);
+  const indicators = () => {
+    const found = [];
+    const body = document.body;
+    if (!body) return found;
+    for (const el of body.querySelectorAll('[role=progressbar],progress,[aria-busy=true]')) {
+      if (visible(el)) found.push({ el, text: label(el), indicator: true });
+    }
+    const walker = document.createTreeWalker(body, NodeFilter.SHOW_TEXT);
+    const seen = new Set();
+    let n;
+    while ((n = walker.nextNode()) && found.length < 20) {
+      const el = n.parentElement;
+      if (!el || seen.has(el) || /^(SCRIPT|STYLE|NOSCRIPT|TEMPLATE)$/.test(el.tagName)) continue;
+      seen.add(el);
+      const text = el.innerText !== undefined ? el.innerText : el.textContent;
+      if (busyText(text) && visible(el)) found.push({ el, text: text.replace(/\s+/g, ' ').trim(), indicator: false });
+    }
+    return found;
+  };
+  const still = (item) => item.el.isConnected && visible(item.el) &&
+    (item.indicator ? (item.el.getAttribute('aria-busy') !== 'false') : busyText(item.el.innerText !== undefined ? item.el.innerText : item.el.textContent));
+  const initial = indicators();
+  if (initial.length === 0) return { indicators: [], replaced: false, waited_ms: 0 };
+  const texts = initial.map((i) => i.text);
+  return new Promise((resolve) => {
+    let lastMutation = Date.now();
+    let gone = false;
+    let quietTimer = 0;
+    const finish = (replaced) => {
+      observer.disconnect();
+      clearTimeout(capTimer);
+      clearTimeout(quietTimer);
+      resolve({ indicators: texts, replaced, waited_ms: Date.now() - started });
+    };
+    const check = () => {
+      if (!gone) gone = initial.every((item) => !still(item));
+      if (!gone) return;
+      const left = lastMutation + arg.quietMs - Date.now();
+      clearTimeout(quietTimer);
+      if (left <= 0) finish(true);
+      else quietTimer = setTimeout(check, left);
+    };
+    const observer = new MutationObserver(() => { lastMutation = Date.now(); check(); });
+    observer.observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+    const capTimer = setTimeout(() => finish(false), Math.max(0, arg.ms - (Date.now() - started)));
+    check();
+  });
+})(__ARG__)"#;
