@@ -66,7 +66,7 @@ async fn python_app_row<F>(
     start: fn() -> F,
     task: &str,
     brain: fn() -> Brain,
-    expected: Value,
+    expected: Vec<Value>,
 ) -> String
 where
     F: std::future::Future<Output = PythonApp>,
@@ -87,9 +87,9 @@ where
     )
 }
 
-fn verdict(received: &[Value], expected: &Value) -> String {
+fn verdict(received: &[Value], expected: &[Value]) -> String {
     match received {
-        [one] if one == expected => "pass".to_owned(),
+        all if all == expected => "pass".to_owned(),
         [] => "fail (nothing received)".to_owned(),
         other => format!("fail (received {})", Value::Array(other.to_vec())),
     }
@@ -113,15 +113,15 @@ async fn main() {
             continue;
         }
         let expected = (scenario.expected)();
-        let (addr, submitted) = widgets::start_server().await;
-        let url = format!("http://{addr}/pages/{}.html", scenario.name);
+        let (first, second, submitted) = widgets::start_server_pair().await;
+        let url = scenario.url(first, second);
         let ours = widgets::run(scenario.task, &url, (scenario.brain)(), scenario.max_steps).await;
-        let ours_state = verdict(&submitted.of(scenario.name), &expected);
+        let ours_state = verdict(&submitted.of(scenario.page), &expected);
         if ours_state != "pass" {
             eprintln!("browserd on {url}: {}", ours.explain());
         }
-        let (addr, submitted) = widgets::start_server().await;
-        let url = format!("http://{addr}/pages/{}.html", scenario.name);
+        let (first, second, submitted) = widgets::start_server_pair().await;
+        let url = scenario.url(first, second);
         let (theirs, theirs_success) = browser_use(
             &python,
             &url,
@@ -130,7 +130,7 @@ async fn main() {
             scenario.max_steps,
         )
         .await;
-        let theirs_state = verdict(&submitted.of(scenario.name), &expected);
+        let theirs_state = verdict(&submitted.of(scenario.page), &expected);
         rows.push(format!(
             "| {} | {} | {ours_state} | {theirs} | {theirs_state} (success: {theirs_success}) |",
             scenario.name,
@@ -145,7 +145,7 @@ async fn main() {
                 GradioApp::start,
                 widgets::GRADIO_TASK,
                 widgets::gradio_brain,
-                widgets::gradio_expected(),
+                vec![widgets::gradio_expected()],
             )
             .await,
         );
@@ -158,7 +158,7 @@ async fn main() {
                 StreamlitApp::start,
                 widgets::STREAMLIT_TASK,
                 widgets::streamlit_brain,
-                widgets::streamlit_expected(),
+                vec![widgets::streamlit_expected()],
             )
             .await,
         );

@@ -15,7 +15,10 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Path, Query, State},
+    extract::{
+        Path, Query, State,
+        ws::{Message as WsMessage, WebSocket, WebSocketUpgrade},
+    },
     http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -56,19 +59,106 @@ impl Submitted {
 }
 
 /// Serves `/pages/{name}` (tests/widgets/pages), `/dist/…` (the bundle), `POST
-/// /api/submit/{widget}` (recorded) and `/api/feed?page=N` (five posts a page).
+/// /api/submit/{widget}` (recorded), `/api/feed?page=N` (five posts a page) and the Quasar
+/// apps' WebSocket `/ws/{widget}` (see [`app_socket`]).
 pub async fn start_server() -> (SocketAddr, Submitted) {
     let submitted = Submitted::default();
+    let addr = serve(submitted.clone()).await;
+    (addr, submitted)
+}
+
+/// [`start_server`] on two ports of 127.0.0.1 sharing one record: two origins of one site (and
+/// `localhost:<port>` is another site), for pages that frame another origin's app.
+pub async fn start_server_pair() -> (SocketAddr, SocketAddr, Submitted) {
+    let submitted = Submitted::default();
+    let first = serve(submitted.clone()).await;
+    let second = serve(submitted.clone()).await;
+    (first, second, submitted)
+}
+
+async fn serve(submitted: Submitted) -> SocketAddr {
     let app = Router::new()
         .route("/pages/{name}", get(page))
         .route("/dist/{*path}", get(bundle))
         .route("/api/submit/{widget}", post(submit))
         .route("/api/feed", get(feed))
-        .with_state(submitted.clone());
+        .route("/ws/{widget}", get(app_socket))
+        .with_state(submitted);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, submitted)
+    addr
+}
+
+/// The server side of the Quasar apps (`tests/widgets/src/quasar.js`), which own no state: each
+/// command is recorded under the widget, then answered after the server's "work" —
+/// `{"op":"toggle","field":f}` flips `f` and sends every field's state 300 ms later;
+/// `{"op":"place"}` records the order with the fields' state; `{"op":"archive","ids":[…]}` answers
+/// `{"archived": n}` 400 ms later; `{"op":"book","room":r}` answers `{"booked": r}`.
+async fn app_socket(
+    upgrade: WebSocketUpgrade,
+    State(submitted): State<Submitted>,
+    Path(widget): Path<String>,
+) -> Response {
+    upgrade.on_upgrade(move |mut ws: WebSocket| async move {
+        let mut fields = serde_json::Map::new();
+        for field in ["gift", "cancelled"] {
+            fields.insert(field.into(), Value::Bool(false));
+        }
+        while let Some(Ok(message)) = ws.recv().await {
+            let WsMessage::Text(text) = message else {
+                continue;
+            };
+            let Ok(command) = serde_json::from_str::<Value>(text.as_str()) else {
+                continue;
+            };
+            let record = |value: Value| {
+                submitted
+                    .0
+                    .lock()
+                    .unwrap()
+                    .entry(widget.clone())
+                    .or_default()
+                    .push(value);
+            };
+            let answer = match command["op"].as_str() {
+                Some("toggle") => {
+                    let field = command["field"].as_str().unwrap_or_default().to_owned();
+                    record(json!({ "toggle": field }));
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let on = fields.get(&field).and_then(Value::as_bool).unwrap_or(false);
+                    fields.insert(field, Value::Bool(!on));
+                    json!({ "state": fields })
+                }
+                Some("place") => {
+                    record(json!({ "order": fields }));
+                    let gift = if fields["gift"] == Value::Bool(true) {
+                        "with gift wrap"
+                    } else {
+                        "without gift wrap"
+                    };
+                    json!({ "placed": gift })
+                }
+                Some("archive") => {
+                    record(json!({ "archive": command["ids"] }));
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    json!({ "archived": command["ids"].as_array().map_or(0, Vec::len) })
+                }
+                Some("book") => {
+                    record(json!({ "book": command["room"] }));
+                    json!({ "booked": command["room"] })
+                }
+                _ => continue,
+            };
+            if ws
+                .send(WsMessage::Text(answer.to_string().into()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    })
 }
 
 fn file_response(path: &std::path::Path) -> Response {
@@ -286,13 +376,45 @@ fn lost(page: &str) -> Value {
 
 /// One scenario of the corpus: a page, a task, the brain, and what the app must have received.
 pub struct Scenario {
-    /// The page (`tests/widgets/pages/{name}.html`) and the key its submissions are recorded by.
+    /// The scenario's name (unique).
     pub name: &'static str,
+    /// The page (`tests/widgets/pages/{page}.html`) and the key its submissions are recorded by.
+    pub page: &'static str,
+    /// Whether the page is shown inside an iframe of another origin (`framehost.html`).
+    pub framed: Option<Framed>,
     pub task: &'static str,
     pub max_steps: u32,
     pub brain: fn() -> Brain,
-    /// The submissions the page server must hold at the end (exactly one, this one).
-    pub expected: fn() -> Value,
+    /// The submissions the page server must hold at the end, in order, and no other.
+    pub expected: fn() -> Vec<Value>,
+}
+
+/// How a framed scenario's app is embedded.
+#[derive(Clone, Copy, Debug)]
+pub enum Framed {
+    /// Another origin of the same site (another port of 127.0.0.1): the frame shares the page's
+    /// renderer and CDP session.
+    SameSite,
+    /// Another site (`localhost`): an out-of-process frame with its own target.
+    CrossSite,
+}
+
+impl Scenario {
+    /// The start URL on the servers of [`start_server_pair`] (`first` serves the page, `second`
+    /// a framed app).
+    pub fn url(&self, first: SocketAddr, second: SocketAddr) -> String {
+        let page = format!("/pages/{}.html", self.page);
+        match self.framed {
+            None => format!("http://{first}{page}"),
+            Some(Framed::SameSite) => {
+                format!("http://{first}/pages/framehost.html?src=http://{second}{page}")
+            }
+            Some(Framed::CrossSite) => format!(
+                "http://{first}/pages/framehost.html?src=http://localhost:{}{page}",
+                second.port()
+            ),
+        }
+    }
 }
 
 /// Every npm-bundled scenario.
@@ -300,54 +422,200 @@ pub fn scenarios() -> Vec<Scenario> {
     vec![
         Scenario {
             name: "mui",
+            page: "mui",
+            framed: None,
             task: "Order 37.5 kg with express shipping to Portugal for Ada Lovelace",
             max_steps: 15,
             brain: mui_brain,
-            expected: || json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"}),
+            expected: || vec![json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"})],
         },
         Scenario {
             name: "shoelace",
+            page: "shoelace",
+            framed: None,
             task: "Subscribe ada@example.com to the Pro plan, accepting the terms",
             max_steps: 12,
             brain: shoelace_brain,
-            expected: || json!({"email": "ada@example.com", "plan": "pro", "terms": true}),
+            expected: || vec![json!({"email": "ada@example.com", "plan": "pro", "terms": true})],
         },
         Scenario {
             name: "flatpickr",
+            page: "flatpickr",
+            framed: None,
             task: "Book a trip departing on 24 March 2027",
             max_steps: 8,
             brain: flatpickr_brain,
-            expected: || json!({"departure": "2027-03-24"}),
+            expected: || vec![json!({"departure": "2027-03-24"})],
         },
         Scenario {
             name: "tomselect",
+            page: "tomselect",
+            framed: None,
             task: "Set the favourite language to Rust",
             max_steps: 8,
             brain: tom_select_brain,
-            expected: || json!({"language": "rust"}),
+            expected: || vec![json!({"language": "rust"})],
         },
         Scenario {
             name: "quill",
+            page: "quill",
+            framed: None,
             task: "Write the note 'Decisions: ship on Friday' and save it",
             max_steps: 8,
             brain: quill_brain,
-            expected: || json!({"text": QUILL_NOTE}),
+            expected: || vec![json!({"text": QUILL_NOTE})],
         },
         Scenario {
             name: "virtual",
+            page: "virtual",
+            framed: None,
             task: "Open invoice 150",
             max_steps: 15,
             brain: virtual_list_brain,
-            expected: || json!({"invoice": 150}),
+            expected: || vec![json!({"invoice": 150})],
         },
         Scenario {
             name: "feed",
+            page: "feed",
+            framed: None,
             task: "Like post 23 of the feed",
             max_steps: 20,
             brain: feed_brain,
-            expected: || json!({"post": 23}),
+            expected: || vec![json!({"post": 23})],
+        },
+        Scenario {
+            name: "quasar-order",
+            page: "quasar-order",
+            framed: None,
+            task: "Show the cancelled orders, then place the order with gift wrap",
+            max_steps: 8,
+            brain: quasar_order_brain,
+            // One toggle each: a click whose answer comes from the server later is not repeated.
+            expected: || {
+                vec![
+                    json!({"toggle": "cancelled"}),
+                    json!({"toggle": "gift"}),
+                    json!({"order": {"gift": true, "cancelled": true}}),
+                ]
+            },
+        },
+        Scenario {
+            name: "quasar-shipments-same-site",
+            page: "quasar-shipments",
+            framed: Some(Framed::SameSite),
+            task: "Archive shipment SHP-2",
+            max_steps: 8,
+            brain: quasar_shipments_brain,
+            expected: || vec![json!({"archive": ["SHP-2"]})],
+        },
+        Scenario {
+            name: "quasar-shipments-cross-site",
+            page: "quasar-shipments",
+            framed: Some(Framed::CrossSite),
+            task: "Archive shipment SHP-2",
+            max_steps: 8,
+            brain: quasar_shipments_brain,
+            expected: || vec![json!({"archive": ["SHP-2"]})],
+        },
+        Scenario {
+            name: "quasar-availability",
+            page: "quasar-availability",
+            framed: None,
+            task: "Book the sea-view room if it is available",
+            max_steps: 8,
+            brain: quasar_availability_brain,
+            expected: || vec![json!({"book": "sea-view"})],
         },
     ]
+}
+
+/// The `[index]<tag …>` line of the element with `tag` whose line says `role=ROLE` and whose text
+/// is `text` (Quasar's QCheckbox and QToggle are `div`s with a role and the state in
+/// `aria-checked`), and whether it is checked.
+fn role_with_text(page: &str, role: &str, text: &str) -> Option<(u64, bool)> {
+    let index = element_with_text(page, &format!("div[^\n]*role={role}"), text)
+        .or_else(|| element_with_text(page, "div", text))?;
+    let line = page
+        .lines()
+        .find(|l| l.contains(&format!("[{index}]<")))?;
+    Some((index, checked(line)))
+}
+
+/// Whether an element line shows the checked state.
+fn checked(line: &str) -> bool {
+    line.contains("checked=true") || line.contains("aria-checked=true")
+}
+
+/// Vue + Quasar, the state on the server: the toggle, then the box (each shows its new state
+/// only when the server answers, 300 ms after the click), then "Place order".
+pub fn quasar_order_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Order placed:") {
+            return done_reply("The order is placed with gift wrap", true);
+        }
+        let Some((toggle, shown)) = role_with_text(page, "switch", "Show cancelled orders") else {
+            return lost(page);
+        };
+        if !shown || !page.contains("Order 1001 (cancelled)") {
+            return click("show the cancelled orders", toggle);
+        }
+        let Some((gift, wrapped)) = role_with_text(page, "checkbox", "Gift wrap") else {
+            return lost(page);
+        };
+        if !wrapped {
+            return click("add gift wrap", gift);
+        }
+        match element_with_text(page, "button", "Place order") {
+            Some(i) => click("place the order", i),
+            None => lost(page),
+        }
+    })
+}
+
+/// The last `role=checkbox` element before the first match of `anchor` (a table row's box comes
+/// before its text), and whether it is checked.
+fn checkbox_before(page: &str, anchor: &str) -> Option<(u64, bool)> {
+    let at = page.find(anchor)?;
+    let re = Regex::new(r"\[(\d+)\]<[a-z]+\b[^\n]*role=checkbox[^\n]*").unwrap();
+    let found = re.captures_iter(&page[..at]).last()?;
+    Some((found[1].parse().ok()?, checked(&found[0])))
+}
+
+/// A Quasar table (row selection boxes) in another origin's iframe: tick SHP-2's box, press
+/// "Archive selected", read the answer the server sends 400 ms later. A capture that showed the
+/// box ticked but not the answer would make the brain press again, as a model would.
+pub fn quasar_shipments_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Archived 1 shipment(s)") {
+            return done_reply("Archived SHP-2", true);
+        }
+        let Some((row, ticked)) = checkbox_before(page, "SHP-2") else {
+            return lost(page);
+        };
+        if !ticked {
+            return click("select shipment SHP-2", row);
+        }
+        match element_with_text(page, "button", "Archive selected") {
+            Some(i) => click("archive the selected shipment", i),
+            None => lost(page),
+        }
+    })
+}
+
+/// "Checking availability…" for 2.5 s: the brain waits 3 s while it shows, then books.
+pub fn quasar_availability_brain() -> Brain {
+    Arc::new(|page: &str| {
+        if page.contains("Booked:") {
+            return done_reply("Booked the sea-view room", true);
+        }
+        if let Some(i) = element_with_text(page, "button", "Book sea-view room") {
+            return click("book the room", i);
+        }
+        if page.contains("Checking availability") {
+            return reply("wait for the availability", json!([{"wait": {"seconds": 3}}]));
+        }
+        lost(page)
+    })
 }
 
 /// React 19 + MUI: a controlled text field, a controlled number field holding `1` (typed into,

@@ -8,21 +8,22 @@
 use browserd_tests::widgets::{self, GradioApp, StreamlitApp, run};
 
 /// Runs the npm-bundled scenario `name` and checks what its page submitted.
-async fn scenario(name: &str) {
+async fn scenario(name: &str) -> widgets::Outcome {
     let scenario = widgets::scenarios()
         .into_iter()
         .find(|s| s.name == name)
         .unwrap();
-    let (addr, submitted) = widgets::start_server().await;
-    let url = format!("http://{addr}/pages/{name}.html");
+    let (first, second, submitted) = widgets::start_server_pair().await;
+    let url = scenario.url(first, second);
     let outcome = run(scenario.task, &url, (scenario.brain)(), scenario.max_steps).await;
     assert!(outcome.exited_ok, "{}", outcome.explain());
     assert_eq!(
-        submitted.of(name),
-        vec![(scenario.expected)()],
+        submitted.of(scenario.page),
+        (scenario.expected)(),
         "{}",
         outcome.explain()
     );
+    outcome
 }
 
 /// React 19 + MUI: controlled text and number fields, a Select, an Autocomplete, a Dialog.
@@ -65,6 +66,39 @@ async fn react_window_virtual_list() {
 #[tokio::test]
 async fn intersection_observer_feed() {
     scenario("feed").await;
+}
+
+/// Vue + Quasar with the state on the server (set over its WebSocket 300 ms after a click): a
+/// QToggle and a QCheckbox clicked once each (the order records one toggle of each), then the
+/// order placed with gift wrap.
+#[tokio::test]
+async fn quasar_server_driven_toggle_and_checkbox() {
+    let outcome = scenario("quasar-order").await;
+    assert_eq!(outcome.steps(), 4, "{}", outcome.explain());
+}
+
+/// A Quasar table in an iframe of another origin of the same site: the row's box and "Archive
+/// selected" are real clicks in the frame, the capture after the press shows the server's
+/// answer (400 ms later, over the frame's WebSocket), and the server archives once.
+#[tokio::test]
+async fn quasar_table_in_a_same_site_frame_archives_once() {
+    let outcome = scenario("quasar-shipments-same-site").await;
+    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
+}
+
+/// The same in an iframe of another site (out of process).
+#[tokio::test]
+async fn quasar_table_in_a_cross_site_frame_archives_once() {
+    let outcome = scenario("quasar-shipments-cross-site").await;
+    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
+}
+
+/// "Checking availability…" for 2.5 s: one `wait` (which lasts until the message is replaced),
+/// then the booking.
+#[tokio::test]
+async fn quasar_one_wait_for_a_loading_message() {
+    let outcome = scenario("quasar-availability").await;
+    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
 }
 
 /// Gradio (PyPI): a Number typed into, a Dropdown, Tabs; the app's server logs what it got.
