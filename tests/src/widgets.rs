@@ -427,7 +427,11 @@ pub fn scenarios() -> Vec<Scenario> {
             task: "Order 37.5 kg with express shipping to Portugal for Ada Lovelace",
             max_steps: 15,
             brain: mui_brain,
-            expected: || vec![json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"})],
+            expected: || {
+                vec![
+                    json!({"name": "Ada Lovelace", "quantity": "37.5", "shipping": "express", "country": "Portugal"}),
+                ]
+            },
         },
         Scenario {
             name: "shoelace",
@@ -535,9 +539,7 @@ pub fn scenarios() -> Vec<Scenario> {
 fn role_with_text(page: &str, role: &str, text: &str) -> Option<(u64, bool)> {
     let index = element_with_text(page, &format!("div[^\n]*role={role}"), text)
         .or_else(|| element_with_text(page, "div", text))?;
-    let line = page
-        .lines()
-        .find(|l| l.contains(&format!("[{index}]<")))?;
+    let line = page.lines().find(|l| l.contains(&format!("[{index}]<")))?;
     Some((index, checked(line)))
 }
 
@@ -612,7 +614,10 @@ pub fn quasar_availability_brain() -> Brain {
             return click("book the room", i);
         }
         if page.contains("Checking availability") {
-            return reply("wait for the availability", json!([{"wait": {"seconds": 3}}]));
+            return reply(
+                "wait for the availability",
+                json!([{"wait": {"seconds": 3}}]),
+            );
         }
         lost(page)
     })

@@ -74,7 +74,8 @@ async fn intersection_observer_feed() {
 #[tokio::test]
 async fn quasar_server_driven_toggle_and_checkbox() {
     let outcome = scenario("quasar-order").await;
-    assert_eq!(outcome.steps(), 4, "{}", outcome.explain());
+    // The start URL, the toggle, the box, the order, done.
+    assert_eq!(outcome.steps(), 5, "{}", outcome.explain());
 }
 
 /// A Quasar table in an iframe of another origin of the same site: the row's box and "Archive
@@ -83,14 +84,15 @@ async fn quasar_server_driven_toggle_and_checkbox() {
 #[tokio::test]
 async fn quasar_table_in_a_same_site_frame_archives_once() {
     let outcome = scenario("quasar-shipments-same-site").await;
-    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
+    // The start URL, the box, the press, done.
+    assert_eq!(outcome.steps(), 4, "{}", outcome.explain());
 }
 
 /// The same in an iframe of another site (out of process).
 #[tokio::test]
 async fn quasar_table_in_a_cross_site_frame_archives_once() {
     let outcome = scenario("quasar-shipments-cross-site").await;
-    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
+    assert_eq!(outcome.steps(), 4, "{}", outcome.explain());
 }
 
 /// "Checking availability…" for 2.5 s: one `wait` (which lasts until the message is replaced),
@@ -98,7 +100,8 @@ async fn quasar_table_in_a_cross_site_frame_archives_once() {
 #[tokio::test]
 async fn quasar_one_wait_for_a_loading_message() {
     let outcome = scenario("quasar-availability").await;
-    assert_eq!(outcome.steps(), 3, "{}", outcome.explain());
+    // The start URL, one wait, the booking, done.
+    assert_eq!(outcome.steps(), 4, "{}", outcome.explain());
 }
 
 /// Gradio (PyPI): a Number typed into, a Dropdown, Tabs; the app's server logs what it got.

@@ -280,12 +280,7 @@ fn a_box_the_server_sets_later_is_toggled_once() {
 /// Ticks a row's box and presses "Archive selected" inside the iframe at `frame_url`: both are
 /// mouse clicks, the capture after the press shows the app's answer, the server archives once.
 /// Each test ticks its own row (`row`: 1 or 2), so that tests running together count apart.
-async fn archive_in_frame(
-    guard: &support::PoolGuard,
-    host: SocketAddr,
-    frame_url: &str,
-    row: u32,
-) {
+async fn archive_in_frame(guard: &support::PoolGuard, host: SocketAddr, frame_url: &str, row: u32) {
     let command = format!("archive SHP-{row}");
     let (_, _, received) = servers().await;
     let session = open(guard, &format!("http://{host}/host?src={frame_url}")).await;
