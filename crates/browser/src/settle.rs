@@ -102,8 +102,8 @@ struct ElementFrame {
     doc: String,
 }
 
-/// The element an action is about, for settling: its session and node, and whether it lives in
-/// a child frame of its target.
+/// A node in the child frame an action happens in (its element, or the document keys go to),
+/// for settling that frame: its session and backend node.
 pub(crate) struct ActionElement<'a> {
     pub(crate) session: &'a str,
     pub(crate) backend_node_id: i64,
@@ -185,6 +185,131 @@ impl BrowserSession {
             return None;
         }
         answer.result.value.filter(|v| !v.is_null())
+    }
+
+    /// The document of the same-process child frame that holds the keyboard focus of the
+    /// focused tab (its session and the document's backend node), following focused iframes
+    /// down at most three levels; `None` when the focus is in the tab's own document (or in an
+    /// out-of-process frame, which has its own session). Keys sent to the page go there.
+    pub(crate) async fn focused_child_frame(&self) -> Option<(String, i64)> {
+        #[derive(Deserialize)]
+        struct Evaluated {
+            result: Object,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(rename = "objectId")]
+            object_id: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Described {
+            node: DescribedNode,
+        }
+        #[derive(Deserialize)]
+        struct DescribedNode {
+            #[serde(rename = "nodeName", default)]
+            node_name: String,
+            #[serde(rename = "contentDocument", default)]
+            content_document: Option<Box<DocumentNode>>,
+        }
+        #[derive(Deserialize)]
+        struct DocumentNode {
+            #[serde(rename = "backendNodeId")]
+            backend_node_id: i64,
+        }
+        let target = self.focused_target().await.ok()?;
+        let session = self.prepare_tab(&target).await.ok()?;
+        let conn = &self.chrome.conn;
+        let mut active = conn
+            .call_raw(
+                Some(&session),
+                "Runtime.evaluate",
+                serde_json::json!({"expression": "document.activeElement"}),
+                self.timeout,
+            )
+            .await
+            .ok()?
+            .decode::<Evaluated>()
+            .ok()?
+            .result
+            .object_id?;
+        let mut found = None;
+        for _ in 0..3 {
+            let described = conn
+                .call_raw(
+                    Some(&session),
+                    "DOM.describeNode",
+                    serde_json::json!({"objectId": active, "pierce": true, "depth": 0}),
+                    self.timeout,
+                )
+                .await
+                .ok()
+                .and_then(|r| r.decode::<Described>().ok());
+            let Some(document) = described
+                .filter(|d| d.node.node_name.eq_ignore_ascii_case("iframe"))
+                .and_then(|d| d.node.content_document)
+            else {
+                break;
+            };
+            found = Some((session.clone(), document.backend_node_id));
+            // The focus inside that frame's document.
+            let Some(element) = self
+                .active_element_of_document(&session, document.backend_node_id)
+                .await
+            else {
+                break;
+            };
+            active = element;
+        }
+        found
+    }
+
+    /// The remote object of the active element of the document `backend_node_id` (a frame's
+    /// document), in that frame's main world.
+    async fn active_element_of_document(
+        &self,
+        session: &str,
+        backend_node_id: i64,
+    ) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Resolved {
+            object: Object,
+        }
+        #[derive(Deserialize)]
+        struct Called {
+            result: Object,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(rename = "objectId")]
+            object_id: Option<String>,
+        }
+        let conn = &self.chrome.conn;
+        let document = conn
+            .call_raw(
+                Some(session),
+                "DOM.resolveNode",
+                serde_json::json!({"backendNodeId": backend_node_id}),
+                self.timeout,
+            )
+            .await
+            .ok()?
+            .decode::<Resolved>()
+            .ok()?
+            .object
+            .object_id?;
+        conn.call_raw(
+            Some(session),
+            "Runtime.callFunctionOn",
+            serde_json::json!({"functionDeclaration": "function() { return this.activeElement; }", "objectId": document}),
+            self.timeout,
+        )
+        .await
+        .ok()?
+        .decode::<Called>()
+        .ok()?
+        .result
+        .object_id
     }
 
     /// Marks the start of an action in the frame of `element` (see [`ActionMark`]).

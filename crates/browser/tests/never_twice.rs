@@ -67,6 +67,7 @@ async fn servers() -> (SocketAddr, SocketAddr, Received) {
                     .route("/host", get(host_page))
                     .route("/availability", get(|| async { Html(AVAILABILITY_PAGE) }))
                     .route("/quiet", get(|| async { Html(QUIET_PAGE) }))
+                    .route("/lookup", get(|| async { Html(LOOKUP_PAGE) }))
                     .route("/ws", get(socket))
                     .with_state(received.clone());
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -179,6 +180,19 @@ const AVAILABILITY_PAGE: &str = r#"<!doctype html><title>Rooms</title>
 <h1>Rooms</h1><p id="answer">Checking availability…</p>
 <script>
 setTimeout(() => { document.getElementById('answer').textContent = '3 rooms available'; }, 2500);
+</script>"#;
+
+/// A lookup field: Enter asks the server, whose answer shows 300 ms later.
+const LOOKUP_PAGE: &str = r#"<!doctype html><title>Lookup</title>
+<input id="query" aria-label="Query"> <p id="found"></p>
+<script>
+const ws = new WebSocket('ws://' + location.host + '/ws');
+ws.onmessage = (event) => {
+  document.getElementById('found').textContent = 'Found: ' + event.data.split(' ')[2];
+};
+document.getElementById('query').addEventListener('keydown', (event) => {
+  if (event.key === 'Enter') ws.send('toggle lookup-' + Math.random().toString(36).slice(2));
+});
 </script>"#;
 
 const QUIET_PAGE: &str = r#"<!doctype html><title>Quiet</title><p>Nothing is loading here.</p>"#;
@@ -369,6 +383,43 @@ fn wait_lasts_until_the_loading_message_is_replaced_or_the_time_asked() {
             "the whole second asked: {result:?}"
         );
         assert_eq!(memory(&result), "Waited for 1 seconds");
+        session.release().await;
+    });
+}
+
+/// A lookup field in a same-site frame: Enter sends the query over the frame's WebSocket and
+/// the answer shows 300 ms later. `send_keys` goes to the focused frame, and the settle after it
+/// follows that frame, so the capture shows the answer.
+#[test]
+fn keys_sent_into_a_same_site_frame_are_settled_in_it() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (host, other, received) = servers().await;
+        let session = open(
+            &guard,
+            &format!("http://{host}/host?src=http://{other}/lookup"),
+        )
+        .await;
+        let state = capture(&session).await;
+        run(&session, click(index_by_id(&state, "query"))).await;
+        let before = received.count("toggle lookup");
+        let typed = session
+            .execute(
+                &Action::SendKeys(browserd_browser::actions::SendKeysParams {
+                    keys: "Enter".into(),
+                }),
+                &ActionContext::default(),
+            )
+            .await;
+        assert!(typed.error.is_none(), "{typed:?}");
+        let after = capture(&session).await;
+        assert!(
+            after.llm_text.contains("Found: on"),
+            "the capture after the keys shows the frame's answer ({:?}):\n{}",
+            typed.metadata.as_ref().and_then(|m| m.get("settle")),
+            after.llm_text
+        );
+        assert_eq!(received.count("toggle lookup") - before, 1);
         session.release().await;
     });
 }

@@ -97,18 +97,25 @@ impl BrowserSession {
         let limit = overall_timeout(action);
         let mark = if action.settles_page() && !self.settle.cap.is_zero() {
             // An element in a child frame of its target: its frame is settled through it too.
+            // Keys go to the focused element, which may be in a child frame.
             let element = match action.index() {
                 Some(index) => self
                     .element(index)
                     .await
                     .ok()
-                    .filter(|el| el.frame_id.as_deref().is_some_and(|f| f != el.target_id)),
+                    .filter(|el| el.frame_id.as_deref().is_some_and(|f| f != el.target_id))
+                    .map(|el| (el.session_id.clone(), el.backend_node_id)),
+                None if matches!(action, Action::SendKeys(_)) => self.focused_child_frame().await,
                 None => None,
             };
-            self.settle_begin(element.as_deref().map(|el| ActionElement {
-                session: &el.session_id,
-                backend_node_id: el.backend_node_id,
-            }))
+            self.settle_begin(
+                element
+                    .as_ref()
+                    .map(|(session, backend_node_id)| ActionElement {
+                        session,
+                        backend_node_id: *backend_node_id,
+                    }),
+            )
             .await
         } else {
             None

@@ -145,22 +145,32 @@ pub const READ_VALUE: &str = r#"function() {
   return ('value' in el) ? String(el.value) : null;
 }"#;
 
-/// `this` = element: [`READ_VALUE`] once the page's reaction to the typing has run (a task
-/// after the next animation frame, at most 100 ms later: frameworks that re-render in a frame
-/// or a timer rewrite the field by then).
+/// `this` = element: [`READ_VALUE`] once the page's reaction to the typing is over — first
+/// the settle tracker's wait for what the typing started (requests, WebSocket answers, timers,
+/// DOM mutations; at most 1.5 s), then a task after the next animation frame (at most 100 ms
+/// later: frameworks that re-render in a frame or a timer rewrite the field by then). The field
+/// is judged only after that, so a value the page (or its server) sets late is not "repaired".
+/// The tracker's action mark is renewed, so that what a repair starts is waited for too.
 pub const READ_VALUE_LATER: &str = r#"function() {
   let el = this;
+  const win = (el.ownerDocument && el.ownerDocument.defaultView) || window;
+  const tracker = win[Symbol.for('browserd.settle')];
   const deepActive = () => { let a = document.activeElement; while (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement; return a; };
-  if (!(el.isContentEditable || 'value' in el)) el = deepActive() || el;
-  return new Promise((resolve) => {
-    let done = false;
-    const read = () => {
-      if (done) return;
-      done = true;
-      resolve(el.isContentEditable ? el.innerText : ('value' in el) ? String(el.value) : null);
-    };
-    requestAnimationFrame(() => setTimeout(read, 0));
-    setTimeout(read, 100);
+  const settled = tracker
+    ? Promise.resolve(tracker.settle(tracker.doc(), 50, 1500)).catch(() => null).then(() => { tracker.begin(); })
+    : Promise.resolve();
+  return settled.then(() => {
+    if (!(el.isContentEditable || 'value' in el)) el = deepActive() || el;
+    return new Promise((resolve) => {
+      let done = false;
+      const read = () => {
+        if (done) return;
+        done = true;
+        resolve(el.isContentEditable ? el.innerText : ('value' in el) ? String(el.value) : null);
+      };
+      requestAnimationFrame(() => setTimeout(read, 0));
+      setTimeout(read, 100);
+    });
   });
 }"#;
 
@@ -362,17 +372,40 @@ pub const SELECT_OPTION: &str = r#"function(wanted) {
   if (el.parentElement) lists.push(el.parentElement);
   let opts = [];
   for (const l of lists) { opts = Array.from(l.querySelectorAll(OPT)); if (opts.length) break; }
-  if (!opts.length && (el.getAttribute('aria-haspopup') || el.getAttribute('role') === 'combobox')) {
-    el.click();
-    for (const attr of ['aria-controls', 'aria-owns']) {
-      for (const id of (el.getAttribute(attr) || '').split(/\s+/).filter(Boolean)) { const t = document.getElementById(id); if (t) { opts = Array.from(t.querySelectorAll(OPT)); if (opts.length) break; } }
+  return (async () => {
+    if (!opts.length && (el.getAttribute('aria-haspopup') || el.getAttribute('role') === 'combobox')) {
+      // Opened once (not when it already is: a second click would close it), then its options
+      // are waited for — a popup often renders them a frame or a request later.
+      const controlled = () => {
+        for (const attr of ['aria-controls', 'aria-owns']) {
+          for (const id of (el.getAttribute(attr) || '').split(/\s+/).filter(Boolean)) {
+            const t = document.getElementById(id);
+            const found = t ? Array.from(t.querySelectorAll(OPT)) : [];
+            if (found.length) return found;
+          }
+        }
+        return [];
+      };
+      if (el.getAttribute('aria-expanded') !== 'true') el.click();
+      opts = controlled();
+      if (!opts.length) {
+        opts = await new Promise((resolve) => {
+          let timer = 0;
+          const observer = new MutationObserver(() => {
+            const found = controlled();
+            if (found.length) { observer.disconnect(); clearTimeout(timer); resolve(found); }
+          });
+          observer.observe(document, {subtree: true, childList: true, attributes: true});
+          timer = setTimeout(() => { observer.disconnect(); resolve(controlled()); }, 1500);
+        });
+      }
     }
-  }
-  const hit = pick(opts, text, o => o.getAttribute('data-value') || o.getAttribute('value') || text(o));
-  if (!hit) return {ok: false, options: opts.map(text)};
-  hit.scrollIntoView({block: 'nearest'});
-  hit.click();
-  return {ok: true, text: text(hit), value: hit.getAttribute('data-value') || hit.getAttribute('value') || text(hit)};
+    const hit = pick(opts, text, o => o.getAttribute('data-value') || o.getAttribute('value') || text(o));
+    if (!hit) return {ok: false, options: opts.map(text)};
+    hit.scrollIntoView({block: 'nearest'});
+    hit.click();
+    return {ok: true, text: text(hit), value: hit.getAttribute('data-value') || hit.getAttribute('value') || text(hit)};
+  })();
 }"#;
 
 /// `this` = element: the file input to upload into (itself, one nearby, or the closest on
