@@ -68,6 +68,7 @@ async fn servers() -> (SocketAddr, SocketAddr, Received) {
                     .route("/availability", get(|| async { Html(AVAILABILITY_PAGE) }))
                     .route("/quiet", get(|| async { Html(QUIET_PAGE) }))
                     .route("/lookup", get(|| async { Html(LOOKUP_PAGE) }))
+                    .route("/closed", get(|| async { Html(CLOSED_SHADOW_PAGE) }))
                     .route("/ws", get(socket))
                     .with_state(received.clone());
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -180,6 +181,27 @@ const AVAILABILITY_PAGE: &str = r#"<!doctype html><title>Rooms</title>
 <h1>Rooms</h1><p id="answer">Checking availability…</p>
 <script>
 setTimeout(() => { document.getElementById('answer').textContent = '3 rooms available'; }, 2500);
+</script>"#;
+
+/// A switch inside a closed shadow root (the window's view of the click's path stops at the
+/// host): each click flips it and counts.
+const CLOSED_SHADOW_PAGE: &str = r#"<!doctype html><title>Settings</title>
+<settings-switch></settings-switch>
+<script>
+window.flips = 0;
+customElements.define('settings-switch', class extends HTMLElement {
+  constructor() {
+    super();
+    const root = this.attachShadow({ mode: 'closed' });
+    root.innerHTML = '<div id="dark" role="switch" aria-checked="false" tabindex="0" style="display:inline-block;padding:8px;border:1px solid #888">Dark mode</div>';
+    const box = root.getElementById('dark');
+    box.addEventListener('click', () => {
+      window.flips += 1;
+      // The state shows later, as if a server confirmed it.
+      setTimeout(() => box.setAttribute('aria-checked', box.getAttribute('aria-checked') === 'true' ? 'false' : 'true'), 300);
+    });
+  }
+});
 </script>"#;
 
 /// A lookup field: Enter asks the server, whose answer shows 300 ms later.
@@ -420,6 +442,38 @@ fn keys_sent_into_a_same_site_frame_are_settled_in_it() {
             after.llm_text
         );
         assert_eq!(received.count("toggle lookup") - before, 1);
+        session.release().await;
+    });
+}
+
+/// A switch in a closed shadow root: the mouse click reaches it (seen by a listener on the
+/// element itself), so it is not sent again.
+#[test]
+fn a_switch_in_a_closed_shadow_root_is_clicked_once() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (addr, _, _) = servers().await;
+        let session = open(&guard, &format!("http://{addr}/closed")).await;
+        let state = capture(&session).await;
+        let index = state
+            .selector_map
+            .values()
+            .find(|e| e.attr("role") == Some("switch"))
+            .unwrap_or_else(|| panic!("the switch is indexed:\n{}", state.llm_text))
+            .index;
+        let result = run(&session, click(index)).await;
+        assert!(!memory(&result).contains("JavaScript"), "{result:?}");
+        page_condition(&session, "window.flips === 1").await;
+        let flips = session
+            .cdp(
+                Some(&session.focused_target().await.expect("tab")),
+                "Runtime.evaluate",
+                serde_json::json!({"expression": "window.flips", "returnByValue": true}),
+            )
+            .await
+            .expect("evaluate");
+        let v: serde_json::Value = serde_json::from_str(flips.as_str()).expect("json");
+        assert_eq!(v["result"]["result"]["value"], 1, "{result:?}");
         session.release().await;
     });
 }

@@ -36,17 +36,21 @@ pub const CLICK_PROBE: &str = r#"function(x, y, given) {
     || labels.some(l => path.includes(l))
     || (el.tagName === 'LABEL' && !!el.control && path.includes(el.control));
   const types = ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click'];
+  // On the window (the path from there shows open shadow trees) and on the element and its
+  // labels themselves (an element in a closed shadow tree is not in the path the window sees).
+  const listened = [w, el, ...labels];
   const note = (event) => {
     if (state.reached || !event.isTrusted) return;
+    if (event.currentTarget !== w) { state.reached = true; return; }
     try { if (related(event.composedPath())) state.reached = true; } catch (_) {}
   };
   let timer = 0;
   state.disarm = () => {
-    for (const t of types) w.removeEventListener(t, note, true);
+    for (const target of listened) for (const t of types) target.removeEventListener(t, note, true);
     clearTimeout(timer);
     if (w[KEY] === state) delete w[KEY];
   };
-  for (const t of types) w.addEventListener(t, note, true);
+  for (const target of listened) for (const t of types) target.addEventListener(t, note, true);
   Object.defineProperty(w, KEY, { value: state, configurable: true, enumerable: false, writable: true });
   timer = setTimeout(state.disarm, 30000);
   return { ok, hit: hit ? String(hit.tagName || hit.nodeName).toLowerCase() : null };
