@@ -159,6 +159,8 @@ impl Process {
         Self::start_with_env(db, model, role, args, &[]).await
     }
 
+    /// [`Process::start`] with extra environment variables; an empty value removes the variable
+    /// (e.g. `("BROWSERD_RATE_LIMIT_PER_SECOND", "")`: the binary's default limit).
     pub async fn start_with_env(
         db: &TestDb,
         model: SocketAddr,
@@ -187,10 +189,13 @@ impl Process {
             .env("BROWSERD_UNAUTH_RATE_LIMIT_PER_SECOND", "0")
             .env("RUST_LOG", "info,browserd_worker=debug")
             .env_remove("BROWSERD_CONFIG")
-            .envs(env.iter().copied())
+            .envs(env.iter().copied().filter(|(_, value)| !value.is_empty()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        for (name, _) in env.iter().filter(|(_, value)| value.is_empty()) {
+            command.env_remove(name);
+        }
         let mut child = command.spawn().expect("spawn browserd");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let logs = Arc::new(Mutex::new(String::new()));
