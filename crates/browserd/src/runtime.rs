@@ -107,6 +107,15 @@ pub struct BrowserArgs {
     )]
     pub allow_loopback: bool,
 
+    /// The most one downloaded file may take, in MiB (a larger download is cancelled and
+    /// its partial file removed).
+    #[arg(long, env = "BROWSERD_DOWNLOAD_MAX_FILE_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub download_max_file_mb: u64,
+
+    /// The most all of one task's downloads may take together, in MiB.
+    #[arg(long, env = "BROWSERD_DOWNLOAD_MAX_TASK_MB", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub download_max_task_mb: u64,
+
     #[command(flatten)]
     pub egress: EgressArgs,
 }
@@ -135,6 +144,14 @@ impl BrowserArgs {
             }
         }
         Ok(identity)
+    }
+
+    /// The per-file and per-task download caps.
+    pub fn download_caps(&self) -> browserd_browser::DownloadCaps {
+        browserd_browser::DownloadCaps {
+            per_file_bytes: self.download_max_file_mb.saturating_mul(1 << 20),
+            per_task_bytes: self.download_max_task_mb.saturating_mul(1 << 20),
+        }
     }
 
     /// The settle cap of tasks that set none.
@@ -226,6 +243,7 @@ impl Runtime {
             RunnerSettings {
                 allow_loopback: browser.allow_loopback,
                 settle_timeout: Some(browser.settle_timeout()),
+                download_caps: browser.download_caps(),
             },
         ));
         Ok(Self { pool, runner })

@@ -152,6 +152,9 @@ pub struct RunnerSettings {
     /// Settle cap of tasks that set none; `None` = browser-use's 2 s
     /// ([`browserd_browser::settle::DEFAULT_SETTLE_CAP`]).
     pub settle_timeout: Option<Duration>,
+    /// The most a task's downloads may take on disk, per file and all together (a download
+    /// past either is cancelled, its partial file removed, and the model told).
+    pub download_caps: browserd_browser::DownloadCaps,
 }
 
 /// A run that did not start.
@@ -509,7 +512,7 @@ impl TaskRunner {
                     ..SettleSettings::default()
                 },
                 proxy: spec.options.proxy.clone(),
-                download_caps: Default::default(),
+                download_caps: self.settings.download_caps,
             })
             .await
             .map_err(|err| RunError::Browser(err.to_string()))?;
