@@ -1068,7 +1068,7 @@ async fn v2_flat_secrets_need_allowed_domains_or_the_opt_in(pool: PgPool) {
     let (status, body) = app
         .v2_post(
             "/tasks",
-            json!({"task": "t", "secrets": {"https://bank.example/x": {"pw": secret}}}),
+            json!({"task": "t", "secrets": {"bank.*": {"pw": secret}}}),
         )
         .await;
     assert_eq!(status, 422, "{body}");

@@ -27,7 +27,8 @@ pub enum TaskSecret {
     Bound(BTreeMap<String, SecretString>),
 }
 
-/// The wire schema of one [`TaskSecret`] (its values are strings).
+/// One entry of a task's `secrets`: a value, or the secrets bound to the domain pattern that is
+/// its key.
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 #[schema(as = TaskSecret)]
