@@ -196,7 +196,7 @@ async fn a_secret_bound_to_its_site_never_reaches_another_host() {
     let id = client
         .create_task(json!({
             "task": "Log in as alice with the password <secret>pw</secret>",
-            "start_url": bank_login,
+            "start_url": bank.url("/login"),
             "use_vision": false,
             "secrets": {format!("http://{}", bank.addr): {"pw": secret}},
         }))
