@@ -569,7 +569,7 @@ fn base64_forms(bytes: &[u8]) -> Vec<String> {
             let skip = if offset == 0 { 0 } else { 4 };
             if whole > skip {
                 let stable = &encoded[skip..whole];
-                if stable.len() >= 8 || (offset == 0 && bytes.len() % 3 == 0) {
+                if stable.len() >= 8 || (offset == 0 && bytes.len().is_multiple_of(3)) {
                     forms.push(stable.to_owned());
                 }
             }

@@ -222,15 +222,15 @@ mod tests {
     /// open as unbound ones.
     #[test]
     fn task_secrets_with_domains_seal_and_old_flat_ones_still_open() {
-        let ring = SecretsKeyring::new(KEY_A, None).unwrap();
+        let ring = SecretsKeyring::from_base64(KEY_A, &[]).unwrap();
         let task = TaskId::new();
-        let secrets: TaskSecrets = serde_json::from_value(serde_json::json!({
+        let bound: TaskSecrets = serde_json::from_value(serde_json::json!({
             "https://*.bank.example": {"pw": "bank-pw"},
             "token": "t0k",
         }))
         .unwrap();
         let opened = ring
-            .open_task_secrets(task, &ring.seal_task_secrets(task, &secrets))
+            .open_task_secrets(task, &ring.seal_task_secrets(task, &bound))
             .unwrap();
         let entries: Vec<(Option<&str>, &str, &str)> = opened
             .entries()
