@@ -131,6 +131,7 @@ async fn a_task_recorded_by_the_service_is_replayed_by_a_worker_without_a_model(
             "start_url": format!("http://{addr}/"),
             "use_vision": false,
             "max_steps": 6,
+            "allowed_domains": ["127.0.0.1"],
             "secrets": {"query": query},
             "metadata": {"run": "recording"},
         }))

@@ -232,7 +232,7 @@ async fn a_secret_is_typed_into_the_page_and_never_stored() {
         .create_task(json!({
             "task": "Log in as alice with the password <secret>pw</secret>",
             "start_url": site.url("/login"),
-            "secrets": {"pw": secret},
+            "secrets": {format!("http://{}", site.addr): {"pw": secret}},
         }))
         .await;
     let events = client.events(&id, 0).await.until_closed(LONG).await;

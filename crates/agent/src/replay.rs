@@ -561,7 +561,7 @@ async fn attempt(
         found.element = current.into_iter().find(|e| e.index == index);
     }
     secrets
-        .fill_placeholders(&mut params, &state.url)
+        .fill_for_action(name, &mut params, &[&state.url])
         .map_err(|e| e.to_string())?;
     let result = browser
         .execute(name, &params)

@@ -58,7 +58,7 @@ pub use mcp::McpBackend;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
 pub use task_ops::TaskService;
-pub use validation::validate_create_task;
+pub use validation::{SecretFixNames, unbound_secrets_refusal, validate_create_task};
 
 /// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
 /// crate only deals in `tracing` spans and W3C header values.

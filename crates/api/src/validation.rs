@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use browserd_domains::{DomainList, DomainRules, Forbidden, UrlTarget};
+use browserd_domains::{DomainList, DomainPattern, DomainRules, Forbidden, UrlTarget};
 use browserd_store::{NewReplay, NewTask};
 use browserd_types::dto::{CreateTaskRequest, ReplaySettings, limits};
-use browserd_types::{TaskId, TaskOptions};
+use browserd_types::{TaskId, TaskOptions, TaskSecret, TaskSecrets};
 use secrecy::ExposeSecret;
 
 use crate::error::ApiError;
@@ -110,41 +110,12 @@ pub fn validate_create_task(
         None => None,
     };
 
-    let secrets = request.secrets.unwrap_or_default();
-    if secrets.len() > limits::SECRETS_MAX {
-        return Err(ApiError::validation(
-            "secrets",
-            format!("at most {} secrets are allowed", limits::SECRETS_MAX),
-        ));
-    }
-    for (name, value) in &secrets {
-        let field = format!("secrets.{name}");
-        if name.is_empty()
-            || name.chars().count() > limits::SECRET_NAME_MAX_CHARS
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        {
-            return Err(ApiError::validation(
-                "secrets",
-                format!(
-                    "secret names must be 1–{} characters of A–Z, a–z, 0–9, `_`, `-`, `.`",
-                    limits::SECRET_NAME_MAX_CHARS
-                ),
-            ));
-        }
-        // Never echo the value.
-        let chars = value.expose_secret().chars().count();
-        if chars == 0 || chars > limits::SECRET_VALUE_MAX_CHARS {
-            return Err(ApiError::validation(
-                field,
-                format!(
-                    "secret values must be 1–{} characters",
-                    limits::SECRET_VALUE_MAX_CHARS
-                ),
-            ));
-        }
-    }
+    let secrets = validate_secrets(
+        request.secrets.unwrap_or_default(),
+        &allowed_domains,
+        request.allow_secrets_on_any_domain.unwrap_or(false),
+        &SecretFixNames::V1,
+    )?;
 
     if let Some(schema) = &request.output_schema {
         validate_output_schema(schema)?;
@@ -448,6 +419,138 @@ fn check_start_url_against_lists(url: &url::Url, rules: &DomainRules) -> Result<
 /// Domain patterns, parsed by `browserd_domains` — the parser the egress policy uses, so a list
 /// accepted here is a list the task's browser accepts. Returns the patterns as stored (trimmed,
 /// lowercase) and the parsed list.
+/// How a front end spells the two ways to accept flat secrets, for the refusal's message.
+pub struct SecretFixNames {
+    /// The task's list of allowed domains.
+    pub allowed_domains: &'static str,
+    /// The explicit opt-in to secrets usable on any domain.
+    pub opt_in: &'static str,
+}
+
+impl SecretFixNames {
+    /// `POST /v1/tasks` (and MCP, which takes its field names).
+    pub const V1: Self = Self {
+        allowed_domains: "allowed_domains",
+        opt_in: "allow_secrets_on_any_domain: true",
+    };
+    /// `POST /api/v2/tasks`.
+    pub const V2: Self = Self {
+        allowed_domains: "allowedDomains",
+        opt_in: "allowSecretsOnAnyDomain: true",
+    };
+    /// `browserd run` / `browserd replay`.
+    pub const CLI: Self = Self {
+        allowed_domains: "--allowed-domain",
+        opt_in: "--allow-secrets-on-any-domain",
+    };
+}
+
+/// The refusal of flat (unbound) secrets in a task without allowed domains and without the
+/// opt-in, if that is the case: it names the secrets (never their values) and both fixes.
+pub fn unbound_secrets_refusal(
+    secrets: &TaskSecrets,
+    has_allowed_domains: bool,
+    opt_in: bool,
+    names: &SecretFixNames,
+) -> Option<String> {
+    let unbound = secrets.unbound_names();
+    if unbound.is_empty() || has_allowed_domains || opt_in {
+        return None;
+    }
+    Some(format!(
+        "secrets {} are bound to no domain, so a page could lead the agent to use them on any \
+         site: bind them to the domains they are for, e.g. {{\"https://*.bank.example\": \
+         {{\"{}\": \"…\"}}}} (the patterns of {}), or set {} (flat secrets are then bound to \
+         those domains); {} accepts them on any domain",
+        unbound
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        unbound[0],
+        names.allowed_domains,
+        names.allowed_domains,
+        names.opt_in,
+    ))
+}
+
+/// Checks a task's secrets (names, values, domain patterns, the flat-secret rule) and binds the
+/// flat ones to `allowed_domains`. Accepted flat secrets without allowed domains (the opt-in)
+/// are logged by name.
+fn validate_secrets(
+    secrets: TaskSecrets,
+    allowed_domains: &[String],
+    opt_in: bool,
+    names: &SecretFixNames,
+) -> Result<TaskSecrets, ApiError> {
+    if secrets.count() > limits::SECRETS_MAX {
+        return Err(ApiError::validation(
+            "secrets",
+            format!("at most {} secrets are allowed", limits::SECRETS_MAX),
+        ));
+    }
+    for (key, entry) in &secrets.0 {
+        if let TaskSecret::Bound(map) = entry {
+            if let Err(err) = DomainPattern::parse(key) {
+                return Err(ApiError::validation(
+                    "secrets",
+                    format!("secrets: a key holding an object must be a domain pattern: {err}"),
+                ));
+            }
+            if map.is_empty() {
+                return Err(ApiError::validation(
+                    "secrets",
+                    format!("secrets: `{key}` binds no secret to its domains"),
+                ));
+            }
+        }
+    }
+    for (pattern, name, value) in secrets.entries() {
+        let field = match pattern {
+            None => format!("secrets.{name}"),
+            Some(_) => "secrets".to_owned(),
+        };
+        if name.is_empty()
+            || name.chars().count() > limits::SECRET_NAME_MAX_CHARS
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        {
+            return Err(ApiError::validation(
+                "secrets",
+                format!(
+                    "secret names must be 1–{} characters of A–Z, a–z, 0–9, `_`, `-`, `.`",
+                    limits::SECRET_NAME_MAX_CHARS
+                ),
+            ));
+        }
+        // Never echo the value.
+        let chars = value.expose_secret().chars().count();
+        if chars == 0 || chars > limits::SECRET_VALUE_MAX_CHARS {
+            return Err(ApiError::validation(
+                field,
+                format!(
+                    "secret values must be 1–{} characters",
+                    limits::SECRET_VALUE_MAX_CHARS
+                ),
+            ));
+        }
+    }
+    if let Some(message) =
+        unbound_secrets_refusal(&secrets, !allowed_domains.is_empty(), opt_in, names)
+    {
+        return Err(ApiError::validation("secrets", message));
+    }
+    if allowed_domains.is_empty() && !secrets.unbound_names().is_empty() {
+        tracing::warn!(
+            secret_names = ?secrets.unbound_names(),
+            "task secrets accepted bound to no domain (allow_secrets_on_any_domain): the agent \
+             may use them on any site"
+        );
+    }
+    Ok(secrets.bind_unbound_to(allowed_domains))
+}
+
 fn validate_domains(
     field: &str,
     domains: Option<Vec<String>>,

@@ -1489,7 +1489,10 @@ async fn secret_values_never_leave_the_database(pool: PgPool) {
     let secret = format!("hunter2-{}", TaskId::new());
     let response = app
         .post("/v1/tasks")
-        .json(&json!({"task": "log in with <secret>password</secret>", "secrets": {"password": secret}}))
+        .json(&json!({
+            "task": "log in with <secret>password</secret>",
+            "secrets": {"https://*.bank.example": {"password": secret}},
+        }))
         .send()
         .await
         .unwrap();
@@ -1560,6 +1563,128 @@ async fn secret_values_never_leave_the_database(pool: PgPool) {
             .await
             .unwrap();
     assert!(stored.is_none());
+}
+
+/// The secrets a worker opens for a task, as `(pattern, name, value)`.
+async fn claimed_secrets(app: &TestApp) -> Vec<(Option<String>, String, String)> {
+    let claimed = app
+        .store
+        .claim_task("w", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("a queued task");
+    assert_eq!(claimed.secrets_error, None);
+    claimed
+        .secrets
+        .entries()
+        .map(|(pattern, name, value)| {
+            (
+                pattern.map(str::to_owned),
+                name.to_owned(),
+                secrecy::ExposeSecret::expose_secret(value).to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Secrets are bound to domains: given so (browser-use's `sensitive_data` shape), or flat with
+/// `allowed_domains` (then bound to those). Flat ones without allowed domains are refused with
+/// a 422 naming both fixes and never the value, unless the task opts in explicitly (logged by
+/// name). Invalid patterns are refused with the egress policy's reason.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn secrets_are_bound_to_domains_or_refused(pool: PgPool) {
+    let app = TestApp::start(pool).await;
+    let value = format!("pw-{}", TaskId::new());
+    let refuse = |body: Value| {
+        let app = &app;
+        async move {
+            let response = app.post("/v1/tasks").json(&body).send().await.unwrap();
+            assert_eq!(
+                response.status(),
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "{body}"
+            );
+            response.json::<Value>().await.unwrap()["error"].clone()
+        }
+    };
+    // Flat, no allowed_domains: refused, saying how to bind it.
+    let err = refuse(json!({"task": "log in", "secrets": {"pw": value}})).await;
+    assert_eq!(err["field"], "secrets", "{err}");
+    let message = err["message"].as_str().unwrap();
+    for needle in [
+        "`pw`",
+        "bound to no domain",
+        r#"{"https://*.bank.example": {"pw": "…"}}"#,
+        "set allowed_domains",
+        "allow_secrets_on_any_domain: true",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
+    }
+    assert!(!err.to_string().contains(&value));
+    // An empty allow list is no allow list; a bad pattern is refused with its reason.
+    refuse(json!({"task": "t", "secrets": {"pw": value}, "allowed_domains": []})).await;
+    let err = refuse(json!({"task": "t", "secrets": {"bank.*": {"pw": value}}})).await;
+    assert!(
+        err["message"].as_str().unwrap().contains("domain pattern"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains(&value));
+    refuse(json!({"task": "t", "secrets": {"bank.example": {}}})).await;
+    refuse(json!({"task": "t", "secrets": {"bank.example": {"bad name": "v"}}})).await;
+
+    // Bound: stored as given.
+    app.create(json!({
+        "task": "t",
+        "secrets": {"https://*.bank.example": {"pw": value}},
+    }))
+    .await;
+    assert_eq!(
+        claimed_secrets(&app).await,
+        [(
+            Some("https://*.bank.example".to_owned()),
+            "pw".to_owned(),
+            value.clone()
+        )]
+    );
+    // Flat with allowed_domains: bound to each of them (a bound value of the same name wins).
+    app.create(json!({
+        "task": "t",
+        "allowed_domains": ["bank.example", "*.pay.example"],
+        "secrets": {"pw": value, "bank.example": {"pw": "bank-own"}},
+    }))
+    .await;
+    assert_eq!(
+        claimed_secrets(&app).await,
+        [
+            (
+                Some("*.pay.example".to_owned()),
+                "pw".to_owned(),
+                value.clone()
+            ),
+            (
+                Some("bank.example".to_owned()),
+                "pw".to_owned(),
+                "bank-own".to_owned()
+            ),
+        ]
+    );
+    // The explicit opt-in: accepted unbound, and logged by name without the value.
+    app.create(json!({
+        "task": "t",
+        "secrets": {"any_pw": value},
+        "allow_secrets_on_any_domain": true,
+    }))
+    .await;
+    assert_eq!(
+        claimed_secrets(&app).await,
+        [(None, "any_pw".to_owned(), value.clone())]
+    );
+    let logs = captured_logs();
+    assert!(
+        logs.contains("allow_secrets_on_any_domain") && logs.contains("any_pw"),
+        "the opt-in is logged"
+    );
+    assert!(!logs.contains(&value), "the value is never logged");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -112,7 +111,7 @@ async fn remote_watch_follows_the_event_websocket_and_resumes_after_a_drop(pool:
     let new = NewTask {
         task: "climb".to_owned(),
         options: TaskOptions::default(),
-        secrets: BTreeMap::new(),
+        secrets: Default::default(),
         trace_context: None,
         replay: None,
     };

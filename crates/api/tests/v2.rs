@@ -211,7 +211,10 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
     // Secrets are write-only in v2 too.
     let secret = "v2-s3cret-value";
     let (status, _) = app
-        .v2_post("/tasks", json!({"task": "t", "secrets": {"pw": secret}}))
+        .v2_post(
+            "/tasks",
+            json!({"task": "t", "secrets": {"pw": secret}, "allowedDomains": ["bank.example"]}),
+        )
         .await;
     assert_eq!(status, 202);
     let logs = captured_logs();
@@ -1030,4 +1033,44 @@ async fn profiles_answer_as_the_sdk_expects(pool: PgPool) {
             json!({"detail": "Profile not found"})
         )
     );
+}
+
+/// The official SDK sends `secrets` flat: accepted with `allowedDomains` (bound to them), or
+/// domain-bound as browser-use's `sensitive_data`; without either, a FastAPI 422 on
+/// `body.secrets` that names both fixes in v2's field names; `allowSecretsOnAnyDomain` opts in.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn v2_flat_secrets_need_allowed_domains_or_the_opt_in(pool: PgPool) {
+    let app = App::start(pool).await;
+    let secret = "v2-flat-s3cret";
+    let (status, body) = app
+        .v2_post("/tasks", json!({"task": "t", "secrets": {"pw": secret}}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["detail"][0]["loc"],
+        json!(["body", "secrets"]),
+        "{body}"
+    );
+    let msg = body["detail"][0]["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("allowedDomains") && msg.contains("allowSecretsOnAnyDomain: true"),
+        "{msg}"
+    );
+    assert!(!body.to_string().contains(secret));
+    for ok in [
+        json!({"task": "t", "secrets": {"https://*.bank.example": {"pw": secret}}}),
+        json!({"task": "t", "secrets": {"pw": secret}, "allowedDomains": ["bank.example"]}),
+        json!({"task": "t", "secrets": {"pw": secret}, "allowSecretsOnAnyDomain": true}),
+    ] {
+        let (status, body) = app.v2_post("/tasks", ok.clone()).await;
+        assert_eq!(status, 202, "{ok}: {body}");
+    }
+    let (status, body) = app
+        .v2_post(
+            "/tasks",
+            json!({"task": "t", "secrets": {"bank.*": {"pw": secret}}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(!body.to_string().contains(secret));
 }

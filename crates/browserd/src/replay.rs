@@ -14,7 +14,7 @@ use browserd_types::TaskOptions;
 use browserd_worker::TaskSpec;
 use clap::Args;
 
-use crate::run::{EXIT_UNSUCCESSFUL, load_secrets, parse_secret_name};
+use crate::run::{EXIT_UNSUCCESSFUL, check_secret_binding, load_secrets, parse_secret_name};
 use crate::runtime::{BrowserArgs, PoolShape, Runtime};
 use crate::step_lines::one_line;
 
@@ -49,9 +49,13 @@ pub struct ReplayArgs {
     #[arg(long = "secret", value_name = "NAME", value_parser = parse_secret_name)]
     pub secrets: Vec<String>,
 
-    /// A JSON file of secrets in browser-use's `sensitive_data` shape.
+    /// A JSON file of secrets in browser-use's `sensitive_data` shape (as for `browserd run`).
     #[arg(long, value_name = "FILE")]
     pub secrets_file: Option<PathBuf>,
+
+    /// Accept secrets bound to no domain without `--allowed-domain` (as for `browserd run`).
+    #[arg(long)]
+    pub allow_secrets_on_any_domain: bool,
 
     /// Write the report (every action: indices, how it matched, outcome) as JSON here.
     #[arg(long)]
@@ -88,8 +92,14 @@ pub async fn run(
         prohibited_domains: args.prohibited_domains.clone(),
         ..TaskOptions::default()
     };
+    let secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
+    check_secret_binding(
+        &secrets,
+        &args.allowed_domains,
+        args.allow_secrets_on_any_domain,
+    )?;
     let mut spec = TaskSpec::with_options("replay", options);
-    spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
+    spec.secrets = browserd_worker::sensitive_data(secrets.bind_unbound_to(&args.allowed_domains));
 
     // No model is called: an empty catalog.
     let Runtime { pool, runner } = Runtime::build(

@@ -8,12 +8,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use browserd_agent::{
-    AgentControl, AgentEvent, AgentHistoryList, EventSink, SecretEntry, SensitiveData,
-};
+use browserd_agent::{AgentControl, AgentEvent, AgentHistoryList, EventSink};
 use browserd_types::dto::{CreateTaskRequest, limits};
+use browserd_types::{TaskSecret, TaskSecrets};
 use browserd_worker::{RunEnd, RunRequest, TaskSpec};
 use clap::Args;
+use secrecy::SecretString;
 use tracing::Instrument;
 
 use crate::runtime::{BrowserArgs, PoolShape, Runtime};
@@ -147,9 +147,16 @@ pub struct RunArgs {
     pub secrets: Vec<String>,
 
     /// A JSON file of task secrets in browser-use's `sensitive_data` shape:
-    /// `{"name": "value"}` or `{"*.example.com": {"name": "value"}}` (scoped to those domains).
+    /// `{"https://*.example.com": {"name": "value"}}` (used only on those domains) or
+    /// `{"name": "value"}` (needs --allowed-domain or --allow-secrets-on-any-domain).
     #[arg(long, value_name = "FILE")]
     pub secrets_file: Option<PathBuf>,
+
+    /// Accept secrets bound to no domain (`--secret`, flat `--secrets-file` entries) without
+    /// `--allowed-domain`: the agent may then type them on any site. Otherwise they are refused;
+    /// with `--allowed-domain` they are bound to those domains.
+    #[arg(long)]
+    pub allow_secrets_on_any_domain: bool,
 
     /// Workspace directory for the agent's files and downloads (default: a temporary one).
     #[arg(long)]
@@ -279,25 +286,26 @@ pub fn secret_env_var(name: &str) -> String {
     format!("BROWSERD_SECRET_{}", browserd_llm::config::env_name(name))
 }
 
-/// The task's secrets: `--secrets-file` first, then each `--secret` from its variable.
+/// The task's secrets: `--secrets-file` first, then each `--secret` (bound to no domain) from
+/// its variable.
 pub fn load_secrets(
     secrets_file: Option<&std::path::Path>,
     names: &[String],
-) -> anyhow::Result<SensitiveData> {
+) -> anyhow::Result<TaskSecrets> {
     let mut secrets = match secrets_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --secrets-file {}", path.display()))?;
             // serde_json's error names line and column only, never the text around it.
-            serde_json::from_str::<SensitiveData>(&text).map_err(|e| {
+            serde_json::from_str::<TaskSecrets>(&text).map_err(|e| {
                 anyhow::anyhow!(
-                    "--secrets-file {} must be a JSON object of name -> value or \
-                     domain -> {{name -> value}} ({e})",
+                    "--secrets-file {} must be a JSON object of domain -> {{name -> value}} \
+                     or name -> value ({e})",
                     path.display()
                 )
             })?
         }
-        None => SensitiveData::default(),
+        None => TaskSecrets::default(),
     };
     for name in names {
         let var = secret_env_var(name);
@@ -307,9 +315,29 @@ pub fn load_secrets(
         if value.is_empty() {
             anyhow::bail!("--secret {name}: the environment variable {var} is empty");
         }
-        secrets.0.insert(name.clone(), SecretEntry::Value(value));
+        secrets
+            .0
+            .insert(name.clone(), TaskSecret::Value(SecretString::from(value)));
     }
     Ok(secrets)
+}
+
+/// Secrets bound to no domain need `--allowed-domain` (they are then bound to those domains)
+/// or `--allow-secrets-on-any-domain`: the api's rule, in the flags' names.
+pub fn check_secret_binding(
+    secrets: &TaskSecrets,
+    allowed_domains: &[String],
+    on_any_domain: bool,
+) -> anyhow::Result<()> {
+    match browserd_api::unbound_secrets_refusal(
+        secrets,
+        !allowed_domains.is_empty(),
+        on_any_domain,
+        &browserd_api::SecretFixNames::CLI,
+    ) {
+        Some(message) => anyhow::bail!("{message}"),
+        None => Ok(()),
+    }
 }
 
 /// Prints each step as it happens.
@@ -372,13 +400,24 @@ fn task_spec(
         proxy: args.proxy.clone(),
         ..args.task.request()?
     };
-    // The api's rules and defaults; the viewport and settle cap are the runtime's
-    // (`--viewport`, `--settle-timeout-ms`): one task, one browser.
-    let options = browserd_api::validate_create_task(request, &catalog)
-        .map_err(|err| anyhow::anyhow!("the task's flags: {err}"))?
-        .options;
-    let mut spec = TaskSpec::with_options(args.task.task.clone(), options);
-    spec.secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
+    let secrets = load_secrets(args.secrets_file.as_deref(), &args.secrets)?;
+    check_secret_binding(
+        &secrets,
+        &args.task.allowed_domains,
+        args.allow_secrets_on_any_domain,
+    )?;
+    let request = CreateTaskRequest {
+        secrets: Some(secrets),
+        allow_secrets_on_any_domain: Some(args.allow_secrets_on_any_domain),
+        ..request
+    };
+    // The api's rules and defaults (the secrets' too: bound to the allowed domains); the
+    // viewport and settle cap are the runtime's (`--viewport`, `--settle-timeout-ms`): one
+    // task, one browser.
+    let task = browserd_api::validate_create_task(request, &catalog)
+        .map_err(|err| anyhow::anyhow!("the task's flags: {err}"))?;
+    let mut spec = TaskSpec::with_options(args.task.task.clone(), task.options);
+    spec.secrets = browserd_worker::sensitive_data(task.secrets);
     Ok(spec)
 }
 

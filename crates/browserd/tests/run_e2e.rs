@@ -346,6 +346,8 @@ async fn login_with_a_secret_password_succeeds_and_never_leaks_it() {
             &start,
             "--secret",
             "password",
+            "--allowed-domain",
+            "127.0.0.1",
         ],
         &[("BROWSERD_SECRET_PASSWORD", "hunter2-xyz")],
     )
@@ -714,6 +716,20 @@ async fn secrets_come_from_the_environment_never_the_command_line() {
     let out = run_browserd(model_addr, dir.path(), &["Log in", "--secret", "pin"]).await;
     assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("BROWSERD_SECRET_PIN"), "{}", out.stderr);
+    // A secret bound to no domain needs --allowed-domain (it is then bound to those domains) or
+    // the explicit opt-in: refused before anything starts, naming both, never the value.
+    let out = run_browserd_with_env(
+        model_addr,
+        dir.path(),
+        &["Log in", "--secret", "pin"],
+        &[("BROWSERD_SECRET_PIN", "pin-value-5544")],
+    )
+    .await;
+    assert_ne!(out.code, Some(0));
+    for needle in ["`pin`", "--allowed-domain", "--allow-secrets-on-any-domain"] {
+        assert!(out.stderr.contains(needle), "{needle}: {}", out.stderr);
+    }
+    assert!(!out.stderr.contains("pin-value-5544"), "{}", out.stderr);
     // A secrets file that is not the expected shape names the file, not its content.
     let file = dir.path().join("secrets.json");
     std::fs::write(&file, r#"{"pin": ["not-a-string-9876"]}"#).unwrap();

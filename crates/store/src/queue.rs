@@ -7,14 +7,12 @@
 //! the worker abandons the task. The unique key on `(task_id, number)` is the second fence: a
 //! step number is written once.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use browserd_types::{
     ArtifactId, EventBody, StatusEvent, StatusOutcome, StepEvent, StepStartedEvent, TaskEvent,
-    TaskId, TaskStatus, Transition,
+    TaskId, TaskSecrets, TaskStatus, Transition,
 };
-use secrecy::SecretString;
 use time::OffsetDateTime;
 
 use crate::events::{EventGuard, append_body_in};
@@ -28,7 +26,7 @@ pub const QUEUE_CHANNEL: &str = "task_queue";
 /// A task a worker has just claimed, with its secrets opened in memory.
 pub struct ClaimedTask {
     pub record: TaskRecord,
-    pub secrets: BTreeMap<String, SecretString>,
+    pub secrets: TaskSecrets,
     /// The secrets could not be opened (no key, another key, damaged): the task must fail.
     pub secrets_error: Option<String>,
 }
@@ -38,7 +36,7 @@ impl std::fmt::Debug for ClaimedTask {
         f.debug_struct("ClaimedTask")
             .field("id", &self.record.id)
             .field("attempts", &self.record.attempts)
-            .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
 }
@@ -213,11 +211,14 @@ impl Store {
             .await?
             .ok_or(StoreError::TaskNotFound(id))?;
         let (secrets, secrets_error) = match (&attempt.secrets_sealed, &self.keyring) {
-            (None, _) => (BTreeMap::new(), None),
-            (Some(_), None) => (BTreeMap::new(), Some(StoreError::NoSecretsKey.to_string())),
-            (Some(sealed), Some(keyring)) => match keyring.open(id, sealed) {
+            (None, _) => (TaskSecrets::default(), None),
+            (Some(_), None) => (
+                TaskSecrets::default(),
+                Some(StoreError::NoSecretsKey.to_string()),
+            ),
+            (Some(sealed), Some(keyring)) => match keyring.open_task_secrets(id, sealed) {
                 Ok(secrets) => (secrets, None),
-                Err(err) => (BTreeMap::new(), Some(format!("task secrets: {err}"))),
+                Err(err) => (TaskSecrets::default(), Some(format!("task secrets: {err}"))),
             },
         };
         Ok(ClaimAttempt::Claimed(Box::new(ClaimedTask {

@@ -11,7 +11,7 @@ use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use browserd_types::TaskId;
+use browserd_types::{TaskId, TaskSecret, TaskSecrets};
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use secrecy::{ExposeSecret, SecretString};
@@ -111,6 +111,29 @@ impl SecretsKeyring {
             .map(|(name, value)| (name.clone(), value.expose_secret().into()))
             .collect();
         let plain = Zeroizing::new(serde_json::to_vec(&plain).unwrap_or_default());
+        self.seal_bytes(task, &plain)
+    }
+
+    /// Seals a task's secrets, domain-bound ones included: the same JSON object as
+    /// [`SecretsKeyring::seal`] (`{name: value}`), with `{pattern: {name: value}}` entries.
+    pub fn seal_task_secrets(&self, task: TaskId, secrets: &TaskSecrets) -> Vec<u8> {
+        let mut plain = serde_json::Map::new();
+        for (key, entry) in &secrets.0 {
+            let value = match entry {
+                TaskSecret::Value(value) => value.expose_secret().into(),
+                TaskSecret::Bound(map) => serde_json::Value::Object(
+                    map.iter()
+                        .map(|(name, value)| (name.clone(), value.expose_secret().into()))
+                        .collect(),
+                ),
+            };
+            plain.insert(key.clone(), value);
+        }
+        let plain = Zeroizing::new(serde_json::to_vec(&plain).unwrap_or_default());
+        self.seal_bytes(task, &plain)
+    }
+
+    fn seal_bytes(&self, task: TaskId, plain: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce).expect("the operating system's random source failed");
         let aad = task.0.as_bytes();
@@ -120,7 +143,7 @@ impl SecretsKeyring {
             .encrypt(
                 &XNonce::from(nonce),
                 Payload {
-                    msg: &plain,
+                    msg: plain,
                     aad: aad.as_slice(),
                 },
             )
@@ -139,6 +162,23 @@ impl SecretsKeyring {
         task: TaskId,
         sealed: &[u8],
     ) -> Result<BTreeMap<String, SecretString>, SealError> {
+        let plain = self.open_bytes(task, sealed)?;
+        let map: BTreeMap<String, String> =
+            serde_json::from_slice(&plain).map_err(|_| SealError::Damaged)?;
+        Ok(map
+            .into_iter()
+            .map(|(name, value)| (name, SecretString::from(value)))
+            .collect())
+    }
+
+    /// Opens a task's secrets sealed by [`SecretsKeyring::seal_task_secrets`] (or, before
+    /// secrets could be bound to domains, by [`SecretsKeyring::seal`]).
+    pub fn open_task_secrets(&self, task: TaskId, sealed: &[u8]) -> Result<TaskSecrets, SealError> {
+        let plain = self.open_bytes(task, sealed)?;
+        serde_json::from_slice(&plain).map_err(|_| SealError::Damaged)
+    }
+
+    fn open_bytes(&self, task: TaskId, sealed: &[u8]) -> Result<Zeroizing<Vec<u8>>, SealError> {
         let header = 4 + KEY_ID_LEN + NONCE_LEN;
         if sealed.len() < header || &sealed[..4] != MAGIC {
             return Err(SealError::Damaged);
@@ -153,7 +193,7 @@ impl SecretsKeyring {
             .map_err(|_| SealError::Damaged)?;
         let nonce = XNonce::from(nonce);
         let aad = task.0.as_bytes();
-        let plain = Zeroizing::new(
+        Ok(Zeroizing::new(
             key.cipher
                 .decrypt(
                     &nonce,
@@ -163,13 +203,7 @@ impl SecretsKeyring {
                     },
                 )
                 .map_err(|_| SealError::Damaged)?,
-        );
-        let map: BTreeMap<String, String> =
-            serde_json::from_slice(&plain).map_err(|_| SealError::Damaged)?;
-        Ok(map
-            .into_iter()
-            .map(|(name, value)| (name, SecretString::from(value)))
-            .collect())
+        ))
     }
 }
 
@@ -182,6 +216,36 @@ mod tests {
 
     fn secrets() -> BTreeMap<String, SecretString> {
         BTreeMap::from([("pw".to_owned(), SecretString::from("hunter2-xyz"))])
+    }
+
+    /// Domain-bound secrets seal and open whole; secrets sealed before they could be bound
+    /// open as unbound ones.
+    #[test]
+    fn task_secrets_with_domains_seal_and_old_flat_ones_still_open() {
+        let ring = SecretsKeyring::from_base64(KEY_A, &[]).unwrap();
+        let task = TaskId::new();
+        let bound: TaskSecrets = serde_json::from_value(serde_json::json!({
+            "https://*.bank.example": {"pw": "bank-pw"},
+            "token": "t0k",
+        }))
+        .unwrap();
+        let opened = ring
+            .open_task_secrets(task, &ring.seal_task_secrets(task, &bound))
+            .unwrap();
+        let entries: Vec<(Option<&str>, &str, &str)> = opened
+            .entries()
+            .map(|(p, n, v)| (p, n, v.expose_secret()))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                (Some("https://*.bank.example"), "pw", "bank-pw"),
+                (None, "token", "t0k"),
+            ]
+        );
+        let old = ring.seal(task, &secrets());
+        let opened = ring.open_task_secrets(task, &old).unwrap();
+        assert_eq!(opened.unbound_names().len(), opened.count());
     }
 
     #[test]

@@ -1,16 +1,15 @@
 //! Tasks: creation, reads scoped to their API key, keyset pagination, the guarded status
 //! transitions and deletion.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use browserd_types::dto::TaskView;
 use browserd_types::{
-    ApiKeyId, EventBody, StatusEvent, StatusOutcome, TaskId, TaskOptions, TaskStatus, Transition,
+    ApiKeyId, EventBody, StatusEvent, StatusOutcome, TaskId, TaskOptions, TaskSecrets, TaskStatus,
+    Transition,
 };
-use secrecy::SecretString;
 use sqlx::types::Json;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -22,7 +21,8 @@ use crate::{Store, StoreError};
 pub struct NewTask {
     pub task: String,
     pub options: TaskOptions,
-    pub secrets: BTreeMap<String, SecretString>,
+    /// Domain-bound (and, by an explicit opt-in, unbound) secrets, as the api validated them.
+    pub secrets: TaskSecrets,
     /// W3C `traceparent` of the creating request (observability; the worker's spans join it).
     pub trace_context: Option<String>,
     /// Set for a replay task: the worker replays the source's recorded actions instead of
@@ -35,7 +35,7 @@ impl fmt::Debug for NewTask {
         f.debug_struct("NewTask")
             .field("task", &self.task)
             .field("options", &self.options)
-            .field("secret_names", &self.secrets.keys().collect::<Vec<_>>())
+            .field("secrets", &self.secrets)
             .field("replay", &self.replay)
             .finish_non_exhaustive()
     }
@@ -217,7 +217,7 @@ impl Store {
             None
         } else {
             let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
-            Some(keyring.seal(id, &new.secrets))
+            Some(keyring.seal_task_secrets(id, &new.secrets))
         };
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query_as!(

@@ -10,8 +10,8 @@ use browserd_store::{
     TransitionDetails,
 };
 use browserd_types::{
-    ApiKeyId, ArtifactId, EventBody, StepEvent, TaskId, TaskOptions, TaskStatus, Transition,
-    event_kind,
+    ApiKeyId, ArtifactId, EventBody, StepEvent, TaskId, TaskOptions, TaskSecrets, TaskStatus,
+    Transition, event_kind,
 };
 use secrecy::ExposeSecret;
 use secrecy::SecretString;
@@ -24,7 +24,7 @@ fn new_task(text: &str) -> NewTask {
     NewTask {
         task: text.to_owned(),
         options: TaskOptions::default(),
-        secrets: BTreeMap::from([("pw".to_owned(), SecretString::from("s3cr3t-value"))]),
+        secrets: TaskSecrets::unbound([("pw".to_owned(), SecretString::from("s3cr3t-value"))]),
         trace_context: None,
         replay: None,
     }
@@ -559,7 +559,12 @@ async fn claims_go_in_creation_order_and_never_twice(pool: PgPool) {
         .unwrap();
     assert_eq!(first.record.id, a);
     assert_eq!(first.record.attempts, 1);
-    assert_eq!(first.secrets["pw"].expose_secret(), "s3cr3t-value");
+    let opened: Vec<(Option<&str>, &str, &str)> = first
+        .secrets
+        .entries()
+        .map(|(pattern, name, value)| (pattern, name, value.expose_secret()))
+        .collect();
+    assert_eq!(opened, [(None, "pw", "s3cr3t-value")]);
     let second = store
         .claim_task("w", Duration::from_secs(30))
         .await
@@ -957,7 +962,7 @@ async fn claims_take_turns_across_keys(pool: PgPool) {
 
 fn plain_task(text: &str) -> NewTask {
     NewTask {
-        secrets: BTreeMap::new(),
+        secrets: Default::default(),
         ..new_task(text)
     }
 }
@@ -1563,7 +1568,7 @@ async fn both_stores_apply_the_same_status_machine(pool: PgPool) {
         let mut seen = Vec::new();
         for (name, store) in stores {
             let new = NewTask {
-                secrets: BTreeMap::new(),
+                secrets: Default::default(),
                 ..new_task(&format!("sequence {number}"))
             };
             let id = store.create_task(owner, new).await.unwrap().id;
@@ -1597,7 +1602,7 @@ async fn a_feed_follows_the_memory_store() {
     let memory = MemoryStore::new();
     let owner = ApiKeyId::new();
     let new = NewTask {
-        secrets: BTreeMap::new(),
+        secrets: Default::default(),
         ..new_task("followed")
     };
     let id = memory.create_task(owner, new).await.unwrap().id;

@@ -5,12 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 
-use crate::{TaskId, TaskOptions, TaskStatus};
+use crate::{TaskId, TaskOptions, TaskSecrets, TaskStatus};
 
 /// Limits and defaults of `POST /v1/tasks`. The defaults are the one definition used by the
 /// api, the agent's `TaskConfig` and `browserd run`.
@@ -194,15 +193,24 @@ pub struct CreateTaskRequest {
     /// These domains may never be visited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prohibited_domains: Option<Vec<String>>,
-    /// Write-only secrets (name → value) the agent can use as `<secret>name</secret>`. Never
-    /// returned, logged or put in events.
+    /// Write-only secrets the agent can use as `<secret>name</secret>`, in browser-use's
+    /// `sensitive_data` shape: bound to domains, `{"https://*.bank.example": {"pw": "…"}}` (the
+    /// patterns of `allowed_domains`; a value is used only in actions on a page of those
+    /// domains, and in a `navigate` URL only to those domains), or flat, `{"pw": "…"}`, which
+    /// needs `allowed_domains` (the secrets are then bound to those domains) or
+    /// `allow_secrets_on_any_domain`. Never returned, logged or put in events.
     #[serde(
         default,
         skip_serializing_if = "never_serialized",
         serialize_with = "serialize_nothing"
     )]
-    #[schema(value_type = Option<BTreeMap<String, String>>)]
-    pub secrets: Option<BTreeMap<String, SecretString>>,
+    #[schema(value_type = Option<BTreeMap<String, crate::secrets::TaskSecretSchema>>)]
+    pub secrets: Option<TaskSecrets>,
+    /// Accept flat `secrets` without `allowed_domains`: the agent may then type them on any
+    /// site (never into a URL, `evaluate` or `extract`), including one a page's text leads it
+    /// to. Default false; prefer binding the secrets to their domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_secrets_on_any_domain: Option<bool>,
     /// A JSON Schema the final output must satisfy: at most 64 KiB, 64 levels of nesting, 256
     /// `$ref`s, 1 000 values per `enum`, and 20 000 nodes once its `$ref`s are inlined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -287,7 +295,6 @@ fn serialize_nothing<T, S: serde::Serializer>(_: &T, serializer: S) -> Result<S:
 impl fmt::Debug for CreateTaskRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Secrets are shown by name only.
-        let secret_names: Option<Vec<&String>> = self.secrets.as_ref().map(|s| s.keys().collect());
         f.debug_struct("CreateTaskRequest")
             .field("task", &self.task)
             .field("replay_of", &self.replay_of)
@@ -297,7 +304,11 @@ impl fmt::Debug for CreateTaskRequest {
             .field("model", &self.model)
             .field("allowed_domains", &self.allowed_domains)
             .field("prohibited_domains", &self.prohibited_domains)
-            .field("secrets", &secret_names.map(|names| (names, "[REDACTED]")))
+            .field("secrets", &self.secrets)
+            .field(
+                "allow_secrets_on_any_domain",
+                &self.allow_secrets_on_any_domain,
+            )
             .field("output_schema", &self.output_schema)
             .field("use_vision", &self.use_vision)
             .field("max_actions_per_step", &self.max_actions_per_step)
@@ -593,9 +604,9 @@ mod tests {
         let request = CreateTaskRequest {
             task: Some("t".to_owned()),
             max_steps: Some(3),
-            secrets: Some(BTreeMap::from([(
+            secrets: Some(TaskSecrets::unbound([(
                 "pw".to_owned(),
-                SecretString::from("hunter2"),
+                secrecy::SecretString::from("hunter2"),
             )])),
             ..CreateTaskRequest::default()
         };

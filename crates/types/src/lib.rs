@@ -7,6 +7,7 @@ pub mod ids;
 pub mod options;
 pub mod profiles;
 pub mod schema_bounds;
+pub mod secrets;
 pub mod status;
 pub mod takeover;
 pub mod v2;
@@ -18,4 +19,5 @@ pub use event::{
 };
 pub use ids::{ApiKeyId, ArtifactId, TaskId};
 pub use options::TaskOptions;
+pub use secrets::{TaskSecret, TaskSecrets};
 pub use status::{TaskStatus, Transition};

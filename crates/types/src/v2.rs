@@ -5,13 +5,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::TaskStatus;
+use crate::{TaskSecrets, TaskStatus};
 
 /// Limits of the v2 create request (the cloud's, where browserd can honour them).
 pub mod limits {
@@ -163,10 +162,16 @@ pub struct CreateTaskRequest {
     /// At most 10 pairs.
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
-    /// Write-only secrets (name → value), as `/v1`'s.
+    /// Write-only secrets, as `/v1`'s: bound to domains, `{"https://*.bank.example": {"pw":
+    /// "…"}}`, or flat, `{"pw": "…"}` (the official SDK's shape), which needs `allowedDomains`
+    /// (the secrets are then bound to those domains) or `allowSecretsOnAnyDomain`.
     #[serde(default)]
-    #[schema(value_type = Option<BTreeMap<String, String>>)]
-    pub secrets: Option<BTreeMap<String, SecretString>>,
+    #[schema(value_type = Option<BTreeMap<String, crate::secrets::TaskSecretSchema>>)]
+    pub secrets: Option<TaskSecrets>,
+    /// Accept flat `secrets` without `allowedDomains` (browserd's addition): the agent may
+    /// then type them on any site (never into a URL, `evaluate` or `extract`). Default false.
+    #[serde(default)]
+    pub allow_secrets_on_any_domain: Option<bool>,
     /// Only these domains may be visited (patterns like `*.example.com`).
     #[serde(default)]
     pub allowed_domains: Option<Vec<String>>,
@@ -229,14 +234,13 @@ where
 
 impl fmt::Debug for CreateTaskRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secret_names: Option<Vec<&String>> = self.secrets.as_ref().map(|s| s.keys().collect());
         f.debug_struct("CreateTaskRequest")
             .field("task", &self.task)
             .field("llm", &self.llm)
             .field("start_url", &self.start_url)
             .field("max_steps", &self.max_steps)
             .field("session_id", &self.session_id)
-            .field("secrets", &secret_names.map(|names| (names, "[REDACTED]")))
+            .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
 }

@@ -46,7 +46,7 @@ pub use runner::{
     LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
     RunnerSettings, TaskRunner, TaskSpec, browser_viewport, failed, parse_viewport, secret_values,
 };
-pub use service::{TraceParent, Worker, WorkerConfig, task_spec};
+pub use service::{TraceParent, Worker, WorkerConfig, sensitive_data, task_spec};
 pub use sink::StoreSink;
 pub use specs::browser_action_specs;
 pub use takeover::{PersonInputRequest, TakeOverLink, apply_person_inputs};

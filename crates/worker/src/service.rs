@@ -7,7 +7,6 @@
 //! are status changes, seen through the process's [`EventHub`] within milliseconds and through
 //! the heartbeat's answer at the latest.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,8 +20,8 @@ use browserd_store::{
     ClaimedTask, EventHub, SessionState, Signal, Store, StoreError, TaskRecord, TaskReplay,
     TaskSession, TransitionDetails,
 };
-use browserd_types::{TaskId, TaskStatus, Transition};
-use secrecy::{ExposeSecret, SecretString};
+use browserd_types::{TaskId, TaskSecret, TaskSecrets, TaskStatus, Transition};
+use secrecy::ExposeSecret;
 use time::OffsetDateTime;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -252,30 +251,45 @@ async fn maintain(store: Store, config: Arc<WorkerConfig>, shutdown: Cancellatio
 }
 
 /// The runner's view of a task row: its options as stored, its secrets, and what is left of
-/// its wall-clock budget (counted from the first start, paused time included).
-pub fn task_spec(
-    record: &TaskRecord,
-    secrets: &BTreeMap<String, SecretString>,
-    now: OffsetDateTime,
-) -> TaskSpec {
+/// its wall-clock budget (counted from the first start, paused time included). Secrets the api
+/// stored unbound (sealed before secrets could be bound to domains) are bound to the task's
+/// `allowed_domains` here, as the api binds them now.
+pub fn task_spec(record: &TaskRecord, secrets: &TaskSecrets, now: OffsetDateTime) -> TaskSpec {
     let mut spec = TaskSpec::with_options(record.task.clone(), record.options.clone());
     spec.timeout = record.options.timeout_s.map(|secs| {
         let started = record.started_at.unwrap_or(now);
         let left = started + time::Duration::seconds(i64::from(secs)) - now;
         Duration::try_from(left).unwrap_or(Duration::ZERO)
     });
-    spec.secrets = SensitiveData(
+    spec.secrets = sensitive_data(
         secrets
-            .iter()
-            .map(|(name, value)| {
-                (
-                    name.clone(),
-                    SecretEntry::Value(value.expose_secret().to_owned()),
-                )
-            })
-            .collect(),
+            .clone()
+            .bind_unbound_to(&record.options.allowed_domains),
     );
     spec
+}
+
+/// The agent's form of a task's secrets.
+pub fn sensitive_data(secrets: TaskSecrets) -> SensitiveData {
+    SensitiveData(
+        secrets
+            .0
+            .into_iter()
+            .map(|(key, entry)| {
+                let entry = match entry {
+                    TaskSecret::Value(value) => {
+                        SecretEntry::Value(value.expose_secret().to_owned())
+                    }
+                    TaskSecret::Bound(map) => SecretEntry::Scoped(
+                        map.into_iter()
+                            .map(|(name, value)| (name, value.expose_secret().to_owned()))
+                            .collect(),
+                    ),
+                };
+                (key, entry)
+            })
+            .collect(),
+    )
 }
 
 /// What an `/api/v2` session and its task's v2 options add to the spec: the saved cookies
@@ -1110,8 +1124,11 @@ pub(crate) fn apply_status(status: TaskStatus, control: &AgentControl) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use browserd_browser::Viewport;
     use browserd_types::{ApiKeyId, TaskId, TaskOptions};
+    use secrecy::SecretString;
     use serde_json::json;
 
     use super::*;
@@ -1140,15 +1157,20 @@ mod tests {
             usage: None,
             last_url: None,
         };
-        let secrets = BTreeMap::from([("pw".to_owned(), SecretString::from("hunter2"))]);
+        // Sealed unbound (before secrets could be bound): bound to the task's allowed_domains.
+        let secrets = TaskSecrets::unbound([("pw".to_owned(), SecretString::from("hunter2"))]);
         let spec = task_spec(&record, &secrets, now);
         assert_eq!(spec.task, "buy a monitor");
         assert_eq!(spec.options, options);
         // The wall-clock budget counts from the first start.
         assert_eq!(spec.timeout, Some(Duration::from_secs(500)));
+        assert_eq!(spec.secrets.0.get("pw"), None);
         assert_eq!(
-            spec.secrets.0.get("pw"),
-            Some(&SecretEntry::Value("hunter2".into()))
+            spec.secrets.0.get("*.example.com"),
+            Some(&SecretEntry::Scoped(BTreeMap::from([(
+                "pw".to_owned(),
+                "hunter2".to_owned()
+            )])))
         );
         // The runner's conversions of the stored options.
         assert_eq!(spec.vision(), browserd_agent::VisionMode::Never);

@@ -187,6 +187,11 @@ def errors():
     assert err.detail["detail"][0]["loc"] == ["body", "maxSteps"], err.detail
     err = expect_error(422, lambda: client.tasks.create("x", llm="no-such-model"))
     assert err.detail["detail"][0]["loc"] == ["body", "llm"], err.detail
+    # Flat secrets (the SDK's shape) need allowed_domains (they are then bound to them).
+    err = expect_error(422, lambda: client.tasks.create("x", secrets={"pw": "s3cr3t"}))
+    assert err.detail["detail"][0]["loc"] == ["body", "secrets"], err.detail
+    assert "allowedDomains" in err.detail["detail"][0]["msg"], err.detail
+    assert "s3cr3t" not in str(err.detail), err.detail
     err = expect_error(422, lambda: client.tasks.get("task_123"))
     assert err.detail["detail"][0]["type"] == "uuid_parsing", err.detail
     err = expect_error(501, lambda: client.billing.account())
@@ -203,6 +208,7 @@ def output_files():
         start_url=f"{SITE}/v2/report",
         max_steps=5,
         secrets={"token": "s3cr3t-value-42"},
+        allowed_domains=["127.0.0.1"],
     )
     task = client.tasks.wait(str(created.id), timeout=120, interval=0.5)
     assert task.status.value == "finished", task

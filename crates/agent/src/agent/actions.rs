@@ -16,6 +16,7 @@ use crate::config::VisionMode;
 use crate::domains::url_matches_pattern;
 use crate::events::AgentEvent;
 use crate::schema::done_spec;
+use crate::secrets::Secrets;
 use crate::views::ActionCall;
 use crate::workspace::file_action_specs;
 
@@ -198,7 +199,18 @@ impl Agent {
         if action.name == crate::human::ASK_HUMAN {
             return self.ask_human(&params, step, index).await;
         }
-        if let Err(e) = self.secrets.fill_placeholders(&mut params, url) {
+        // A placeholder is filled for the page the step saw and the page the tab shows now
+        // (one that went elsewhere since gets no value meant for the first).
+        let live = if !self.secrets.is_empty() && Secrets::mentions_placeholder(&params) {
+            self.browser.focused_tab().await.ok().map(|tab| tab.url)
+        } else {
+            None
+        };
+        let pages: Vec<&str> = std::iter::once(url).chain(live.as_deref()).collect();
+        if let Err(e) = self
+            .secrets
+            .fill_for_action(&action.name, &mut params, &pages)
+        {
             return (ActionResult::error(e.to_string()), None);
         }
         if let Some(result) =

@@ -203,6 +203,24 @@ pub(crate) async fn create_task(
         "visionAuto": vision_auto,
         "systemPromptExtension": request.system_prompt_extension,
     });
+    // Flat secrets (the SDK's shape) need allowedDomains or the opt-in: said in v2's names.
+    if let Some(secrets) = &request.secrets
+        && let Some(message) = crate::validation::unbound_secrets_refusal(
+            secrets,
+            request
+                .allowed_domains
+                .as_ref()
+                .is_some_and(|d| !d.is_empty()),
+            request.allow_secrets_on_any_domain.unwrap_or(false),
+            &crate::validation::SecretFixNames::V2,
+        )
+    {
+        return Err(V2Error::invalid(
+            &["body", "secrets"],
+            message,
+            "value_error",
+        ));
+    }
     // The one mapping of a v2 request onto the task service's input.
     let v1 = dto::CreateTaskRequest {
         task: Some(request.task),
@@ -211,6 +229,7 @@ pub(crate) async fn create_task(
         model: request.llm,
         allowed_domains: request.allowed_domains,
         secrets: request.secrets,
+        allow_secrets_on_any_domain: request.allow_secrets_on_any_domain,
         output_schema,
         use_vision,
         metadata: request.metadata,
