@@ -607,3 +607,53 @@ mod tests {
         assert!(back.secrets.is_none());
     }
 }
+
+/// What a WebSocket ticket (`POST /v1/tasks/{id}/events/ticket`) lets its bearer do with the
+/// task's sockets. A key itself may do everything a `control` ticket may.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TicketScope {
+    /// Watch only: the event stream and the live view's frames. A take-over input sent on a
+    /// live socket opened with it closes the socket (1008). Safe to hand to anyone who may
+    /// watch the task.
+    #[default]
+    View,
+    /// Also drive the browser: take-over inputs on the live view (what the dashboard asks
+    /// for when a person presses "Take over").
+    Control,
+}
+
+impl TicketScope {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::View => "view",
+            Self::Control => "control",
+        }
+    }
+
+    /// The scope named `name` (`view`, `control`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "view" => Some(Self::View),
+            "control" => Some(Self::Control),
+            _ => None,
+        }
+    }
+
+    /// Whether a socket opened with this scope may send take-over inputs.
+    pub fn allows_input(self) -> bool {
+        self == Self::Control
+    }
+}
+
+/// Body of `POST /v1/tasks/{id}/events/ticket` (optional: no body is `{"scope": "view"}`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TicketRequest {
+    /// `view` (default): the event stream and the live view's frames, nothing else.
+    /// `control`: also take-over inputs on the live view. Ask for `control` only when a person
+    /// takes over; hand out only `view` tickets.
+    #[serde(default)]
+    pub scope: TicketScope,
+}
