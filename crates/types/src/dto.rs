@@ -331,7 +331,8 @@ pub struct ReplayOptionsRequest {
     #[schema(minimum = 0, maximum = 10, default = 2)]
     pub max_retries: Option<i64>,
     /// Pause before the first retry in ms, doubled for each further one; 0–60 000
-    /// (default 500).
+    /// (default 500). Each wait is at most 60 s, and one action's waits together at most
+    /// 120 s: once they are spent the action fails even with retries left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 60000, default = 500)]
     pub retry_delay_ms: Option<i64>,
