@@ -185,6 +185,9 @@ impl Process {
             // limiters have tests of their own (crates/api/tests/{api,edge}.rs).
             .env("BROWSERD_RATE_LIMIT_PER_SECOND", "0")
             .env("BROWSERD_UNAUTH_RATE_LIMIT_PER_SECOND", "0")
+            // Tests run one key's tasks side by side; the fair share of the slots by default
+            // (`auto`) has its own test (tests/fair_limits.rs), which sets it back.
+            .env("BROWSERD_MAX_RUNNING_PER_KEY", "0")
             .env("RUST_LOG", "info,browserd_worker=debug")
             .env_remove("BROWSERD_CONFIG")
             .envs(env.iter().copied())
