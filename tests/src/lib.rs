@@ -187,6 +187,9 @@ impl Process {
             // limiters have tests of their own (crates/api/tests/{api,edge}.rs).
             .env("BROWSERD_RATE_LIMIT_PER_SECOND", "0")
             .env("BROWSERD_UNAUTH_RATE_LIMIT_PER_SECOND", "0")
+            // Tests run one key's tasks side by side; the fair share of the slots by default
+            // (`auto`) has its own test (tests/fair_limits.rs), which sets it back.
+            .env("BROWSERD_MAX_RUNNING_PER_KEY", "0")
             .env("RUST_LOG", "info,browserd_worker=debug")
             .env_remove("BROWSERD_CONFIG")
             .envs(env.iter().copied().filter(|(_, value)| !value.is_empty()))
@@ -428,6 +431,25 @@ impl Client {
         let (ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
         LiveSocket { ws }
     }
+
+    /// Opens the task's live view with a ticket of `scope` (`view`, `control`) alone, as a
+    /// browser given a link does.
+    pub async fn live_with_ticket(&self, id: &str, scope: &str) -> LiveSocket {
+        let (status, ticket) = self
+            .post(
+                &format!("/v1/tasks/{id}/events/ticket"),
+                serde_json::json!({ "scope": scope }),
+            )
+            .await;
+        assert_eq!(status, 201, "{ticket}");
+        let url = format!(
+            "{}{}",
+            self.base.replacen("http", "ws", 1),
+            ticket["live_url"].as_str().unwrap()
+        );
+        let (ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        LiveSocket { ws }
+    }
 }
 
 /// A task's live view socket.
@@ -449,6 +471,29 @@ impl LiveSocket {
                     return Some(serde_json::from_str(text.as_str()).unwrap());
                 }
                 Some(Ok(Message::Close(_))) | None => return None,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => panic!("websocket error: {err}"),
+            }
+        }
+    }
+
+    /// Sends `input` and answers the close frame's code and reason (text messages and frames
+    /// before it are skipped).
+    pub async fn send_until_closed(&mut self, input: Value) -> (u16, String) {
+        use futures::SinkExt;
+        self.ws
+            .send(Message::Text(input.to_string().into()))
+            .await
+            .unwrap();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .expect("the live view closed in time")
+            {
+                Some(Ok(Message::Close(Some(frame)))) => {
+                    return (u16::from(frame.code), frame.reason.to_string());
+                }
+                Some(Ok(Message::Close(None))) | None => panic!("closed without a close frame"),
                 Some(Ok(_)) => {}
                 Some(Err(err)) => panic!("websocket error: {err}"),
             }

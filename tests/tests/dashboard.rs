@@ -32,6 +32,29 @@ const consoleError = console.error.bind(console);
 console.error = (...args) => { window.__errors.push(`console.error: ${args.join(' ')}`); consoleError(...args); };
 "#;
 
+/// Records what the page asks of the server's sockets: the scope of each ticket it asks for
+/// (`window.__tickets`) and each WebSocket it opens, with its subprotocols (`window.__sockets`).
+const SOCKET_TRAP: &str = r#"
+window.__tickets = [];
+window.__sockets = [];
+const realFetch = window.fetch.bind(window);
+window.fetch = (input, init) => {
+  const url = typeof input === 'string' ? input : input.url;
+  if (url.includes('/events/ticket')) {
+    const body = init && init.body ? JSON.parse(init.body) : {};
+    window.__tickets.push(body.scope || 'view');
+  }
+  return realFetch(input, init);
+};
+const RealWebSocket = window.WebSocket;
+window.WebSocket = class extends RealWebSocket {
+  constructor(url, protocols) {
+    super(url, protocols);
+    window.__sockets.push({ url: String(url), protocols: protocols === undefined ? [] : [].concat(protocols) });
+  }
+};
+"#;
+
 /// Resolves with `cond()`'s value once it is truthy: checked now and on every DOM change.
 const WAIT_FOR: &str = r#"
 (cond, what, ms) => new Promise((resolve, reject) => {
@@ -78,7 +101,7 @@ impl Dashboard {
             .cdp(
                 Some(&target),
                 "Page.addScriptToEvaluateOnNewDocument",
-                json!({"source": ERROR_TRAP}),
+                json!({"source": format!("{ERROR_TRAP}\n{SOCKET_TRAP}")}),
             )
             .await
             .unwrap();
@@ -442,8 +465,41 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
         20,
     )
     .await;
+    // Until a person takes over, the page watches with view tickets only, and never sends
+    // the key on a socket.
+    let asked = page.eval("window.__tickets").await;
+    assert!(
+        !asked.as_array().unwrap().is_empty()
+            && asked
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|scope| scope == "view"),
+        "before take-over the dashboard asked for {asked}"
+    );
+    let sockets = page.eval("window.__sockets").await;
+    assert!(
+        sockets.as_array().unwrap().iter().all(|socket| {
+            socket["protocols"] == json!([])
+                && socket["url"].as_str().unwrap().contains("ticket=bdt_")
+        }),
+        "a socket was not opened with a ticket alone: {sockets}"
+    );
     page.eval("document.querySelector('#take-over').click(); true")
         .await;
+    // Pressing "take over" asks for a control ticket and reopens the live view with it.
+    page.wait_for(
+        "document.querySelector('#take-over-panel').dataset.control === 'ready'",
+        "the live view reopened with a control ticket",
+        30,
+    )
+    .await;
+    assert_eq!(
+        page.eval("window.__tickets.filter((scope) => scope === 'control').length")
+            .await,
+        json!(1),
+        "one control ticket, on take-over"
+    );
     // The frame's box once the layout has settled after the panel changed (the same box
     // on two frames in a row): a scrollbar coming or going moves and resizes the frame.
     let middle = page
@@ -544,6 +600,14 @@ async fn dashboard_signs_in_starts_watches_pauses_resumes_and_stops_a_task() {
 
     page.click("#resume").await;
     page.status_shown("running").await;
+    // Resuming gives the page back: the live view goes back to a view ticket.
+    page.wait_for(
+        "window.__tickets[window.__tickets.length - 1] === 'view' \
+         && window.__tickets.filter((scope) => scope === 'control').length === 1",
+        "a view ticket for the live view after resuming",
+        30,
+    )
+    .await;
     let frames_before = page.frames().await;
     page.wait_for(
         &format!(

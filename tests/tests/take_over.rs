@@ -86,6 +86,25 @@ async fn a_person_signs_in_by_hand_while_the_task_is_paused_and_the_agent_carrie
         .wait_status(&id, &["paused"], Duration::from_secs(30))
         .await;
 
+    // A view ticket's live socket (a link handed to a watcher) watches, but its first input
+    // closes it and never reaches the page: the site sees only the person's sign-in below,
+    // and the task's events only the inputs sent on the key's socket.
+    let mut watcher = client.live_with_ticket(&id, "view").await;
+    let Some(viewport) = watcher.next_text(Duration::from_secs(60)).await else {
+        panic!("the view ticket's live view closed before its first message");
+    };
+    assert_eq!(viewport["type"], "viewport", "{viewport}");
+    for input in [
+        json!({"type": "click", "x": 120, "y": 40}),
+        json!({"type": "type", "text": "mallory"}),
+    ] {
+        let (code, reason) = watcher.send_until_closed(input).await;
+        assert_eq!(code, 1008, "{reason}");
+        assert!(reason.starts_with("view-only ticket"), "{reason}");
+        watcher = client.live_with_ticket(&id, "view").await;
+    }
+    drop(watcher);
+
     // Inputs that cannot be applied are refused with the reason; the socket stays open.
     for (input, why) in [
         (

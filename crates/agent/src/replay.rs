@@ -35,8 +35,33 @@ pub struct ReplayOptions {
     /// Further attempts of an action whose element is not found or that fails (the page may
     /// still be arriving); each attempt captures the page again.
     pub max_retries: u32,
-    /// Pause before the first retry; doubled for each further one.
+    /// Pause before the first retry; doubled for each further one, each at most
+    /// [`MAX_RETRY_WAIT`], and all of one action's together at most [`MAX_RETRY_WAITS`].
     pub retry_delay: Duration,
+}
+
+/// The longest one wait between two attempts of an action may be, however often the delay
+/// doubled (the largest `retry_delay` a task may ask for).
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// The longest all waits between the attempts of one action may be together: once spent, the
+/// action fails even with retries left (10 retries doubling from 60 s would otherwise hold a
+/// worker's slot for an hour per action).
+pub const MAX_RETRY_WAITS: Duration = Duration::from_secs(120);
+
+/// The wait before retry number `retry` (0: the first retry) of an action whose waits so far
+/// took `waited`: `first` doubled `retry` times, at most [`MAX_RETRY_WAIT`], and no more than
+/// is left of [`MAX_RETRY_WAITS`]. `None` once that is spent: no more retries.
+pub fn retry_wait(first: Duration, retry: u32, waited: Duration) -> Option<Duration> {
+    let doubled = 2u32
+        .checked_pow(retry)
+        .and_then(|factor| first.checked_mul(factor))
+        .unwrap_or(MAX_RETRY_WAIT);
+    let wait = doubled.min(MAX_RETRY_WAIT);
+    let left = MAX_RETRY_WAITS.saturating_sub(waited);
+    if wait.is_zero() {
+        return Some(wait);
+    }
+    (!left.is_zero()).then(|| wait.min(left))
 }
 
 impl Default for ReplayOptions {
@@ -487,7 +512,7 @@ async fn replay_action(
             None,
         );
     }
-    let mut delay = options.retry_delay;
+    let mut waited = Duration::ZERO;
     loop {
         report.attempts += 1;
         match attempt(browser, name, params, recorded_index, recorded, secrets).await {
@@ -507,11 +532,21 @@ async fn replay_action(
                 }
             }
         }
+        let Some(wait) = retry_wait(options.retry_delay, report.attempts - 1, waited) else {
+            report.outcome = ReplayOutcome::Failed;
+            let detail = format!(
+                "{} (no more retries: the waits between attempts reached their cap of {} s)",
+                report.detail.take().unwrap_or_default(),
+                MAX_RETRY_WAITS.as_secs()
+            );
+            report.detail = Some(detail.clone());
+            return (report, ActionResult::error(detail), None);
+        };
         tokio::select! {
-            () = tokio::time::sleep(delay) => {}
+            () = tokio::time::sleep(wait) => {}
             () = control.stopped() => {}
         }
-        delay = delay.saturating_mul(2);
+        waited += wait;
     }
 }
 
@@ -579,6 +614,63 @@ async fn attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The waits a replay makes for an action that fails every attempt.
+    fn waits(first: Duration, max_retries: u32) -> Vec<Duration> {
+        let mut waited = Duration::ZERO;
+        let mut waits = Vec::new();
+        for retry in 0..max_retries {
+            let Some(wait) = retry_wait(first, retry, waited) else {
+                break;
+            };
+            waited += wait;
+            waits.push(wait);
+        }
+        waits
+    }
+
+    #[test]
+    fn retry_waits_double_up_to_their_caps() {
+        // The default doubles as before while it is far from the caps.
+        assert_eq!(
+            waits(Duration::from_millis(500), 2),
+            [Duration::from_millis(500), Duration::from_secs(1)]
+        );
+        // Each wait is capped at 60 s and all of them at 120 s: 10 retries doubling from
+        // 60 s (about 17 hours uncapped) wait 2 minutes.
+        assert_eq!(
+            waits(Duration::from_secs(60), 10),
+            [MAX_RETRY_WAIT, MAX_RETRY_WAIT]
+        );
+        let long = waits(Duration::from_millis(500), 10);
+        assert_eq!(
+            long[..7],
+            [500, 1000, 2000, 4000, 8000, 16_000, 32_000].map(Duration::from_millis)
+        );
+        assert_eq!(long.iter().sum::<Duration>(), MAX_RETRY_WAITS);
+        for first_ms in [0, 1, 250, 500, 7_000, 30_000, 59_999, 60_000] {
+            for max_retries in 0..=10 {
+                let first = Duration::from_millis(first_ms);
+                let waits = waits(first, max_retries);
+                assert!(
+                    waits.iter().all(|w| *w <= MAX_RETRY_WAIT),
+                    "{first_ms}: {waits:?}"
+                );
+                assert!(
+                    waits.iter().sum::<Duration>() <= MAX_RETRY_WAITS,
+                    "{first_ms} ms × {max_retries}: {waits:?}"
+                );
+            }
+        }
+        // No delay asked: every retry is made, at once.
+        assert_eq!(waits(Duration::ZERO, 10), [Duration::ZERO; 10]);
+        // Far retries do not overflow.
+        assert_eq!(
+            retry_wait(Duration::from_secs(1), 200, Duration::ZERO),
+            Some(MAX_RETRY_WAIT)
+        );
+        assert_eq!(retry_wait(Duration::from_secs(1), 0, MAX_RETRY_WAITS), None);
+    }
 
     fn element(index: u64, tag: &str, name: &str, x_path: &str, hash: &str) -> InteractedElement {
         InteractedElement {

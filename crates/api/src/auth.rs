@@ -408,7 +408,7 @@ async fn authenticate(
         Credential::Key(key) => {
             let hash = hash_api_key(key.expose_secret());
             if let Some(key_id) = state.edge.key_cache.get(&hash) {
-                return Ok(Caller { key_id });
+                return Ok(Caller::key(key_id));
             }
             charge_client(state, client)?;
             let record = state
@@ -417,11 +417,11 @@ async fn authenticate(
                 .await?
                 .ok_or_else(|| unauthorized("invalid_api_key", "invalid API key"))?;
             state.edge.key_cache.insert(hash, record.id);
-            Ok(Caller { key_id: record.id })
+            Ok(Caller::key(record.id))
         }
         Credential::Ticket { ticket, task } => {
             charge_client(state, client)?;
-            let key_id = state
+            let (key_id, scope) = state
                 .store
                 .redeem_ws_ticket(&ticket, task)
                 .await?
@@ -432,7 +432,7 @@ async fn authenticate(
                          issued for, within their lifetime)",
                     )
                 })?;
-            Ok(Caller { key_id })
+            Ok(Caller { key_id, scope })
         }
     }
 }

@@ -29,7 +29,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use browserd_store::{FeedItem, KeySignal, Store, StoreError};
-use browserd_types::dto::ErrorBody;
+use browserd_types::dto::{ErrorBody, TicketRequest, TicketScope};
 use browserd_types::{ApiKeyId, TaskId};
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -38,7 +38,7 @@ use utoipa::ToSchema;
 
 use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
-use crate::extract::{Caller, QueryParams, TaskPath};
+use crate::extract::{Caller, OptionalApiJson, QueryParams, TaskPath};
 use crate::task_ops::owned_task;
 use crate::{AppState, WS_TICKET_TTL};
 
@@ -99,7 +99,7 @@ impl Drop for WebSocketSlot {
     }
 }
 
-/// A single-use ticket for a task's event WebSocket.
+/// A single-use ticket for one of a task's WebSockets (events, or the live view).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct EventTicket {
     /// Pass it as `?ticket=` within its lifetime; it works once.
@@ -108,29 +108,45 @@ pub struct EventTicket {
     #[serde(with = "time::serde::rfc3339")]
     #[schema(value_type = String, format = DateTime)]
     pub expires_at: OffsetDateTime,
-    /// The WebSocket path with the ticket, relative to the server (`ws://` or `wss://`).
+    /// What it allows: `view` (the event stream and the live view's frames) or `control`
+    /// (also take-over inputs on the live view).
+    pub scope: TicketScope,
+    /// The event WebSocket's path with the ticket, relative to the server (`ws://` or
+    /// `wss://`).
     pub url: String,
+    /// The live view WebSocket's path with the ticket (the ticket opens one of the two).
+    pub live_url: String,
 }
 
-/// Get a single-use ticket for the task's event WebSocket, for clients that cannot set an
+/// Get a single-use ticket for the task's WebSockets, for clients that cannot set an
 /// `Authorization` header on a WebSocket (browsers).
 ///
-/// Open `/v1/tasks/{id}/events?ticket=<ticket>` within 30 s; the ticket works once, only for
-/// this task, and only while the key that asked for it is active. Any api replica redeems it.
+/// Open `/v1/tasks/{id}/events?ticket=<ticket>` or `/v1/tasks/{id}/live?ticket=<ticket>`
+/// within 30 s; the ticket works once, only for this task, and only while the key that asked
+/// for it is active. Any api replica redeems it. The optional body names its scope: `view`
+/// (the default; the event stream and the live view's frames, nothing else — safe to hand to
+/// anyone who may watch) or `control` (also take-over inputs on the live view: ask for it only
+/// when a person takes over). A take-over input on a live socket opened with a `view` ticket
+/// closes the socket with 1008 `view-only ticket: …` and never reaches the task. Tickets never
+/// authorize REST calls: answering a question, pausing or resuming needs the key.
 /// (Alternatively, a browser offers the subprotocols `bearer` and its key:
-/// `new WebSocket(url, ["bearer", key])`; the server answers `Sec-WebSocket-Protocol: bearer`.)
-/// The long-lived key is never accepted in a URL.
+/// `new WebSocket(url, ["bearer", key])`; the server answers `Sec-WebSocket-Protocol: bearer`;
+/// a key may do everything a `control` ticket may.) The long-lived key is never accepted in a
+/// URL.
 #[utoipa::path(
     post,
     path = "/v1/tasks/{id}/events/ticket",
     tag = "events",
     params(("id" = uuid::Uuid, Path, description = "Task id")),
+    request_body(content = Option<TicketRequest>, description = "Optional; no body is `{\"scope\": \"view\"}`"),
     responses(
         (status = 201, description = "A ticket", body = EventTicket),
-        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 400, description = "Malformed id or body", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such task for this key", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
+        (status = 415, description = "A body that is not JSON", body = ErrorBody),
+        (status = 422, description = "Unknown scope or field", body = ErrorBody),
         (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -139,17 +155,20 @@ pub async fn create_ticket(
     State(state): State<AppState>,
     caller: Caller,
     TaskPath(id): TaskPath,
+    OptionalApiJson(request): OptionalApiJson<TicketRequest>,
 ) -> Result<Response, ApiError> {
     owned_task(&state.tasks, &caller, id).await?;
     let issued = state
         .store
-        .create_ws_ticket(caller.key_id, id, WS_TICKET_TTL)
+        .create_scoped_ws_ticket(caller.key_id, id, request.scope, WS_TICKET_TTL)
         .await?;
     let ticket = issued.ticket.expose_secret().to_owned();
     let body = EventTicket {
         url: format!("/v1/tasks/{id}/events?ticket={ticket}"),
+        live_url: format!("/v1/tasks/{id}/live?ticket={ticket}"),
         ticket,
         expires_at: issued.expires_at,
+        scope: request.scope,
     };
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }

@@ -8,6 +8,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use browserd_types::dto::TicketScope;
 use browserd_types::{ApiKeyId, TaskId};
 use serde::de::DeserializeOwned;
 
@@ -50,6 +51,33 @@ where
             }
         })?;
         parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// An optional JSON body: no body at all is `T::default()`; otherwise as [`ApiJson`].
+pub struct OptionalApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for OptionalApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let headers = req.headers();
+        let sized = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > 0);
+        let chunked = headers.get(axum::http::header::TRANSFER_ENCODING).is_some();
+        if !sized && !chunked {
+            return Ok(Self(T::default()));
+        }
+        ApiJson::from_request(req, state)
+            .await
+            .map(|ApiJson(value)| Self(value))
     }
 }
 
@@ -223,6 +251,19 @@ impl QueryParams {
 #[derive(Clone, Debug)]
 pub struct Caller {
     pub key_id: ApiKeyId,
+    /// What the credential allows on the task's WebSockets: a key (header, subprotocol) may do
+    /// everything ([`TicketScope::Control`]); a ticket what it was issued for.
+    pub scope: TicketScope,
+}
+
+impl Caller {
+    /// A caller authenticated by its key.
+    pub fn key(key_id: ApiKeyId) -> Self {
+        Self {
+            key_id,
+            scope: TicketScope::Control,
+        }
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

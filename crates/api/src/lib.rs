@@ -54,6 +54,7 @@ use utoipa_axum::routes;
 pub use auth::{BEARER_SUBPROTOCOL, KEY_CACHE_TTL, RateLimit};
 pub use client_ip::{InvalidIpRange, IpRange, client_ip, parse_trusted_proxies};
 pub use error::ApiError;
+pub use live::VIEW_ONLY_CLOSE;
 pub use mcp::McpBackend;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};

@@ -24,7 +24,7 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocketUpgrade, close_code};
 use axum::response::Response;
 use browserd_store::{KeySignal, LiveSignal, LiveViewerId, Signal, Store, StoreError};
-use browserd_types::dto::ErrorBody;
+use browserd_types::dto::{ErrorBody, TicketScope};
 use browserd_types::takeover::PersonInput;
 use browserd_types::{ApiKeyId, TaskId};
 use governor::{DefaultDirectRateLimiter, Quota};
@@ -48,6 +48,11 @@ const INPUT_RATE: std::num::NonZeroU32 =
 const INPUT_BURST: std::num::NonZeroU32 =
     std::num::NonZeroU32::new(2 * PERSON_INPUTS_PER_SECOND).unwrap();
 
+/// The close reason of a `view` ticket's live socket that sent a take-over input (code 1008;
+/// a close reason has at most 123 bytes).
+pub const VIEW_ONLY_CLOSE: &str =
+    "view-only ticket: take-over inputs need a ticket with {\"scope\": \"control\"} or the key";
+
 /// Watch a running task's page live over a WebSocket.
 ///
 /// Each binary message is one JPEG frame of the task's focused tab (the newest; frames are
@@ -70,7 +75,9 @@ const INPUT_BURST: std::num::NonZeroU32 =
 /// viewport) — recorded in the task's events as `person_input` (a secret text only by its
 /// length) and applied in order before the agent resumes; the agent's next step is told a
 /// person used the browser. Each is answered `{"type": "input_accepted", "seq"}` or
-/// `{"type": "input_refused", "error"}`; at most 20 per second.
+/// `{"type": "input_refused", "error"}`; at most 20 per second. Only a socket opened with the
+/// key or a `control` ticket may send inputs: on a `view` ticket's socket (the default ticket)
+/// any message closes it with 1008 `view-only ticket: …`, and nothing reaches the task.
 #[utoipa::path(
     get,
     path = "/v1/tasks/{id}/live",
@@ -101,12 +108,14 @@ pub async fn task_live(
     owned_task(&state.tasks, &caller, id).await?;
     let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade).await?;
     let key_id = caller.key_id;
+    let scope = caller.scope;
     Ok(upgrade.on_upgrade(move |socket| async move {
         metrics::gauge!("browserd_live_viewers").increment(1.0);
         let mut viewer = LiveStream {
             socket: ClientSocket(socket),
             store: state.store.clone(),
             task_id: id,
+            scope,
             viewer: None,
             last_seq: None,
             last_size: None,
@@ -134,6 +143,8 @@ struct LiveStream {
     socket: ClientSocket,
     store: Store,
     task_id: TaskId,
+    /// What the socket's credential allows: inputs only with `control`.
+    scope: TicketScope,
     viewer: Option<LiveViewerId>,
     /// Seq of the frame sent last (the worker's numbering; "different" means "newer").
     last_seq: Option<i64>,
@@ -283,6 +294,11 @@ impl LiveStream {
                 },
                 received = self.socket.receive_text() => {
                     if let Some(text) = received? {
+                        if !self.scope.allows_input() {
+                            metrics::counter!("browserd_person_inputs_refused_total", "reason" => "view_only")
+                                .increment(1);
+                            return Ok((close_code::POLICY, VIEW_ONLY_CLOSE));
+                        }
                         self.person_input(key_id, &text).await?;
                     }
                 }
@@ -301,5 +317,13 @@ impl LiveStream {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_view_only_reason_fits_a_close_frame() {
+        assert!(super::VIEW_ONLY_CLOSE.len() <= 123);
     }
 }

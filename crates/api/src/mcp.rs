@@ -95,7 +95,7 @@ impl McpBackend {
     pub fn in_process(tasks: TaskService, key: ApiKeyId, shutdown: CancellationToken) -> Self {
         Self {
             tasks,
-            callers: Callers::Fixed(Caller { key_id: key }),
+            callers: Callers::Fixed(Caller::key(key)),
             shutdown,
         }
     }

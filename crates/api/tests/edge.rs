@@ -512,6 +512,135 @@ async fn tickets_open_the_websocket_once(pool: PgPool) {
     assert_eq!(status, 401);
 }
 
+/// A ticket of `scope` for `task` (`None`: no body at all).
+async fn scoped_ticket(app: &TestApp, task: TaskId, scope: Option<&str>) -> Value {
+    let mut request = app.post(&format!("/v1/tasks/{task}/events/ticket"));
+    if let Some(scope) = scope {
+        request = request.json(&json!({ "scope": scope }));
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    response.json().await.unwrap()
+}
+
+/// The person inputs the task's event log holds.
+async fn person_inputs(pool: &PgPool, task: TaskId) -> i64 {
+    sqlx::query_scalar(
+        "select count(*) from task_events where task_id = $1 and kind = 'person_input'",
+    )
+    .bind(task.0)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_view_ticket_watches_and_only_a_control_ticket_takes_over(pool: PgPool) {
+    let app = TestApp::start(pool.clone(), config()).await;
+    let task = app.task().await;
+    // A worker holds the task's browser and the task is paused: take-over is open.
+    app.store
+        .claim_task("worker-1", Duration::from_secs(300))
+        .await
+        .unwrap()
+        .unwrap();
+    let paused = app
+        .post(&format!("/v1/tasks/{task}/pause"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), StatusCode::OK);
+
+    // No body, and `{}`, are view tickets; an unknown scope is refused.
+    let ticket = scoped_ticket(&app, task, None).await;
+    assert_eq!(ticket["scope"], "view", "{ticket}");
+    let value = ticket["ticket"].as_str().unwrap();
+    assert_eq!(
+        ticket["live_url"],
+        format!("/v1/tasks/{task}/live?ticket={value}")
+    );
+    let empty = app
+        .post(&format!("/v1/tasks/{task}/events/ticket"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.json::<Value>().await.unwrap()["scope"], "view");
+    let unknown = app
+        .post(&format!("/v1/tasks/{task}/events/ticket"))
+        .json(&json!({"scope": "admin"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    // A view ticket opens the event stream…
+    let view = scoped_ticket(&app, task, Some("view")).await;
+    let (mut events, _) =
+        tokio_tungstenite::connect_async(app.ws_request(view["url"].as_str().unwrap()))
+            .await
+            .unwrap();
+    assert_eq!(event(&mut events).await["seq"], 1);
+    drop(events);
+
+    // …and the live view, where an input closes the socket and never reaches the task.
+    let view = scoped_ticket(&app, task, Some("view")).await;
+    let (mut live, _) =
+        tokio_tungstenite::connect_async(app.ws_request(view["live_url"].as_str().unwrap()))
+            .await
+            .unwrap();
+    live.send(Message::text(
+        json!({"type": "type", "text": "mallory"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let (code, reason) = close_frame(&mut live).await;
+    assert_eq!(code, CloseCode::Policy, "{reason}");
+    assert_eq!(reason, browserd_api::VIEW_ONLY_CLOSE);
+    assert!(reason.contains("control"), "{reason}");
+    assert_eq!(
+        person_inputs(&pool, task).await,
+        0,
+        "a view ticket's input was recorded"
+    );
+
+    // A control ticket's socket drives the page.
+    let control = scoped_ticket(&app, task, Some("control")).await;
+    assert_eq!(control["scope"], "control");
+    let (mut live, _) =
+        tokio_tungstenite::connect_async(app.ws_request(control["live_url"].as_str().unwrap()))
+            .await
+            .unwrap();
+    live.send(Message::text(
+        json!({"type": "click", "x": 10, "y": 20}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let answer = loop {
+        let answer = event(&mut live).await;
+        if answer["type"] != "viewport" {
+            break answer;
+        }
+    };
+    assert_eq!(answer["type"], "input_accepted", "{answer}");
+    assert_eq!(person_inputs(&pool, task).await, 1);
+
+    // So does a socket opened with the key (the subprotocol convention).
+    let mut request = app.ws_request(&format!("/v1/tasks/{task}/live"));
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        format!("bearer, {}", app.key).parse().unwrap(),
+    );
+    let (mut live, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    live.send(Message::text(
+        json!({"type": "keys", "keys": "Tab"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(event(&mut live).await["type"], "input_accepted");
+    assert_eq!(person_inputs(&pool, task).await, 2);
+}
+
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn the_bearer_subprotocol_authenticates_browsers(pool: PgPool) {
     let app = TestApp::start(pool, config()).await;

@@ -1,6 +1,8 @@
 // browserd dashboard: plain ES module, no framework, no build step. It uses the public /v1 API
 // with the key the user signs in with, kept in this tab's sessionStorage only. Every value from
-// the server is put into the page with textContent (never as HTML).
+// the server is put into the page with textContent (never as HTML). The key never opens a
+// WebSocket: each socket is opened with a single-use ticket, `view` for the event stream and the
+// live view, and `control` only while a person takes over (ticked "Take over").
 //
 // What it reads from the server is checked against the Rust types by
 // tests/tests/dashboard_contract.rs: an event's `p.field` per `case 'kind':` of onEvent against
@@ -404,6 +406,7 @@ function renderTask(app, id) {
     const drivable = next === 'paused' || next === 'waiting';
     takeOver.hidden = !drivable;
     if (!drivable) takeOverToggle.checked = false;
+    rescopeLive();
   }
 
   /** @param {TaskView} task */
@@ -719,9 +722,33 @@ function renderTask(app, id) {
     if (eventSocket) eventSocket.close(1000);
   });
 
-  function connectEvents() {
+  /**
+   * A single-use ticket of `scope` ('view' or 'control') that opens one of this task's sockets:
+   * the key itself is never sent on a WebSocket.
+   */
+  async function ticket(scope) {
+    return api(`/v1/tasks/${id}/events/ticket`, { method: 'POST', body: { scope } });
+  }
+
+  async function connectEvents() {
     if (stopped || ended) return;
-    const socket = new WebSocket(wsUrl(`/v1/tasks/${id}/events?after_seq=${lastSeq}`), ['bearer', apiKey()]);
+    let url;
+    try {
+      url = (await ticket('view')).url;
+    } catch (err) {
+      if (stopped) return;
+      if (err instanceof ApiError && err.status === 401) return; // signed out
+      if (err instanceof ApiError && err.status === 404) {
+        ended = true;
+        reloadTask();
+        return;
+      }
+      setTimeout(connectEvents, delay);
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS);
+      return;
+    }
+    if (stopped || ended) return;
+    const socket = new WebSocket(wsUrl(`${url}&after_seq=${lastSeq}`));
     eventSocket = socket;
     socket.addEventListener('open', () => {
       delay = RECONNECT_MIN_MS;
@@ -771,19 +798,51 @@ function renderTask(app, id) {
     if (!liveSocket) connectLive();
   }
 
+  // The scope of the live socket's ticket: 'control' only while a person takes over.
+  let liveScope = null;
+  // A ticket for the live socket is being fetched.
+  let liveOpening = false;
+  // Inputs made while the control socket is still opening (sent once it is open).
+  let pendingInputs = [];
+
+  function wantedScope() {
+    return takingOver() ? 'control' : 'view';
+  }
+
+  /** Reopens the live view when the scope it needs changed (take over ticked or released). */
+  function rescopeLive() {
+    if (!takingOver()) pendingInputs = [];
+    if (stopped || liveOpening || !current || TERMINAL.has(current)) return;
+    if (liveSocket && liveScope === wantedScope()) return;
+    if (liveSocket) {
+      const old = liveSocket;
+      old.replaced = true;
+      liveSocket = null;
+      old.close(1000);
+    }
+    delete takeOver.dataset.control;
+    connectLive();
+  }
+
+  takeOverToggle.addEventListener('change', () => {
+    takeOverState.textContent = takeOverToggle.checked ? 'Taking over: connecting…' : '';
+    rescopeLive();
+  });
+
   // The page's viewport in CSS pixels, as the server announces it before a frame of a new size.
   let frameViewport = null;
   let typed = '';
   let typedTimer = null;
   let wheel = null;
 
-  /** Sends one take-over input on the live socket. */
+  /** Sends one take-over input on the live socket (a control one; else once it is open). */
   function sendInput(input) {
-    if (!liveSocket || liveSocket.readyState !== WebSocket.OPEN) {
-      takeOverState.textContent = 'The live view is not connected.';
+    if (liveSocket && liveScope === 'control' && liveSocket.readyState === WebSocket.OPEN) {
+      liveSocket.send(JSON.stringify(input));
       return;
     }
-    liveSocket.send(JSON.stringify(input));
+    if (pendingInputs.length < 50) pendingInputs.push(input);
+    takeOverState.textContent = 'Taking over: connecting…';
   }
 
   function takingOver() {
@@ -873,11 +932,44 @@ function renderTask(app, id) {
     else if (message.type === 'input_accepted') takeOverState.textContent = 'Sent to the page; the agent will be told when it resumes.';
   }
 
-  function connectLive() {
-    if (stopped) return;
-    const socket = new WebSocket(wsUrl(`/v1/tasks/${id}/live`), ['bearer', apiKey()]);
+  function retryLive() {
+    setTimeout(() => {
+      if (!liveSocket && current && !TERMINAL.has(current)) connectLive();
+    }, liveDelay);
+    liveDelay = Math.min(liveDelay * 2, RECONNECT_MAX_MS);
+  }
+
+  async function connectLive() {
+    if (stopped || liveOpening) return;
+    liveOpening = true;
+    let scope;
+    let url;
+    try {
+      // Take over may be ticked or released while the ticket is on its way: ask again then.
+      do {
+        scope = wantedScope();
+        url = (await ticket(scope)).live_url;
+      } while (!stopped && scope !== wantedScope());
+    } catch (err) {
+      liveOpening = false;
+      if (stopped || (err instanceof ApiError && (err.status === 401 || err.status === 404))) return;
+      retryLive();
+      return;
+    }
+    liveOpening = false;
+    if (stopped || liveSocket || !current || TERMINAL.has(current)) return;
+    const socket = new WebSocket(wsUrl(url));
     socket.binaryType = 'blob';
     liveSocket = socket;
+    liveScope = scope;
+    socket.addEventListener('open', () => {
+      if (scope !== 'control' || liveSocket !== socket) return;
+      takeOver.dataset.control = 'ready';
+      takeOverState.textContent = 'You drive the page: click, scroll and type on the frame.';
+      const due = pendingInputs;
+      pendingInputs = [];
+      for (const input of due) socket.send(JSON.stringify(input));
+    });
     let frames = 0;
     // The newest frame shown (frames are numbered as they arrive on this socket).
     let shownFrame = 0;
@@ -913,18 +1005,18 @@ function renderTask(app, id) {
       }, () => URL.revokeObjectURL(url));
     });
     socket.addEventListener('close', (close) => {
-      if (liveSocket === socket) liveSocket = null;
-      if (stopped) return;
+      if (liveSocket === socket) {
+        liveSocket = null;
+        delete takeOver.dataset.control;
+      }
+      if (stopped || socket.replaced) return;
       if (close.code === 1000 || (current && TERMINAL.has(current))) {
         liveState.textContent = 'The task has ended.';
         liveState.dataset.state = 'ended';
         return;
       }
       if (close.code === 1008) return;
-      setTimeout(() => {
-        if (!liveSocket && current && !TERMINAL.has(current)) connectLive();
-      }, liveDelay);
-      liveDelay = Math.min(liveDelay * 2, RECONNECT_MAX_MS);
+      retryLive();
       if (frames === 0) liveState.textContent = 'Live view unavailable; retrying…';
     });
   }

@@ -348,7 +348,7 @@ async fn other_command(
                     key.prefix,
                     timestamp(key.created_at),
                     key.revoked_at.map_or_else(|| "-".to_owned(), timestamp),
-                    quotas::quota_columns(&key, &defaults),
+                    quotas::quota_columns(&key, &defaults, cli.quotas.fair_share()),
                     key.name
                 );
             }
@@ -384,7 +384,8 @@ async fn other_command(
                 updated.id,
                 updated.prefix,
                 updated.name,
-                quotas::quota_columns(&updated, &cli.quotas.defaults()?).trim_end()
+                quotas::quota_columns(&updated, &cli.quotas.defaults()?, cli.quotas.fair_share())
+                    .trim_end()
             );
             Ok(())
         }
@@ -452,7 +453,9 @@ pub(crate) async fn open_store(cli: &Cli, max_connections: u32) -> anyhow::Resul
             tracing::info!(sealed, "sealed webhook signing secrets stored in clear");
         }
     }
-    Ok(store.with_default_quotas(cli.quotas.defaults()?))
+    Ok(store
+        .with_default_quotas(cli.quotas.defaults()?)
+        .with_fair_share(cli.quotas.fair_share()))
 }
 
 async fn serve(

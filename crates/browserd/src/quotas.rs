@@ -9,15 +9,19 @@ use clap::Args;
 /// The default quotas of every key that sets none of its own. `0` is unlimited.
 #[derive(Debug, Args)]
 pub(crate) struct QuotaArgs {
-    /// Tasks a worker may hold for one key at once (running, or paused with their browser
-    /// kept); a key's further tasks wait in the queue (0: unlimited).
+    /// Tasks the workers may hold for one key at once (running, or paused with their browser
+    /// kept); a key's further tasks wait in the queue. `auto` (the default): half the task
+    /// slots of the live workers (the sum of their `--concurrency`), rounded up, at least 1 —
+    /// so one key's flood always leaves the other keys half the slots; a number: that many;
+    /// 0: unlimited.
     #[arg(
         long,
         env = "BROWSERD_MAX_RUNNING_PER_KEY",
-        default_value_t = 0,
+        default_value = "auto",
+        value_parser = parse_running_default,
         global = true
     )]
-    max_running_per_key: u32,
+    max_running_per_key: RunningDefault,
 
     /// Queued tasks per key; creating one more answers 429 `quota_exceeded` (0: unlimited).
     #[arg(
@@ -59,6 +63,23 @@ pub(crate) struct QuotaArgs {
     daily_cost_usd_per_key: f64,
 }
 
+/// `--max-running-per-key`: a fixed number (0: unlimited) or half the workers' slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunningDefault {
+    HalfOfSlots,
+    Limit(u32),
+}
+
+fn parse_running_default(raw: &str) -> Result<RunningDefault, String> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("auto") {
+        return Ok(RunningDefault::HalfOfSlots);
+    }
+    raw.parse::<u32>().map(RunningDefault::Limit).map_err(|_| {
+        format!("expected `auto` (half the workers' slots), a whole number or 0 (unlimited), got `{raw}`")
+    })
+}
+
 fn count(n: u32) -> Option<i64> {
     (n > 0).then_some(i64::from(n))
 }
@@ -71,13 +92,24 @@ impl QuotaArgs {
             "--daily-cost-usd-per-key must be a number of dollars, 0 or more"
         );
         Ok(Quotas {
-            max_running: count(self.max_running_per_key),
+            max_running: match self.max_running_per_key {
+                RunningDefault::Limit(n) => count(n),
+                RunningDefault::HalfOfSlots => None,
+            },
             max_queued: count(self.max_queued_per_key),
             max_websockets: count(self.max_websockets_per_key),
             daily_steps: count(self.daily_steps_per_key),
             daily_cost_usd: (self.daily_cost_usd_per_key > 0.0)
                 .then_some(self.daily_cost_usd_per_key),
         })
+    }
+}
+
+impl QuotaArgs {
+    /// Whether a key without a `max_running` of its own may hold half the workers' slots
+    /// (`--max-running-per-key auto`).
+    pub(crate) fn fair_share(&self) -> bool {
+        self.max_running_per_key == RunningDefault::HalfOfSlots
     }
 }
 
@@ -187,12 +219,18 @@ fn shown<T: std::fmt::Display>(limit: Option<T>, own: bool) -> String {
 pub(crate) const QUOTA_HEADER: &str = "RUNNING    QUEUED     SOCKETS    STEPS/DAY  USD/DAY   ";
 
 /// `key`'s effective quotas under `defaults`, in the columns of [`QUOTA_HEADER`].
-pub(crate) fn quota_columns(key: &ApiKeyRecord, defaults: &Quotas) -> String {
+/// `fair_share`: a key without a running limit of its own gets half the workers' slots.
+pub(crate) fn quota_columns(key: &ApiKeyRecord, defaults: &Quotas, fair_share: bool) -> String {
     let own = &key.quotas;
     let quotas = own.apply(defaults);
+    let running = if fair_share && own.max_running.is_none() && quotas.max_running.is_none() {
+        "half".to_owned()
+    } else {
+        shown(quotas.max_running, own.max_running.is_some())
+    };
     format!(
         "{:<10} {:<10} {:<10} {:<10} {:<10}",
-        shown(quotas.max_running, own.max_running.is_some()),
+        running,
         shown(quotas.max_queued, own.max_queued.is_some()),
         shown(quotas.max_websockets, own.max_websockets.is_some()),
         shown(quotas.daily_steps, own.daily_steps.is_some()),
@@ -213,5 +251,12 @@ mod tests {
         assert_eq!(parse_usd("2.5"), Ok(Setting::Limit(2.5)));
         assert!(parse_usd("-3").is_err());
         assert!(parse_usd("NaN").is_err());
+        assert_eq!(
+            parse_running_default("auto"),
+            Ok(RunningDefault::HalfOfSlots)
+        );
+        assert_eq!(parse_running_default("0"), Ok(RunningDefault::Limit(0)));
+        assert_eq!(parse_running_default("3"), Ok(RunningDefault::Limit(3)));
+        assert!(parse_running_default("half").is_err());
     }
 }

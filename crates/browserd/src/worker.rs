@@ -105,6 +105,12 @@ pub struct WorkerArgs {
     #[arg(long, env = "BROWSERD_SECRETS_RETENTION_S", default_value_t = 86_400)]
     secrets_retention_s: u64,
 
+    /// A task paused for longer than this many seconds is stopped, with an error that says
+    /// so, and its browser released (0: no limit). Checked by every worker every half lease
+    /// from the time the task paused in Postgres, so also after the worker holding it died.
+    #[arg(long, env = "BROWSERD_MAX_PAUSE_S", default_value_t = 1800)]
+    max_pause_s: u64,
+
     /// Claim a new task only while this many MiB of memory are available: the cgroup's limit
     /// less its working set where a cgroup limits the worker, else the host's MemAvailable
     /// (0: no check). `--concurrency` stays the ceiling; metric
@@ -273,6 +279,7 @@ pub async fn start(
         max_attempts: args.max_attempts,
         shutdown_grace: Duration::from_secs(args.task_grace_s),
         secrets_retention: Duration::from_secs(args.secrets_retention_s.max(1)),
+        max_pause: (args.max_pause_s > 0).then(|| Duration::from_secs(args.max_pause_s)),
         ask_human: browserd_worker::AskHumanSettings {
             enabled: !args.no_ask_human,
             max_wait: Duration::from_secs(args.ask_human_timeout_s),

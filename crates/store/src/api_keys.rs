@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use browserd_types::TaskId;
+use browserd_types::dto::TicketScope;
 use time::OffsetDateTime;
 
 use crate::quotas::{QuotaOverrides, QuotaUpdate, column};
@@ -309,12 +310,25 @@ impl Store {
         }
     }
 
-    /// Issues a single-use ticket that opens task `task_id`'s event WebSocket as key `key_id`
-    /// within `ttl`. Expired tickets are swept on the way.
+    /// Issues a single-use `view` ticket that opens task `task_id`'s WebSockets as key
+    /// `key_id` within `ttl` ([`Store::create_scoped_ws_ticket`] with [`TicketScope::View`]).
     pub async fn create_ws_ticket(
         &self,
         key_id: ApiKeyId,
         task_id: TaskId,
+        ttl: Duration,
+    ) -> Result<WsTicket, StoreError> {
+        self.create_scoped_ws_ticket(key_id, task_id, TicketScope::View, ttl)
+            .await
+    }
+
+    /// Issues a single-use ticket of `scope` that opens task `task_id`'s WebSockets as key
+    /// `key_id` within `ttl`. Expired tickets are swept on the way.
+    pub async fn create_scoped_ws_ticket(
+        &self,
+        key_id: ApiKeyId,
+        task_id: TaskId,
+        scope: TicketScope,
         ttl: Duration,
     ) -> Result<WsTicket, StoreError> {
         let ticket = random_token(TICKET_PREFIX)?;
@@ -325,13 +339,14 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let expires_at = sqlx::query_scalar!(
-            "insert into ws_tickets (ticket_hash, api_key_id, task_id, expires_at)
-             values ($1, $2, $3, now() + $4::bigint * interval '1 millisecond')
+            "insert into ws_tickets (ticket_hash, api_key_id, task_id, expires_at, scope)
+             values ($1, $2, $3, now() + $4::bigint * interval '1 millisecond', $5)
              returning expires_at",
             &hash[..],
             key_id.0,
             task_id.0,
             ttl_ms,
+            scope.as_str(),
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -342,14 +357,14 @@ impl Store {
         })
     }
 
-    /// Redeems `presented` for task `task_id`: the key it was issued to when the ticket exists,
-    /// has not expired, was issued for this task and its key is still active. A ticket works
-    /// once: it is deleted whatever the outcome.
+    /// Redeems `presented` for task `task_id`: the key it was issued to and the ticket's scope
+    /// when the ticket exists, has not expired, was issued for this task and its key is still
+    /// active. A ticket works once: it is deleted whatever the outcome.
     pub async fn redeem_ws_ticket(
         &self,
         presented: &SecretString,
         task_id: TaskId,
-    ) -> Result<Option<ApiKeyId>, StoreError> {
+    ) -> Result<Option<(ApiKeyId, TicketScope)>, StoreError> {
         let ticket = presented.expose_secret();
         if !ticket.starts_with(TICKET_PREFIX) {
             return Ok(None);
@@ -359,9 +374,9 @@ impl Store {
         let row = sqlx::query!(
             r#"with redeemed as (
                    delete from ws_tickets where ticket_hash = $1
-                   returning api_key_id, task_id, expires_at
+                   returning api_key_id, task_id, expires_at, scope
                )
-               select r.api_key_id, r.task_id, (r.expires_at > now()) as "fresh!",
+               select r.api_key_id, r.task_id, r.scope, (r.expires_at > now()) as "fresh!",
                       (k.revoked_at is null) as "active!"
                from redeemed r join api_keys k on k.id = r.api_key_id"#,
             &hash[..],
@@ -370,6 +385,10 @@ impl Store {
         .await?;
         Ok(row
             .filter(|row| row.fresh && row.active && row.task_id == task_id.0)
-            .map(|row| ApiKeyId(row.api_key_id)))
+            .map(|row| {
+                // The column's check admits only the two names; anything else is the weaker.
+                let scope = TicketScope::parse(&row.scope).unwrap_or(TicketScope::View);
+                (ApiKeyId(row.api_key_id), scope)
+            }))
     }
 }

@@ -54,7 +54,7 @@ pub use output_files::{
 };
 pub use profiles::{ProfileRecord, ProfileSave, ProfileState};
 pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
-pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite};
+pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite, pause_limit_error};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SecretsKeyring};
@@ -100,6 +100,9 @@ pub struct Store {
     key_lookups: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The quotas of a key that sets none of its own (`quotas.rs`).
     default_quotas: Quotas,
+    /// A key without a `max_running` of its own, and no default one, may hold at most half
+    /// the live workers' slots (`quotas.rs`, `Store::with_fair_share`).
+    fair_share: bool,
 }
 
 impl Store {
@@ -120,6 +123,7 @@ impl Store {
             keyring: None,
             key_lookups: std::sync::Arc::default(),
             default_quotas: Quotas::default(),
+            fair_share: false,
         })
     }
 
@@ -130,6 +134,7 @@ impl Store {
             keyring: None,
             key_lookups: std::sync::Arc::default(),
             default_quotas: Quotas::default(),
+            fair_share: false,
         }
     }
 

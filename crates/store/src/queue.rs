@@ -95,6 +95,15 @@ enum ClaimAttempt {
     LostRace,
 }
 
+/// The error of a task stopped for having been paused longer than `max_pause`.
+pub fn pause_limit_error(max_pause: Duration) -> String {
+    format!(
+        "stopped: the task stayed paused longer than the maximum pause time ({} s, the \
+         workers' --max-pause-s); its browser was released",
+        max_pause.as_secs()
+    )
+}
+
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -144,9 +153,17 @@ impl Store {
             .default_quotas
             .max_running
             .map_or(0, |n| i32::try_from(n.max(0)).unwrap_or(i32::MAX));
+        let fair_share = self.fair_share;
         let mut tx = self.pool.begin().await?;
         let attempt = sqlx::query!(
-            r#"with candidates as (
+            r#"with defaults as (
+                 -- The max_running of a key without its own: the configured one, else
+                 -- (fair share) half the live workers' slots, at least 1, else none (0).
+                 select case when $3 > 0 then $3
+                             when $4 then greatest(1, ceil(coalesce(sum(s.slots), 0) / 2.0))::int
+                             else 0 end as max_running
+                 from worker_slots s where s.expires_at > now()
+             ), candidates as (
                  select c.id, c.created_at, k.api_key_id,
                         row_number() over (partition by k.api_key_id
                                            order by c.created_at, c.id) as rank
@@ -158,13 +175,15 @@ impl Store {
                      limit 16) c
              ), next as (
                  select t.id, c.api_key_id,
-                        nullif(coalesce(k.max_running, $3), 0) as max_running
+                        nullif(coalesce(k.max_running, d.max_running), 0) as max_running
                  from tasks t
                  join candidates c on c.id = t.id
                  join api_keys k on k.id = c.api_key_id
                  join api_key_held_tasks h on h.api_key_id = c.api_key_id
+                 cross join defaults d
                  where t.status = 'queued'
-                   and (coalesce(k.max_running, $3) = 0 or h.held < coalesce(k.max_running, $3))
+                   and (coalesce(k.max_running, d.max_running) = 0
+                        or h.held < coalesce(k.max_running, d.max_running))
                  order by h.held + c.rank, c.created_at, c.id
                  limit 1
                  for update of t skip locked
@@ -192,6 +211,7 @@ impl Store {
             owner,
             secs(lease),
             default_max_running,
+            fair_share,
         )
         .fetch_one(&mut *tx)
         .await?;
@@ -372,6 +392,55 @@ impl Store {
         }
         tx.commit().await?;
         Ok(reaped)
+    }
+
+    /// Stops tasks that have been paused for longer than `max_pause` (from `paused_at`, set in
+    /// Postgres when the task paused), with the error [`pause_limit_error`] and a `stop`
+    /// status event: their browsers are released (the worker holding one sees the status and
+    /// ends the run), also when the worker that held the task died. At most 100 per call.
+    pub async fn stop_overlong_pauses(
+        &self,
+        max_pause: Duration,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        let error = pause_limit_error(max_pause);
+        let mut tx = self.pool.begin().await?;
+        let ids = sqlx::query_scalar!(
+            "update tasks set status = 'stopped', error = $2, secrets_sealed = null,
+                 lease_owner = null, lease_expires_at = null, finished_at = now(),
+                 updated_at = now()
+             where id in (
+                 select id from tasks
+                 where status = 'paused' and paused_at < now() - make_interval(secs => $1)
+                 order by paused_at
+                 limit 100 for update skip locked)
+             returning id",
+            secs(max_pause),
+            error,
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        for id in &ids {
+            let stopped = StatusEvent {
+                reason: Some(error.clone()),
+                ..StatusEvent::ended(
+                    TaskStatus::Stopped,
+                    "stop",
+                    StatusOutcome {
+                        error: Some(error.clone()),
+                        ..StatusOutcome::default()
+                    },
+                )
+            };
+            append_body_in(
+                &mut tx,
+                TaskId(*id),
+                &EventBody::Status(stopped),
+                EventGuard::Any,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(ids.into_iter().map(TaskId).collect())
     }
 
     /// Fails queued or paused tasks that still hold secrets and have not changed for longer

@@ -126,6 +126,70 @@ impl Store {
         self
     }
 
+    /// With `on`, a key that has no `max_running` of its own while the defaults set none
+    /// either may hold at most half the task slots of the live workers (the sum of their
+    /// registered `--concurrency`, [`Store::register_worker_slots`]), rounded up, at least
+    /// one: the operator's `--max-running-per-key auto`, the default. A shared install stays
+    /// fair without configuration: one key's flood leaves half the slots to the others.
+    #[must_use]
+    pub fn with_fair_share(mut self, on: bool) -> Self {
+        self.fair_share = on;
+        self
+    }
+
+    /// Whether [`Store::with_fair_share`] is on.
+    pub fn fair_share(&self) -> bool {
+        self.fair_share
+    }
+
+    /// Registers (or refreshes) worker `worker`'s `slots` (its concurrency) for `ttl`: the
+    /// slots the fair share is half of. Workers refresh it with their maintenance loop; a
+    /// worker that died stops counting once it expires.
+    pub async fn register_worker_slots(
+        &self,
+        worker: &str,
+        slots: usize,
+        ttl: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let slots = i32::try_from(slots.max(1)).unwrap_or(i32::MAX);
+        sqlx::query!(
+            "insert into worker_slots (worker, slots, expires_at)
+             values ($1, $2, now() + make_interval(secs => $3))
+             on conflict (worker) do update set slots = excluded.slots,
+                 expires_at = excluded.expires_at",
+            worker,
+            slots,
+            ttl.as_secs_f64(),
+        )
+        .execute(&self.pool)
+        .await?;
+        sqlx::query!("delete from worker_slots where expires_at < now() - interval '1 hour'")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Removes worker `worker`'s slots (it is shutting down).
+    pub async fn remove_worker_slots(&self, worker: &str) -> Result<(), StoreError> {
+        sqlx::query!("delete from worker_slots where worker = $1", worker)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The task slots of the live workers, and the fair share of one key (half, rounded up,
+    /// at least one).
+    pub async fn worker_slots(&self) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query!(
+            r#"select coalesce(sum(slots), 0)::bigint as "slots!",
+                      greatest(1, ceil(coalesce(sum(slots), 0) / 2.0))::bigint as "share!"
+               from worker_slots where expires_at > now()"#
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.slots, row.share))
+    }
+
     /// The configured default quotas.
     pub fn default_quotas(&self) -> Quotas {
         self.default_quotas

@@ -1651,3 +1651,176 @@ async fn a_feed_follows_the_memory_store() {
     assert_eq!(seqs, (1..=103).collect::<Vec<_>>());
     assert_eq!(feed.next().await.unwrap(), FeedItem::Closed);
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn by_default_a_key_holds_at_most_half_the_live_workers_slots(pool: PgPool) {
+    // No configured max_running: the fair share (`--max-running-per-key auto`).
+    let store = Store::from_pool(pool).with_fair_share(true);
+    let flood = key_with(&store, None).await;
+    let other = key_with(&store, None).await;
+    let unlimited = key_with(&store, Some(0)).await;
+    // One worker of 4 slots: half is 2.
+    store
+        .register_worker_slots("w1", 4, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.worker_slots().await.unwrap(), (4, 2));
+    for i in 0..4 {
+        store
+            .create_task(flood, plain_task(&format!("flood {i}")))
+            .await
+            .unwrap();
+    }
+    let claim = || store.claim_task("w1", Duration::from_secs(60));
+    assert!(claim().await.unwrap().is_some());
+    assert!(claim().await.unwrap().is_some());
+    // The flood's other tasks wait although slots are free…
+    assert!(claim().await.unwrap().is_none());
+    assert_eq!(running_by_key(&store).await.get(&flood.0), Some(&2));
+    // …and another key's task runs beside them.
+    let late = store.create_task(other, plain_task("late")).await.unwrap();
+    let claimed = claim().await.unwrap().expect("the other key's task");
+    assert_eq!(claimed.record.id, late.id);
+    assert!(claim().await.unwrap().is_none());
+
+    // A second worker's slots raise the share (8 slots: 4 per key).
+    store
+        .register_worker_slots("w2", 4, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.worker_slots().await.unwrap(), (8, 4));
+    assert!(claim().await.unwrap().is_some());
+    assert!(claim().await.unwrap().is_some());
+    assert!(claim().await.unwrap().is_none());
+    assert_eq!(running_by_key(&store).await.get(&flood.0), Some(&4));
+
+    // A worker that stopped refreshing stops counting: back to 2 for new claims.
+    store
+        .register_worker_slots("w2", 4, Duration::ZERO)
+        .await
+        .unwrap();
+    store.remove_worker_slots("w1").await.unwrap();
+    assert_eq!(store.worker_slots().await.unwrap(), (0, 1));
+    store
+        .register_worker_slots("w1", 2, Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
+        .create_task(other, plain_task("second"))
+        .await
+        .unwrap();
+    assert!(
+        claim().await.unwrap().is_none(),
+        "the other key holds its one"
+    );
+
+    // A key's own setting wins: 0 is unlimited.
+    for i in 0..3 {
+        store
+            .create_task(unlimited, plain_task(&format!("own {i}")))
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            claim().await.unwrap().map(|c| c.record.api_key_id),
+            Some(unlimited)
+        );
+    }
+
+    // Without the fair share (`--max-running-per-key 0`) nothing is held back.
+    let store = store.with_fair_share(false);
+    assert!(
+        store
+            .claim_task("w1", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// The `status` events of task `id`, newest last.
+async fn status_payloads(store: &Store, id: TaskId) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(
+        "select payload from task_events where task_id = $1 and kind = 'status' order by seq",
+    )
+    .bind(id.0)
+    .fetch_all(store.pool())
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_task_paused_past_the_limit_is_stopped_also_without_its_worker(pool: PgPool) {
+    let store = Store::from_pool(pool);
+    let owner = key_with(&store, None).await;
+    let held = store.create_task(owner, plain_task("held")).await.unwrap();
+    store
+        .claim_task("gone", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let fresh = store.create_task(owner, plain_task("fresh")).await.unwrap();
+    let running = store
+        .create_task(owner, plain_task("running"))
+        .await
+        .unwrap();
+    for id in [held.id, fresh.id] {
+        store
+            .transition_task(
+                Some(owner),
+                id,
+                Transition::Pause,
+                TransitionDetails::default(),
+            )
+            .await
+            .unwrap();
+    }
+    // `held` was paused an hour ago by a worker whose lease has since expired (it died);
+    // `fresh` just now; `running` is not paused.
+    sqlx::query(
+        "update tasks set paused_at = now() - interval '1 hour',
+             lease_expires_at = now() - interval '1 minute' where id = $1",
+    )
+    .bind(held.id.0)
+    .execute(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(store.reap_expired_leases(3).await.unwrap().len(), 1);
+    let max_pause = Duration::from_secs(1800);
+    assert_eq!(
+        store.stop_overlong_pauses(max_pause).await.unwrap(),
+        vec![held.id]
+    );
+    let stopped = store.get_task(None, held.id).await.unwrap().unwrap();
+    assert_eq!(stopped.status, TaskStatus::Stopped);
+    let reason = browserd_store::pause_limit_error(max_pause);
+    assert!(reason.contains("maximum pause time (1800 s"), "{reason}");
+    assert_eq!(stopped.error.as_deref(), Some(reason.as_str()));
+    assert!(stopped.lease_owner.is_none());
+    let last = status_payloads(&store, held.id).await.pop().unwrap();
+    assert_eq!(last["status"], "stopped", "{last}");
+    assert_eq!(last["transition"], "stop", "{last}");
+    assert_eq!(last["error"], json!(reason), "{last}");
+    for id in [fresh.id, running.id] {
+        let task = store.get_task(None, id).await.unwrap().unwrap();
+        assert_ne!(task.status, TaskStatus::Stopped, "{id}");
+    }
+    // `paused_at` follows the status whatever changes it: a resume clears it.
+    store
+        .transition_task(
+            Some(owner),
+            fresh.id,
+            Transition::Resume,
+            TransitionDetails::default(),
+        )
+        .await
+        .unwrap();
+    let paused_at: Option<OffsetDateTime> =
+        sqlx::query_scalar("select paused_at from tasks where id = $1")
+            .bind(fresh.id.0)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert!(paused_at.is_none());
+}

@@ -342,7 +342,8 @@ pub struct ReplayOptionsRequest {
     #[schema(minimum = 0, maximum = 10, default = 2)]
     pub max_retries: Option<i64>,
     /// Pause before the first retry in ms, doubled for each further one; 0–60 000
-    /// (default 500).
+    /// (default 500). Each wait is at most 60 s, and one action's waits together at most
+    /// 120 s: once they are spent the action fails even with retries left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 60000, default = 500)]
     pub retry_delay_ms: Option<i64>,
@@ -617,4 +618,54 @@ mod tests {
         assert_eq!(back.max_steps, Some(3));
         assert!(back.secrets.is_none());
     }
+}
+
+/// What a WebSocket ticket (`POST /v1/tasks/{id}/events/ticket`) lets its bearer do with the
+/// task's sockets. A key itself may do everything a `control` ticket may.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TicketScope {
+    /// Watch only: the event stream and the live view's frames. A take-over input sent on a
+    /// live socket opened with it closes the socket (1008). Safe to hand to anyone who may
+    /// watch the task.
+    #[default]
+    View,
+    /// Also drive the browser: take-over inputs on the live view (what the dashboard asks
+    /// for when a person presses "Take over").
+    Control,
+}
+
+impl TicketScope {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::View => "view",
+            Self::Control => "control",
+        }
+    }
+
+    /// The scope named `name` (`view`, `control`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "view" => Some(Self::View),
+            "control" => Some(Self::Control),
+            _ => None,
+        }
+    }
+
+    /// Whether a socket opened with this scope may send take-over inputs.
+    pub fn allows_input(self) -> bool {
+        self == Self::Control
+    }
+}
+
+/// Body of `POST /v1/tasks/{id}/events/ticket` (optional: no body is `{"scope": "view"}`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TicketRequest {
+    /// `view` (default): the event stream and the live view's frames, nothing else.
+    /// `control`: also take-over inputs on the live view. Ask for `control` only when a person
+    /// takes over; hand out only `view` tickets.
+    #[serde(default)]
+    pub scope: TicketScope,
 }

@@ -53,6 +53,10 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// Queued or paused tasks holding secrets longer than this fail and lose their secrets.
     pub secrets_retention: Duration,
+    /// A task paused for longer than this is stopped (its browser released); `None`: no
+    /// limit. Enforced by every worker's maintenance loop from Postgres time (`paused_at`),
+    /// so also when the worker that held the task died.
+    pub max_pause: Option<Duration>,
     /// Each task's workspace is `<root>/<task id>`.
     pub workspace_root: PathBuf,
     /// The live view's screencast settings; `None` switches the live view off.
@@ -116,6 +120,14 @@ impl Worker {
     pub async fn run(self, shutdown: CancellationToken) {
         let config = self.config.clone();
         tracing::info!(worker = %config.id, concurrency = config.concurrency, "worker started");
+        // The slots the fair share of a key is counted from: registered before the first claim.
+        if let Err(err) = self
+            .store
+            .register_worker_slots(&config.id, config.concurrency, slots_ttl(&config))
+            .await
+        {
+            tracing::warn!(%err, "registering the worker's slots failed");
+        }
         let tracker = TaskTracker::new();
         tracker.spawn(maintain(
             self.store.clone(),
@@ -212,6 +224,9 @@ impl Worker {
                 }
             }
         }
+        if let Err(err) = self.store.remove_worker_slots(&config.id).await {
+            tracing::debug!(%err, "removing the worker's slots failed (they expire)");
+        }
         tracker.close();
         let cap = config.shutdown_grace + Duration::from_secs(10);
         if tokio::time::timeout(cap, tracker.wait()).await.is_err() {
@@ -221,11 +236,39 @@ impl Worker {
     }
 }
 
-/// Reaps expired leases and expires stale secrets, on every worker (SKIP LOCKED makes that
-/// safe), every half lease.
+/// How often the maintenance loop runs: every half lease.
+fn maintenance_period(config: &WorkerConfig) -> Duration {
+    (config.lease / 2).max(Duration::from_millis(500))
+}
+
+/// How long a worker's registered slots count without a refresh: a lease (two maintenance
+/// rounds), like its tasks.
+fn slots_ttl(config: &WorkerConfig) -> Duration {
+    config.lease.max(2 * maintenance_period(config))
+}
+
+/// Reaps expired leases, expires stale secrets, stops overlong pauses and refreshes this
+/// worker's slots, on every worker (SKIP LOCKED makes that safe), every half lease.
 async fn maintain(store: Store, config: Arc<WorkerConfig>, shutdown: CancellationToken) {
-    let period = (config.lease / 2).max(Duration::from_millis(500));
+    let period = maintenance_period(&config);
     loop {
+        if let Err(err) = store
+            .register_worker_slots(&config.id, config.concurrency, slots_ttl(&config))
+            .await
+        {
+            tracing::warn!(%err, "refreshing the worker's slots failed");
+        }
+        if let Some(max_pause) = config.max_pause {
+            match store.stop_overlong_pauses(max_pause).await {
+                Ok(ids) => {
+                    for id in ids {
+                        tracing::warn!(task_id = %id, max_pause_s = max_pause.as_secs(),
+                            "task stopped: paused longer than the maximum pause time");
+                    }
+                }
+                Err(err) => tracing::warn!(%err, "stopping overlong pauses failed"),
+            }
+        }
         match store.reap_expired_leases(config.max_attempts).await {
             Ok(reaped) => {
                 for task in reaped {
