@@ -475,10 +475,8 @@ fn memory_holds(pid: u32, needle: &[u8]) -> bool {
         let Some((start, end)) = range.split_once('-') else {
             continue;
         };
-        let (Ok(start), Ok(end)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-        ) else {
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
             continue;
         };
         let len = usize::try_from(end - start).unwrap_or(0);
@@ -489,9 +487,9 @@ fn memory_holds(pid: u32, needle: &[u8]) -> bool {
         let Ok(read) = mem.read_at(&mut buf, start) else {
             continue;
         };
-        let found = buf[..read].windows(needle.len() + 1).any(|w| {
-            w.starts_with(needle) && !w[needle.len()].is_ascii_digit()
-        });
+        let found = buf[..read]
+            .windows(needle.len() + 1)
+            .any(|w| w.starts_with(needle) && !w[needle.len()].is_ascii_digit());
         if found {
             return true;
         }

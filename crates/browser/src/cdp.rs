@@ -155,7 +155,10 @@ impl Shared {
             let _ = call.answer.send(Err(BrowserError::ConnectionClosed));
         }
         // The routed sessions' channels end: their owners see the connection gone.
-        self.routes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         self.closed_signal.send_replace(true);
     }
 
@@ -734,7 +737,10 @@ mod tests {
             splitter.push(b"\"result\":{}}\0{\"id\":2}\0{\"met"),
             vec![b"{\"id\":1,\"result\":{}}".to_vec(), b"{\"id\":2}".to_vec()]
         );
-        assert_eq!(splitter.push(b"hod\":\"X\"}\0"), vec![b"{\"method\":\"X\"}".to_vec()]);
+        assert_eq!(
+            splitter.push(b"hod\":\"X\"}\0"),
+            vec![b"{\"method\":\"X\"}".to_vec()]
+        );
         assert!(splitter.push(b"").is_empty());
         assert!(splitter.partial.is_empty());
     }

@@ -236,14 +236,39 @@ fn chrome_args(config: &PoolConfig) -> Vec<String> {
             "--window-size={},{}",
             config.viewport.width, config.viewport.height
         )))
-        .chain(config.extra_args.iter().map(|flag| {
-            if flag.starts_with('-') {
-                flag.clone()
-            } else {
-                format!("--{flag}")
-            }
-        }))
+        .chain(
+            config
+                .extra_args
+                .iter()
+                .map(|flag| {
+                    if flag.starts_with('-') {
+                        flag.clone()
+                    } else {
+                        format!("--{flag}")
+                    }
+                })
+                .filter(|flag| {
+                    let opens_port = opens_devtools_port(flag);
+                    if opens_port {
+                        tracing::warn!(
+                            %flag,
+                            "extra Chrome flag dropped: Chrome is driven over its pipe and opens no DevTools port"
+                        );
+                    }
+                    !opens_port
+                }),
+        )
         .collect()
+}
+
+/// Whether `flag` would make Chrome listen for DevTools on a TCP port (or choose its
+/// address), which any local process could then drive, reaching every tenant's contexts.
+fn opens_devtools_port(flag: &str) -> bool {
+    let name = flag.split('=').next().unwrap_or(flag);
+    matches!(
+        name,
+        "--remote-debugging-port" | "--remote-debugging-address"
+    )
 }
 
 /// [`PoolConfig::spare_contexts`] by default, so that an idle Chrome is ready for a burst of
@@ -1465,7 +1490,26 @@ impl Lease {
 
 #[cfg(test)]
 mod tests {
-    use super::spare_target;
+    use super::{PoolConfig, chrome_args, spare_target};
+
+    #[test]
+    fn extra_flags_cannot_open_a_devtools_port() {
+        let config = PoolConfig {
+            extra_args: vec![
+                "--remote-debugging-port=9222".into(),
+                "remote-debugging-address=0.0.0.0".into(),
+                "--remote-debugging-port".into(),
+                "--lang=de".into(),
+            ],
+            ..PoolConfig::default()
+        };
+        let args = chrome_args(&config);
+        assert!(
+            !args.iter().any(|a| a.starts_with("--remote-debugging")),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--lang=de".to_owned()));
+    }
 
     #[test]
     fn a_chrome_keeps_a_spare_per_free_context_at_least_one_at_most_the_setting() {

@@ -8,10 +8,8 @@ mod support;
 use std::collections::HashSet;
 
 use browserd_browser::{
-    Action, ActionContext, BrowserPool, ContextOptions, PoolConfig,
-    actions::ClickParams,
-    egress::EgressSettings,
-    pool::descendant_pids,
+    Action, ActionContext, BrowserPool, ContextOptions, PoolConfig, actions::ClickParams,
+    egress::EgressSettings, pool::descendant_pids,
 };
 use serde_json::{Value, json};
 use support::{rt, server, test_config};
@@ -192,7 +190,10 @@ fn chrome_listens_on_no_port_and_a_guarded_task_runs_over_its_pipe() {
         // Chrome is gone and reaped: no zombie is left under this process.
         let zombie = std::fs::read_to_string(format!("/proc/{main}/status"))
             .ok()
-            .filter(|s| s.lines().any(|l| l.starts_with("State:") && l.contains('Z')));
+            .filter(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("State:") && l.contains('Z'))
+            });
         assert!(zombie.is_none(), "chrome {main} is a zombie");
     });
 }

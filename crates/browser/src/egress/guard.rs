@@ -392,7 +392,13 @@ impl EgressGuard {
         policy: Arc<EgressPolicy>,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
-        Self::attach_slot(Endpoint::Url(ws_url), scope, PolicySlot::bound(policy), options).await
+        Self::attach_slot(
+            Endpoint::Url(ws_url),
+            scope,
+            PolicySlot::bound(policy),
+            options,
+        )
+        .await
     }
 
     /// [`EgressGuard::attach`] over `conn`, the Chrome's own connection (a launched Chrome's
