@@ -1,4 +1,9 @@
 //! The Chrome pool: processes (or remote endpoints), each hosting isolated contexts.
+//!
+//! Each Chrome is driven over one [`CdpConnection`]: a launched one's `--remote-debugging-pipe`
+//! (it opens no DevTools port; [`crate::launch`]), a remote one's WebSocket. The connection's
+//! end is the Chrome's death (a crash, a kill, an exit: the pipe's EOF); the health watch and
+//! `Browser.close` go over it too. chromiumoxide only connects to remote endpoints.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -186,7 +191,7 @@ pub const CHROME_FLAGS: [&str; 8] = [
 /// this list passed instead; its headless mode is not used either because it adds
 /// `--hide-scrollbars`, and browser-use keeps scrollbars visible (they take layout width, so
 /// the page lays out as it does there). Without leading dashes. (The pool launches Chrome
-/// itself now — [`crate::launch`] — with these flags, and chromiumoxide only connects.)
+/// itself now — [`crate::launch`] — with these flags, over its DevTools pipe.)
 const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "disable-background-networking",
     "enable-features=NetworkService,NetworkServiceInProcess",
