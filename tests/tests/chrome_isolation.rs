@@ -419,82 +419,41 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
     );
 }
 
-/// Crashes the tab whose URL contains `needle` in the Chrome under `server`: kills (SIGKILL)
-/// the one renderer process whose memory holds `needle`. Chrome has no DevTools port to send
-/// `Page.crash` over (it is driven over its pipe only), and each task's context has renderers
-/// of its own, so the renderer that ever loaded that URL is the tab's. Reading a renderer's
-/// memory takes root (sandboxed renderers are not dumpable), as the rest of this file does.
-async fn crash_tab(server: &Process, needle: &str) {
-    let browser = chrome_browser_process(server).expect("Chrome runs");
-    let renderers: Vec<u32> = descendants(browser)
+/// The renderer processes of the Chrome under `server`.
+fn renderers(server: &Process) -> Vec<u32> {
+    chrome_browser_process(server)
+        .map(descendants)
+        .unwrap_or_default()
         .into_iter()
         .filter(|pid| cmdline(*pid).contains("--type=renderer"))
-        .collect();
-    let needle = needle.as_bytes().to_vec();
-    let holders = tokio::task::spawn_blocking({
-        let renderers = renderers.clone();
-        move || {
-            renderers
-                .into_iter()
-                .filter(|pid| memory_holds(*pid, &needle))
-                .collect::<Vec<u32>>()
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        holders.len(),
-        1,
-        "one renderer holds the tab's URL (renderers {renderers:?}, holders {holders:?})"
-    );
-    let status = std::process::Command::new("kill")
-        .args(["-9", &holders[0].to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "renderer {} killed", holders[0]);
+        .collect()
 }
 
-/// Whether the writable memory of `pid` holds `needle` (followed by no digit).
-fn memory_holds(pid: u32, needle: &[u8]) -> bool {
-    use std::os::unix::fs::FileExt;
-    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return false;
-    };
-    let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
-        return false;
-    };
-    let mut buf = Vec::new();
-    for line in maps.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
-            continue;
-        };
-        if !perms.starts_with("rw") {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
-        else {
-            continue;
-        };
-        let len = usize::try_from(end - start).unwrap_or(0);
-        if len == 0 || len > 256 << 20 {
-            continue;
-        }
-        buf.resize(len, 0);
-        let Ok(read) = mem.read_at(&mut buf, start) else {
-            continue;
-        };
-        let found = buf[..read]
-            .windows(needle.len() + 1)
-            .any(|w| w.starts_with(needle) && !w[needle.len()].is_ascii_digit());
-        if found {
-            return true;
-        }
+/// Crashes the tabs of the one task whose context opened since `before` was taken (a list of
+/// [`renderers`]): kills (SIGKILL) the renderers that are new since then. Chrome has no
+/// DevTools port to send `Page.crash` over (it is driven over its pipe only), contexts never
+/// share a renderer, and with no spare contexts a renderer is started only for a task's
+/// context, so the new renderers are that task's alone.
+fn crash_tabs_opened_since(server: &Process, before: &[u32]) {
+    let new: Vec<u32> = renderers(server)
+        .into_iter()
+        .filter(|pid| !before.contains(pid))
+        .collect();
+    assert!(
+        !new.is_empty(),
+        "no renderer was started for the task (before: {before:?})"
+    );
+    for pid in new {
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            killed.status.success(),
+            "renderer {pid} killed: {}",
+            String::from_utf8_lossy(&killed.stderr)
+        );
     }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,7 +469,9 @@ async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     } = Scenario::serve(
         stairs_brain(),
         Duration::from_millis(300),
-        &["--concurrency", "2"],
+        // No spare contexts: the crashed task's renderer is the one started after the other
+        // task's (see `crash_tabs_opened_since`).
+        &["--concurrency", "2", "--spare-contexts", "0"],
         &[],
     )
     .await;
@@ -520,10 +481,11 @@ async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     // leave no capture to tell it in).
     let other = client.create_task(climb_task(&site, 10)).await;
     wait_for_step(&client, &other, 1).await;
+    let before = renderers(&server);
     let crashed = client.create_task(climb_task(&site, 6)).await;
     wait_for_step(&client, &crashed, 2).await;
     let chrome = chrome_browser_process(&server);
-    crash_tab(&server, "top=6").await;
+    crash_tabs_opened_since(&server, &before);
     for (id, code) in [(&crashed, "CODE6X"), (&other, "CODE10X")] {
         let task = client.wait_status(id, &["finished", "failed"], LONG).await;
         assert_eq!(task["status"], "finished", "{task}");

@@ -224,3 +224,67 @@ fn ten_megabyte_messages_cross_the_pipe_both_ways() {
         pool.shutdown().await;
     });
 }
+
+/// Whether `pid` is a zombie (exited, not reaped).
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+#[test]
+fn chromes_death_ends_its_pipe_connection_at_once_and_it_is_reaped() {
+    rt().block_on(async {
+        // Calls time out after 30 s: a failure well before that is the pipe's end seen.
+        let pool = BrowserPool::new(test_config()).unwrap();
+        let session = pool.lease().await.unwrap();
+        session
+            .navigate(&format!("http://{}/rules.html", server().await))
+            .await
+            .unwrap();
+        let target = session.focused_target().await.unwrap();
+        let main = pool.chrome_pids().await[0];
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &main.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let started = std::time::Instant::now();
+        let mut failed = None;
+        while started.elapsed() < std::time::Duration::from_secs(10) {
+            if let Err(err) = session
+                .cdp(
+                    Some(&target),
+                    "Runtime.evaluate",
+                    json!({"expression": "1"}),
+                )
+                .await
+            {
+                failed = Some(err);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let err = failed.expect("calls fail once Chrome is dead");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "seen after {:?}: {err}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(err, browserd_browser::BrowserError::ConnectionClosed),
+            "{err}"
+        );
+        drop(session);
+        // The next lease gets a new Chrome, over a new pipe.
+        let next = pool.lease().await.unwrap();
+        next.navigate(&format!("http://{}/rules.html", server().await))
+            .await
+            .unwrap();
+        assert_ne!(pool.chrome_pids().await, vec![main]);
+        next.release().await;
+        pool.shutdown().await;
+        assert!(!is_zombie(main), "the killed chrome {main} was not reaped");
+    });
+}
