@@ -209,13 +209,17 @@ fn ten_megabyte_messages_cross_the_pipe_both_ways() {
             .unwrap();
         const MB10: usize = 10 * 1024 * 1024 + 17;
         // Chrome → worker: a 10 MB answer.
+        let started = std::time::Instant::now();
         let answer = eval(&session, &format!("'x'.repeat({MB10})")).await;
+        eprintln!("10 MB answer over the pipe: {:?}", started.elapsed());
         let text = answer.as_str().expect("a string");
         assert_eq!(text.len(), MB10);
         assert!(text.bytes().all(|b| b == b'x'));
         // Worker → Chrome: a 10 MB command.
         let literal = "y".repeat(MB10);
+        let started = std::time::Instant::now();
         let length = eval(&session, &format!("'{literal}'.length")).await;
+        eprintln!("10 MB command over the pipe: {:?}", started.elapsed());
         assert_eq!(length, json!(MB10));
         // The connection goes on working after them.
         let title = eval(&session, "document.title").await;
