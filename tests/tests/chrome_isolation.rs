@@ -436,84 +436,41 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
     );
 }
 
-/// Sends `Page.crash` to the tab whose URL contains `needle`, over the DevTools endpoint of
-/// the Chrome under `server` (its port is in `DevToolsActivePort` in the profile directory).
-async fn crash_tab(server: &Process, needle: &str) {
-    use futures::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let browser = chrome_browser_process(server).expect("Chrome runs");
-    let profile = cmdline(browser)
-        .split_whitespace()
-        .find_map(|arg| arg.strip_prefix("--user-data-dir=").map(str::to_owned))
-        .expect("Chrome's profile directory");
-    let active = std::fs::read_to_string(format!("{profile}/DevToolsActivePort")).unwrap();
-    let mut lines = active.lines();
-    let (port, path) = (lines.next().unwrap(), lines.next().unwrap());
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{port}{path}"))
-        .await
-        .unwrap();
-    let mut call =
-        async |id: u64, method: &str, params: serde_json::Value, session: Option<&str>| {
-            let mut message = json!({"id": id, "method": method, "params": params});
-            if let Some(session) = session {
-                message["sessionId"] = json!(session);
-            }
-            ws.send(Message::Text(message.to_string().into()))
-                .await
-                .unwrap();
-            if method == "Page.crash" {
-                return serde_json::Value::Null; // never answered: the renderer is gone
-            }
-            loop {
-                let Some(Ok(Message::Text(text))) = ws.next().await else {
-                    panic!("DevTools connection closed");
-                };
-                let answer: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
-                if answer["id"] == id {
-                    return answer["result"].clone();
-                }
-            }
-        };
-    // Target events on this connection: the crash is awaited below, not assumed (a
-    // connection closed right after `Page.crash` can detach before the renderer runs it).
-    call(
-        0,
-        "Target.setDiscoverTargets",
-        json!({"discover": true}),
-        None,
-    )
-    .await;
-    let targets = call(1, "Target.getTargets", json!({}), None).await;
-    let target = targets["targetInfos"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["type"] == "page" && t["url"].as_str().unwrap_or("").contains(needle))
-        .unwrap_or_else(|| panic!("no tab at {needle}: {targets}"))["targetId"]
-        .clone();
-    let attached = call(
-        2,
-        "Target.attachToTarget",
-        json!({"targetId": target, "flatten": true}),
-        None,
-    )
-    .await;
-    let session = attached["sessionId"].as_str().unwrap().to_owned();
-    call(3, "Page.crash", json!({}), Some(&session)).await;
-    let crashed = tokio::time::timeout(LONG, async {
-        while let Some(Ok(message)) = ws.next().await {
-            let Message::Text(text) = message else {
-                continue;
-            };
-            let event: serde_json::Value = serde_json::from_str(text.as_str()).unwrap();
-            if event["method"] == "Target.targetCrashed" && event["params"]["targetId"] == target {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(crashed, Ok(true), "the tab at {needle} crashed");
+/// The renderer processes of the Chrome under `server`.
+fn renderers(server: &Process) -> Vec<u32> {
+    chrome_browser_process(server)
+        .map(descendants)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|pid| cmdline(*pid).contains("--type=renderer"))
+        .collect()
+}
+
+/// Crashes the tabs of the one task whose context opened since `before` was taken (a list of
+/// [`renderers`]): kills (SIGKILL) the renderers that are new since then. Chrome has no
+/// DevTools port to send `Page.crash` over (it is driven over its pipe only), contexts never
+/// share a renderer, and with no spare contexts a renderer is started only for a task's
+/// context, so the new renderers are that task's alone.
+fn crash_tabs_opened_since(server: &Process, before: &[u32]) {
+    let new: Vec<u32> = renderers(server)
+        .into_iter()
+        .filter(|pid| !before.contains(pid))
+        .collect();
+    assert!(
+        !new.is_empty(),
+        "no renderer was started for the task (before: {before:?})"
+    );
+    for pid in new {
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            killed.status.success(),
+            "renderer {pid} killed: {}",
+            String::from_utf8_lossy(&killed.stderr)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -529,7 +486,9 @@ async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     } = Scenario::serve(
         stairs_brain(),
         Duration::from_millis(300),
-        &["--concurrency", "2"],
+        // No spare contexts: the crashed task's renderer is the one started after the other
+        // task's (see `crash_tabs_opened_since`).
+        &["--concurrency", "2", "--spare-contexts", "0"],
         &[],
     )
     .await;
@@ -539,10 +498,11 @@ async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     // leave no capture to tell it in).
     let other = client.create_task(climb_task(&site, 10)).await;
     wait_for_step(&client, &other, 1).await;
+    let before = renderers(&server);
     let crashed = client.create_task(climb_task(&site, 6)).await;
     wait_for_step(&client, &crashed, 2).await;
     let chrome = chrome_browser_process(&server);
-    crash_tab(&server, "top=6").await;
+    crash_tabs_opened_since(&server, &before);
     for (id, code) in [(&crashed, "CODE6X"), (&other, "CODE10X")] {
         let task = client.wait_status(id, &["finished", "failed"], LONG).await;
         assert_eq!(task["status"], "finished", "{task}");

@@ -1,13 +1,27 @@
-//! The raw CDP escape hatch: one websocket per Chrome, untyped commands on any session.
+//! The raw CDP escape hatch: one connection per Chrome, untyped commands on any session.
 //!
-//! chromiumoxide launches the process (and is told to stop discovering targets, so its handler
-//! never attaches to a tab). Contexts, tabs, navigation, everything that observes a page
-//! (DOMSnapshot, DOM, Accessibility, layout metrics, screenshots) and every action go through
-//! this module instead: commands are `(session, method, JSON params)`, answers
+//! The connection runs over either of Chrome's two DevTools transports, behind the one
+//! [`CdpConnection`]:
+//! - **the pipe** (`--remote-debugging-pipe`), for every Chrome the pool launches: Chrome reads
+//!   commands from its fd 3 and writes answers and events to its fd 4, each message ended by a
+//!   NUL byte ([`CdpConnection::over_pipe`]). Nothing but the worker that holds the other ends
+//!   can drive that Chrome: it listens on no port.
+//! - **a WebSocket** to a `ws://…/devtools/browser/…` URL ([`CdpConnection::connect`]), for a
+//!   remote Chrome the pool is given by URL.
+//!
+//! Contexts, tabs, navigation, everything that observes a page (DOMSnapshot, DOM,
+//! Accessibility, layout metrics, screenshots), every action, the health watch and the egress
+//! guard go through this module: commands are `(session, method, JSON params)`, answers
 //! are kept as the raw UTF-8 text Chrome sent and decoded straight into the caller's own
 //! types, so a Chrome protocol change can only break the fields we actually read, and huge
 //! answers (a DOMSnapshot of a 2 MB page) are parsed once, without an intermediate
 //! `serde_json::Value`.
+//!
+//! A client that needs a browser-level CDP client of its own (the egress guard, whose
+//! auto-attach must hold new targets until it resumes them) gets one on the same connection:
+//! [`CdpConnection::browser_session`] attaches a second session to the browser target
+//! (`Target.attachToBrowserTarget`), and the events of that session and of every session
+//! attached through it go to its own channel, not to [`CdpConnection::events`].
 
 use std::{
     collections::{HashMap, HashSet},
@@ -20,7 +34,8 @@ use std::{
 
 use futures::{SinkExt, StreamExt};
 use serde::{Deserialize, de::DeserializeOwned};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, protocol::WebSocketConfig};
 
 use crate::error::{BrowserError, Result};
@@ -104,12 +119,19 @@ impl RawResponse {
 }
 
 struct Shared {
+    /// This connection's number, unique in the process ([`CdpConnection::id`]).
+    id: u64,
     next_id: AtomicU64,
     pending: Mutex<Pending>,
     /// Sessions whose target's renderer died ([`CdpConnection::fail_session`]).
     dead_sessions: Mutex<HashSet<SessionId>>,
     closed: AtomicBool,
     events: broadcast::Sender<Arc<CdpEvent>>,
+    /// Sessions whose events go to a [`CdpConnection::browser_session`]'s channel instead of
+    /// `events`: each such browser session and every session attached through it.
+    routes: Mutex<HashMap<SessionId, mpsc::UnboundedSender<Arc<CdpEvent>>>>,
+    /// True once the connection is gone ([`CdpConnection::closed`]).
+    closed_signal: watch::Sender<bool>,
 }
 
 /// The method of the one event a connection sends its subscribers when its socket is gone, so
@@ -132,6 +154,12 @@ impl Shared {
         for (_, call) in drained {
             let _ = call.answer.send(Err(BrowserError::ConnectionClosed));
         }
+        // The routed sessions' channels end: their owners see the connection gone.
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.closed_signal.send_replace(true);
     }
 
     fn take(&self, id: u64) -> Option<PendingCall> {
@@ -149,14 +177,14 @@ impl Shared {
     }
 }
 
-/// One websocket connection to a Chrome's browser endpoint.
+/// One CDP connection to a Chrome's browser target, over its pipe or a WebSocket.
 ///
 /// Cheap to clone; the reader/writer tasks stop when the last clone is dropped or Chrome
-/// closes the socket (then every pending and future call fails with `ConnectionClosed`).
+/// closes its end (then every pending and future call fails with `ConnectionClosed`).
 #[derive(Clone)]
 pub struct CdpConnection {
     shared: Arc<Shared>,
-    outgoing: mpsc::UnboundedSender<Message>,
+    outgoing: mpsc::UnboundedSender<String>,
     default_timeout: Duration,
     _guard: Arc<TaskGuard>,
 }
@@ -222,7 +250,8 @@ struct ErrorBody {
 }
 
 impl CdpConnection {
-    /// Opens a connection to `ws_url` (a `ws://…/devtools/browser/…` endpoint).
+    /// Opens a connection to `ws_url` (a `ws://…/devtools/browser/…` endpoint): a remote
+    /// Chrome's.
     pub async fn connect(ws_url: &str, default_timeout: Duration) -> Result<Self> {
         let config = WebSocketConfig::default()
             .max_message_size(None)
@@ -239,20 +268,12 @@ impl CdpConnection {
                 reason: e.to_string(),
             })?;
         let (mut sink, mut source) = stream.split();
-        let (events, _) = broadcast::channel(4096);
-        let shared = Arc::new(Shared {
-            next_id: AtomicU64::new(1),
-            pending: Mutex::new(HashMap::new()),
-            dead_sessions: Mutex::new(HashSet::new()),
-            closed: AtomicBool::new(false),
-            events,
-        });
-        let (outgoing, mut outgoing_rx) = mpsc::unbounded_channel::<Message>();
+        let (shared, outgoing, mut outgoing_rx) = Self::parts();
 
         let writer_shared = shared.clone();
         let writer = tokio::spawn(async move {
             while let Some(msg) = outgoing_rx.recv().await {
-                if sink.send(msg).await.is_err() {
+                if sink.send(Message::Text(msg.into())).await.is_err() {
                     break;
                 }
             }
@@ -277,19 +298,118 @@ impl CdpConnection {
             reader_shared.fail_all();
         });
 
-        Ok(Self {
+        Ok(Self::assemble(
             shared,
             outgoing,
             default_timeout,
-            _guard: Arc::new(TaskGuard {
-                tasks: vec![writer, reader],
-            }),
-        })
+            vec![writer, reader],
+        ))
     }
 
-    /// True once the socket is gone.
+    /// A connection over Chrome's `--remote-debugging-pipe`: `to_chrome` is the write end of
+    /// the pipe Chrome reads as its fd 3, `from_chrome` the read end of the one it writes as
+    /// its fd 4. Each message is one JSON text ended by a NUL byte, both ways. Chrome's exit
+    /// (or its closing its end) is the end of `from_chrome`: the connection closes then, as a
+    /// WebSocket's does.
+    pub fn over_pipe<R, W>(from_chrome: R, to_chrome: W, default_timeout: Duration) -> Self
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (shared, outgoing, mut outgoing_rx) = Self::parts();
+
+        let writer_shared = shared.clone();
+        let mut to_chrome = to_chrome;
+        let writer = tokio::spawn(async move {
+            while let Some(mut msg) = outgoing_rx.recv().await {
+                // serde_json escapes every control character in strings, so a message never
+                // holds a NUL of its own.
+                msg.push('\0');
+                if to_chrome.write_all(msg.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to_chrome.shutdown().await;
+            writer_shared.fail_all();
+        });
+
+        let reader_shared = shared.clone();
+        let mut from_chrome = from_chrome;
+        let reader = tokio::spawn(async move {
+            let mut splitter = NulSplitter::default();
+            let mut chunk = vec![0u8; PIPE_READ_CHUNK];
+            loop {
+                let n = match from_chrome.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                for message in splitter.push(&chunk[..n]) {
+                    match String::from_utf8(message) {
+                        Ok(text) => dispatch(&reader_shared, Utf8Bytes::from(text)),
+                        Err(err) => {
+                            tracing::debug!(error = %err, "non-UTF-8 CDP message dropped");
+                        }
+                    }
+                }
+            }
+            reader_shared.fail_all();
+        });
+
+        Self::assemble(shared, outgoing, default_timeout, vec![writer, reader])
+    }
+
+    fn parts() -> (
+        Arc<Shared>,
+        mpsc::UnboundedSender<String>,
+        mpsc::UnboundedReceiver<String>,
+    ) {
+        let (events, _) = broadcast::channel(4096);
+        static CONNECTION_IDS: AtomicU64 = AtomicU64::new(1);
+        let shared = Arc::new(Shared {
+            id: CONNECTION_IDS.fetch_add(1, Ordering::Relaxed),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            dead_sessions: Mutex::new(HashSet::new()),
+            closed: AtomicBool::new(false),
+            events,
+            routes: Mutex::new(HashMap::new()),
+            closed_signal: watch::Sender::new(false),
+        });
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel::<String>();
+        (shared, outgoing, outgoing_rx)
+    }
+
+    fn assemble(
+        shared: Arc<Shared>,
+        outgoing: mpsc::UnboundedSender<String>,
+        default_timeout: Duration,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+    ) -> Self {
+        Self {
+            shared,
+            outgoing,
+            default_timeout,
+            _guard: Arc::new(TaskGuard { tasks }),
+        }
+    }
+
+    /// This connection's number, unique in the process and shared by its clones.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// True once the connection is gone.
     pub fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the connection is gone (Chrome exited or closed its end, the socket
+    /// dropped). Holds nothing of the connection: waiting does not keep it open.
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut signal = self.shared.closed_signal.subscribe();
+        async move {
+            let _ = signal.wait_for(|closed| *closed).await;
+        }
     }
 
     /// The timeout used by [`CdpConnection::call`].
@@ -341,11 +461,7 @@ impl CdpConnection {
             }
             pending.insert(id, call);
         }
-        if self
-            .outgoing
-            .send(Message::Text(message.to_string().into()))
-            .is_err()
-        {
+        if self.outgoing.send(message.to_string()).is_err() {
             self.shared.take(id);
             return Err(BrowserError::ConnectionClosed);
         }
@@ -430,6 +546,55 @@ impl CdpConnection {
             .remove(session);
     }
 
+    /// Sends `method` on `session` without waiting for (or keeping) its answer: for a
+    /// cleanup that must happen even where nothing can wait (a `Drop`).
+    pub fn send_and_forget(&self, session: Option<&str>, method: &str, params: serde_json::Value) {
+        if self.is_closed() {
+            return;
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut message = serde_json::json!({ "id": id, "method": method, "params": params });
+        if let Some(session) = session {
+            message["sessionId"] = serde_json::Value::String(session.to_owned());
+        }
+        let _ = self.outgoing.send(message.to_string());
+    }
+
+    /// Attaches a second session to the browser target (`Target.attachToBrowserTarget`): a
+    /// browser-level client of its own on this connection, whose `Target` domain settings
+    /// (auto-attach, discovery) are its own, as another connection's would be. The events of
+    /// that session and of every session attached through it (its auto-attached targets,
+    /// theirs in turn) arrive on the returned channel only, until the session is detached
+    /// (`Target.detachFromTarget`) or the connection closes.
+    pub async fn browser_session(
+        &self,
+        timeout: Duration,
+    ) -> Result<(SessionId, mpsc::UnboundedReceiver<Arc<CdpEvent>>)> {
+        #[derive(Deserialize)]
+        struct Attached {
+            #[serde(rename = "sessionId")]
+            session_id: String,
+        }
+        let attached: Attached = self
+            .call_raw(
+                None,
+                "Target.attachToBrowserTarget",
+                serde_json::json!({}),
+                timeout,
+            )
+            .await?
+            .decode()?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        {
+            let mut routes = self.shared.routes.lock().unwrap_or_else(|e| e.into_inner());
+            if self.is_closed() {
+                return Err(BrowserError::ConnectionClosed);
+            }
+            routes.insert(attached.session_id.clone(), tx);
+        }
+        Ok((attached.session_id, rx))
+    }
+
     /// Attaches to `target_id` with the flattened protocol and returns the new session id.
     pub async fn attach(&self, target_id: &str) -> Result<SessionId> {
         #[derive(Deserialize)]
@@ -456,13 +621,15 @@ fn dispatch(shared: &Shared, text: Utf8Bytes) {
                 if head.id.is_none()
                     && let Some(method) = head.method
                 {
-                    let event = CdpEvent {
+                    let event = Arc::new(CdpEvent {
                         method: method.into_owned(),
                         session_id: head.session_id.map(|s| s.into_owned()),
                         raw: text.clone(),
-                    };
-                    // No subscriber is fine: events are optional.
-                    let _ = shared.events.send(Arc::new(event));
+                    });
+                    if !route(shared, &event) {
+                        // No subscriber is fine: events are optional.
+                        let _ = shared.events.send(event);
+                    }
                 }
                 head.id
             }
@@ -479,6 +646,85 @@ fn dispatch(shared: &Shared, text: Utf8Bytes) {
     }
 }
 
+/// Hands `event` to the [`CdpConnection::browser_session`] channel its session belongs to, and
+/// keeps the routes up to date with the sessions attached and detached through it; false when
+/// the event is no routed session's.
+fn route(shared: &Shared, event: &CdpEvent) -> bool {
+    #[derive(Deserialize)]
+    struct Child {
+        #[serde(rename = "sessionId")]
+        session_id: String,
+    }
+    let mut routes = shared.routes.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(session) = event.session_id.as_deref() else {
+        // A routed browser session detached (its owner let it go): it and every session
+        // attached through it are forgotten. The event itself is the root's.
+        if event.method == "Target.detachedFromTarget"
+            && !routes.is_empty()
+            && let Ok(child) = event.params::<Child>()
+            && let Some(tx) = routes.remove(&child.session_id)
+        {
+            routes.retain(|_, other| !other.same_channel(&tx));
+        }
+        return false;
+    };
+    let Some(tx) = routes.get(session).cloned() else {
+        return false;
+    };
+    match event.method.as_str() {
+        // Before the child's own events, which Chrome sends after this one.
+        "Target.attachedToTarget" => {
+            if let Ok(child) = event.params::<Child>() {
+                routes.insert(child.session_id, tx.clone());
+            }
+        }
+        "Target.detachedFromTarget" => {
+            if let Ok(child) = event.params::<Child>() {
+                routes.remove(&child.session_id);
+            }
+        }
+        _ => {}
+    }
+    if tx.send(Arc::new(event.clone())).is_err() {
+        // Its owner is gone; nobody listens to this session any more.
+        routes.remove(session);
+    }
+    true
+}
+
+/// How much one read from Chrome's pipe takes at most.
+const PIPE_READ_CHUNK: usize = 256 * 1024;
+
+/// Splits the byte stream of Chrome's pipe into its NUL-terminated messages.
+#[derive(Default)]
+struct NulSplitter {
+    /// The start of a message whose end has not arrived yet.
+    partial: Vec<u8>,
+}
+
+impl NulSplitter {
+    /// The messages `bytes` completes, in order (their NULs dropped); keeps the rest.
+    fn push(&mut self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut messages = Vec::new();
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == 0) {
+            let message = if self.partial.is_empty() {
+                rest[..end].to_vec()
+            } else {
+                let mut message = std::mem::take(&mut self.partial);
+                message.extend_from_slice(&rest[..end]);
+                message
+            };
+            if !message.is_empty() {
+                messages.push(message);
+            }
+            rest = &rest[end + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        messages
+    }
+}
+
 impl From<tungstenite::Error> for BrowserError {
     fn from(err: tungstenite::Error) -> Self {
         BrowserError::Connect {
@@ -490,7 +736,141 @@ impl From<tungstenite::Error> for BrowserError {
 
 #[cfg(test)]
 mod tests {
-    use super::fast_answer_id;
+    use super::{NulSplitter, fast_answer_id};
+
+    use super::{CONNECTION_CLOSED_EVENT, CdpConnection};
+    use crate::error::BrowserError;
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// A fake Chrome on the other end of an in-memory pipe: answers
+    /// `Target.attachToBrowserTarget` with session `B`, then sends events of `B`, of `C` (a
+    /// target `B` attached), of the root, and `B`'s detach; ends the pipe on `Browser.close`.
+    #[tokio::test]
+    async fn the_pipe_carries_calls_and_routes_a_browser_sessions_events() {
+        let (worker, chrome) = tokio::io::duplex(1 << 16);
+        let (from_chrome, to_chrome) = tokio::io::split(worker);
+        let conn = CdpConnection::over_pipe(from_chrome, to_chrome, Duration::from_secs(5));
+        let (chrome_reads, mut chrome_writes) = tokio::io::split(chrome);
+        let fake = tokio::spawn(async move {
+            let mut commands = BufReader::new(chrome_reads);
+            loop {
+                let mut command = Vec::new();
+                if commands.read_until(0, &mut command).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                assert_eq!(command.pop(), Some(0), "every command ends with a NUL");
+                let command: serde_json::Value = serde_json::from_slice(&command).unwrap();
+                let id = command["id"].as_u64().unwrap();
+                let mut out = String::new();
+                match command["method"].as_str().unwrap() {
+                    "Target.attachToBrowserTarget" => {
+                        out.push_str(&format!(
+                            "{{\"id\":{id},\"result\":{{\"sessionId\":\"B\"}}}}\0"
+                        ));
+                    }
+                    "Go" => {
+                        out.push_str(concat!(
+                            "{\"method\":\"Target.attachedToTarget\",\"sessionId\":\"B\",",
+                            "\"params\":{\"sessionId\":\"C\",\"waitingForDebugger\":true}}\0",
+                            "{\"method\":\"Fetch.requestPaused\",\"sessionId\":\"C\",\"params\":{}}\0",
+                            "{\"method\":\"Target.targetCreated\",\"params\":{}}\0",
+                        ));
+                        out.push_str(&format!("{{\"id\":{id},\"result\":{{\"went\":1}}}}\0"));
+                    }
+                    "Detach" => {
+                        out.push_str(concat!(
+                            "{\"method\":\"Target.detachedFromTarget\",",
+                            "\"params\":{\"sessionId\":\"B\"}}\0",
+                        ));
+                        out.push_str(&format!("{{\"id\":{id},\"result\":{{}}}}\0"));
+                    }
+                    "Fail" => out.push_str(&format!(
+                        "{{\"id\":{id},\"error\":{{\"code\":-32000,\"message\":\"no\"}}}}\0"
+                    )),
+                    "Browser.close" => return,
+                    other => panic!("unexpected {other}"),
+                }
+                // Byte by byte: messages are reassembled across reads.
+                for byte in out.as_bytes() {
+                    chrome_writes.write_all(&[*byte]).await.unwrap();
+                }
+            }
+        });
+        let mut root = conn.events();
+        let (session, mut routed) = conn.browser_session(Duration::from_secs(5)).await.unwrap();
+        assert_eq!(session, "B");
+        let went = conn
+            .call_raw(None, "Go", serde_json::json!({}), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(went.as_str(), "{\"id\":2,\"result\":{\"went\":1}}");
+        let attached = routed.recv().await.unwrap();
+        assert_eq!(
+            (attached.method.as_str(), attached.session_id.as_deref()),
+            ("Target.attachedToTarget", Some("B"))
+        );
+        let paused = routed.recv().await.unwrap();
+        assert_eq!(
+            (paused.method.as_str(), paused.session_id.as_deref()),
+            ("Fetch.requestPaused", Some("C"))
+        );
+        // The root sees only its own events.
+        assert_eq!(root.recv().await.unwrap().method, "Target.targetCreated");
+        assert!(root.try_recv().is_err());
+        let failed = conn
+            .call_raw(None, "Fail", serde_json::json!({}), Duration::from_secs(5))
+            .await;
+        assert!(
+            matches!(failed, Err(BrowserError::Protocol { code: -32000, .. })),
+            "{failed:?}"
+        );
+        // Once `B` detaches, it and `C` are no longer routed.
+        conn.call_raw(
+            None,
+            "Detach",
+            serde_json::json!({}),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            root.recv().await.unwrap().method,
+            "Target.detachedFromTarget"
+        );
+        assert!(conn.shared.routes.lock().unwrap().is_empty());
+        // Chrome's end of the pipe closing closes the connection: calls fail at once.
+        conn.send_and_forget(None, "Browser.close", serde_json::json!({}));
+        fake.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .expect("the connection closes at the pipe's end");
+        assert_eq!(root.recv().await.unwrap().method, CONNECTION_CLOSED_EVENT);
+        assert!(routed.recv().await.is_none(), "the routed channel ends");
+        let after = conn
+            .call_raw(None, "Go", serde_json::json!({}), Duration::from_secs(5))
+            .await;
+        assert!(
+            matches!(after, Err(BrowserError::ConnectionClosed)),
+            "{after:?}"
+        );
+    }
+
+    #[test]
+    fn pipe_messages_are_split_on_nul_across_reads() {
+        let mut splitter = NulSplitter::default();
+        assert!(splitter.push(b"{\"id\":1,").is_empty());
+        assert_eq!(
+            splitter.push(b"\"result\":{}}\0{\"id\":2}\0{\"met"),
+            vec![b"{\"id\":1,\"result\":{}}".to_vec(), b"{\"id\":2}".to_vec()]
+        );
+        assert_eq!(
+            splitter.push(b"hod\":\"X\"}\0"),
+            vec![b"{\"method\":\"X\"}".to_vec()]
+        );
+        assert!(splitter.push(b"").is_empty());
+        assert!(splitter.partial.is_empty());
+    }
 
     #[test]
     fn fast_id_reads_leading_id_only() {

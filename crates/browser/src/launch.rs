@@ -1,5 +1,5 @@
-//! Launching a Chrome process: who it runs as, what it is given, and where its DevTools
-//! endpoint is.
+//! Launching a Chrome process: who it runs as, what it is given, and the pipe it is driven
+//! over.
 //!
 //! Chrome renders pages of every tenant of a worker, so it gets nothing of the worker's: a
 //! cleared environment (only [`CHROME_ENV_KEPT`] of the worker's, plus a `HOME` and `TMPDIR` of
@@ -10,16 +10,29 @@
 //!
 //! Launched here rather than by chromiumoxide: chromiumoxide passes the worker's whole
 //! environment on and has no way to clear it or to change the user; the std `Command` does
-//! both without `unsafe`. chromiumoxide then connects to the endpoint Chrome prints.
+//! both without `unsafe`.
+//!
+//! Chrome's DevTools are reached over `--remote-debugging-pipe`, never a port: a port on
+//! 127.0.0.1 could be driven by any local process (another user's, a page's exploit in another
+//! sandbox escape, a proxy tricked into it), reaching every tenant's contexts. The pipe is two
+//! anonymous pipes whose Chrome ends become its fds 3 (commands in) and 4 (answers and events
+//! out) at exec — mapped by `command-fds` (the workspace forbids `unsafe`, and the dup2 must run
+//! between fork and exec) — and whose other ends only the worker holds
+//! ([`crate::cdp::CdpConnection::over_pipe`]). Every pipe end is close-on-exec until that
+//! mapping, so no other child (another Chrome, a helper) inherits one, and the worker's copies
+//! of Chrome's ends are closed as soon as it has started: Chrome's exit is then the end of the
+//! stream the worker reads, and the connection closes at once.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use command_fds::{CommandFdExt, FdMapping};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::cdp::CdpConnection;
 use crate::error::{BrowserError, Result};
 
 /// The worker's environment variables Chrome is given (when set): the locale's time zone and
@@ -293,28 +306,36 @@ pub const FULL_BUILD_FONT_FAMILIES: [(&str, &str); 6] = [
     ("fantasy", "Impact"),
 ];
 
-/// A launched Chrome process and its DevTools endpoint.
+/// A launched Chrome process and the CDP connection over its pipe.
 pub(crate) struct LaunchedChrome {
     pub child: Child,
     pub pid: u32,
-    pub ws_url: String,
+    pub conn: CdpConnection,
     /// Kills Chrome if this process dies ([`crate::pool::kill_when_this_process_exits`]),
     /// started right after the spawn so that no launch goes unwatched.
     pub exit_watcher: Option<std::process::Child>,
 }
 
-/// What Chrome prints on stderr once its DevTools endpoint listens.
-const DEVTOOLS_LISTENING: &str = "DevTools listening on ";
+/// The fd Chrome reads CDP commands from with `--remote-debugging-pipe`.
+const CHROME_PIPE_IN_FD: i32 = 3;
+/// The fd Chrome writes CDP answers and events to with `--remote-debugging-pipe`.
+const CHROME_PIPE_OUT_FD: i32 = 4;
+
+/// Chrome's stderr lines kept to explain a failed launch.
+const STDERR_TAIL: usize = 20;
 
 /// Starts `executable` with `args` (full flags, `--` included) as `identity`, with the profile
-/// in `dir/profile` and a cleared environment, and waits (at most `timeout`) for its DevTools
-/// endpoint. `dir` must exist and belong to the worker; it is handed to Chrome's user.
+/// in `dir/profile` and a cleared environment, driven over `--remote-debugging-pipe`, and waits
+/// (at most `timeout`) until it answers `Browser.getVersion` there. `dir` must exist and belong
+/// to the worker; it is handed to Chrome's user. Calls on the returned connection time out
+/// after `cdp_timeout` unless told otherwise.
 pub(crate) async fn launch_chrome(
     executable: &Path,
     args: &[String],
     identity: &ChromeIdentity,
     dir: &Path,
     timeout: Duration,
+    cdp_timeout: Duration,
 ) -> Result<LaunchedChrome> {
     let profile = dir.join("profile");
     let home = dir.join("home");
@@ -325,11 +346,16 @@ pub(crate) async fn launch_chrome(
     }
     identity.hand_over(dir)?;
     let executable = &wrapped_executable(executable);
+    // Both pipes are made close-on-exec (std's `pipe`): only the mapping below, in Chrome's
+    // child between fork and exec, gives its ends to Chrome, as fds 3 and 4.
+    let (chrome_reads, worker_writes) = std::io::pipe()?;
+    let (worker_reads, chrome_writes) = std::io::pipe()?;
     let mut command = Command::new(executable);
     command
         .args(args)
         .arg(format!("--user-data-dir={}", profile.display()))
-        .arg("--remote-debugging-port=0")
+        // No `--remote-debugging-port`: nothing listens; CDP goes over fds 3 and 4.
+        .arg("--remote-debugging-pipe")
         // No first tab: every task opens its own in its own context, and the default
         // context's `about:blank` held a renderer and a viewport-sized compositor surface
         // (~20 MiB PSS together) for nothing. Neither build exits without a tab.
@@ -341,13 +367,29 @@ pub(crate) async fn launch_chrome(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    command
+        .fd_mappings(vec![
+            FdMapping {
+                parent_fd: chrome_reads.into(),
+                child_fd: CHROME_PIPE_IN_FD,
+            },
+            FdMapping {
+                parent_fd: chrome_writes.into(),
+                child_fd: CHROME_PIPE_OUT_FD,
+            },
+        ])
+        .map_err(|err| BrowserError::Launch(format!("chrome's pipe: {err}")))?;
     if identity.sandbox == Sandbox::Off {
         command.arg("--no-sandbox");
     }
     if let Some(user) = &identity.user {
         command.uid(user.uid).gid(user.gid);
     }
-    let mut child = command.spawn().map_err(|err| {
+    let spawned = command.spawn();
+    // The command holds the worker's copies of Chrome's pipe ends: closed now, so that
+    // Chrome's exit ends the stream the connection reads.
+    drop(command);
+    let mut child = spawned.map_err(|err| {
         BrowserError::Launch(format!("could not start {}: {err}", executable.display()))
     })?;
     let pid = child
@@ -359,48 +401,70 @@ pub(crate) async fn launch_chrome(
         .stderr
         .take()
         .ok_or_else(|| BrowserError::Launch("chrome's stderr is not piped".into()))?;
-    let mut lines = BufReader::new(stderr).lines();
-    let mut seen: Vec<String> = Vec::new();
-    let found = tokio::time::timeout(timeout, async {
+    // Chrome keeps logging (D-Bus, GPU, …); the pipe is drained so it never blocks, its lines
+    // are debug logs, and the last ones explain a launch that fails.
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(
+        std::collections::VecDeque::<String>::new(),
+    ));
+    let stderr_tail = tail.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(url) = line.trim().strip_prefix(DEVTOOLS_LISTENING) {
-                return Some(url.trim().to_owned());
+            tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
+            let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
             }
-            if seen.len() == 20 {
-                seen.remove(0);
-            }
-            seen.push(line);
+            tail.push_back(line);
         }
-        None
-    })
-    .await;
-    let ws_url = match found {
-        Ok(Some(url)) => url,
-        Ok(None) => {
+    });
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(worker_reads.into()).and_then(
+        |from_chrome| {
+            tokio::net::unix::pipe::Sender::from_owned_fd(worker_writes.into())
+                .map(|to_chrome| (from_chrome, to_chrome))
+        },
+    );
+    let (from_chrome, to_chrome) = match pipe {
+        Ok(pipe) => pipe,
+        Err(err) => {
             let _ = child.kill().await;
             crate::pool::stop_exit_watcher_of(exit_watcher.take());
-            return Err(BrowserError::Launch(exit_reason(&seen, identity)));
+            return Err(BrowserError::Launch(format!("chrome's pipe: {err}")));
+        }
+    };
+    let conn = CdpConnection::over_pipe(from_chrome, to_chrome, cdp_timeout);
+    // Chrome reads its pipe once it is up; the first answer says it is.
+    let ready = conn
+        .call_raw(None, "Browser.getVersion", serde_json::json!({}), timeout)
+        .await;
+    match ready {
+        Ok(_) => {}
+        Err(BrowserError::Timeout { .. }) => {
+            let _ = child.kill().await;
+            crate::pool::stop_exit_watcher_of(exit_watcher.take());
+            return Err(BrowserError::Launch(format!(
+                "chrome did not answer on its DevTools pipe within {} s",
+                timeout.as_secs()
+            )));
         }
         Err(_) => {
             let _ = child.kill().await;
             crate::pool::stop_exit_watcher_of(exit_watcher.take());
-            return Err(BrowserError::Launch(format!(
-                "chrome did not open its DevTools endpoint within {} s",
-                timeout.as_secs()
-            )));
+            // Its last words arrive a moment after its end of the pipe closed.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let seen: Vec<String> = tail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
+                .collect();
+            return Err(BrowserError::Launch(exit_reason(&seen, identity)));
         }
-    };
-    // Chrome keeps logging (D-Bus, GPU, …); the pipe is drained so it never blocks, and its
-    // lines are debug logs.
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
-        }
-    });
+    }
     Ok(LaunchedChrome {
         child,
         pid,
-        ws_url,
+        conn,
         exit_watcher,
     })
 }

@@ -4,8 +4,10 @@
 //! accessibility, visibility, interactivity rules, paint-order occlusion, bbox containment,
 //! same- and cross-origin iframes, shadow DOM) with its index → element map, page metrics,
 //! tabs and an optional screenshot. The pool launches Chrome ([`launch`]: cleared environment,
-//! its own unprivileged user under a root worker, sandbox on) and chromiumoxide connects; contexts, tabs, navigation,
-//! observation and the raw CDP escape hatch go through this crate's own websocket ([`cdp`]).
+//! its own unprivileged user under a root worker, sandbox on) and drives it over its
+//! `--remote-debugging-pipe` — it listens on no port —; contexts, tabs, navigation,
+//! observation, the egress guard and the raw CDP escape hatch go through this crate's one
+//! connection per Chrome ([`cdp`]: the pipe, or a WebSocket to a remote endpoint).
 //!
 //! Browser actions with browser-use's names and semantics ([`actions`]) run on a session with
 //! [`BrowserSession::execute`]; JavaScript dialogs, downloads and popups are handled per session.

@@ -1,4 +1,9 @@
 //! The Chrome pool: processes (or remote endpoints), each hosting isolated contexts.
+//!
+//! Each Chrome is driven over one [`CdpConnection`]: a launched one's `--remote-debugging-pipe`
+//! (it opens no DevTools port; [`crate::launch`]), a remote one's WebSocket. The connection's
+//! end is the Chrome's death (a crash, a kill, an exit: the pipe's EOF); the health watch and
+//! `Browser.close` go over it too. chromiumoxide only connects to remote endpoints.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -186,7 +191,7 @@ pub const CHROME_FLAGS: [&str; 8] = [
 /// this list passed instead; its headless mode is not used either because it adds
 /// `--hide-scrollbars`, and browser-use keeps scrollbars visible (they take layout width, so
 /// the page lays out as it does there). Without leading dashes. (The pool launches Chrome
-/// itself now — [`crate::launch`] — with these flags, and chromiumoxide only connects.)
+/// itself now — [`crate::launch`] — with these flags, over its DevTools pipe.)
 const CHROMIUMOXIDE_ARGS_KEPT: [&str; 24] = [
     "disable-background-networking",
     "enable-features=NetworkService,NetworkServiceInProcess",
@@ -236,14 +241,39 @@ fn chrome_args(config: &PoolConfig) -> Vec<String> {
             "--window-size={},{}",
             config.viewport.width, config.viewport.height
         )))
-        .chain(config.extra_args.iter().map(|flag| {
-            if flag.starts_with('-') {
-                flag.clone()
-            } else {
-                format!("--{flag}")
-            }
-        }))
+        .chain(
+            config
+                .extra_args
+                .iter()
+                .map(|flag| {
+                    if flag.starts_with('-') {
+                        flag.clone()
+                    } else {
+                        format!("--{flag}")
+                    }
+                })
+                .filter(|flag| {
+                    let opens_port = opens_devtools_port(flag);
+                    if opens_port {
+                        tracing::warn!(
+                            %flag,
+                            "extra Chrome flag dropped: Chrome is driven over its pipe and opens no DevTools port"
+                        );
+                    }
+                    !opens_port
+                }),
+        )
         .collect()
+}
+
+/// Whether `flag` would make Chrome listen for DevTools on a TCP port (or choose its
+/// address), which any local process could then drive, reaching every tenant's contexts.
+fn opens_devtools_port(flag: &str) -> bool {
+    let name = flag.split('=').next().unwrap_or(flag);
+    matches!(
+        name,
+        "--remote-debugging-port" | "--remote-debugging-address"
+    )
 }
 
 /// [`PoolConfig::spare_contexts`] by default, so that an idle Chrome is ready for a burst of
@@ -267,16 +297,20 @@ static CHROME_IDS: AtomicU64 = AtomicU64::new(1);
 /// One running (or connected) Chrome.
 pub(crate) struct Chrome {
     pub id: u64,
+    /// chromiumoxide's client of a remote Chrome (none for a launched one, which is driven
+    /// over its pipe by `conn` alone).
     pub browser: RwLock<Option<Browser>>,
+    /// The one CDP connection the crate drives this Chrome over: its pipe when launched, a
+    /// WebSocket when remote.
     pub conn: CdpConnection,
-    pub ws_url: String,
     dead: Arc<AtomicBool>,
+    /// Until `close` has run (the process gauge counts each Chrome once).
+    open: AtomicBool,
     handler: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub pid: Option<u32>,
     user_data_dir: std::sync::Mutex<Option<tempfile::TempDir>>,
     pub active: AtomicUsize,
     pub leased_total: AtomicUsize,
-    pub remote: bool,
     /// Who the process runs as (a remote Chrome: nobody we know, no files handed over).
     pub identity: ChromeIdentity,
     /// Kills Chrome if this process dies first (see [`kill_when_this_process_exits`]).
@@ -305,37 +339,19 @@ impl Chrome {
             &config.identity,
             dir.path(),
             config.launch_timeout,
+            config.cdp_timeout,
         )
         .await?;
         let crate::launch::LaunchedChrome {
-            mut child,
+            child,
             pid,
-            ws_url,
+            conn,
             exit_watcher: watcher,
         } = launched;
         if let Some(nice) = config.nice {
             lower_priority(pid, nice).await;
         }
-        let connected = tokio::time::timeout(config.launch_timeout, Browser::connect(&ws_url))
-            .await
-            .map_err(|_| BrowserError::Launch("chrome did not answer on its endpoint".into()))
-            .and_then(|r| r.map_err(|e| BrowserError::Launch(e.to_string())));
-        let finished = match connected {
-            Ok((browser, handler)) => {
-                Self::finish(browser, handler, Some(dir), Some(pid), false, config).await
-            }
-            Err(err) => Err(err),
-        };
-        let chrome = match finished {
-            Ok(chrome) => chrome,
-            Err(err) => {
-                let _ = child.kill().await;
-                if let Some(watcher) = watcher {
-                    stop_exit_watcher(watcher);
-                }
-                return Err(err);
-            }
-        };
+        let chrome = Self::finish(None, conn, Some(dir), Some(pid), config).await;
         *chrome.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         *chrome
             .exit_watcher
@@ -345,7 +361,7 @@ impl Chrome {
     }
 
     async fn connect(endpoint: &str, config: &PoolConfig) -> Result<Arc<Chrome>> {
-        let (browser, handler) =
+        let (browser, mut handler) =
             tokio::time::timeout(config.launch_timeout, Browser::connect(endpoint))
                 .await
                 .map_err(|_| BrowserError::Connect {
@@ -356,29 +372,13 @@ impl Chrome {
                     endpoint: endpoint.to_owned(),
                     reason: e.to_string(),
                 })?;
-        Self::finish(browser, handler, None, None, true, config).await
-    }
-
-    async fn finish(
-        browser: Browser,
-        mut handler: chromiumoxide::Handler,
-        dir: Option<tempfile::TempDir>,
-        pid: Option<u32>,
-        remote: bool,
-        config: &PoolConfig,
-    ) -> Result<Arc<Chrome>> {
-        let dead = Arc::new(AtomicBool::new(false));
-        let handler_dead = dead.clone();
-        let task = tokio::spawn(async move {
+        // chromiumoxide's handler must be driven for its `Browser` to answer.
+        let handler_task = tokio::spawn(async move {
             while let Some(event) = handler.next().await {
                 if let Err(err) = event {
-                    tracing::warn!(error = %err, "chrome connection failed; marking browser dead");
+                    tracing::warn!(error = %err, "remote chrome's chromiumoxide connection failed");
                     break;
                 }
-            }
-            // Not marked dead by `close`: Chrome crashed or its connection dropped.
-            if !handler_dead.swap(true, Ordering::SeqCst) {
-                metrics::counter!("browserd_chrome_crashes_total").increment(1);
             }
         });
         // chromiumoxide's handler attaches to every tab it discovers and enables Runtime,
@@ -397,31 +397,61 @@ impl Chrome {
         let conn = match CdpConnection::connect(&ws_url, config.cdp_timeout).await {
             Ok(conn) => conn,
             Err(err) => {
-                task.abort();
-                let mut browser = browser;
-                if !remote {
-                    let _ = browser.close().await;
-                }
+                handler_task.abort();
                 return Err(err);
             }
         };
-        if !remote {
+        Ok(Self::finish(Some((browser, handler_task)), conn, None, None, config).await)
+    }
+
+    /// The pool's record of a Chrome it launched (`pid`, its profile `dir`) or reached
+    /// (`remote`: chromiumoxide's client and its handler task), driven over `conn`.
+    async fn finish(
+        remote: Option<(Browser, tokio::task::JoinHandle<()>)>,
+        conn: CdpConnection,
+        dir: Option<tempfile::TempDir>,
+        pid: Option<u32>,
+        config: &PoolConfig,
+    ) -> Arc<Chrome> {
+        let is_remote = remote.is_some();
+        let (browser, remote_handler) = match remote {
+            Some((browser, handler)) => (Some(browser), Some(handler)),
+            None => (None, None),
+        };
+        let dead = Arc::new(AtomicBool::new(false));
+        let watch_dead = dead.clone();
+        let closed = conn.closed();
+        let task = tokio::spawn(async move {
+            match remote_handler.map(AbortOnDrop) {
+                // The remote Chrome is gone when either of its connections is.
+                Some(mut handler) => tokio::select! {
+                    () = closed => {}
+                    _ = &mut handler.0 => {}
+                },
+                None => closed.await,
+            }
+            // Not marked dead by `close`: Chrome crashed or its connection dropped.
+            if !watch_dead.swap(true, Ordering::SeqCst) {
+                tracing::warn!("chrome's CDP connection closed; marking browser dead");
+                metrics::counter!("browserd_chrome_crashes_total").increment(1);
+            }
+        });
+        if !is_remote {
             log_build(&conn, config).await;
         }
         metrics::gauge!("browserd_browser_processes").increment(1.0);
         let chrome = Arc::new(Chrome {
             id: CHROME_IDS.fetch_add(1, Ordering::Relaxed),
-            browser: RwLock::new(Some(browser)),
+            browser: RwLock::new(browser),
             conn,
-            ws_url,
             dead,
+            open: AtomicBool::new(true),
             handler: std::sync::Mutex::new(Some(task)),
             pid,
             user_data_dir: std::sync::Mutex::new(dir),
             active: AtomicUsize::new(0),
             leased_total: AtomicUsize::new(0),
-            remote,
-            identity: if remote {
+            identity: if is_remote {
                 ChromeIdentity {
                     user: None,
                     sandbox: crate::launch::Sandbox::On,
@@ -435,13 +465,13 @@ impl Chrome {
             spares: std::sync::Mutex::new(Vec::new()),
             spare_opening: AtomicBool::new(false),
         });
-        if !remote {
+        if !is_remote {
             tokio::spawn(watch_health(
                 Arc::downgrade(&chrome),
                 HealthSettings::of(config),
             ));
         }
-        Ok(chrome)
+        chrome
     }
 
     fn spares(&self) -> std::sync::MutexGuard<'_, Vec<BrowserSession>> {
@@ -506,26 +536,32 @@ impl Chrome {
         drop(spares);
         let descendants = self.pid.map(descendant_pids).unwrap_or_default();
         let mut guard = self.browser.write().await;
-        let taken = guard.take();
-        if taken.is_some() {
+        if self.open.swap(false, Ordering::SeqCst) {
             metrics::gauge!("browserd_browser_processes").decrement(1.0);
         }
+        // A remote Chrome is only disconnected from: its chromiumoxide client goes.
+        guard.take();
         let child = self.child.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(mut browser) = taken
-            && !self.remote
-        {
-            let closed = tokio::time::timeout(Duration::from_secs(5), browser.close()).await;
-            if let Some(mut child) = child {
-                let exited = closed.is_ok_and(|r| r.is_ok())
-                    && tokio::time::timeout(Duration::from_secs(10), child.wait())
-                        .await
-                        .is_ok();
-                if !exited {
-                    let _ = child.kill().await;
-                }
+        if let Some(mut child) = child {
+            // Asked to close first (it flushes its profile and ends its helpers), killed if it
+            // does not within 10 s. It may exit before it answers: its pipe's end is enough.
+            let asked = self
+                .conn
+                .call_raw(
+                    None,
+                    "Browser.close",
+                    serde_json::json!({}),
+                    Duration::from_secs(5),
+                )
+                .await;
+            let closing = matches!(asked, Ok(_) | Err(BrowserError::ConnectionClosed));
+            let exited = closing
+                && tokio::time::timeout(Duration::from_secs(10), child.wait())
+                    .await
+                    .is_ok();
+            if !exited {
+                let _ = child.kill().await;
             }
-        } else if let Some(mut child) = child {
-            let _ = child.kill().await;
         }
         drop(guard);
         if let Ok(mut handler) = self.handler.lock()
@@ -561,6 +597,15 @@ impl Chrome {
         if let Some(watcher) = watcher {
             stop_exit_watcher(watcher);
         }
+    }
+}
+
+/// Aborts its task when dropped (with the task that holds it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -1450,7 +1495,26 @@ impl Lease {
 
 #[cfg(test)]
 mod tests {
-    use super::spare_target;
+    use super::{PoolConfig, chrome_args, spare_target};
+
+    #[test]
+    fn extra_flags_cannot_open_a_devtools_port() {
+        let config = PoolConfig {
+            extra_args: vec![
+                "--remote-debugging-port=9222".into(),
+                "remote-debugging-address=0.0.0.0".into(),
+                "--remote-debugging-port".into(),
+                "--lang=de".into(),
+            ],
+            ..PoolConfig::default()
+        };
+        let args = chrome_args(&config);
+        assert!(
+            !args.iter().any(|a| a.starts_with("--remote-debugging")),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--lang=de".to_owned()));
+    }
 
     #[test]
     fn a_chrome_keeps_a_spare_per_free_context_at_least_one_at_most_the_setting() {

@@ -33,6 +33,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use url::Url;
 
+use crate::cdp::CdpConnection;
+
 use super::link::{CdpLink, LinkError, RawEvent};
 use super::policy::{DenyReason, EgressDenied, EgressPolicy, PolicySlot, shorten_url};
 
@@ -209,7 +211,8 @@ pub struct EgressGuard {
 /// The CDP connection shared by the guards of one Chrome (see the module docs), and which
 /// guard owns which context and session.
 struct Hub {
-    ws_url: String,
+    /// Which Chrome: its websocket URL, or its shared connection's number.
+    key: String,
     link: CdpLink,
     link_task: JoinHandle<()>,
     dispatch_task: JoinHandle<()>,
@@ -240,13 +243,40 @@ impl Routes {
     }
 }
 
-/// Hubs by browser websocket URL: one per Chrome while any of its guards lives.
+/// How a hub reaches its Chrome.
+#[derive(Clone, Copy)]
+enum Endpoint<'a> {
+    /// A websocket of the hub's own to this browser URL.
+    Url(&'a str),
+    /// A browser session of the hub's own on the Chrome's connection (the pool's).
+    Connection(&'a CdpConnection),
+}
+
+impl Endpoint<'_> {
+    /// The key of the Chrome's hub in [`HUBS`].
+    fn key(self) -> String {
+        match self {
+            Self::Url(url) => url.to_owned(),
+            Self::Connection(conn) => format!("connection #{}", conn.id()),
+        }
+    }
+}
+
+/// Hubs by Chrome ([`Endpoint::key`]): one per Chrome while any of its guards lives.
 static HUBS: std::sync::LazyLock<tokio::sync::Mutex<HashMap<String, std::sync::Weak<Hub>>>> =
     std::sync::LazyLock::new(Default::default);
 
 impl Hub {
-    async fn connect(ws_url: &str, options: &EgressGuardOptions) -> Result<Self, EgressGuardError> {
-        let (link, events, link_task) = CdpLink::connect(ws_url, options.command_timeout).await?;
+    async fn connect(
+        endpoint: Endpoint<'_>,
+        options: &EgressGuardOptions,
+    ) -> Result<Self, EgressGuardError> {
+        let (link, events, link_task) = match endpoint {
+            Endpoint::Url(ws_url) => CdpLink::connect(ws_url, options.command_timeout).await?,
+            Endpoint::Connection(conn) => {
+                CdpLink::on_connection(conn, options.command_timeout).await?
+            }
+        };
         let routes = Arc::new(Routes::default());
         let dispatch_task = tokio::spawn(dispatch(
             events,
@@ -255,7 +285,7 @@ impl Hub {
             options.command_timeout,
         ));
         Ok(Self {
-            ws_url: ws_url.to_owned(),
+            key: endpoint.key(),
             link,
             link_task,
             dispatch_task,
@@ -264,20 +294,21 @@ impl Hub {
         })
     }
 
-    /// The live hub of the Chrome at `ws_url`, connected now if there is none.
+    /// The live hub of the Chrome at `endpoint`, connected now if there is none.
     async fn shared(
-        ws_url: &str,
+        endpoint: Endpoint<'_>,
         options: &EgressGuardOptions,
     ) -> Result<Arc<Self>, EgressGuardError> {
+        let key = endpoint.key();
         let mut hubs = HUBS.lock().await;
         hubs.retain(|_, hub| hub.strong_count() > 0);
-        if let Some(hub) = hubs.get(ws_url).and_then(std::sync::Weak::upgrade)
+        if let Some(hub) = hubs.get(&key).and_then(std::sync::Weak::upgrade)
             && hub.is_alive()
         {
             return Ok(hub);
         }
-        let hub = Arc::new(Self::connect(ws_url, options).await?);
-        hubs.insert(ws_url.to_owned(), Arc::downgrade(&hub));
+        let hub = Arc::new(Self::connect(endpoint, options).await?);
+        hubs.insert(key, Arc::downgrade(&hub));
         Ok(hub)
     }
 
@@ -307,7 +338,8 @@ impl Drop for Hub {
     fn drop(&mut self) {
         self.dispatch_task.abort();
         self.link_task.abort();
-        tracing::debug!(ws_url = %self.ws_url, "egress: the guards' connection is closed");
+        self.link.detach();
+        tracing::debug!(chrome = %self.key, "egress: the guards' CDP client is closed");
     }
 }
 
@@ -360,7 +392,45 @@ impl EgressGuard {
         policy: Arc<EgressPolicy>,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
-        Self::attach_slot(ws_url, scope, PolicySlot::bound(policy), options).await
+        Self::attach_slot(
+            Endpoint::Url(ws_url),
+            scope,
+            PolicySlot::bound(policy),
+            options,
+        )
+        .await
+    }
+
+    /// [`EgressGuard::attach`] over `conn`, the Chrome's own connection (a launched Chrome's
+    /// pipe): the guards of one Chrome share one browser session on it.
+    pub async fn attach_on(
+        conn: &CdpConnection,
+        scope: EgressScope,
+        policy: Arc<EgressPolicy>,
+        options: EgressGuardOptions,
+    ) -> Result<Self, EgressGuardError> {
+        Self::attach_slot(
+            Endpoint::Connection(conn),
+            scope,
+            PolicySlot::bound(policy),
+            options,
+        )
+        .await
+    }
+
+    /// [`EgressGuard::attach_unbound`] over `conn` ([`EgressGuard::attach_on`]).
+    pub async fn attach_unbound_on(
+        conn: &CdpConnection,
+        scope: EgressScope,
+        options: EgressGuardOptions,
+    ) -> Result<Self, EgressGuardError> {
+        Self::attach_slot(
+            Endpoint::Connection(conn),
+            scope,
+            PolicySlot::unbound(),
+            options,
+        )
+        .await
     }
 
     /// [`EgressGuard::attach`] for a context opened ahead of its task: every request of the
@@ -370,7 +440,7 @@ impl EgressGuard {
         scope: EgressScope,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
-        Self::attach_slot(ws_url, scope, PolicySlot::unbound(), options).await
+        Self::attach_slot(Endpoint::Url(ws_url), scope, PolicySlot::unbound(), options).await
     }
 
     /// Binds the task's policy to a guard attached unbound; false (and nothing changes) if it
@@ -380,14 +450,14 @@ impl EgressGuard {
     }
 
     async fn attach_slot(
-        ws_url: &str,
+        endpoint: Endpoint<'_>,
         scope: EgressScope,
         policy: PolicySlot,
         options: EgressGuardOptions,
     ) -> Result<Self, EgressGuardError> {
         let hub = match &scope {
-            EgressScope::Context(_) => Hub::shared(ws_url, &options).await?,
-            EgressScope::WholeBrowser => Arc::new(Hub::connect(ws_url, &options).await?),
+            EgressScope::Context(_) => Hub::shared(endpoint, &options).await?,
+            EgressScope::WholeBrowser => Arc::new(Hub::connect(endpoint, &options).await?),
         };
         let shared = Arc::new(Shared {
             policy,

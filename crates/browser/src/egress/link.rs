@@ -1,14 +1,22 @@
-//! A CDP connection of the egress guard's own, separate from chromiumoxide's `Handler`.
+//! A browser-level CDP client of the egress guard's own, separate from every other client of
+//! the Chrome.
 //!
-//! Why a second connection: chromiumoxide resumes every auto-attached child target
-//! (`Runtime.runIfWaitingForDebugger`) the moment it sees it and routes events of the sessions it
-//! knows to its page objects. The guard must hold each new target until `Fetch.enable` is in
-//! place, so it auto-attaches on a connection where nobody else answers. Chromium keeps a target
-//! paused until every auto-attaching client has resumed it.
+//! Why a client of its own: another client may resume an auto-attached child target
+//! (`Runtime.runIfWaitingForDebugger`) the moment it sees it (chromiumoxide does) or route its
+//! events elsewhere. The guard must hold each new target until `Fetch.enable` is in place, so
+//! it auto-attaches as a client where nobody else answers. Chromium keeps a target paused until
+//! every auto-attaching client has resumed it.
 //!
-//! The link is a small actor: one task owns the websocket ([`chromiumoxide::Connection`] with an
-//! untyped event type, so protocol drift cannot drop the events we depend on), takes commands
-//! over a channel and forwards every event to the guard.
+//! The client is one of two kinds:
+//! - **a browser session on the Chrome's own connection** ([`CdpLink::on_connection`]): a
+//!   second session attached to the browser target over the pool's [`CdpConnection`] (a
+//!   launched Chrome's pipe, which nothing else can reach: there is no port to open a second
+//!   connection on). Its events, and those of every session it attaches, come to the link
+//!   alone. This is what the pool uses.
+//! - **a websocket of its own** ([`CdpLink::connect`]), for a caller that has only a Chrome's
+//!   `ws://` URL: one task owns the websocket ([`chromiumoxide::Connection`] with an untyped
+//!   event type, so protocol drift cannot drop the events we depend on), takes commands over a
+//!   channel and forwards every event to the guard.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -22,6 +30,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+
+use crate::cdp::CdpConnection;
+use crate::error::BrowserError;
 
 /// Failure of one CDP call on the link.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,8 +95,19 @@ struct Call {
 /// Handle to the link; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct CdpLink {
-    calls: mpsc::UnboundedSender<Call>,
+    backend: Backend,
     alive: Arc<AtomicBool>,
+}
+
+#[derive(Clone)]
+enum Backend {
+    /// The actor owning a websocket of the link's own.
+    Socket(mpsc::UnboundedSender<Call>),
+    /// A browser session on a shared connection: calls without a session go to it.
+    Session {
+        conn: CdpConnection,
+        browser_session: String,
+    },
 }
 
 impl std::fmt::Debug for CdpLink {
@@ -120,12 +142,86 @@ impl CdpLink {
         let task = tokio::spawn(run(conn, call_rx, event_tx, alive.clone()));
         Ok((
             Self {
-                calls: call_tx,
+                backend: Backend::Socket(call_tx),
                 alive,
             },
             event_rx,
             task,
         ))
+    }
+
+    /// Attaches a browser session of the link's own on `conn`
+    /// ([`CdpConnection::browser_session`]). Its events arrive on the returned receiver (those
+    /// of the browser session itself without a session id, as on a connection of its own)
+    /// until the connection closes or the link is [detached](Self::detach).
+    pub async fn on_connection(
+        conn: &CdpConnection,
+        timeout: Duration,
+    ) -> Result<
+        (
+            Self,
+            mpsc::UnboundedReceiver<RawEvent>,
+            tokio::task::JoinHandle<()>,
+        ),
+        LinkError,
+    > {
+        let (browser_session, mut routed) = conn
+            .browser_session(timeout)
+            .await
+            .map_err(|e| LinkError::Connect(e.to_string()))?;
+        let (event_tx, event_rx) = mpsc::unbounded_channel();
+        let alive = Arc::new(AtomicBool::new(true));
+        let task_alive = alive.clone();
+        let own = browser_session.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = routed.recv().await {
+                let params = match event.params::<Value>() {
+                    Ok(params) => params,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "egress link: unparsable CDP event dropped");
+                        continue;
+                    }
+                };
+                let session_id = event.session_id.clone().filter(|s| *s != own);
+                let raw = RawEvent {
+                    method: event.method.clone(),
+                    session_id,
+                    params,
+                };
+                if event_tx.send(raw).is_err() {
+                    break;
+                }
+            }
+            task_alive.store(false, Ordering::Release);
+        });
+        Ok((
+            Self {
+                backend: Backend::Session {
+                    conn: conn.clone(),
+                    browser_session,
+                },
+                alive,
+            },
+            event_rx,
+            task,
+        ))
+    }
+
+    /// Ends a link on a shared connection: its browser session is detached, and with it its
+    /// auto-attach and the sessions it attached (a link of its own ends with its socket).
+    pub fn detach(&self) {
+        self.alive.store(false, Ordering::Release);
+        if let Backend::Session {
+            conn,
+            browser_session,
+        } = &self.backend
+        {
+            conn.send_and_forget(
+                None,
+                "Target.detachFromTarget",
+                serde_json::json!({ "sessionId": browser_session }),
+            );
+        }
     }
 
     /// Whether the websocket is still open.
@@ -141,8 +237,24 @@ impl CdpLink {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, LinkError> {
+        let calls = match &self.backend {
+            Backend::Socket(calls) => calls,
+            Backend::Session {
+                conn,
+                browser_session,
+            } => {
+                let session = session.unwrap_or(browser_session);
+                let answer = conn
+                    .call_raw(Some(session), method, params, timeout)
+                    .await
+                    .map_err(|err| link_error(method, timeout, err))?;
+                return answer
+                    .decode::<Value>()
+                    .map_err(|err| link_error(method, timeout, err));
+            }
+        };
         let (reply, rx) = oneshot::channel();
-        self.calls
+        calls
             .send(Call {
                 method: method.to_string(),
                 session: session.map(str::to_string),
@@ -158,6 +270,31 @@ impl CdpLink {
             Ok(Err(_)) => Err(LinkError::Closed),
             Ok(Ok(result)) => result,
         }
+    }
+}
+
+/// The link's error for `err` of the shared connection.
+fn link_error(method: &str, timeout: Duration, err: BrowserError) -> LinkError {
+    match err {
+        BrowserError::Timeout { .. } => LinkError::Timeout {
+            method: method.to_owned(),
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        },
+        BrowserError::Protocol {
+            method,
+            code,
+            message,
+        } => LinkError::Protocol {
+            method,
+            code,
+            message,
+        },
+        BrowserError::ConnectionClosed => LinkError::Closed,
+        other => LinkError::Protocol {
+            method: method.to_owned(),
+            code: 0,
+            message: other.to_string(),
+        },
     }
 }
 

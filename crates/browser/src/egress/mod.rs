@@ -21,8 +21,10 @@
 //! (`proxyBypassList: "<-loopback>"`), so every connection of the context — WebSockets,
 //! preconnects and WebRTC over TCP included — is checked at the network level against
 //! addresses resolved once and pinned; then
-//! `EgressGuard::attach_to_browser(&browser, EgressScope::Context(id), policy, options)` before the
-//! first page, check navigation targets with `check_url_resolved` before `Page.navigate` (a clear
+//! `EgressGuard::attach_on(&chrome.conn, EgressScope::Context(id), policy, options)` before the
+//! first page (a browser session of the guards' own on the Chrome's one CDP connection — a
+//! launched Chrome's pipe; `attach` / `attach_to_browser` open a websocket of their own to a
+//! Chrome known by its URL), check navigation targets with `check_url_resolved` before `Page.navigate` (a clear
 //! error without a round trip), and turn both `drain_blocked()`s into action errors after each
 //! action.
 

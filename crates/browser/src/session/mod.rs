@@ -440,15 +440,15 @@ impl BrowserSession {
     async fn start(&mut self, egress: OpeningEgress) -> Result<StartTimings> {
         let started = std::time::Instant::now();
         let scope = EgressScope::Context(self.context_id.clone());
-        let ws_url = &self.chrome.ws_url;
+        let chrome_conn = &self.chrome.conn;
         let options = EgressGuardOptions::default();
         let guard = match egress {
             OpeningEgress::Off => None,
             OpeningEgress::Task(policy) => {
-                Some(EgressGuard::attach(ws_url, scope, policy, options).await)
+                Some(EgressGuard::attach_on(chrome_conn, scope, policy, options).await)
             }
             OpeningEgress::Unbound => {
-                Some(EgressGuard::attach_unbound(ws_url, scope, options).await)
+                Some(EgressGuard::attach_unbound_on(chrome_conn, scope, options).await)
             }
         };
         if let Some(guard) = guard {
