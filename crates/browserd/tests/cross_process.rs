@@ -124,7 +124,7 @@ async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
     let created: Value = http
         .post(format!("http://{}/v1/tasks", server.address))
         .bearer_auth(&key)
-        .json(&json!({"task": "cross-process", "secrets": {"pw": secret}}))
+        .json(&json!({"task": "cross-process", "secrets": {"pw": secret}, "allowed_domains": ["example.com"]}))
         .send()
         .await
         .unwrap()
@@ -275,6 +275,7 @@ async fn migrate_creates_a_missing_database() {
             "tasks",
             "webhook_deliveries",
             "webhooks",
+            "worker_slots",
             "ws_tickets",
         ]
     );
