@@ -25,36 +25,41 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .map(|value| {
-                let essence = value.split(';').next().unwrap_or("").trim();
-                essence.eq_ignore_ascii_case("application/json")
-                    || (essence.starts_with("application/") && essence.ends_with("+json"))
-            })
-            .unwrap_or(false);
-        if !is_json {
-            return Err(ApiError::UnsupportedMediaType(
-                "expected a body with `Content-Type: application/json`".to_owned(),
-            ));
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge("request body is too large".to_owned())
-            } else {
-                ApiError::BadRequest {
-                    code: "invalid_body",
-                    message: format!("could not read request body: {}", rejection.body_text()),
-                }
-            }
-        })?;
+        let bytes = json_body_bytes(req, state).await?;
         parse_json(&bytes).map(ApiJson)
     }
 }
 
-/// An optional JSON body: no body at all is `T::default()`; otherwise as [`ApiJson`].
+/// The bytes of a JSON body: `Content-Type` checked, size limited, read errors as [`ApiError`]s.
+async fn json_body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let is_json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| {
+            let essence = value.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json")
+                || (essence.starts_with("application/") && essence.ends_with("+json"))
+        })
+        .unwrap_or(false);
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType(
+            "expected a body with `Content-Type: application/json`".to_owned(),
+        ));
+    }
+    Bytes::from_request(req, state).await.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge("request body is too large".to_owned())
+        } else {
+            ApiError::BadRequest {
+                code: "invalid_body",
+                message: format!("could not read request body: {}", rejection.body_text()),
+            }
+        }
+    })
+}
+
+/// An optional JSON body: no body at all, or `null`, is `T::default()`; otherwise as [`ApiJson`].
 pub struct OptionalApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for OptionalApiJson<T>
@@ -75,9 +80,12 @@ where
         if !sized && !chunked {
             return Ok(Self(T::default()));
         }
-        ApiJson::from_request(req, state)
-            .await
-            .map(|ApiJson(value)| Self(value))
+        // A JSON `null` is no body too (the document describes the body as optional).
+        let bytes = json_body_bytes(req, state).await?;
+        if bytes.trim_ascii() == b"null" {
+            return Ok(Self(T::default()));
+        }
+        parse_json(&bytes).map(Self)
     }
 }
 
