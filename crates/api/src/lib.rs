@@ -117,7 +117,9 @@ pub struct ApiConfig {
     /// How long a successful key lookup is reused ([`KEY_CACHE_TTL`]; revocations evict at
     /// once).
     pub key_cache_ttl: Duration,
-    /// `/metrics` answers only requests that carry this as a bearer token; `None`: open.
+    /// `/metrics` on the api port answers only requests that carry this as a bearer token;
+    /// `None`: the api port does not serve `/metrics` (404) — the open exposition is
+    /// [`metrics_router`]'s, on a listener of its own (`--metrics-listen`).
     pub metrics_token: Option<secrecy::SecretString>,
     /// The base of every absolute URL built for a client (v2 `liveUrl`, `downloadUrl`,
     /// `screenshotUrl`): the operator's `--public-url`, else `http://<listen address>`. Never

@@ -233,6 +233,30 @@ struct ServeArgs {
     /// fragment. Unset or empty: `http://<listen address>`. The request's `Host` is never used.
     #[arg(long, env = "BROWSERD_PUBLIC_URL", value_parser = parse_public_url)]
     public_url: Option<PublicUrlArg>,
+
+    /// Serve Prometheus `/metrics` (and `/healthz`) on this address, apart from the api port
+    /// (which serves `/metrics` only behind `--metrics-token`). Empty: no metrics listener.
+    #[arg(
+        long,
+        env = "BROWSERD_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464",
+        value_parser = parse_metrics_listen
+    )]
+    metrics_listen: MetricsListen,
+}
+
+/// `--metrics-listen`: an address, or nothing (empty).
+#[derive(Clone, Copy, Debug)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn parse_metrics_listen(raw: &str) -> Result<MetricsListen, String> {
+    if raw.trim().is_empty() {
+        return Ok(MetricsListen(None));
+    }
+    raw.trim()
+        .parse()
+        .map(|addr| MetricsListen(Some(addr)))
+        .map_err(|err| format!("--metrics-listen {raw:?}: {err}"))
 }
 
 /// `--public-url`: a validated base, or nothing (an empty variable from compose).
@@ -519,6 +543,23 @@ async fn serve(
         ),
         None => None,
     };
+    // The metrics listener first: its address is logged before the api's `listening` line.
+    if let Some(addr) = args.metrics_listen.0 {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --metrics-listen {addr}"))?;
+        tracing::info!(address = %listener.local_addr()?, "serving metrics");
+        let app = browserd_api::metrics_router(store.clone(), cli.metrics_token());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+            if let Err(err) = served {
+                tracing::warn!(%err, "the metrics listener failed");
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
