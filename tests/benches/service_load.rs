@@ -1122,7 +1122,7 @@ async fn service_run(
     let key = create_key(&db).await;
     let client = Client::new(server.address(), &key);
     if !cfg.cold {
-        match wait_warm(server.address(), spares).await {
+        match wait_warm(server.metrics_address(), spares).await {
             Ok(took) => println!(
                 "    warm after {:.0} ms (Chrome and {spares} spare context(s))",
                 ms(took)
@@ -1167,7 +1167,7 @@ async fn service_run(
     let busy = busy_since(machine);
     let bench_cpu_s = (own_cpu_ticks() - own) as f64 / ticks;
     let usage = sampler.finish();
-    let contexts = context_opens(server.address()).await;
+    let contexts = context_opens(server.metrics_address()).await;
 
     // At idle: one task at a time on the same service (its Chromes running, nothing else).
     let mut idle = Vec::new();

@@ -151,6 +151,8 @@ pub struct Process {
     pub logs: Arc<Mutex<String>>,
     /// The api address, for roles that listen.
     pub address: Option<String>,
+    /// The metrics listener's address (`--metrics-listen`, the api roles' own), when it runs.
+    pub metrics_address: Option<String>,
 }
 
 impl Process {
@@ -175,6 +177,8 @@ impl Process {
             .args(args)
             .env("DATABASE_URL", &db.url)
             .env("BROWSERD_LISTEN", "127.0.0.1:0")
+            // Not the fixed default port: tests run processes side by side.
+            .env("BROWSERD_METRICS_LISTEN", "127.0.0.1:0")
             .env("BROWSERD_SECRETS_KEY", SECRETS_KEY)
             .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
             .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
@@ -207,6 +211,12 @@ impl Process {
             r#"listening address=(\S+)|"address":"([^"]+)"[^\n]*"message":"listening"|"message":"listening"[^\n]*"address":"([^"]+)""#,
         )
         .unwrap();
+        // The metrics listener is bound (and logged) before the api's listening line.
+        let metrics_re = Regex::new(
+            r#"serving metrics address=(\S+)|"address":"([^"]+)"[^\n]*"message":"serving metrics"|"message":"serving metrics"[^\n]*"address":"([^"]+)""#,
+        )
+        .unwrap();
+        let mut metrics_address = None;
         let ready_re = Regex::new(r"worker started").unwrap();
         let address = tokio::time::timeout(Duration::from_secs(60), async {
             while let Some(line) = lines.next_line().await.unwrap() {
@@ -215,6 +225,13 @@ impl Process {
                     let mut logs = logs.lock().unwrap();
                     logs.push_str(&plain);
                     logs.push('\n');
+                }
+                if listens
+                    && metrics_address.is_none()
+                    && let Some(c) = metrics_re.captures(&plain)
+                {
+                    let address = c.get(1).or(c.get(2)).or(c.get(3)).unwrap();
+                    metrics_address = Some(address.as_str().to_owned());
                 }
                 if listens && let Some(c) = address_re.captures(&plain) {
                     let address = c.get(1).or(c.get(2)).or(c.get(3)).unwrap();
@@ -240,11 +257,19 @@ impl Process {
             child,
             logs,
             address,
+            metrics_address,
         }
     }
 
     pub fn address(&self) -> &str {
         self.address.as_deref().expect("this role listens")
+    }
+
+    /// The metrics listener's address (`--metrics-listen`).
+    pub fn metrics_address(&self) -> &str {
+        self.metrics_address
+            .as_deref()
+            .expect("this process serves metrics on a listener of its own")
     }
 
     pub fn logs(&self) -> String {

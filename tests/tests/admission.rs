@@ -42,7 +42,7 @@ async fn a_worker_without_memory_headroom_claims_nothing_and_says_why() {
     loop {
         let exposition = client
             .http
-            .get(format!("{}/metrics", client.base))
+            .get(format!("http://{}/metrics", server.metrics_address()))
             .send()
             .await
             .unwrap()

@@ -1,7 +1,8 @@
 //! Observability of a whole service: a `browserd serve` process exports the spans of a task
 //! over OTLP/HTTP to a receiver in this test process (task → step → capture / model_call /
 //! action, joined to the trace of the POST that created the task), its JSON logs carry the
-//! trace id, and `/metrics` — on the api and on a worker's `--metrics-addr` — shows every
+//! trace id, and `/metrics` — on the api's `--metrics-listen` (not its public port) and on a
+//! worker's `--metrics-addr` — shows every
 //! metric family once a task ran.
 
 use std::collections::BTreeMap;
@@ -382,10 +383,18 @@ async fn a_task_run_is_traced_from_its_post_and_measured() {
         "{logs}"
     );
 
-    // Metrics: every family on the api's /metrics (serve records the worker's there too).
+    // Metrics: every family on the metrics listener's /metrics (serve records the worker's there
+    // too); the api port does not serve them without --metrics-token.
+    let public = client
+        .http
+        .get(format!("{}/metrics", client.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "the api port serves no open /metrics");
     let exposition = scrape(
         &client.http,
-        &format!("{}/metrics", client.base),
+        &format!("http://{}/metrics", server.metrics_address()),
         FAMILIES,
         "serve's /metrics",
     )

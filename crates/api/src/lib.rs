@@ -117,8 +117,75 @@ pub struct ApiConfig {
     /// How long a successful key lookup is reused ([`KEY_CACHE_TTL`]; revocations evict at
     /// once).
     pub key_cache_ttl: Duration,
-    /// `/metrics` answers only requests that carry this as a bearer token; `None`: open.
+    /// `/metrics` on the api port answers only requests that carry this as a bearer token;
+    /// `None`: the api port does not serve `/metrics` (404) — the open exposition is
+    /// [`metrics_router`]'s, on a listener of its own (`--metrics-listen`).
     pub metrics_token: Option<secrecy::SecretString>,
+    /// The base of every absolute URL built for a client (v2 `liveUrl`, `downloadUrl`,
+    /// `screenshotUrl`): the operator's `--public-url`, else `http://<listen address>`. Never
+    /// the request's `Host` or `X-Forwarded-Host`. `None`: those URLs are paths alone.
+    pub public_url: Option<PublicUrl>,
+}
+
+/// A validated public base URL (`--public-url`): http or https, a host, no credentials, query
+/// or fragment; kept without a trailing `/`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicUrl(Arc<str>);
+
+/// Why a public base URL was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PublicUrlError {
+    #[error("not a valid URL: {0}")]
+    Invalid(#[from] url::ParseError),
+    #[error("the scheme must be http or https, not `{0}`")]
+    Scheme(String),
+    #[error("it must have a host")]
+    NoHost,
+    #[error("it must not carry a user name or password")]
+    Credentials,
+    #[error("it must not have a query")]
+    Query,
+    #[error("it must not have a fragment")]
+    Fragment,
+}
+
+impl PublicUrl {
+    /// `raw` (e.g. `https://browserd.example.com`, or with a path prefix) if it is a valid base.
+    pub fn parse(raw: &str) -> Result<Self, PublicUrlError> {
+        let url = url::Url::parse(raw.trim())?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(PublicUrlError::Scheme(url.scheme().to_owned()));
+        }
+        if url.host().is_none() {
+            return Err(PublicUrlError::NoHost);
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(PublicUrlError::Credentials);
+        }
+        if url.query().is_some() {
+            return Err(PublicUrlError::Query);
+        }
+        if url.fragment().is_some() {
+            return Err(PublicUrlError::Fragment);
+        }
+        Ok(Self(url.as_str().trim_end_matches('/').into()))
+    }
+
+    /// `http://<address>`: the base when the operator sets none.
+    pub fn from_listen_address(address: std::net::SocketAddr) -> Self {
+        Self(format!("http://{address}").into())
+    }
+
+    /// The base, without a trailing `/`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PublicUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl Default for ApiConfig {
@@ -137,6 +204,7 @@ impl Default for ApiConfig {
             webhook_allow_loopback: false,
             key_cache_ttl: KEY_CACHE_TTL,
             metrics_token: None,
+            public_url: None,
         }
     }
 }
@@ -163,6 +231,8 @@ pub struct AppState {
     metrics: PrometheusHandle,
     /// Required by `/metrics` when set.
     metrics_token: Option<Arc<secrecy::SecretString>>,
+    /// The base of absolute URLs built for clients ([`ApiConfig::public_url`]).
+    public_url: Option<PublicUrl>,
     trace_context: Option<Arc<dyn TraceContext>>,
     edge: Arc<Edge>,
 }
@@ -366,6 +436,7 @@ pub fn router(
         shutdown,
         metrics,
         metrics_token: config.metrics_token.map(Arc::new),
+        public_url: config.public_url,
         trace_context: trace_context.clone(),
         edge,
     };

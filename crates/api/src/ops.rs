@@ -77,15 +77,27 @@ fn mark(last: &Mutex<Option<Instant>>) {
     *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
 }
 
-/// Prometheus metrics in the text exposition format. The task gauges are read from Postgres
-/// at most once a second. With `--metrics-token`, the scraper sends it as
-/// `Authorization: Bearer <token>` (401 otherwise).
+/// Prometheus metrics in the text exposition format, on the api port only behind
+/// `--metrics-token` (the scraper sends it as `Authorization: Bearer <token>`; 401 otherwise).
+/// Without a token they are not served here (404): the open exposition is on the metrics
+/// listener (`--metrics-listen`, by default 127.0.0.1:9464). The task gauges are read from
+/// Postgres at most once a second.
 #[utoipa::path(get, path = "/metrics", tag = "ops",
     responses(
         (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
         (status = 401, description = "The metrics token is required", body = browserd_types::dto::ErrorBody),
+        (status = 404, description = "No metrics token is configured: metrics are served on the metrics listener (`--metrics-listen`) only", body = browserd_types::dto::ErrorBody),
     ))]
 pub async fn metrics_text(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if state.metrics_token.is_none() {
+        return ApiError::NotFound {
+            code: "not_found",
+            message: "metrics are not served on the api port without --metrics-token; scrape \
+                      the metrics listener (--metrics-listen / BROWSERD_METRICS_LISTEN)"
+                .to_owned(),
+        }
+        .into_response();
+    }
     if let Err(err) = check_metrics_token(state.metrics_token.as_deref(), &headers) {
         return err.into_response();
     }

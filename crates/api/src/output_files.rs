@@ -288,7 +288,7 @@ pub(crate) async fn signed_download(
     file_response(state.store.clone(), file).map_err(V2Error::Internal)
 }
 
-/// `headers`' absolute form of a signed link to `file`.
-pub(crate) fn download_url(headers: &HeaderMap, file: &OutputFile) -> String {
-    crate::v2::absolute_url(headers, &sign_link(file, OffsetDateTime::now_utc()))
+/// The absolute form (on the public base URL) of a signed link to `file`.
+pub(crate) fn download_url(state: &AppState, file: &OutputFile) -> String {
+    crate::v2::absolute_url(state, &sign_link(file, OffsetDateTime::now_utc()))
 }

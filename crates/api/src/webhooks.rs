@@ -178,16 +178,20 @@ async fn check_target(url: &url::Url, allow_loopback: bool) -> Result<(), ApiErr
     let Some(range) = first_refused(&addresses, allow_loopback) else {
         return Ok(());
     };
-    let address = addresses
-        .iter()
-        .find(|ip| first_refused(&[**ip], allow_loopback).is_some())
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    let resolved = if host == address {
-        String::new()
-    } else {
-        format!(" resolves to {address}, which")
-    };
+    if matches!(url.host(), Some(url::Host::Domain(_))) {
+        // A name: say only that it resolves to an address that is not allowed. Neither the
+        // address nor its class is echoed, so the endpoint cannot be used to map what the
+        // server's resolver sees (internal names, split-horizon DNS).
+        return Err(ApiError::validation(
+            "url",
+            format!(
+                "url host `{host}` resolves to an address that is not allowed; webhooks may \
+                 only target public addresses (loopback only when the operator allows it: \
+                 --allow-loopback / BROWSERD_ALLOW_LOOPBACK)"
+            ),
+        ));
+    }
+    // An IP literal: the caller wrote the address, so naming its class reveals nothing.
     let hint = if range == AddressRange::Loopback {
         " unless the operator allows loopback (--allow-loopback / BROWSERD_ALLOW_LOOPBACK)"
     } else {
@@ -196,7 +200,7 @@ async fn check_target(url: &url::Url, allow_loopback: bool) -> Result<(), ApiErr
     Err(ApiError::validation(
         "url",
         format!(
-            "url host `{host}`{resolved} is {}; webhooks may not target it{hint}",
+            "url host `{host}` is {}; webhooks may not target it{hint}",
             range.describe()
         ),
     ))

@@ -128,9 +128,30 @@ async fn ops_endpoints_need_no_key(pool: PgPool) {
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert_eq!(response.json::<Value>().await.unwrap()["status"], "ok");
     }
-    // Generate traffic on a matched route, then read the metrics.
+    // Generate traffic on a matched route, then read the metrics. Without a metrics token the
+    // api port does not serve them (404, saying where they are); the metrics listener
+    // (`metrics_router`, what `--metrics-listen` serves) does, without a key.
     app.get("/v1/tasks").send().await.unwrap();
-    let metrics = app.http.get(app.url("/metrics")).send().await.unwrap();
+    let public = app.http.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(public.status(), StatusCode::NOT_FOUND);
+    let body: Value = public.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--metrics-listen"),
+        "{body}"
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_addr = listener.local_addr().unwrap();
+    let router = browserd_api::metrics_router(app.store.clone(), None);
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let metrics = app
+        .http
+        .get(format!("http://{metrics_addr}/metrics"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.unwrap();
     assert!(

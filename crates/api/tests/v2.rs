@@ -537,14 +537,23 @@ async fn webhook_targets_are_checked_at_registration(pool: PgPool) {
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{url}: {message}");
     }
+    // A name that resolves to a refused address (`localhost` → 127.0.0.1 / ::1): the 422 says
+    // only that it resolves to an address that is not allowed, never which one (nor its class).
     let (status, body) = app.register_webhook("http://localhost:9/hook").await;
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("which is a loopback address"),
-        "{status} {body}"
+        message.contains("url host `localhost` resolves to an address that is not allowed"),
+        "{message}"
     );
+    assert!(!message.contains("loopback address"), "{message}");
+    let text = body.to_string();
+    let addresses: Vec<&str> = text
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '.' || c == ':'))
+        .flat_map(|token| [token, token.trim_matches(|c| c == '.' || c == ':')])
+        .filter(|token| token.parse::<std::net::IpAddr>().is_ok())
+        .collect();
+    assert!(addresses.is_empty(), "the 422 names {addresses:?}: {text}");
     let (status, body) = app.register_webhook("https://93.184.215.14/hook").await;
     assert_eq!(status, 201, "a public address passes: {body}");
     drop(app);
@@ -703,7 +712,7 @@ async fn output_files_on_v2_and_v1(pool: PgPool) {
     let url = view["downloadUrl"].as_str().unwrap().to_owned();
     assert!(
         url.starts_with(&format!("http://{}/api/v2/files/output-files/", app.addr)),
-        "absolute, from the request's Host: {url}"
+        "absolute, on the public base URL (here the listen address): {url}"
     );
 
     // The signed link needs no key.
@@ -1073,4 +1082,51 @@ async fn v2_flat_secrets_need_allowed_domains_or_the_opt_in(pool: PgPool) {
         .await;
     assert_eq!(status, 422, "{body}");
     assert!(!body.to_string().contains(secret));
+}
+
+/// URLs built for clients (`liveUrl`, the logs' and output files' `downloadUrl`) are on the
+/// configured public base URL, whatever `Host` / `X-Forwarded-Host` / `X-Forwarded-Proto` the
+/// request forges.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn client_urls_use_the_public_url_not_the_host(pool: PgPool) {
+    let base = "https://browserd.example.com/prefix";
+    let app = App::start_with(pool, |config| {
+        config.public_url = Some(browserd_api::PublicUrl::parse(&format!("{base}/")).unwrap());
+    })
+    .await;
+    let forged = |request: reqwest::RequestBuilder| {
+        request
+            .header("X-Browser-Use-API-Key", &app.key)
+            .header(reqwest::header::HOST, "evil.example")
+            .header("X-Forwarded-Host", "evil.example")
+            .header("X-Forwarded-Proto", "http")
+    };
+    let response = forged(app.http.post(app.url("/api/v2/tasks")))
+        .json(&json!({"task": "t"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let created: Value = response.json().await.unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let sid = created["sessionId"].as_str().unwrap().to_owned();
+
+    let get = |path: String| {
+        let request = forged(app.http.get(app.url(&format!("/api/v2{path}"))));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            response.text().await.unwrap()
+        }
+    };
+    let logs = get(format!("/tasks/{id}/logs")).await;
+    let logs: Value = serde_json::from_str(&logs).unwrap();
+    assert_eq!(
+        logs["downloadUrl"],
+        json!(format!("{base}/api/v2/tasks/{id}/history"))
+    );
+    let session = get(format!("/sessions/{sid}")).await;
+    assert!(!session.contains("evil.example"), "{session}");
+    let session: Value = serde_json::from_str(&session).unwrap();
+    assert_eq!(session["liveUrl"], json!(format!("{base}/#/tasks/{id}")));
 }

@@ -227,6 +227,49 @@ struct ServeArgs {
     /// Largest WebSocket message or frame a client may send, in bytes.
     #[arg(long, env = "BROWSERD_WS_MAX_MESSAGE_BYTES", default_value_t = browserd_api::DEFAULT_WS_MAX_MESSAGE_BYTES)]
     ws_max_message_bytes: usize,
+
+    /// The base of the absolute URLs given to clients (v2 `liveUrl`, `downloadUrl`,
+    /// `screenshotUrl`), e.g. `https://browserd.example.com`: http or https, no query or
+    /// fragment. Unset or empty: `http://<listen address>`. The request's `Host` is never used.
+    #[arg(long, env = "BROWSERD_PUBLIC_URL", value_parser = parse_public_url)]
+    public_url: Option<PublicUrlArg>,
+
+    /// Serve Prometheus `/metrics` (and `/healthz`) on this address, apart from the api port
+    /// (which serves `/metrics` only behind `--metrics-token`). Empty: no metrics listener.
+    #[arg(
+        long,
+        env = "BROWSERD_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464",
+        value_parser = parse_metrics_listen
+    )]
+    metrics_listen: MetricsListen,
+}
+
+/// `--metrics-listen`: an address, or nothing (empty).
+#[derive(Clone, Copy, Debug)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn parse_metrics_listen(raw: &str) -> Result<MetricsListen, String> {
+    if raw.trim().is_empty() {
+        return Ok(MetricsListen(None));
+    }
+    raw.trim()
+        .parse()
+        .map(|addr| MetricsListen(Some(addr)))
+        .map_err(|err| format!("--metrics-listen {raw:?}: {err}"))
+}
+
+/// `--public-url`: a validated base, or nothing (an empty variable from compose).
+#[derive(Clone, Debug)]
+struct PublicUrlArg(Option<browserd_api::PublicUrl>);
+
+fn parse_public_url(raw: &str) -> Result<PublicUrlArg, String> {
+    if raw.trim().is_empty() {
+        return Ok(PublicUrlArg(None));
+    }
+    browserd_api::PublicUrl::parse(raw)
+        .map(|url| PublicUrlArg(Some(url)))
+        .map_err(|err| format!("--public-url {raw:?}: {err}"))
 }
 
 #[derive(Clone, Debug)]
@@ -500,6 +543,34 @@ async fn serve(
         ),
         None => None,
     };
+    // The metrics listener first: its address is logged before the api's `listening` line.
+    if let Some(addr) = args.metrics_listen.0 {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding --metrics-listen {addr}"))?;
+        tracing::info!(address = %listener.local_addr()?, "serving metrics");
+        let app = browserd_api::metrics_router(store.clone(), cli.metrics_token());
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+            if let Err(err) = served {
+                tracing::warn!(%err, "the metrics listener failed");
+            }
+        });
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "listening");
+    let public_url = args
+        .public_url
+        .as_ref()
+        .and_then(|url| url.0.clone())
+        .unwrap_or_else(|| browserd_api::PublicUrl::from_listen_address(address));
+    tracing::info!(%public_url, "public base URL");
     let app = browserd_api::router(
         store,
         hub,
@@ -522,15 +593,10 @@ async fn serve(
             webhook_allow_loopback: allow_loopback,
             key_cache_ttl: browserd_api::KEY_CACHE_TTL,
             metrics_token: cli.metrics_token(),
+            public_url: Some(public_url),
         },
         shutdown.clone(),
     );
-
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
-    let address = listener.local_addr()?;
-    tracing::info!(%address, "listening");
 
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     // Connection info gives the api each client's address (the per-address rate limit).

@@ -56,6 +56,8 @@ async fn start_server(url: &str) -> Server {
             "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
         )
         .env("BROWSERD_LISTEN", "127.0.0.1:0")
+        // Not the fixed default metrics port: tests run servers side by side.
+        .env("BROWSERD_METRICS_LISTEN", "127.0.0.1:0")
         .env("BROWSERD_LOG_FORMAT", "json")
         .env("RUST_LOG", "debug")
         .stdout(Stdio::null())

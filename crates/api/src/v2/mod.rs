@@ -496,24 +496,12 @@ pub(crate) fn parse_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, V2Erro
     })
 }
 
-/// An absolute URL of `path` on this server as the client reached it (`Host`, and
-/// `X-Forwarded-Proto` behind a proxy); the path alone without a `Host`.
-pub(crate) fn absolute_url(headers: &HeaderMap, path: &str) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-        });
-    let scheme = headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-        .filter(|p| *p == "https" || *p == "http")
-        .unwrap_or("http");
-    match host {
-        Some(host) => format!("{scheme}://{host}{path}"),
+/// An absolute URL of `path` on the configured public base (`--public-url`, else the listen
+/// address); the path alone without one. The request's `Host` and `X-Forwarded-*` headers are
+/// never used: a client could point another client's links anywhere.
+pub(crate) fn absolute_url(state: &AppState, path: &str) -> String {
+    match &state.public_url {
+        Some(base) => format!("{}{path}", base.as_str()),
         None => path.to_owned(),
     }
 }
@@ -560,12 +548,21 @@ mod tests {
     }
 
     #[test]
-    fn absolute_urls_use_the_host() {
-        let mut headers = HeaderMap::new();
-        assert_eq!(absolute_url(&headers, "/a"), "/a");
-        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
-        assert_eq!(absolute_url(&headers, "/a"), "http://127.0.0.1:8080/a");
-        headers.insert(header::HOST, HeaderValue::from_static("evil/x"));
-        assert_eq!(absolute_url(&headers, "/a"), "/a");
+    fn public_urls_are_validated() {
+        use crate::PublicUrl;
+        let base = PublicUrl::parse("https://browserd.example.com/").unwrap();
+        assert_eq!(base.as_str(), "https://browserd.example.com");
+        let base = PublicUrl::parse("https://example.com/browserd/").unwrap();
+        assert_eq!(base.as_str(), "https://example.com/browserd");
+        for bad in [
+            "ftp://example.com",
+            "https://example.com/?a=1",
+            "https://example.com/#x",
+            "https://user:pw@example.com",
+            "example.com",
+            "",
+        ] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad}");
+        }
     }
 }

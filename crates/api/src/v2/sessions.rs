@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use browserd_store::{NewSession, SessionRecord};
 use browserd_types::Transition;
@@ -45,7 +45,6 @@ fn item(session: SessionRecord) -> SessionItemView {
 async fn view(
     state: &AppState,
     caller: &Caller,
-    headers: &HeaderMap,
     session: SessionRecord,
 ) -> Result<SessionView, V2Error> {
     let tasks: Vec<_> = state
@@ -59,7 +58,7 @@ async fn view(
     item.live_url = tasks
         .iter()
         .find(|t| matches!(t.status, V2TaskStatus::Created | V2TaskStatus::Started))
-        .map(|t| absolute_url(headers, &format!("/#/tasks/{}", t.id)));
+        .map(|t| absolute_url(state, &format!("/#/tasks/{}", t.id)));
     Ok(SessionView {
         item,
         tasks,
@@ -206,7 +205,6 @@ pub(crate) async fn list_sessions(
 pub(crate) async fn get_session(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path(session_id): V2Path<String>,
 ) -> Result<Json<SessionView>, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
@@ -215,7 +213,7 @@ pub(crate) async fn get_session(
         .get_session(caller.key_id, id)
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
-    Ok(Json(view(&state, &caller, &headers, session).await?))
+    Ok(Json(view(&state, &caller, session).await?))
 }
 
 /// Stops the session and every unfinished task in it.
@@ -264,7 +262,6 @@ pub(crate) async fn stop_session_and_tasks(
 pub(crate) async fn update_session(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path(session_id): V2Path<String>,
     V2Body(body): V2Body,
 ) -> Result<Json<SessionView>, V2Error> {
@@ -278,7 +275,7 @@ pub(crate) async fn update_session(
         ));
     }
     let session = stop_session_and_tasks(&state, &caller, id).await?;
-    Ok(Json(view(&state, &caller, &headers, session).await?))
+    Ok(Json(view(&state, &caller, session).await?))
 }
 
 /// `DELETE /sessions/{id}`: 204; stops its unfinished tasks and forgets its browser state.

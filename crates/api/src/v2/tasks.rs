@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use browserd_store::{ArtifactContent, SessionChoice, V2Task, V2TaskFilter};
 use browserd_types::dto::{self, ViewportSize};
@@ -418,11 +418,10 @@ async fn owned(state: &AppState, caller: &Caller, raw_id: &str) -> Result<V2Task
 pub(crate) async fn get_task(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path(task_id): V2Path<String>,
 ) -> Result<Json<TaskView>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
-    Ok(Json(task_view(&state, &headers, task).await?))
+    Ok(Json(task_view(&state, task).await?))
 }
 
 /// `GET /tasks/{id}/status`: the cheap poll target of every SDK helper.
@@ -485,7 +484,6 @@ pub(crate) async fn task_status(
 pub(crate) async fn update_task(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path(task_id): V2Path<String>,
     V2Body(body): V2Body,
 ) -> Result<Json<TaskView>, V2Error> {
@@ -528,7 +526,7 @@ pub(crate) async fn update_task(
     }
     tracing::info!(task_id = %id, action = %request.action, "task updated (v2)");
     let task = owned(&state, &caller, &task_id).await?;
-    Ok(Json(task_view(&state, &headers, task).await?))
+    Ok(Json(task_view(&state, task).await?))
 }
 
 /// `GET /tasks/{id}/logs`: where to download the task's log (its AgentHistory JSON).
@@ -552,15 +550,11 @@ pub(crate) async fn update_task(
 pub(crate) async fn task_logs(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path(task_id): V2Path<String>,
 ) -> Result<Json<LogsResponse>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
     Ok(Json(LogsResponse {
-        download_url: absolute_url(
-            &headers,
-            &format!("/api/v2/tasks/{}/history", task.record.id),
-        ),
+        download_url: absolute_url(&state, &format!("/api/v2/tasks/{}/history", task.record.id)),
     }))
 }
 
@@ -753,7 +747,6 @@ pub(crate) async fn step_screenshot(
 pub(crate) async fn output_file(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
     V2Path((task_id, file_id)): V2Path<(String, String)>,
 ) -> Result<Json<TaskOutputFileResponse>, V2Error> {
     let task = owned(&state, &caller, &task_id).await?;
@@ -765,7 +758,7 @@ pub(crate) async fn output_file(
         .ok_or_else(|| V2Error::not_found("Output file"))?;
     Ok(Json(TaskOutputFileResponse {
         id: file.record.id,
-        download_url: crate::output_files::download_url(&headers, &file),
+        download_url: crate::output_files::download_url(&state, &file),
         file_name: file.record.file_name,
     }))
 }
@@ -822,11 +815,7 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
 
 /// The full shape of a task: its steps (model steps 1..N; browserd's step 0, the initial
 /// navigation, is not a v2 step) with absolute screenshot URLs.
-async fn task_view(
-    state: &AppState,
-    headers: &HeaderMap,
-    task: V2Task,
-) -> Result<TaskView, V2Error> {
+async fn task_view(state: &AppState, task: V2Task) -> Result<TaskView, V2Error> {
     let id = task.record.id;
     let records = state.store.list_steps(id).await?;
     let mut previous_end: Option<OffsetDateTime> = None;
@@ -859,7 +848,7 @@ async fn task_view(
             actions,
             screenshot_url: step.screenshot.map(|_| {
                 absolute_url(
-                    headers,
+                    state,
                     &format!("/api/v2/tasks/{id}/steps/{}/screenshot", step.number),
                 )
             }),

@@ -84,9 +84,14 @@ impl TestServer {
         }
         let shutdown = CancellationToken::new();
         let (hub, _) = EventHub::start(&store, shutdown.clone()).await.unwrap();
-        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        // As `browserd serve`: without a configured public URL, the listen address.
+        let mut config = config;
+        config
+            .public_url
+            .get_or_insert_with(|| browserd_api::PublicUrl::from_listen_address(addr));
+        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
         let token = shutdown.clone();
         tokio::spawn(async move {
             axum::serve(
