@@ -1,7 +1,8 @@
 //! One tenant's page cannot read the service's credentials or take other tasks down: Chrome
 //! runs with none of the worker's environment (as another user, sandboxed, when the worker is
-//! root); a Chrome killed mid-task costs its tasks one attempt, not their run; a page that
-//! eats memory is closed and only its task is told. Real `browserd serve`, real Chromium and
+//! root); a Chrome killed or hung (SIGSTOP) mid-task costs its tasks one attempt, not their run
+//! — they go on from the recorded page, never from the start; a page that eats memory is closed
+//! and only its task is told. Real `browserd serve`, real Chromium and
 //! Postgres, the mock model.
 
 use std::collections::BTreeMap;
@@ -419,7 +420,9 @@ async fn chrome_killed_mid_task_its_three_tasks_go_on_from_their_last_step() {
             task["attempts"], 2,
             "one more attempt after the crash: {task}"
         );
-        assert_steps_contiguous(&stored_steps(&client, id).await);
+        let steps = stored_steps(&client, id).await;
+        assert_steps_contiguous(&steps);
+        assert_climbed_from_the_recorded_stair(&steps, 7);
         let history = stored_history(&client, &id).await;
         let history: AgentHistoryList = serde_json::from_value(history).unwrap();
         let navigations = history
@@ -523,4 +526,104 @@ async fn a_crashed_tab_is_reopened_and_only_its_task_is_told() {
     };
     assert_eq!(told("top=6"), 1, "the crashed task is told once");
     assert_eq!(told("top=10"), 0, "the other task is told nothing");
+}
+
+/// The steps of a climb to `top` that a lost Chrome interrupted went on from the recorded page.
+/// Each step records the page the model saw: the start URL's step and the first model step are
+/// on stair 1, then one stair a step up to `top` — the step the loss cut short is taken again on
+/// its recorded stair (the same stair twice in a row), never from the start URL, and a click
+/// done twice would skip a stair.
+fn assert_climbed_from_the_recorded_stair(steps: &[serde_json::Value], top: u32) {
+    let stairs = stairs_of(steps);
+    assert_eq!(stairs.first(), Some(&1), "{stairs:?}");
+    for pair in stairs.windows(2) {
+        assert!(
+            pair[1] == pair[0] || pair[1] == pair[0] + 1,
+            "each step on the recorded stair or the next: {stairs:?}"
+        );
+    }
+    assert!(
+        !stairs[2..].contains(&1),
+        "the resumed run did not go back to the start URL: {stairs:?}"
+    );
+    assert_eq!(stairs.last(), Some(&top), "{stairs:?}");
+}
+
+/// Each stored step's page, in order: the stair number its URL names (the start URL's
+/// `Initial Actions` step included).
+fn stairs_of(steps: &[serde_json::Value]) -> Vec<u32> {
+    steps
+        .iter()
+        .filter_map(|s| s["url"].as_str())
+        .filter_map(|url| url.split("/stairs/").nth(1))
+        .filter_map(|rest| rest.split('?').next()?.parse().ok())
+        .collect()
+}
+
+/// A Chrome that stops answering (SIGSTOP) mid-task is found hung by the pool's health check,
+/// killed, and its task goes on in a new Chrome from its last persisted step: the resumed run's
+/// pages continue from the recorded stair (never back to the start URL), the steps stay
+/// contiguous, and no stair is climbed twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_chrome_is_replaced_and_its_task_goes_on_from_its_last_step() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
+    let Scenario {
+        site,
+        server,
+        client,
+        db: _db,
+        ..
+    } = Scenario::serve(
+        stairs_brain(),
+        Duration::from_millis(300),
+        &["--concurrency", "1", "--chrome-hang-timeout-s", "5"],
+        &[],
+    )
+    .await;
+    let id = client.create_task(climb_task(&site, 7)).await;
+    wait_for_step(&client, &id, 2).await;
+    let chrome = chrome_browser_process(&server).expect("Chrome runs");
+    let seq = client.task(&id).await["last_event_seq"].as_i64().unwrap();
+    let mut stream = client.events(&id, seq).await;
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &chrome.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let mut requeued = false;
+    while let Some(event) = stream.next(LONG).await {
+        if event["kind"] == "status" && event["payload"]["status"] == "queued" {
+            requeued = true;
+        }
+        if event["kind"] == "step" && requeued {
+            break;
+        }
+    }
+    assert!(requeued, "the task was requeued when its Chrome hung");
+    let task = client.wait_status(&id, &["finished", "failed"], LONG).await;
+    assert_eq!(task["status"], "finished", "{task}");
+    assert!(
+        task["output"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("CODE7X"),
+        "{task}"
+    );
+    assert_eq!(
+        task["attempts"], 2,
+        "one more attempt after the hang: {task}"
+    );
+    let steps = stored_steps(&client, &id).await;
+    assert_steps_contiguous(&steps);
+    assert_climbed_from_the_recorded_stair(&steps, 7);
+    assert_ne!(
+        chrome_browser_process(&server),
+        Some(chrome),
+        "a new Chrome runs"
+    );
+    // Should the pool not have killed it, the stopped Chrome is not left stopped.
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &chrome.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status();
 }
