@@ -264,28 +264,19 @@ impl BrowserSession {
         found
     }
 
-    /// The remote object of the active element of the document `backend_node_id` (a frame's
-    /// document), in that frame's main world.
-    async fn active_element_of_document(
-        &self,
-        session: &str,
-        backend_node_id: i64,
-    ) -> Option<String> {
+    /// The remote object of node `backend_node_id` in its frame's main world (`DOM.resolveNode`).
+    async fn node_object(&self, session: &str, backend_node_id: i64) -> Option<String> {
         #[derive(Deserialize)]
         struct Resolved {
             object: Object,
-        }
-        #[derive(Deserialize)]
-        struct Called {
-            result: Object,
         }
         #[derive(Deserialize)]
         struct Object {
             #[serde(rename = "objectId")]
             object_id: Option<String>,
         }
-        let conn = &self.chrome.conn;
-        let document = conn
+        self.chrome
+            .conn
             .call_raw(
                 Some(session),
                 "DOM.resolveNode",
@@ -297,7 +288,27 @@ impl BrowserSession {
             .decode::<Resolved>()
             .ok()?
             .object
-            .object_id?;
+            .object_id
+    }
+
+    /// The remote object of the active element of the document `backend_node_id` (a frame's
+    /// document), in that frame's main world.
+    async fn active_element_of_document(
+        &self,
+        session: &str,
+        backend_node_id: i64,
+    ) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Called {
+            result: Object,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(rename = "objectId")]
+            object_id: Option<String>,
+        }
+        let document = self.node_object(session, backend_node_id).await?;
+        let conn = &self.chrome.conn;
         conn.call_raw(
             Some(session),
             "Runtime.callFunctionOn",
@@ -314,30 +325,9 @@ impl BrowserSession {
 
     /// Marks the start of an action in the frame of `element` (see [`ActionMark`]).
     async fn begin_in_element_frame(&self, element: &ActionElement<'_>) -> Option<ElementFrame> {
-        #[derive(Deserialize)]
-        struct Resolved {
-            object: Object,
-        }
-        #[derive(Deserialize)]
-        struct Object {
-            #[serde(rename = "objectId")]
-            object_id: Option<String>,
-        }
         let object_id = self
-            .chrome
-            .conn
-            .call_raw(
-                Some(element.session),
-                "DOM.resolveNode",
-                serde_json::json!({"backendNodeId": element.backend_node_id}),
-                self.timeout,
-            )
-            .await
-            .ok()?
-            .decode::<Resolved>()
-            .ok()?
-            .object
-            .object_id?;
+            .node_object(element.session, element.backend_node_id)
+            .await?;
         let doc = self
             .tracker_call_on(
                 element.session,
