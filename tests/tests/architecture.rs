@@ -347,7 +347,7 @@ fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
         let indent = &line[..line.len() - trimmed.len()];
         let mut words = trimmed.split_whitespace().peekable();
         let mut is_fn = false;
-        while let Some(word) = words.next() {
+        for word in words.by_ref() {
             if word == "fn" {
                 is_fn = true;
                 break;
