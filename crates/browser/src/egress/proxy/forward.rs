@@ -138,6 +138,7 @@ pub(super) async fn forward(
 }
 
 /// The URL of an absolute-form `http://` request, or the answer refusing the request.
+#[allow(clippy::result_large_err)] // the refusal is the response itself, returned at once
 fn request_url(uri: &hyper::Uri) -> Result<Url, Response<ProxyBody>> {
     if uri.scheme().is_none() || uri.authority().is_none() {
         return Err(text(
