@@ -24,7 +24,7 @@
 //! stream the worker reads, and the connection closes at once.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -337,14 +337,7 @@ pub(crate) async fn launch_chrome(
     timeout: Duration,
     cdp_timeout: Duration,
 ) -> Result<LaunchedChrome> {
-    let profile = dir.join("profile");
-    let home = dir.join("home");
-    let tmp = dir.join("tmp");
-    for sub in [&profile, &home, &tmp] {
-        std::fs::create_dir_all(sub)?;
-        identity.hand_over(sub)?;
-    }
-    identity.hand_over(dir)?;
+    let (profile, home, tmp) = chrome_dirs(identity, dir)?;
     let executable = &wrapped_executable(executable);
     // Both pipes are made close-on-exec (std's `pipe`): only the mapping below, in Chrome's
     // child between fork and exec, gives its ends to Chrome, as fds 3 and 4.
@@ -403,21 +396,7 @@ pub(crate) async fn launch_chrome(
         .ok_or_else(|| BrowserError::Launch("chrome's stderr is not piped".into()))?;
     // Chrome keeps logging (D-Bus, GPU, …); the pipe is drained so it never blocks, its lines
     // are debug logs, and the last ones explain a launch that fails.
-    let tail = std::sync::Arc::new(std::sync::Mutex::new(
-        std::collections::VecDeque::<String>::new(),
-    ));
-    let stderr_tail = tail.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
-            let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
-            if tail.len() == STDERR_TAIL {
-                tail.pop_front();
-            }
-            tail.push_back(line);
-        }
-    });
+    let tail = follow_stderr(stderr, pid);
     let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(worker_reads.into()).and_then(
         |from_chrome| {
             tokio::net::unix::pipe::Sender::from_owned_fd(worker_writes.into())
@@ -437,19 +416,71 @@ pub(crate) async fn launch_chrome(
     let ready = conn
         .call_raw(None, "Browser.getVersion", serde_json::json!({}), timeout)
         .await;
-    match ready {
-        Ok(_) => {}
-        Err(BrowserError::Timeout { .. }) => {
-            let _ = child.kill().await;
-            crate::pool::stop_exit_watcher_of(exit_watcher.take());
-            return Err(BrowserError::Launch(format!(
-                "chrome did not answer on its DevTools pipe within {} s",
-                timeout.as_secs()
-            )));
+    if let Err(err) = ready {
+        let _ = child.kill().await;
+        crate::pool::stop_exit_watcher_of(exit_watcher.take());
+        return Err(launch_failure(&err, &tail, identity, timeout).await);
+    }
+    Ok(LaunchedChrome {
+        child,
+        pid,
+        conn,
+        exit_watcher,
+    })
+}
+
+/// The profile, home and temporary directories of a Chrome under `dir` (`profile`, `home`,
+/// `tmp`), created and handed over to Chrome's user with `dir` itself.
+fn chrome_dirs(identity: &ChromeIdentity, dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let profile = dir.join("profile");
+    let home = dir.join("home");
+    let tmp = dir.join("tmp");
+    for sub in [&profile, &home, &tmp] {
+        std::fs::create_dir_all(sub)?;
+        identity.hand_over(sub)?;
+    }
+    identity.hand_over(dir)?;
+    Ok((profile, home, tmp))
+}
+
+/// The last lines Chrome wrote to stderr ([`STDERR_TAIL`] at most).
+type StderrTail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
+/// Drains Chrome's stderr so that it never blocks: its lines are debug logs, and the last ones
+/// are kept to explain a launch that fails.
+fn follow_stderr(stderr: tokio::process::ChildStderr, pid: u32) -> StderrTail {
+    let tail = std::sync::Arc::new(std::sync::Mutex::new(
+        std::collections::VecDeque::<String>::new(),
+    ));
+    let stderr_tail = tail.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "browserd_browser::chrome", pid, "{line}");
+            let mut tail = stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(line);
         }
-        Err(_) => {
-            let _ = child.kill().await;
-            crate::pool::stop_exit_watcher_of(exit_watcher.take());
+    });
+    tail
+}
+
+/// Why a launched Chrome (killed now) did not answer on its pipe: in time, or at all (then
+/// from its last words on stderr).
+async fn launch_failure(
+    err: &BrowserError,
+    tail: &StderrTail,
+    identity: &ChromeIdentity,
+    timeout: Duration,
+) -> BrowserError {
+    match err {
+        BrowserError::Timeout { .. } => BrowserError::Launch(format!(
+            "chrome did not answer on its DevTools pipe within {} s",
+            timeout.as_secs()
+        )),
+        _ => {
             // Its last words arrive a moment after its end of the pipe closed.
             tokio::time::sleep(Duration::from_millis(100)).await;
             let seen: Vec<String> = tail
@@ -458,15 +489,9 @@ pub(crate) async fn launch_chrome(
                 .iter()
                 .cloned()
                 .collect();
-            return Err(BrowserError::Launch(exit_reason(&seen, identity)));
+            BrowserError::Launch(exit_reason(&seen, identity))
         }
     }
-    Ok(LaunchedChrome {
-        child,
-        pid,
-        conn,
-        exit_watcher,
-    })
 }
 
 /// Chrome's whole environment: [`CHROME_ENV_KEPT`] from the worker, its own `HOME` and

@@ -388,10 +388,44 @@ impl BrowserSession {
     /// module docs), at most the cap per document.
     pub(crate) async fn settle_after(&self, mut mark: ActionMark) -> SettleReport {
         let started = Instant::now();
-        let settings = self.settle;
-        let quiet_ms = settings.quiet.as_millis() as u64;
-        let cap_ms = settings.cap.as_millis() as u64;
         // An action that moved the focus (a new tab) settles the new tab from its start.
+        if !self.follow_focus(&mut mark).await {
+            return report(started, SettleEnd::Unavailable, Vec::new());
+        }
+        let Some(mut doc) = mark.doc.clone() else {
+            return report(started, SettleEnd::Unavailable, Vec::new());
+        };
+        let mut navigated = false;
+        let mut frames = std::mem::take(&mut mark.frames);
+        for _ in 0..=MAX_NAVIGATIONS {
+            drain(&mut mark.events);
+            // Cross-origin frames settle alongside the main frame, once.
+            let frames_now = std::mem::take(&mut frames);
+            let (main, others) = self.settle_documents(&mut mark, &doc, &frames_now).await;
+            match main {
+                Some(answer) if answer.reason != "navigation" => {
+                    return settled(started, answer, others, navigated, &doc);
+                }
+                answer => {
+                    // The document began to unload, or went away while we waited: wait for
+                    // the navigation to finish, then settle the page it led to.
+                    if answer.is_none() && !self.document_replaced(&mark, &doc).await {
+                        return report(started, SettleEnd::Unavailable, Vec::new());
+                    }
+                    navigated = true;
+                    match self.next_document(&mut mark, &doc, started).await {
+                        Ok(next_doc) => doc = next_doc,
+                        Err(ended) => return ended,
+                    }
+                }
+            }
+        }
+        report(started, SettleEnd::Cap, vec!["navigations".into()])
+    }
+
+    /// Moves `mark` to the focused tab when the action moved the focus (a new tab, settled
+    /// from its start); false when that tab cannot be prepared.
+    async fn follow_focus(&self, mark: &mut ActionMark) -> bool {
         if let Ok(focused) = self.focused_target().await
             && focused != mark.target
         {
@@ -403,116 +437,102 @@ impl BrowserSession {
                     mark.frames.clear();
                     mark.element_frame = None;
                 }
-                Err(_) => return report(started, SettleEnd::Unavailable, Vec::new()),
+                Err(_) => return false,
             }
         }
-        let Some(mut doc) = mark.doc.clone() else {
-            return report(started, SettleEnd::Unavailable, Vec::new());
+        true
+    }
+
+    /// One round of settling, concurrently: the main frame's document `doc`, the cross-origin
+    /// `frames` and the element's frame (taken from `mark`: once). The main frame's answer,
+    /// and the others'.
+    async fn settle_documents(
+        &self,
+        mark: &mut ActionMark,
+        doc: &str,
+        frames: &[(String, String)],
+    ) -> (Option<TrackerAnswer>, Vec<Option<Value>>) {
+        let settings = self.settle;
+        let quiet_ms = settings.quiet.as_millis() as u64;
+        let cap_ms = settings.cap.as_millis() as u64;
+        let settle = |doc: &str| {
+            tracker_call(&format!(
+                "t.settle({}, {quiet_ms}, {cap_ms})",
+                Value::String(doc.to_owned())
+            ))
         };
-        let mut navigated = false;
-        let mut frames = std::mem::take(&mut mark.frames);
-        for _ in 0..=MAX_NAVIGATIONS {
-            drain(&mut mark.events);
-            let settle = |doc: &str| {
-                tracker_call(&format!(
-                    "t.settle({}, {quiet_ms}, {cap_ms})",
-                    Value::String(doc.to_owned())
-                ))
-            };
-            let answer_timeout = settings.cap + ANSWER_MARGIN;
-            let main = self.tracker_eval(&mark.session, settle(&doc), answer_timeout);
-            // Cross-origin frames settle alongside the main frame, once.
-            let frames_now = std::mem::take(&mut frames);
-            let others = futures::future::join_all(
-                frames_now
-                    .iter()
-                    .map(|(session, doc)| self.tracker_eval(session, settle(doc), answer_timeout)),
-            );
-            // The element's frame too, once.
-            let element_frame = mark.element_frame.take();
-            let in_element_frame = async {
-                match &element_frame {
-                    Some(frame) => {
-                        self.tracker_call_on(
-                            &frame.session,
-                            &frame.object_id,
-                            TRACKER_SETTLE_ON,
-                            vec![
-                                Value::String(frame.doc.clone()),
-                                quiet_ms.into(),
-                                cap_ms.into(),
-                            ],
-                            answer_timeout,
-                        )
-                        .await
-                    }
-                    None => None,
-                }
-            };
-            let (main, mut others, in_element_frame) = tokio::join!(main, others, in_element_frame);
-            others.push(in_element_frame);
-            let main: Option<TrackerAnswer> = main.and_then(|v| serde_json::from_value(v).ok());
-            match main {
-                Some(answer) if answer.reason != "navigation" => {
-                    let mut pending = answer.pending;
-                    let mut capped = answer.reason == "cap";
-                    for other in others
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|v| serde_json::from_value::<TrackerAnswer>(v).ok())
-                    {
-                        capped |= other.reason == "cap";
-                        pending.extend(other.pending);
-                    }
-                    pending.truncate(10);
-                    let ended = if capped {
-                        SettleEnd::Cap
-                    } else if navigated || answer.doc != doc {
-                        SettleEnd::Navigation
-                    } else {
-                        SettleEnd::Quiet
-                    };
-                    if !capped {
-                        pending.clear();
-                    }
-                    return report(started, ended, pending);
-                }
-                answer => {
-                    // The document began to unload, or went away while we waited: wait for
-                    // the navigation to finish, then settle the page it led to.
-                    if answer.is_none() && !self.document_replaced(&mark, &doc).await {
-                        return report(started, SettleEnd::Unavailable, Vec::new());
-                    }
-                    navigated = true;
-                    let before = self.target_url(&mark.target).await.unwrap_or_default();
-                    let outcome = wait_for_navigation_end(
-                        &mut mark.events,
-                        &mark.session,
-                        &mark.target,
-                        load_cap(&before, ""),
+        let answer_timeout = settings.cap + ANSWER_MARGIN;
+        let main = self.tracker_eval(&mark.session, settle(doc), answer_timeout);
+        let others = futures::future::join_all(
+            frames
+                .iter()
+                .map(|(session, doc)| self.tracker_eval(session, settle(doc), answer_timeout)),
+        );
+        // The element's frame too, once.
+        let element_frame = mark.element_frame.take();
+        let in_element_frame = async {
+            match &element_frame {
+                Some(frame) => {
+                    self.tracker_call_on(
+                        &frame.session,
+                        &frame.object_id,
+                        TRACKER_SETTLE_ON,
+                        vec![
+                            Value::String(frame.doc.clone()),
+                            quiet_ms.into(),
+                            cap_ms.into(),
+                        ],
+                        answer_timeout,
                     )
-                    .await;
-                    if matches!(outcome, WaitOutcome::TimedOut) {
-                        return report(started, SettleEnd::Cap, vec![format!("document {before}")]);
-                    }
-                    // The same document (a cancelled navigation, a download) starts afresh;
-                    // a new one settles from its start.
-                    let next = tracker_call(&format!(
-                        "(t.doc() === {} ? t.begin() : t.doc())",
-                        Value::String(doc.clone())
-                    ));
-                    match self
-                        .tracker_eval(&mark.session, next, self.timeout)
-                        .await
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                    {
-                        Some(next_doc) => doc = next_doc,
-                        None => return report(started, SettleEnd::Unavailable, Vec::new()),
-                    }
+                    .await
                 }
+                None => None,
             }
+        };
+        let (main, mut others, in_element_frame) = tokio::join!(main, others, in_element_frame);
+        others.push(in_element_frame);
+        let main: Option<TrackerAnswer> = main.and_then(|v| serde_json::from_value(v).ok());
+        (main, others)
+    }
+
+    /// Waits for the navigation that took the tab away from `doc` to finish: the tracker's
+    /// document of the page it led to (`doc` started afresh when it is the same document: a
+    /// cancelled navigation, a download), or the report the settle ends with.
+    async fn next_document(
+        &self,
+        mark: &mut ActionMark,
+        doc: &str,
+        started: Instant,
+    ) -> Result<String, SettleReport> {
+        let before = self.target_url(&mark.target).await.unwrap_or_default();
+        let outcome = wait_for_navigation_end(
+            &mut mark.events,
+            &mark.session,
+            &mark.target,
+            load_cap(&before, ""),
+        )
+        .await;
+        if matches!(outcome, WaitOutcome::TimedOut) {
+            return Err(report(
+                started,
+                SettleEnd::Cap,
+                vec![format!("document {before}")],
+            ));
         }
-        report(started, SettleEnd::Cap, vec!["navigations".into()])
+        // The same document (a cancelled navigation, a download) starts afresh;
+        // a new one settles from its start.
+        let next = tracker_call(&format!(
+            "(t.doc() === {} ? t.begin() : t.doc())",
+            Value::String(doc.to_owned())
+        ));
+        match self
+            .tracker_eval(&mark.session, next, self.timeout)
+            .await
+            .and_then(|v| v.as_str().map(str::to_owned))
+        {
+            Some(next_doc) => Ok(next_doc),
+            None => Err(report(started, SettleEnd::Unavailable, Vec::new())),
+        }
     }
 
     /// Whether the tab's main document is no longer the one `doc` names (it navigated while
@@ -535,6 +555,40 @@ fn report(started: Instant, ended: SettleEnd, pending: Vec<String>) -> SettleRep
         ended,
         pending,
     }
+}
+
+/// The report of a settle whose main frame answered without navigating away: capped when a
+/// document hit the cap (with what was pending, ten at most), else quiet — or navigation,
+/// when the page navigated since the action.
+fn settled(
+    started: Instant,
+    answer: TrackerAnswer,
+    others: Vec<Option<Value>>,
+    navigated: bool,
+    doc: &str,
+) -> SettleReport {
+    let mut pending = answer.pending;
+    let mut capped = answer.reason == "cap";
+    for other in others
+        .into_iter()
+        .flatten()
+        .filter_map(|v| serde_json::from_value::<TrackerAnswer>(v).ok())
+    {
+        capped |= other.reason == "cap";
+        pending.extend(other.pending);
+    }
+    pending.truncate(10);
+    let ended = if capped {
+        SettleEnd::Cap
+    } else if navigated || answer.doc != doc {
+        SettleEnd::Navigation
+    } else {
+        SettleEnd::Quiet
+    };
+    if !capped {
+        pending.clear();
+    }
+    report(started, ended, pending)
 }
 
 fn drain(rx: &mut broadcast::Receiver<Arc<CdpEvent>>) {

@@ -163,30 +163,7 @@ impl ModelRegistry {
             message,
         };
         let kind = config.provider;
-        let region = match kind {
-            ProviderKind::Bedrock | ProviderKind::BedrockAnthropic => Some(
-                config
-                    .region
-                    .clone()
-                    .or_else(|| self.env("AWS_REGION"))
-                    .or_else(|| self.env("AWS_DEFAULT_REGION"))
-                    .ok_or_else(|| {
-                        invalid(
-                            "region",
-                            "is not set, and neither is AWS_REGION or AWS_DEFAULT_REGION"
-                                .to_owned(),
-                        )
-                    })?,
-            ),
-            ProviderKind::Vertex | ProviderKind::VertexAnthropic => Some(
-                config
-                    .region
-                    .clone()
-                    .or_else(|| self.env("GOOGLE_CLOUD_LOCATION"))
-                    .unwrap_or_else(|| "global".to_owned()),
-            ),
-            _ => None,
-        };
+        let region = self.region(name, config)?;
         let base_url_text = match (config.base_url_or_default(), region.as_deref()) {
             (Some(url), _) => url.to_owned(),
             (None, Some(region))
@@ -219,7 +196,69 @@ impl ModelRegistry {
             temperature: config.temperature,
             client: self.client.clone(),
         };
-        let provider: Arc<dyn ChatModel> = match kind {
+        let provider = self.provider(name, config, settings, region, timeout)?;
+        let policy = RetryPolicy {
+            max_retries: config.max_retries_or_default(),
+            base_delay: self.base_delay,
+            max_delay: self.max_delay,
+            ..RetryPolicy::with_max_retries(0)
+        };
+        let retrying = Arc::new(RetryModel::new(provider, policy));
+        Ok(Arc::new(TimeoutModel::new(retrying, timeout)))
+    }
+
+    /// The region of a Bedrock model (its setting, else `AWS_REGION` or
+    /// `AWS_DEFAULT_REGION`: one is required) or a Vertex AI one (its setting, else
+    /// `GOOGLE_CLOUD_LOCATION`, else `global`); none for the other kinds.
+    fn region(&self, name: &str, config: &ModelConfig) -> Result<Option<String>, ConfigError> {
+        let invalid = |field: &'static str, message: String| ConfigError::InvalidField {
+            model: name.to_owned(),
+            field,
+            message,
+        };
+        let kind = config.provider;
+        Ok(match kind {
+            ProviderKind::Bedrock | ProviderKind::BedrockAnthropic => Some(
+                config
+                    .region
+                    .clone()
+                    .or_else(|| self.env("AWS_REGION"))
+                    .or_else(|| self.env("AWS_DEFAULT_REGION"))
+                    .ok_or_else(|| {
+                        invalid(
+                            "region",
+                            "is not set, and neither is AWS_REGION or AWS_DEFAULT_REGION"
+                                .to_owned(),
+                        )
+                    })?,
+            ),
+            ProviderKind::Vertex | ProviderKind::VertexAnthropic => Some(
+                config
+                    .region
+                    .clone()
+                    .or_else(|| self.env("GOOGLE_CLOUD_LOCATION"))
+                    .unwrap_or_else(|| "global".to_owned()),
+            ),
+            _ => None,
+        })
+    }
+
+    /// The provider client of `config`'s kind over `settings` (no retry or timeout layers).
+    fn provider(
+        &self,
+        name: &str,
+        config: &ModelConfig,
+        settings: ProviderSettings,
+        region: Option<String>,
+        timeout: Duration,
+    ) -> Result<Arc<dyn ChatModel>, ConfigError> {
+        let invalid = |field: &'static str, message: String| ConfigError::InvalidField {
+            model: name.to_owned(),
+            field,
+            message,
+        };
+        let kind = config.provider;
+        Ok(match kind {
             ProviderKind::Anthropic => Arc::new(AnthropicModel::new(settings)),
             ProviderKind::Gemini => Arc::new(GeminiModel::new(settings)),
             ProviderKind::Azure => {
@@ -294,15 +333,7 @@ impl ModelRegistry {
                 };
                 Arc::new(OpenAiModel::with_options(settings, options))
             }
-        };
-        let policy = RetryPolicy {
-            max_retries: config.max_retries_or_default(),
-            base_delay: self.base_delay,
-            max_delay: self.max_delay,
-            ..RetryPolicy::with_max_retries(0)
-        };
-        let retrying = Arc::new(RetryModel::new(provider, policy));
-        Ok(Arc::new(TimeoutModel::new(retrying, timeout)))
+        })
     }
 
     /// AWS credentials for a Bedrock model (container sources shared across builds).

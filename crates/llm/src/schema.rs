@@ -180,60 +180,11 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
 
     // $ref: inline, with the referring node's own keywords (description…) taking precedence.
     if let Some(Value::String(reference)) = obj.get("$ref") {
-        if ref_stack.contains(reference) || ref_stack.len() > 32 {
-            return placeholder_object();
-        }
-        let Some(target) = resolve_local_ref(root, reference) else {
-            return placeholder_object();
-        };
-        let mut merged = target.as_object().cloned().unwrap_or_default();
-        for (k, v) in obj {
-            if k != "$ref" {
-                merged.insert(k.clone(), v.clone());
-            }
-        }
-        ref_stack.push(reference.clone());
-        let out = gemini_node(&Value::Object(merged), root, ref_stack);
-        ref_stack.pop();
-        return out;
+        return gemini_ref(obj, reference, root, ref_stack);
     }
 
     if let Some(Value::Array(parts)) = obj.get("allOf") {
-        let mut merged = obj.clone();
-        merged.remove("allOf");
-        for part in parts {
-            let resolved = match part.get("$ref").and_then(Value::as_str) {
-                Some(r) => resolve_local_ref(root, r).cloned().unwrap_or(Value::Null),
-                None => part.clone(),
-            };
-            let Some(part_obj) = resolved.as_object() else {
-                continue;
-            };
-            for (k, v) in part_obj {
-                match (k.as_str(), merged.get_mut(k)) {
-                    ("properties", Some(Value::Object(existing))) => {
-                        if let Value::Object(extra) = v {
-                            for (pk, pv) in extra {
-                                existing.entry(pk.clone()).or_insert_with(|| pv.clone());
-                            }
-                        }
-                    }
-                    ("required", Some(Value::Array(existing))) => {
-                        if let Value::Array(extra) = v {
-                            for r in extra {
-                                if !existing.contains(r) {
-                                    existing.push(r.clone());
-                                }
-                            }
-                        }
-                    }
-                    (_, Some(_)) => {}
-                    (_, None) => {
-                        merged.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
+        let merged = merge_all_of(obj, parts, root);
         return gemini_node(&Value::Object(merged), root, ref_stack);
     }
 
@@ -250,54 +201,12 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
         .or_else(|| obj.get("oneOf"))
         .and_then(Value::as_array);
     if let Some(branches) = branches {
-        let mut kept = Vec::new();
-        for branch in branches {
-            if branch.get("type").and_then(Value::as_str) == Some("null") {
-                nullable = true;
-            } else {
-                kept.push(gemini_node(branch, root, ref_stack));
-            }
-        }
-        if kept.len() == 1 {
-            let mut single = kept.pop().unwrap_or_default();
-            if let Some(single_obj) = single.as_object_mut() {
-                if let Some(description) = obj.get("description") {
-                    single_obj
-                        .entry("description")
-                        .or_insert_with(|| description.clone());
-                }
-                if nullable {
-                    single_obj.insert("nullable".to_owned(), Value::Bool(true));
-                }
-            }
-            return single;
-        }
-        if nullable {
-            for branch in &mut kept {
-                if let Some(b) = branch.as_object_mut() {
-                    b.insert("nullable".to_owned(), Value::Bool(true));
-                }
-            }
-        }
-        out.insert("anyOf".to_owned(), Value::Array(kept));
-        return Value::Object(out);
+        return gemini_any_of(obj, branches, nullable, root, ref_stack);
     }
 
     // type: strings upper-cased; a list of types loses "null" (→ nullable) and, when several
     // remain, becomes anyOf.
-    let mut types: Vec<String> = match obj.get("type") {
-        Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        _ => Vec::new(),
-    };
-    if types.iter().any(|t| t == "null") {
-        nullable = true;
-        types.retain(|t| t != "null");
-    }
+    let mut types = gemini_types(obj, &mut nullable);
     if types.len() > 1 {
         let branches: Vec<Value> = types
             .iter()
@@ -314,22 +223,7 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
     }
 
     // const → enum; string enums only (null members → nullable).
-    let mut enum_values: Option<Vec<Value>> = obj
-        .get("enum")
-        .and_then(Value::as_array)
-        .cloned()
-        .or_else(|| obj.get("const").map(|c| vec![c.clone()]));
-    if let Some(values) = &mut enum_values {
-        if values.iter().any(Value::is_null) {
-            nullable = true;
-            values.retain(|v| !v.is_null());
-        }
-        if values.is_empty() || !values.iter().all(Value::is_string) {
-            enum_values = None;
-        } else if types.is_empty() {
-            types.push("string".to_owned());
-        }
-    }
+    let enum_values = gemini_enum(obj, &mut nullable, &mut types);
 
     let mut kind = types.pop();
     if kind.is_none() && (obj.contains_key("properties")) {
@@ -357,16 +251,10 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
             out.insert(key.to_owned(), v.clone());
         }
     }
-    if let Some(Value::String(format)) = obj.get("format") {
-        let allowed = match kind.as_deref() {
-            Some("string") => ["enum", "date-time"].contains(&format.as_str()),
-            Some("integer") => ["int32", "int64"].contains(&format.as_str()),
-            Some("number") => ["float", "double"].contains(&format.as_str()),
-            _ => false,
-        };
-        if allowed {
-            out.insert("format".to_owned(), Value::String(format.clone()));
-        }
+    if let Some(Value::String(format)) = obj.get("format")
+        && gemini_format_allowed(kind.as_deref(), format)
+    {
+        out.insert("format".to_owned(), Value::String(format.clone()));
     }
     if let Some(values) = enum_values {
         out.insert("enum".to_owned(), Value::Array(values));
@@ -376,39 +264,7 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
     }
 
     match kind.as_deref() {
-        Some("object") => {
-            let properties = obj.get("properties").and_then(Value::as_object);
-            match properties {
-                Some(properties) if !properties.is_empty() => {
-                    let mut translated = Map::new();
-                    for (k, v) in properties {
-                        translated.insert(k.clone(), gemini_node(v, root, ref_stack));
-                    }
-                    let order: Vec<Value> = properties.keys().cloned().map(Value::String).collect();
-                    let required: Vec<Value> = obj
-                        .get("required")
-                        .and_then(Value::as_array)
-                        .map(|r| {
-                            r.iter()
-                                .filter(|k| k.as_str().is_some_and(|k| properties.contains_key(k)))
-                                .cloned()
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    out.insert("properties".to_owned(), Value::Object(translated));
-                    if !required.is_empty() {
-                        out.insert("required".to_owned(), Value::Array(required));
-                    }
-                    out.insert("propertyOrdering".to_owned(), Value::Array(order));
-                }
-                _ => {
-                    out.insert(
-                        "properties".to_owned(),
-                        json!({GEMINI_PLACEHOLDER: {"type": "STRING"}}),
-                    );
-                }
-            }
-        }
+        Some("object") => gemini_properties(obj, &mut out, root, ref_stack),
         Some("array") => {
             let items = obj.get("items").map_or_else(
                 || json!({"type": "STRING"}),
@@ -419,6 +275,211 @@ fn gemini_node(node: &Value, root: &Value, ref_stack: &mut Vec<String>) -> Value
         _ => {}
     }
     Value::Object(out)
+}
+
+/// A `$ref` inlined (the referring node's own keywords taking precedence); a recursive or
+/// unresolvable one is cut to a placeholder object.
+fn gemini_ref(
+    obj: &Map<String, Value>,
+    reference: &str,
+    root: &Value,
+    ref_stack: &mut Vec<String>,
+) -> Value {
+    if ref_stack.iter().any(|r| r == reference) || ref_stack.len() > 32 {
+        return placeholder_object();
+    }
+    let Some(target) = resolve_local_ref(root, reference) else {
+        return placeholder_object();
+    };
+    let mut merged = target.as_object().cloned().unwrap_or_default();
+    for (k, v) in obj {
+        if k != "$ref" {
+            merged.insert(k.clone(), v.clone());
+        }
+    }
+    ref_stack.push(reference.to_owned());
+    let out = gemini_node(&Value::Object(merged), root, ref_stack);
+    ref_stack.pop();
+    out
+}
+
+/// `obj` with its `allOf` parts merged in: their properties and required names added, their
+/// other keywords where `obj` has none.
+fn merge_all_of(obj: &Map<String, Value>, parts: &[Value], root: &Value) -> Map<String, Value> {
+    let mut merged = obj.clone();
+    merged.remove("allOf");
+    for part in parts {
+        let resolved = match part.get("$ref").and_then(Value::as_str) {
+            Some(r) => resolve_local_ref(root, r).cloned().unwrap_or(Value::Null),
+            None => part.clone(),
+        };
+        let Some(part_obj) = resolved.as_object() else {
+            continue;
+        };
+        for (k, v) in part_obj {
+            match (k.as_str(), merged.get_mut(k)) {
+                ("properties", Some(Value::Object(existing))) => {
+                    if let Value::Object(extra) = v {
+                        for (pk, pv) in extra {
+                            existing.entry(pk.clone()).or_insert_with(|| pv.clone());
+                        }
+                    }
+                }
+                ("required", Some(Value::Array(existing))) => {
+                    if let Value::Array(extra) = v {
+                        for r in extra {
+                            if !existing.contains(r) {
+                                existing.push(r.clone());
+                            }
+                        }
+                    }
+                }
+                (_, Some(_)) => {}
+                (_, None) => {
+                    merged.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    merged
+}
+
+/// `anyOf` / `oneOf`: null branches make the others nullable; one branch left is the node
+/// (with the node's description); otherwise an `anyOf` alone.
+fn gemini_any_of(
+    obj: &Map<String, Value>,
+    branches: &[Value],
+    mut nullable: bool,
+    root: &Value,
+    ref_stack: &mut Vec<String>,
+) -> Value {
+    let mut out = Map::new();
+    let mut kept = Vec::new();
+    for branch in branches {
+        if branch.get("type").and_then(Value::as_str) == Some("null") {
+            nullable = true;
+        } else {
+            kept.push(gemini_node(branch, root, ref_stack));
+        }
+    }
+    if kept.len() == 1 {
+        let mut single = kept.pop().unwrap_or_default();
+        if let Some(single_obj) = single.as_object_mut() {
+            if let Some(description) = obj.get("description") {
+                single_obj
+                    .entry("description")
+                    .or_insert_with(|| description.clone());
+            }
+            if nullable {
+                single_obj.insert("nullable".to_owned(), Value::Bool(true));
+            }
+        }
+        return single;
+    }
+    if nullable {
+        for branch in &mut kept {
+            if let Some(b) = branch.as_object_mut() {
+                b.insert("nullable".to_owned(), Value::Bool(true));
+            }
+        }
+    }
+    out.insert("anyOf".to_owned(), Value::Array(kept));
+    Value::Object(out)
+}
+
+/// The node's types without `"null"` (which makes it `nullable`).
+fn gemini_types(obj: &Map<String, Value>, nullable: &mut bool) -> Vec<String> {
+    let mut types: Vec<String> = match obj.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    };
+    if types.iter().any(|t| t == "null") {
+        *nullable = true;
+        types.retain(|t| t != "null");
+    }
+    types
+}
+
+/// The node's `enum` (or `const` as a one-value enum) when its values are strings, without
+/// `null` (which makes it `nullable`); an enum without a type is a string.
+fn gemini_enum(
+    obj: &Map<String, Value>,
+    nullable: &mut bool,
+    types: &mut Vec<String>,
+) -> Option<Vec<Value>> {
+    let mut enum_values: Option<Vec<Value>> = obj
+        .get("enum")
+        .and_then(Value::as_array)
+        .cloned()
+        .or_else(|| obj.get("const").map(|c| vec![c.clone()]));
+    if let Some(values) = &mut enum_values {
+        if values.iter().any(Value::is_null) {
+            *nullable = true;
+            values.retain(|v| !v.is_null());
+        }
+        if values.is_empty() || !values.iter().all(Value::is_string) {
+            enum_values = None;
+        } else if types.is_empty() {
+            types.push("string".to_owned());
+        }
+    }
+    enum_values
+}
+
+/// Whether Gemini takes `format` on a node of `kind`.
+fn gemini_format_allowed(kind: Option<&str>, format: &str) -> bool {
+    match kind {
+        Some("string") => ["enum", "date-time"].contains(&format),
+        Some("integer") => ["int32", "int64"].contains(&format),
+        Some("number") => ["float", "double"].contains(&format),
+        _ => false,
+    }
+}
+
+/// An object's properties (in the caller's order, kept in `propertyOrdering`) and the
+/// required ones among them; an object without properties gets the placeholder one.
+fn gemini_properties(
+    obj: &Map<String, Value>,
+    out: &mut Map<String, Value>,
+    root: &Value,
+    ref_stack: &mut Vec<String>,
+) {
+    let properties = obj.get("properties").and_then(Value::as_object);
+    match properties {
+        Some(properties) if !properties.is_empty() => {
+            let mut translated = Map::new();
+            for (k, v) in properties {
+                translated.insert(k.clone(), gemini_node(v, root, ref_stack));
+            }
+            let order: Vec<Value> = properties.keys().cloned().map(Value::String).collect();
+            let required: Vec<Value> = obj
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter(|k| k.as_str().is_some_and(|k| properties.contains_key(k)))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.insert("properties".to_owned(), Value::Object(translated));
+            if !required.is_empty() {
+                out.insert("required".to_owned(), Value::Array(required));
+            }
+            out.insert("propertyOrdering".to_owned(), Value::Array(order));
+        }
+        _ => {
+            out.insert(
+                "properties".to_owned(),
+                json!({GEMINI_PLACEHOLDER: {"type": "STRING"}}),
+            );
+        }
+    }
 }
 
 /// Removes the `_placeholder` members Gemini may fill in for empty objects.

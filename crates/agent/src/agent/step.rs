@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use browserd_llm::{ChatRequest, ImageData, ImageDetail, ImagePart, Message, OutputSchema};
-use browserd_views::{ActionResult, TabInfo};
+use browserd_views::{ActionResult, BrowserFailure, Screenshot, TabInfo};
 use serde_json::json;
 
 use super::{ACTION_TIMEOUT, Agent, StepAcc, StepEnd, epoch_secs, millis};
@@ -125,75 +125,11 @@ impl Agent {
             VisionMode::Auto => self.screenshot_requested,
         };
         self.screenshot_requested = false;
-        let t_capture = Instant::now();
-        let capture_span = crate::telemetry::capture_span(send_image);
-        let captured = tokio::time::timeout(
-            ACTION_TIMEOUT,
-            tracing::Instrument::instrument(self.browser.capture(send_image), capture_span.clone()),
-        )
-        .await;
-        let pending_shot = (!send_image).then(|| {
-            let browser = self.browser.clone();
-            AbortOnDrop(tokio::spawn(async move { browser.screenshot().await }))
-        });
-        let state = match captured {
-            Ok(Ok(state)) => state,
-            Ok(Err(e)) if e.fatal => return StepEnd::Fatal(format!("browser failed: {e}")),
-            Ok(Err(e)) => BrowserState {
-                error: Some(format!("Could not capture the page: {e}")),
-                ..BrowserState::default()
-            },
-            Err(_) => BrowserState {
-                error: Some("Capturing the page timed out".to_owned()),
-                ..BrowserState::default()
-            },
+        let (state, pending_shot, capture_ms) = match self.capture_state(send_image).await {
+            Ok(captured) => captured,
+            Err(end) => return end,
         };
-        let capture_ms = millis(t_capture.elapsed());
-        crate::telemetry::capture_finished(
-            &capture_span,
-            t_capture.elapsed(),
-            Some(state.element_count),
-            state
-                .error
-                .as_deref()
-                .map(|e| self.secrets.redact(e))
-                .as_deref(),
-        );
-        self.sink
-            .emit(AgentEvent::StepStarted {
-                step,
-                url: self.secrets.redact(&state.url),
-            })
-            .await;
-        for file in &state.downloaded_files {
-            if !self.available_file_paths.contains(file) {
-                self.available_file_paths.push(file.clone());
-            }
-        }
-        let screenshot_ref = match &state.screenshot {
-            Some(shot) => self.sink.store_screenshot(step, shot).await,
-            None => None,
-        };
-        let mut state_history = BrowserStateHistory {
-            url: self.secrets.redact(&state.url),
-            title: self.secrets.redact(&state.title),
-            tabs: state
-                .tabs
-                .iter()
-                .map(|t| TabInfo {
-                    tab_id: t.tab_id.clone(),
-                    url: self.secrets.redact(&t.url),
-                    title: self.secrets.redact(&t.title),
-                })
-                .collect(),
-            interacted_element: Vec::new(),
-            screenshot_ref,
-        };
-        self.loop_detector.record_page(PageFingerprint::new(
-            &state.url,
-            state.element_count,
-            &state.llm_text,
-        ));
+        let mut state_history = self.record_page(step, &state).await;
 
         if self.messages.compaction_due(
             step,
@@ -209,48 +145,14 @@ impl Agent {
             && self.consecutive_failures >= self.config.max_failures;
         let done_only = done_only_last || done_only_failures;
         let (specs, page_actions) = self.actions_for(&state.url, done_only);
-        let spec_refs: Vec<&ActionSpec> = specs.iter().collect();
-        let schema = agent_output_schema(
-            &spec_refs,
-            SchemaMode {
-                thinking: self.config.use_thinking,
-                flash: self.config.flash_mode,
-                planning: self.config.enable_planning,
-            },
-        );
-        let inputs = StateInputs {
-            task: &self.task_text,
-            file_system: self.workspace.describe(),
-            todo: self.workspace.todo(),
-            plan: self.render_plan(),
-            secret_names: self.secrets.names_for_url(&state.url),
-            available_file_paths: &self.available_file_paths,
-            browser: &state,
-            max_dom_chars: self.config.max_clickable_elements_length,
-            page_actions,
+        let (state_text, mut request) = self.model_request(
             step,
-            max_steps: self.config.max_steps,
-            today: time::OffsetDateTime::now_utc().date().to_string(),
-        };
-        let raw_state = render_state_message(&self.messages, &inputs);
-        let state_text = self.urls.shorten(&self.secrets.redact(&raw_state));
-        let mut state_message = Message::user(state_text.clone());
-        if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.data.len() > 100) {
-            state_message.content.push(browserd_llm::ContentPart::Text(
-                "Current screenshot:".into(),
-            ));
-            state_message = state_message.with_image(ImagePart {
-                media_type: shot.mime().to_owned(),
-                data: ImageData::Bytes(shot.data.clone()),
-                detail: ImageDetail::Auto,
-            });
-        }
-        let mut messages = vec![Message::system(self.system_prompt.clone()), state_message];
-        for nudge in self.nudges(step, done_only_last, done_only_failures) {
-            let text = self.urls.shorten(&self.secrets.redact(&nudge));
-            messages.push(Message::user(text));
-        }
-        let mut request = ChatRequest::new(messages, OutputSchema::new("agent_output", schema));
+            &state,
+            &specs,
+            page_actions,
+            send_image,
+            (done_only_last, done_only_failures),
+        );
 
         // 2. Ask the model (an empty action list is retried once).
         let Some(asked) = self.ask_for_output(&mut request, &mut acc).await else {
@@ -327,7 +229,152 @@ impl Agent {
             None => StepEnd::Continue,
         }
     }
+
+    /// Captures the page (with a screenshot when `send_image`; else the history's screenshot
+    /// is started in the background), its time in ms. A capture that failed or timed out is a
+    /// state with an error; a fatal browser failure ends the step.
+    async fn capture_state(
+        &self,
+        send_image: bool,
+    ) -> Result<(BrowserState, Option<AbortOnDrop<ShotResult>>, u64), StepEnd> {
+        let t_capture = Instant::now();
+        let capture_span = crate::telemetry::capture_span(send_image);
+        let captured = tokio::time::timeout(
+            ACTION_TIMEOUT,
+            tracing::Instrument::instrument(self.browser.capture(send_image), capture_span.clone()),
+        )
+        .await;
+        let pending_shot = (!send_image).then(|| {
+            let browser = self.browser.clone();
+            AbortOnDrop(tokio::spawn(async move { browser.screenshot().await }))
+        });
+        let state = match captured {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) if e.fatal => return Err(StepEnd::Fatal(format!("browser failed: {e}"))),
+            Ok(Err(e)) => BrowserState {
+                error: Some(format!("Could not capture the page: {e}")),
+                ..BrowserState::default()
+            },
+            Err(_) => BrowserState {
+                error: Some("Capturing the page timed out".to_owned()),
+                ..BrowserState::default()
+            },
+        };
+        let capture_ms = millis(t_capture.elapsed());
+        crate::telemetry::capture_finished(
+            &capture_span,
+            t_capture.elapsed(),
+            Some(state.element_count),
+            state
+                .error
+                .as_deref()
+                .map(|e| self.secrets.redact(e))
+                .as_deref(),
+        );
+        Ok((state, pending_shot, capture_ms))
+    }
+
+    /// Tells the sink the step started on the page, notes its downloads, stores its
+    /// screenshot and records its fingerprint; the step's page state for the history.
+    async fn record_page(&mut self, step: u32, state: &BrowserState) -> BrowserStateHistory {
+        self.sink
+            .emit(AgentEvent::StepStarted {
+                step,
+                url: self.secrets.redact(&state.url),
+            })
+            .await;
+        for file in &state.downloaded_files {
+            if !self.available_file_paths.contains(file) {
+                self.available_file_paths.push(file.clone());
+            }
+        }
+        let screenshot_ref = match &state.screenshot {
+            Some(shot) => self.sink.store_screenshot(step, shot).await,
+            None => None,
+        };
+        let state_history = BrowserStateHistory {
+            url: self.secrets.redact(&state.url),
+            title: self.secrets.redact(&state.title),
+            tabs: state
+                .tabs
+                .iter()
+                .map(|t| TabInfo {
+                    tab_id: t.tab_id.clone(),
+                    url: self.secrets.redact(&t.url),
+                    title: self.secrets.redact(&t.title),
+                })
+                .collect(),
+            interacted_element: Vec::new(),
+            screenshot_ref,
+        };
+        self.loop_detector.record_page(PageFingerprint::new(
+            &state.url,
+            state.element_count,
+            &state.llm_text,
+        ));
+        state_history
+    }
+
+    /// The state message (its text) and the model request of the step: the system prompt,
+    /// the state (with the screenshot when `send_image`) and the nudges, with the schema of
+    /// the step's actions.
+    fn model_request(
+        &mut self,
+        step: u32,
+        state: &BrowserState,
+        specs: &[ActionSpec],
+        page_actions: Vec<String>,
+        send_image: bool,
+        (done_only_last, done_only_failures): (bool, bool),
+    ) -> (String, ChatRequest) {
+        let spec_refs: Vec<&ActionSpec> = specs.iter().collect();
+        let schema = agent_output_schema(
+            &spec_refs,
+            SchemaMode {
+                thinking: self.config.use_thinking,
+                flash: self.config.flash_mode,
+                planning: self.config.enable_planning,
+            },
+        );
+        let inputs = StateInputs {
+            task: &self.task_text,
+            file_system: self.workspace.describe(),
+            todo: self.workspace.todo(),
+            plan: self.render_plan(),
+            secret_names: self.secrets.names_for_url(&state.url),
+            available_file_paths: &self.available_file_paths,
+            browser: state,
+            max_dom_chars: self.config.max_clickable_elements_length,
+            page_actions,
+            step,
+            max_steps: self.config.max_steps,
+            today: time::OffsetDateTime::now_utc().date().to_string(),
+        };
+        let raw_state = render_state_message(&self.messages, &inputs);
+        let state_text = self.urls.shorten(&self.secrets.redact(&raw_state));
+        let mut state_message = Message::user(state_text.clone());
+        if send_image && let Some(shot) = state.screenshot.as_ref().filter(|s| s.data.len() > 100) {
+            state_message.content.push(browserd_llm::ContentPart::Text(
+                "Current screenshot:".into(),
+            ));
+            state_message = state_message.with_image(ImagePart {
+                media_type: shot.mime().to_owned(),
+                data: ImageData::Bytes(shot.data.clone()),
+                detail: ImageDetail::Auto,
+            });
+        }
+        let mut messages = vec![Message::system(self.system_prompt.clone()), state_message];
+        for nudge in self.nudges(step, done_only_last, done_only_failures) {
+            let text = self.urls.shorten(&self.secrets.redact(&nudge));
+            messages.push(Message::user(text));
+        }
+        let request = ChatRequest::new(messages, OutputSchema::new("agent_output", schema));
+        (state_text, request)
+    }
 }
+
+/// What the history's background screenshot answers.
+type ShotResult = Result<Option<Screenshot>, BrowserFailure>;
 
 /// A spawned task aborted when its handle is dropped (a step that ends early leaves nothing
 /// running behind it).

@@ -154,160 +154,174 @@ pub(super) async fn listen(
             Err(RecvError::Closed) => break,
         };
         match ev.method.as_str() {
-            "Target.targetCreated" => {
-                if let Ok(p) = ev.params::<TargetCreatedWire>() {
-                    let info = p.target_info;
-                    if info.kind == "page"
-                        && info.browser_context_id.as_deref() == Some(&ctx.context_id)
-                    {
-                        let ctx = ctx.clone();
-                        tokio::spawn(async move {
-                            if let Err(err) = prepare_tab(
-                                &ctx.sessions,
-                                &ctx.events,
-                                &info.target_id,
-                                ctx.viewport,
-                                ctx.timeout,
-                            )
-                            .await
-                            {
-                                tracing::debug!(error = %err, "could not prepare new tab");
-                            }
-                        });
-                    }
-                }
-            }
-            "Target.targetCrashed" => {
-                if let Ok(p) = ev.params::<TargetCrashedWire>() {
-                    let session = ctx
-                        .sessions
-                        .by_target
-                        .lock()
-                        .await
-                        .get(&p.target_id)
-                        .cloned();
-                    let ours = session.is_some()
-                        || ctx.events.prepared.lock().await.contains(&p.target_id);
-                    if ours {
-                        tracing::debug!(target = %p.target_id, status = %p.status, "a tab's renderer died");
-                        // Whether the pool's memory watch killed it is decided now, while the
-                        // kill is recent, not at the next capture (which may come much later).
-                        let memory_cap_mb = ctx
-                            .sessions
-                            .chrome
-                            .memory_killed_within(super::crash::MEMORY_KILL_WINDOW);
-                        lock(&ctx.events.crashed).push(CrashedTab {
-                            target_id: p.target_id,
-                            status: p.status,
-                            memory_cap_mb,
-                        });
-                        // After the crash is recorded: a call failed here finds it at its
-                        // retry.
-                        if let Some(session) = session {
-                            ctx.sessions.chrome.conn.fail_session(&session);
-                        }
-                    }
-                }
-            }
-            "Page.javascriptDialogOpening" => {
-                let Some(session) = ev.session_id.clone() else {
-                    continue;
-                };
-                if ctx.sessions.target_of(&session).await.is_none() {
-                    continue;
-                }
-                if let Ok(p) = ev.params::<DialogWire>() {
-                    let accept = p.kind != "prompt";
-                    lock(&ctx.events.dialogs).push(format!("[{}] {}", p.kind, p.message));
-                    let ctx = ctx.clone();
-                    tokio::spawn(async move {
-                        let _ = ctx
-                            .sessions
-                            .chrome
-                            .conn
-                            .call_raw(
-                                Some(&session),
-                                "Page.handleJavaScriptDialog",
-                                json!({"accept": accept}),
-                                ctx.timeout,
-                            )
-                            .await;
-                    });
-                }
-            }
-            "Browser.downloadWillBegin" => {
-                if let Ok(p) = ev.params::<DownloadBeginWire>() {
-                    let ours = ctx.events.prepared.lock().await.contains(&p.frame_id)
-                        || ctx
-                            .sessions
-                            .by_target
-                            .lock()
-                            .await
-                            .contains_key(&p.frame_id);
-                    if ours {
-                        lock(&ctx.events.downloads).push(DownloadInfo {
-                            guid: p.guid,
-                            url: p.url,
-                            suggested_filename: p.suggested_filename,
-                            path: None,
-                            state: DownloadState::InProgress,
-                            received_bytes: 0,
-                            total_bytes: 0,
-                        });
-                    }
-                }
-            }
-            "Browser.downloadProgress" => {
-                if let Ok(p) = ev.params::<DownloadProgressWire>() {
-                    let finished = {
-                        let mut downloads = lock(&ctx.events.downloads);
-                        let Some(pos) = downloads.iter().position(|d| d.guid == p.guid) else {
-                            continue;
-                        };
-                        let d = &mut downloads[pos];
-                        d.received_bytes = p.received_bytes.max(0.0) as u64;
-                        d.total_bytes = p.total_bytes.max(0.0) as u64;
-                        let size = d.received_bytes.max(d.total_bytes);
-                        let running = d.state == DownloadState::InProgress;
-                        // Checked while it grows and once more when it completes (a fast
-                        // download may complete before any progress event).
-                        let over = (running && p.state != "canceled")
-                            .then(|| over_download_cap(&downloads, size, lock(&ctx.downloads).caps))
-                            .flatten();
-                        let d = &mut downloads[pos];
-                        if let Some(why) = over {
-                            d.state = DownloadState::Canceled;
-                            lock(&ctx.events.refused_downloads).push(format!("{} ({why})", d.url));
-                            let ctx = ctx.clone();
-                            let guid = d.guid.clone();
-                            tokio::spawn(async move { cancel_download(&ctx, &guid).await });
-                            continue;
-                        }
-                        match p.state.as_str() {
-                            "completed" if running => Some(d.clone()),
-                            "canceled" => {
-                                d.state = DownloadState::Canceled;
-                                None
-                            }
-                            _ => None,
-                        }
-                    };
-                    if let Some(done) = finished {
-                        let path = finish_download(&ctx.downloads_dir(), &done);
-                        // Listed for the next action result before it shows as completed.
-                        if let Some(path) = &path {
-                            lock(&ctx.events.finished_downloads)
-                                .push(path.to_string_lossy().into_owned());
-                        }
-                        let mut downloads = lock(&ctx.events.downloads);
-                        if let Some(d) = downloads.iter_mut().find(|d| d.guid == done.guid) {
-                            d.state = DownloadState::Completed;
-                            d.path = path;
-                        }
-                    }
-                }
-            }
+            "Target.targetCreated" => on_target_created(&ctx, &ev),
+            "Target.targetCrashed" => on_target_crashed(&ctx, &ev).await,
+            "Page.javascriptDialogOpening" => on_dialog(&ctx, &ev).await,
+            "Browser.downloadWillBegin" => on_download_begin(&ctx, &ev).await,
+            "Browser.downloadProgress" => on_download_progress(&ctx, &ev),
             _ => {}
+        }
+    }
+}
+
+/// A new tab of the context: its Page events are enabled (so its dialogs are seen).
+fn on_target_created(ctx: &Arc<ListenerCtx>, ev: &CdpEvent) {
+    if let Ok(p) = ev.params::<TargetCreatedWire>() {
+        let info = p.target_info;
+        if info.kind == "page" && info.browser_context_id.as_deref() == Some(&ctx.context_id) {
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                if let Err(err) = prepare_tab(
+                    &ctx.sessions,
+                    &ctx.events,
+                    &info.target_id,
+                    ctx.viewport,
+                    ctx.timeout,
+                )
+                .await
+                {
+                    tracing::debug!(error = %err, "could not prepare new tab");
+                }
+            });
+        }
+    }
+}
+
+/// A tab's renderer died: the crash is recorded (with whether the memory watch killed it) and
+/// its session's calls fail.
+async fn on_target_crashed(ctx: &Arc<ListenerCtx>, ev: &CdpEvent) {
+    if let Ok(p) = ev.params::<TargetCrashedWire>() {
+        let session = ctx
+            .sessions
+            .by_target
+            .lock()
+            .await
+            .get(&p.target_id)
+            .cloned();
+        let ours = session.is_some() || ctx.events.prepared.lock().await.contains(&p.target_id);
+        if ours {
+            tracing::debug!(target = %p.target_id, status = %p.status, "a tab's renderer died");
+            // Whether the pool's memory watch killed it is decided now, while the
+            // kill is recent, not at the next capture (which may come much later).
+            let memory_cap_mb = ctx
+                .sessions
+                .chrome
+                .memory_killed_within(super::crash::MEMORY_KILL_WINDOW);
+            lock(&ctx.events.crashed).push(CrashedTab {
+                target_id: p.target_id,
+                status: p.status,
+                memory_cap_mb,
+            });
+            // After the crash is recorded: a call failed here finds it at its
+            // retry.
+            if let Some(session) = session {
+                ctx.sessions.chrome.conn.fail_session(&session);
+            }
+        }
+    }
+}
+
+/// A dialog opened in one of the session's tabs: recorded and closed (alert/confirm/
+/// beforeunload accepted, prompt dismissed).
+async fn on_dialog(ctx: &Arc<ListenerCtx>, ev: &CdpEvent) {
+    let Some(session) = ev.session_id.clone() else {
+        return;
+    };
+    if ctx.sessions.target_of(&session).await.is_none() {
+        return;
+    }
+    if let Ok(p) = ev.params::<DialogWire>() {
+        let accept = p.kind != "prompt";
+        lock(&ctx.events.dialogs).push(format!("[{}] {}", p.kind, p.message));
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let _ = ctx
+                .sessions
+                .chrome
+                .conn
+                .call_raw(
+                    Some(&session),
+                    "Page.handleJavaScriptDialog",
+                    json!({"accept": accept}),
+                    ctx.timeout,
+                )
+                .await;
+        });
+    }
+}
+
+/// A download began in one of the session's tabs: tracked.
+async fn on_download_begin(ctx: &Arc<ListenerCtx>, ev: &CdpEvent) {
+    if let Ok(p) = ev.params::<DownloadBeginWire>() {
+        let ours = ctx.events.prepared.lock().await.contains(&p.frame_id)
+            || ctx
+                .sessions
+                .by_target
+                .lock()
+                .await
+                .contains_key(&p.frame_id);
+        if ours {
+            lock(&ctx.events.downloads).push(DownloadInfo {
+                guid: p.guid,
+                url: p.url,
+                suggested_filename: p.suggested_filename,
+                path: None,
+                state: DownloadState::InProgress,
+                received_bytes: 0,
+                total_bytes: 0,
+            });
+        }
+    }
+}
+
+/// A tracked download progressed: cancelled when it breaks a cap, renamed to a safe unique name
+/// when complete.
+fn on_download_progress(ctx: &Arc<ListenerCtx>, ev: &CdpEvent) {
+    if let Ok(p) = ev.params::<DownloadProgressWire>() {
+        let finished = {
+            let mut downloads = lock(&ctx.events.downloads);
+            let Some(pos) = downloads.iter().position(|d| d.guid == p.guid) else {
+                return;
+            };
+            let d = &mut downloads[pos];
+            d.received_bytes = p.received_bytes.max(0.0) as u64;
+            d.total_bytes = p.total_bytes.max(0.0) as u64;
+            let size = d.received_bytes.max(d.total_bytes);
+            let running = d.state == DownloadState::InProgress;
+            // Checked while it grows and once more when it completes (a fast
+            // download may complete before any progress event).
+            let over = (running && p.state != "canceled")
+                .then(|| over_download_cap(&downloads, size, lock(&ctx.downloads).caps))
+                .flatten();
+            let d = &mut downloads[pos];
+            if let Some(why) = over {
+                d.state = DownloadState::Canceled;
+                lock(&ctx.events.refused_downloads).push(format!("{} ({why})", d.url));
+                let ctx = ctx.clone();
+                let guid = d.guid.clone();
+                tokio::spawn(async move { cancel_download(&ctx, &guid).await });
+                return;
+            }
+            match p.state.as_str() {
+                "completed" if running => Some(d.clone()),
+                "canceled" => {
+                    d.state = DownloadState::Canceled;
+                    None
+                }
+                _ => None,
+            }
+        };
+        if let Some(done) = finished {
+            let path = finish_download(&ctx.downloads_dir(), &done);
+            // Listed for the next action result before it shows as completed.
+            if let Some(path) = &path {
+                lock(&ctx.events.finished_downloads).push(path.to_string_lossy().into_owned());
+            }
+            let mut downloads = lock(&ctx.events.downloads);
+            if let Some(d) = downloads.iter_mut().find(|d| d.guid == done.guid) {
+                d.state = DownloadState::Completed;
+                d.path = path;
+            }
         }
     }
 }

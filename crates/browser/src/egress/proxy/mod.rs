@@ -33,6 +33,9 @@
 //! after the checks: the upstream is asked for the checked address, never the name, so the
 //! pinning holds there too. Its credentials never appear in logs, errors or `Debug`.
 
+mod forward;
+mod upstream;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -40,20 +43,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine as _;
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1 as client_http1;
 use hyper::server::conn::http1 as server_http1;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use forward::forward;
+pub use upstream::UpstreamProxy;
+
 use super::guard::{BlockedRequest, now_ms};
-use super::policy::{DenyReason, EgressDenied, EgressPolicy, PolicySlot, shorten_url};
+use super::policy::{DenyReason, EgressDenied, EgressPolicy, PolicySlot};
 
 /// Tunables of the egress proxy.
 #[derive(Debug, Clone)]
@@ -81,169 +86,6 @@ impl Default for ProxyOptions {
             blocked_log_capacity: 512,
         }
     }
-}
-
-/// An upstream proxy that carries a task's connections after the egress checks.
-#[derive(Clone, PartialEq, Eq)]
-pub struct UpstreamProxy {
-    kind: UpstreamKind,
-    /// `host:port` of the upstream.
-    address: String,
-    credentials: Option<(String, String)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum UpstreamKind {
-    Http,
-    Socks5,
-}
-
-impl std::fmt::Debug for UpstreamProxy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamProxy")
-            .field("kind", &self.kind)
-            .field("address", &self.address)
-            .field(
-                "credentials",
-                &self.credentials.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
-    }
-}
-
-impl UpstreamProxy {
-    /// Parses `http://[user:pass@]host:port` or `socks5://[user:pass@]host:port` (percent-encoded
-    /// user and password). Errors never repeat the credentials.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let url = Url::parse(text.trim())
-            .map_err(|e| format!("not a proxy URL (scheme://[user:pass@]host:port): {e}"))?;
-        let kind = match url.scheme() {
-            "http" => UpstreamKind::Http,
-            "socks5" | "socks5h" => UpstreamKind::Socks5,
-            other => {
-                return Err(format!(
-                    "unsupported proxy scheme {other:?}: use http:// or socks5://"
-                ));
-            }
-        };
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or("the proxy URL has no host")?;
-        let port = url
-            .port()
-            .ok_or("the proxy URL needs an explicit port (host:port)")?;
-        if !matches!(url.path(), "" | "/") || url.query().is_some() || url.fragment().is_some() {
-            return Err("a proxy URL has no path, query or fragment".into());
-        }
-        let decode = |s: &str| {
-            percent_decode(s).ok_or_else(|| "the proxy credentials are not valid UTF-8".to_string())
-        };
-        let credentials = if url.username().is_empty() && url.password().is_none() {
-            None
-        } else {
-            Some((
-                decode(url.username())?,
-                decode(url.password().unwrap_or(""))?,
-            ))
-        };
-        Ok(Self {
-            kind,
-            address: format!("{host}:{port}"),
-            credentials,
-        })
-    }
-
-    /// `http` or `socks5` and the upstream's `host:port` (no credentials), for logs.
-    pub fn describe(&self) -> String {
-        let scheme = match self.kind {
-            UpstreamKind::Http => "http",
-            UpstreamKind::Socks5 => "socks5",
-        };
-        format!("{scheme}://{}", self.address)
-    }
-
-    /// Opens a connection to `target` through the upstream.
-    async fn connect(&self, target: SocketAddr) -> std::io::Result<Box<dyn Io>> {
-        match self.kind {
-            UpstreamKind::Socks5 => {
-                let stream = match &self.credentials {
-                    Some((user, pass)) => {
-                        tokio_socks::tcp::Socks5Stream::connect_with_password(
-                            self.address.as_str(),
-                            target,
-                            user,
-                            pass,
-                        )
-                        .await
-                    }
-                    None => {
-                        tokio_socks::tcp::Socks5Stream::connect(self.address.as_str(), target).await
-                    }
-                }
-                .map_err(|e| std::io::Error::other(format!("socks5 upstream: {e}")))?;
-                Ok(Box::new(stream))
-            }
-            UpstreamKind::Http => {
-                let mut stream = TcpStream::connect(self.address.as_str()).await?;
-                let _ = stream.set_nodelay(true);
-                let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
-                if let Some((user, pass)) = &self.credentials {
-                    let token =
-                        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-                    head.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
-                }
-                head.push_str("\r\n");
-                stream.write_all(head.as_bytes()).await?;
-                // Read the answer's head byte by byte: nothing of the tunnel may be consumed.
-                let mut answer = Vec::with_capacity(128);
-                let mut byte = [0u8; 1];
-                while !answer.ends_with(b"\r\n\r\n") {
-                    if answer.len() > 8192 {
-                        return Err(std::io::Error::other("http upstream: answer head too long"));
-                    }
-                    if stream.read(&mut byte).await? == 0 {
-                        return Err(std::io::Error::other(
-                            "http upstream closed the connection during CONNECT",
-                        ));
-                    }
-                    answer.push(byte[0]);
-                }
-                let status_line = answer
-                    .split(|b| *b == b'\r')
-                    .next()
-                    .map(|l| String::from_utf8_lossy(l).into_owned())
-                    .unwrap_or_default();
-                let code = status_line.split_whitespace().nth(1).unwrap_or("");
-                if code != "200" {
-                    return Err(std::io::Error::other(format!(
-                        "http upstream refused CONNECT: {}",
-                        status_line.chars().take(100).collect::<String>()
-                    )));
-                }
-                Ok(Box::new(stream))
-            }
-        }
-    }
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(hex) = s.get(i + 1..i + 3)
-            && let Ok(b) = u8::from_str_radix(hex, 16)
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The proxy could not serve a context.
@@ -725,216 +567,4 @@ async fn tunnel(req: Request<Incoming>, shared: &Arc<Shared>) -> Response<ProxyB
             .map_err(|never| match never {})
             .boxed(),
     )
-}
-
-/// Hop-by-hop headers a proxy must not forward (RFC 9110 §7.6.1), besides those `Connection`
-/// names.
-const HOP_BY_HOP: [&str; 7] = [
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
-
-fn strip_hop_by_hop(headers: &mut header::HeaderMap, keep_upgrade: bool) {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-        .collect();
-    for name in named.iter().map(String::as_str).chain(HOP_BY_HOP) {
-        if keep_upgrade && name == "upgrade" {
-            continue;
-        }
-        headers.remove(name);
-    }
-    if !keep_upgrade {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
-}
-
-async fn forward(
-    mut req: Request<Incoming>,
-    shared: &Arc<Shared>,
-    slot: &OriginSlot,
-) -> Response<ProxyBody> {
-    let uri = req.uri().clone();
-    if uri.scheme().is_none() || uri.authority().is_none() {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "browserd egress proxy: expected CONNECT host:port or an absolute-form http:// request"
-                .into(),
-        );
-    }
-    let url = match Url::parse(&uri.to_string()) {
-        Ok(url) if url.scheme() == "http" => url,
-        Ok(url) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "browserd egress proxy: only http:// is forwarded (use CONNECT for {}:)",
-                    url.scheme()
-                ),
-            );
-        }
-        Err(e) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("browserd egress proxy: invalid request URL: {e}"),
-            );
-        }
-    };
-    let shown = shorten_url(url.as_str());
-    let Some(port) = url.port_or_known_default() else {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "browserd egress proxy: no port".into(),
-        );
-    };
-    let policy = match shared.policy.for_url(&shown) {
-        Ok(policy) => policy,
-        Err(denied) => return refused(shared, denied, "HTTP"),
-    };
-    if let Err(denied) = policy.check_url(&url) {
-        return refused(shared, denied, "HTTP");
-    }
-    let Some(host) = url.host() else {
-        return refused(
-            shared,
-            EgressDenied::new(&shown, DenyReason::MissingHost),
-            "HTTP",
-        );
-    };
-    let key = format!("{host}:{port}");
-    shared.counters.requests.fetch_add(1, Ordering::Relaxed);
-
-    // The kept origin connection, if it goes to the same host and port and is usable.
-    let kept = slot.lock().await.take();
-    let mut sender = match kept {
-        Some((k, mut s)) if k == key && !s.is_closed() => {
-            match tokio::time::timeout(Duration::from_secs(1), s.ready()).await {
-                Ok(Ok(())) => Some(s),
-                _ => None,
-            }
-        }
-        _ => None,
-    };
-    if sender.is_none() {
-        let check = policy.resolve_checked(&host, &shown);
-        let addrs = match shared.checked(&shown, check).await {
-            Ok(addrs) => addrs,
-            Err(denied) => return refused(shared, denied, "HTTP"),
-        };
-        let stream = match shared.connect(&addrs, port, &shown).await {
-            Ok(stream) => stream,
-            Err(ConnectFailure::Denied(denied)) => return refused(shared, denied, "HTTP"),
-            Err(ConnectFailure::Unreachable(e)) => {
-                return text(
-                    StatusCode::BAD_GATEWAY,
-                    format!("browserd egress proxy: cannot reach {key}: {e}"),
-                );
-            }
-        };
-        let handshake = client_http1::Builder::new().handshake(TokioIo::new(stream));
-        let (s, conn) = match tokio::time::timeout(shared.options.connect_timeout, handshake).await
-        {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => {
-                return text(
-                    StatusCode::BAD_GATEWAY,
-                    format!("browserd egress proxy: {key}: {e}"),
-                );
-            }
-            Err(_) => {
-                return text(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    format!("browserd egress proxy: {key}: handshake timed out"),
-                );
-            }
-        };
-        let cancel = shared.cancel.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = cancel.cancelled() => {}
-                _ = conn.with_upgrades() => {}
-            }
-        });
-        sender = Some(s);
-    }
-    let Some(mut sender) = sender else {
-        return text(
-            StatusCode::BAD_GATEWAY,
-            "browserd egress proxy: no connection".into(),
-        );
-    };
-
-    let wants_upgrade = req.headers().contains_key(header::UPGRADE);
-    let client_upgrade = wants_upgrade.then(|| hyper::upgrade::on(&mut req));
-    let (mut parts, body) = req.into_parts();
-    strip_hop_by_hop(&mut parts.headers, wants_upgrade);
-    let path = uri
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".to_string());
-    parts.uri = match path.parse() {
-        Ok(p) => p,
-        Err(_) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                "browserd egress proxy: bad path".into(),
-            );
-        }
-    };
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = uri.authority()
-        && let Ok(value) = header::HeaderValue::from_str(authority.as_str())
-    {
-        parts.headers.insert(header::HOST, value);
-    }
-    let sent = sender.send_request(Request::from_parts(parts, body));
-    let mut response = match tokio::time::timeout(shared.options.response_timeout, sent).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
-            return text(
-                StatusCode::BAD_GATEWAY,
-                format!("browserd egress proxy: {key}: {e}"),
-            );
-        }
-        Err(_) => {
-            return text(
-                StatusCode::GATEWAY_TIMEOUT,
-                format!("browserd egress proxy: {key} did not answer in time"),
-            );
-        }
-    };
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_upgrade) = client_upgrade {
-            let origin_upgrade = hyper::upgrade::on(&mut response);
-            let cancel = shared.cancel.clone();
-            tokio::spawn(async move {
-                let pair = tokio::select! {
-                    () = cancel.cancelled() => return,
-                    pair = async { tokio::try_join!(client_upgrade, origin_upgrade) } => pair,
-                };
-                if let Ok((client, origin)) = pair {
-                    let (mut client, mut origin) = (TokioIo::new(client), TokioIo::new(origin));
-                    tokio::select! {
-                        () = cancel.cancelled() => {}
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut origin) => {}
-                    }
-                }
-            });
-        }
-    } else {
-        *slot.lock().await = Some((key, sender));
-        strip_hop_by_hop(response.headers_mut(), false);
-    }
-    response.map(|body| body.boxed())
 }

@@ -4,21 +4,22 @@
 //! the caller's event sink. The caller decides what the outcome means for it (exit code,
 //! terminal status).
 
+mod budget;
+mod replay;
+
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use browserd_agent::replay::{ActionReplay, ReplayOptions, ReplayReport};
-use browserd_agent::secrets::Secrets;
 use browserd_agent::{
-    Agent, AgentControl, AgentEvent, AgentHistoryList, EventSink, Screenshot, SecretEntry,
-    SensitiveData, TaskConfig, VisionMode,
+    Agent, AgentControl, AgentHistoryList, EventSink, SecretEntry, SensitiveData, TaskConfig,
+    VisionMode,
 };
 use browserd_browser::egress::EgressSettings;
 use browserd_browser::settle::DEFAULT_SETTLE_CAP;
 use browserd_browser::{
-    BrowserPool, ContextOptions, FrameSender, LiveViewSettings, SettleSettings, Viewport,
+    BrowserPool, BrowserSession, ContextOptions, FrameSender, LiveViewSettings, SettleSettings,
+    Viewport,
 };
 use browserd_llm::{ChatModel, ModelRegistry};
 use browserd_store::TransitionDetails;
@@ -27,6 +28,8 @@ use browserd_types::{TaskOptions, Transition};
 use serde_json::json;
 
 use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
+use budget::BudgetSink;
+pub use replay::{ReplayOutcome, ReplayRequest};
 
 /// How long releasing a browser context may take after the run.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -370,16 +373,7 @@ impl TaskRunner {
         if let Some(state) = &spec.browser_state {
             crate::browser_state::restore(browser.session(), state, resume_url.is_none()).await;
         }
-        if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
-            let params = json!({"url": url, "new_tab": false});
-            let navigate =
-                browserd_agent::AgentBrowser::execute(browser.as_ref(), "navigate", &params);
-            match tokio::time::timeout(RESUME_NAVIGATION_TIMEOUT, navigate).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => tracing::warn!(%err, "could not go back to the last page"),
-                Err(_) => tracing::warn!("going back to the last page timed out"),
-            }
-        }
+        return_to_last_page(&browser, resume_url).await;
 
         let sink: Arc<dyn EventSink> = match &keeper {
             Some(keeper) => Arc::new(crate::profile::ProfileSink {
@@ -417,36 +411,7 @@ impl TaskRunner {
                 if let Some(prior) = prior {
                     agent = agent.resume_from(prior);
                 }
-                let session = browser.session();
-                let history = match (live_view, take_over) {
-                    (None, None) => agent.run().await,
-                    (live_view, take_over) => {
-                        let live = async {
-                            match live_view {
-                                Some(link) => {
-                                    session
-                                        .live_view(link.settings, link.watched, link.frames)
-                                        .await
-                                }
-                                None => std::future::pending().await,
-                            }
-                        };
-                        let take_over = async {
-                            match take_over {
-                                Some(link) => {
-                                    crate::takeover::apply_person_inputs(session, link).await;
-                                    Ok(())
-                                }
-                                None => std::future::pending().await,
-                            }
-                        };
-                        let sides = async {
-                            let (live, take_over) = tokio::join!(live, take_over);
-                            live.and(take_over)
-                        };
-                        beside(agent.run(), sides).await
-                    }
-                };
+                let history = run_agent(&mut agent, browser.session(), live_view, take_over).await;
                 Ok(history)
             }
             Err(err) => Err(RunError::InvalidTask(err.to_string())),
@@ -465,24 +430,7 @@ impl TaskRunner {
         };
         release_browser(browser).await;
         let history = outcome?;
-        let end = if history.is_done() {
-            RunEnd::Done {
-                success: history.is_successful(),
-            }
-        } else if let Some(reason) = budget.exceeded() {
-            RunEnd::Budget(reason)
-        } else if control.is_stopped() {
-            RunEnd::Stopped
-        } else {
-            let reason = budget
-                .end_error()
-                .unwrap_or_else(|| "the run ended without done".to_owned());
-            if browser_lost {
-                RunEnd::BrowserLost(reason)
-            } else {
-                RunEnd::NotDone(reason)
-            }
-        };
+        let end = run_end(&history, &budget, &control, browser_lost);
         Ok(RunOutcome {
             history,
             end,
@@ -529,170 +477,87 @@ impl TaskRunner {
         ));
         Ok(browser)
     }
+}
 
-    /// Replays `history` without a model (browser-use's `rerun_history`) in a fresh browser
-    /// context configured from `spec` (its egress rules, viewport and secrets; the task text
-    /// and model are not used). `on_action` sees each action's report as it happens.
-    pub async fn replay(
-        &self,
-        spec: &TaskSpec,
-        history: &AgentHistoryList,
-        options: &ReplayOptions,
-        workspace_dir: Option<&std::path::Path>,
-        on_action: impl FnMut(&ActionReplay) + Send,
-    ) -> Result<ReplayReport, RunError> {
-        let workspace = TaskWorkspace::open(workspace_dir)
-            .map_err(|err| RunError::Workspace(err.to_string()))?;
-        let secrets = Secrets::try_new(&spec.secrets)
-            .map_err(|err| RunError::InvalidTask(err.to_string()))?;
-        let browser = self.lease_browser(spec, &workspace).await?;
-        let report =
-            browserd_agent::replay::replay(browser.as_ref(), history, &secrets, options, on_action)
-                .await;
-        release_browser(browser).await;
-        Ok(report)
+/// Runs `agent` to its end, with the live view and the take-over inputs (when the task has
+/// them) beside it.
+async fn run_agent(
+    agent: &mut Agent,
+    session: &BrowserSession,
+    live_view: Option<LiveViewLink>,
+    take_over: Option<crate::takeover::TakeOverLink>,
+) -> AgentHistoryList {
+    match (live_view, take_over) {
+        (None, None) => agent.run().await,
+        (live_view, take_over) => {
+            let live = async {
+                match live_view {
+                    Some(link) => {
+                        session
+                            .live_view(link.settings, link.watched, link.frames)
+                            .await
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let take_over = async {
+                match take_over {
+                    Some(link) => {
+                        crate::takeover::apply_person_inputs(session, link).await;
+                        Ok(())
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let sides = async {
+                let (live, take_over) = tokio::join!(live, take_over);
+                live.and(take_over)
+            };
+            beside(agent.run(), sides).await
+        }
     }
+}
 
-    /// A replay as a service task: [`TaskRunner::replay`] with the task's sink (every replayed
-    /// step is persisted and published like an agent step, with its screenshot), control
-    /// (stop, pause, resume), wall-clock budget and workspace. A resumed replay skips the
-    /// recorded steps an earlier attempt persisted and first goes back to `resume_url`.
-    pub async fn run_replay(&self, request: ReplayRequest) -> Result<ReplayOutcome, RunError> {
-        let ReplayRequest {
-            spec,
-            source,
-            options,
-            workspace_dir,
-            sink,
-            control,
-            skip_steps,
-            first_step,
-            resume_url,
-            live_view,
-        } = request;
-        if let Some(timeout) = spec.timeout
-            && timeout.is_zero()
-        {
-            return Err(RunError::InvalidTask(
-                "the task's timeout_s has already elapsed".to_owned(),
-            ));
+/// How an agent's run ended: done, over a budget, stopped, or not done (with the error it
+/// ended on; its browser lost or not).
+fn run_end(
+    history: &AgentHistoryList,
+    budget: &BudgetSink,
+    control: &AgentControl,
+    browser_lost: bool,
+) -> RunEnd {
+    if history.is_done() {
+        RunEnd::Done {
+            success: history.is_successful(),
         }
-        let workspace = TaskWorkspace::open(workspace_dir.as_deref())
-            .map_err(|err| RunError::Workspace(err.to_string()))?;
-        let secrets = Secrets::try_new(&spec.secrets)
-            .map_err(|err| RunError::InvalidTask(err.to_string()))?;
-        let browser = self.lease_browser(&spec, &workspace).await?;
-        if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
-            let params = json!({"url": url, "new_tab": false});
-            let navigate =
-                browserd_agent::AgentBrowser::execute(browser.as_ref(), "navigate", &params);
-            match tokio::time::timeout(RESUME_NAVIGATION_TIMEOUT, navigate).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => tracing::warn!(%err, "could not go back to the last page"),
-                Err(_) => tracing::warn!("going back to the last page timed out"),
-            }
-        }
-        let timed_out = Arc::new(Mutex::new(None::<String>));
-        let deadline = spec.timeout.map(|timeout| {
-            let control = control.clone();
-            let timed_out = timed_out.clone();
-            AbortOnDrop(tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                *timed_out.lock().unwrap_or_else(PoisonError::into_inner) = Some(format!(
-                    "timeout_s: the task ran out of its wall-clock budget ({} s)",
-                    timeout.as_secs()
-                ));
-                control.stop();
-            }))
-        });
-        let run = browserd_agent::replay::ReplayRun {
-            sink: sink.as_ref(),
-            control: &control,
-            screenshots: true,
-            skip_steps,
-            first_step,
-        };
-        let replaying = browserd_agent::replay::replay_steps(
-            browser.as_ref(),
-            &source,
-            &secrets,
-            &options,
-            &run,
-            |_| {},
-        );
-        let (report, history) = match live_view {
-            Some(link) => {
-                let live = browser
-                    .session()
-                    .live_view(link.settings, link.watched, link.frames);
-                beside(replaying, live).await
-            }
-            None => replaying.await,
-        };
-        drop(deadline);
-        let browser_lost = browser.session().browser_lost();
-        release_browser(browser).await;
-        let timed_out = timed_out
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let end = if report.success {
-            RunEnd::Done {
-                success: Some(true),
-            }
-        } else if let Some(reason) = timed_out {
-            RunEnd::Budget(reason)
-        } else if control.is_stopped() && report.error.as_deref() == Some("stopped") {
-            RunEnd::Stopped
+    } else if let Some(reason) = budget.exceeded() {
+        RunEnd::Budget(reason)
+    } else if control.is_stopped() {
+        RunEnd::Stopped
+    } else {
+        let reason = budget
+            .end_error()
+            .unwrap_or_else(|| "the run ended without done".to_owned());
+        if browser_lost {
+            RunEnd::BrowserLost(reason)
         } else {
-            let reason = report
-                .error
-                .clone()
-                .unwrap_or_else(|| "the replay failed".to_owned());
-            if browser_lost {
-                RunEnd::BrowserLost(reason)
-            } else {
-                RunEnd::NotDone(reason)
-            }
-        };
-        Ok(ReplayOutcome {
-            run: RunOutcome {
-                history,
-                end,
-                browser_state: None,
-            },
-            report,
-        })
+            RunEnd::NotDone(reason)
+        }
     }
 }
 
-/// One service replay's inputs.
-pub struct ReplayRequest {
-    /// Egress rules, viewport, settle cap, proxy, secrets and timeout of the replay task.
-    pub spec: TaskSpec,
-    /// The recorded history to replay.
-    pub source: AgentHistoryList,
-    pub options: ReplayOptions,
-    pub workspace_dir: Option<PathBuf>,
-    pub sink: Arc<dyn EventSink>,
-    pub control: AgentControl,
-    /// Recorded steps (with actions) already replayed by an earlier attempt.
-    pub skip_steps: usize,
-    /// Number of the first step this attempt records.
-    pub first_step: u32,
-    /// Where the earlier attempt was.
-    pub resume_url: Option<String>,
-    /// Stream the focused tab while someone watches (the service's live view).
-    pub live_view: Option<LiveViewLink>,
-}
-
-/// A finished service replay.
-#[derive(Clone, Debug)]
-pub struct ReplayOutcome {
-    /// The replay's own steps and how it ended (`Done` = every action that ran worked; the
-    /// final result is the recording's, in `report.final_result`).
-    pub run: RunOutcome,
-    pub report: ReplayReport,
+/// Goes back to where an earlier attempt was (`resume_url`, when it is a web page), best
+/// effort: a failure or a timeout is only logged.
+async fn return_to_last_page(browser: &SessionBrowser, resume_url: Option<String>) {
+    if let Some(url) = resume_url.filter(|u| u.starts_with("http")) {
+        let params = json!({"url": url, "new_tab": false});
+        let navigate = browserd_agent::AgentBrowser::execute(browser, "navigate", &params);
+        match tokio::time::timeout(RESUME_NAVIGATION_TIMEOUT, navigate).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::warn!(%err, "could not go back to the last page"),
+            Err(_) => tracing::warn!("going back to the last page timed out"),
+        }
+    }
 }
 
 /// Runs `main` to its end with `side` running beside it; `side` ending early (or failing) is
@@ -749,116 +614,6 @@ pub fn secret_values(secrets: &SensitiveData) -> Vec<(String, String)> {
         }
     }
     values
-}
-
-/// Passes events on, and stops the agent once the task's token or cost budget is used up.
-struct BudgetSink {
-    inner: Arc<dyn EventSink>,
-    control: AgentControl,
-    max_tokens: Option<u64>,
-    max_cost_usd: Option<f64>,
-    state: Mutex<BudgetState>,
-}
-
-#[derive(Default)]
-struct BudgetState {
-    tokens: u64,
-    cost_usd: f64,
-    exceeded: Option<String>,
-    end_error: Option<String>,
-}
-
-impl BudgetSink {
-    fn new(
-        inner: Arc<dyn EventSink>,
-        control: AgentControl,
-        spec: &TaskSpec,
-        prior: Option<&AgentHistoryList>,
-    ) -> Self {
-        let mut state = BudgetState::default();
-        if let Some(prior) = prior {
-            let total = &prior.usage.total;
-            state.tokens = total.input_tokens + total.output_tokens;
-            state.cost_usd = prior.usage.total_cost_usd.unwrap_or(0.0);
-        }
-        Self {
-            inner,
-            control,
-            max_tokens: spec.options.token_budget(),
-            max_cost_usd: spec.options.max_cost_usd,
-            state: Mutex::new(state),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BudgetState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records the first budget that ran out.
-    fn exceed(&self, reason: String) {
-        let mut state = self.lock();
-        if state.exceeded.is_none() {
-            state.exceeded = Some(reason);
-        }
-    }
-
-    fn exceeded(&self) -> Option<String> {
-        self.lock().exceeded.clone()
-    }
-
-    fn end_error(&self) -> Option<String> {
-        self.lock().end_error.clone()
-    }
-}
-
-#[async_trait]
-impl EventSink for BudgetSink {
-    async fn emit(&self, event: AgentEvent) {
-        let mut over = None;
-        match &event {
-            AgentEvent::StepFinished { record } => {
-                let mut state = self.lock();
-                let usage = &record.metadata.usage;
-                state.tokens += usage.input_tokens + usage.output_tokens;
-                state.cost_usd += record.metadata.cost_usd.unwrap_or(0.0);
-                if let Some(max) = self.max_tokens
-                    && state.tokens > max
-                {
-                    over = Some(format!(
-                        "max_tokens: the task used {} tokens, more than its budget of {max}",
-                        state.tokens
-                    ));
-                } else if let Some(max) = self.max_cost_usd
-                    && state.cost_usd > max
-                {
-                    over = Some(format!(
-                        "max_cost_usd: the task cost ${:.4}, more than its budget of ${max}",
-                        state.cost_usd
-                    ));
-                }
-            }
-            AgentEvent::Finished { error, .. } => {
-                let mut state = self.lock();
-                state.end_error = error.clone();
-            }
-            _ => {}
-        }
-        let finished = matches!(event, AgentEvent::Finished { .. });
-        let is_done_step = matches!(&event, AgentEvent::StepFinished { record }
-            if record.result.last().is_some_and(|r| r.is_done));
-        self.inner.emit(event).await;
-        if let Some(reason) = over
-            && !finished
-            && !is_done_step
-        {
-            self.exceed(reason);
-            self.control.stop();
-        }
-    }
-
-    async fn store_screenshot(&self, step: u32, screenshot: &Screenshot) -> Option<String> {
-        self.inner.store_screenshot(step, screenshot).await
-    }
 }
 
 /// A spawned task aborted when dropped.
