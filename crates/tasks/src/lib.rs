@@ -22,7 +22,7 @@ pub use caller::Caller;
 pub use core::{TaskCore, TaskSettings};
 pub use error::TaskError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
-pub use service::{CreatedTask, Placement, TaskFeed, TaskService, next_page_after};
+pub use service::{CreatedTask, Placement, TaskFeed, TaskService, decode_cursor, next_page_after};
 pub use validation::{
     SecretFixNames, list_limit, step_page_limit, unbound_secrets_refusal, validate_create_task,
 };

@@ -67,6 +67,11 @@ impl TaskService {
     }
 }
 
+/// A `/v1/tasks` page cursor as a client sent it back.
+pub fn decode_cursor(raw: &str) -> Result<TaskCursor, TaskError> {
+    Ok(TaskCursor::decode(raw)?)
+}
+
 /// A task's stored events in order, then live ones as they are appended
 /// ([`TaskService::follow`]).
 pub struct TaskFeed(EventFeed);
