@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use anyhow::Context;
-use browserd_api::ModelCatalog;
+use browserd_tasks::ModelCatalog;
 use browserd_llm::ModelsConfig;
 
 /// Reads the model configuration: the file when given, then `BROWSERD_LLM_*` overrides.
