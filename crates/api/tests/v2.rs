@@ -3,7 +3,8 @@
 //! tasks stay `created` unless a test moves them. (The official SDK runs the whole flow against
 //! a real `browserd serve` in tests/tests/api_v2.rs.)
 
-use browserd_api::{ApiConfig, ModelCatalog};
+use browserd_api::ApiConfig;
+use browserd_tasks::ModelCatalog;
 use browserd_store::Store;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
