@@ -2,8 +2,8 @@
 //! `seq > N`, then streams live ones, in order, without gaps or duplicates, and closes normally
 //! (1000) right after the task's final event.
 //!
-//! The events come from an [`EventFeed`](browserd_store::EventFeed) (the one way the api
-//! follows a task, also used by the MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
+//! The events come from the task core's [`TaskFeed`](browserd_tasks::TaskFeed) (the one way the
+//! api follows a task, also used by the MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
 //! `task_events` after every signal, so the signals are only wake-ups and a lost or duplicated
 //! notification cannot cause a gap or a duplicate.
 //!

@@ -8,8 +8,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use browserd_api::{ApiConfig, RateLimit};
-use browserd_tasks::ModelCatalog;
 use browserd_store::{ArtifactContent, NewArtifact, NewStep, QuotaOverrides, Quotas};
+use browserd_tasks::ModelCatalog;
 use browserd_types::TaskId;
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;

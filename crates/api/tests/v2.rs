@@ -4,8 +4,8 @@
 //! a real `browserd serve` in tests/tests/api_v2.rs.)
 
 use browserd_api::ApiConfig;
-use browserd_tasks::ModelCatalog;
 use browserd_store::Store;
+use browserd_tasks::ModelCatalog;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;

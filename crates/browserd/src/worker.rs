@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wiring::{EventHub, SecretsKeyring, Store};
 use anyhow::Context;
 use browserd_browser::{BrowserPool, LiveViewSettings, Viewport};
-use crate::wiring::{EventHub, SecretsKeyring, Store};
 use browserd_worker::{Worker, WorkerConfig};
 use clap::Args;
 use tokio::task::JoinHandle;

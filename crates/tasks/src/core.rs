@@ -331,12 +331,8 @@ impl TaskCore {
         Ok(self.store.output_file_key(file).await?)
     }
 
-    /// Round-trips a trivial query (readiness).
-
-    /// Records `input` for task `id` of `key` and answers its event. Refused with
-    /// [`StoreError::TakeOverRefused`] unless the task is paused on a worker (which holds its
-    /// browser); a secret text needs the secrets key.
-    ///
+    /// Records a person's take-over `input` for task `id` of `key` (taken only while the task
+    /// is paused on a worker, which holds its browser; a secret text needs the secrets key).
     /// Answers the event's seq, or why the input was refused in words for the person who sent
     /// it (the task is not paused on a worker, has ended, or is gone).
     pub async fn record_person_input(

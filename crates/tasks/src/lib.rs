@@ -7,7 +7,7 @@
 //! besides tasks — API keys and tickets, profiles, webhooks, v2 sessions, live view and
 //! take-over, output files, readiness — over the Postgres store.
 //!
-//! No HTTP types and no axum here: failures are [`TaskError`]s, which each front end maps to
+//! No HTTP types and no web framework here: failures are [`TaskError`]s, which each front end maps to
 //! its wire errors. The crate re-exports the plain records front ends need, never the store
 //! handle; SQL stays in `browserd-store`.
 
