@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use browserd_store::{
-    ApiKeyRecord, ArtifactBody, CreatedApiKey, DeletedTask, DeliveryRecord, EventHub, KeySignals,
-    LiveFrame, LiveSubscription, LiveViewerId, NewSession, OutputFile, OutputFileRecord,
-    ProfileRecord, QuotaOverrides, QuotaUpdate, Quotas, SessionRecord, StatusCount, StepRecord,
-    Store, StoreError, Subscription, TaskRecord, V2Task, V2TaskFilter, WebhookRecord, WsTicket,
+    ApiKeyRecord, CreatedApiKey, DeletedTask, DeliveryRecord, EventHub, KeySignals, LiveFrame,
+    LiveSubscription, LiveViewerId, NewSession, OutputFile, OutputFileRecord, ProfileRecord,
+    QuotaOverrides, QuotaUpdate, Quotas, SessionRecord, StatusCount, StepRecord, Store, StoreError,
+    Subscription, TaskRecord, V2Task, V2TaskFilter, WebhookRecord, WsTicket,
 };
 use browserd_types::dto::TicketScope;
 use browserd_types::takeover::PersonInput;
@@ -413,16 +413,6 @@ impl TaskCore {
         limit: i64,
     ) -> Result<Vec<(i32, serde_json::Value)>, TaskError> {
         Ok(self.store.step_records_page(id, after_step, limit).await?)
-    }
-
-    /// The screenshot of step `number` of task `task_id`, if there is one. An artifact of
-    /// another task is never served through this task, even if a step row points at it.
-    pub async fn step_screenshot(
-        &self,
-        task_id: TaskId,
-        number: i32,
-    ) -> Result<Option<ArtifactBody>, TaskError> {
-        Ok(self.store.step_screenshot(task_id, number).await?)
     }
 
     /// Marks `owner`'s session stopped (idempotent); `None` when it does not exist. The caller

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_tasks::records::{ArtifactContent, SessionChoice, V2Task, V2TaskFilter};
+use browserd_tasks::records::{SessionChoice, V2Task, V2TaskFilter};
 use browserd_tasks::{Placement, TaskError};
 use browserd_types::dto::{self, ViewportSize};
 use browserd_types::v2::{
@@ -705,18 +705,21 @@ pub(crate) async fn step_screenshot(
             "int_parsing",
         )
     })?;
-    let screenshot = state
+    // The task service's read, as `/v1`'s; only the cloud's words differ.
+    let (content_type, bytes) = match state
         .core
-        .step_screenshot(task.record.id, number)
-        .await?
-        .ok_or_else(|| V2Error::not_found("Screenshot"))?;
-    let bytes = match screenshot.content {
-        ArtifactContent::Inline(bytes) => bytes,
-        ArtifactContent::Path(path) => tokio::fs::read(&path)
-            .await
-            .map_err(|err| V2Error::Internal(format!("reading screenshot file {path}: {err}")))?,
+        .tasks()
+        .screenshot(&caller, task.record.id, number)
+        .await
+    {
+        Ok(screenshot) => screenshot,
+        Err(TaskError::NotFound {
+            code: "screenshot_not_found",
+            ..
+        }) => return Err(V2Error::not_found("Screenshot")),
+        Err(err) => return Err(err.into()),
     };
-    let content_type = HeaderValue::try_from(screenshot.content_type)
+    let content_type = HeaderValue::try_from(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Response::builder()
         .status(StatusCode::OK)
