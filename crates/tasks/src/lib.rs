@@ -30,11 +30,11 @@ pub use validation::{
 /// The plain records and signals of the store that front ends read (never the store handle).
 pub mod records {
     pub use browserd_store::{
-        API_KEYS_CHANNEL, ApiKeyRecord, ArtifactBody, ArtifactContent, CreatedApiKey, DeletedTask,
-        DeliveryRecord, FeedItem, KEY_PREFIX, KeySignal, KeySignals, LiveFrame, LiveSignal,
-        LiveSubscription, LiveViewerId, NewSession, NewTask, OutputFile, OutputFileRecord,
-        ProfileRecord, QuotaOverrides, QuotaUpdate, Quotas, SessionChoice, SessionRecord, Signal,
-        StatusCount, StepRecord, Subscription, TaskCursor, TaskRecord, V2Task, V2TaskFilter,
-        WebhookRecord, WsTicket, hash_api_key,
+        ApiKeyRecord, ArtifactContent, CreatedApiKey, DeletedTask, DeliveryRecord, FeedItem,
+        KEY_PREFIX, KeySignal, KeySignals, LiveFrame, LiveSignal, LiveSubscription, LiveViewerId,
+        NewSession, NewTask, OutputFile, OutputFileRecord, ProfileRecord, QuotaOverrides,
+        QuotaUpdate, Quotas, SessionChoice, SessionRecord, Signal, StatusCount, StepRecord,
+        Subscription, TaskCursor, TaskRecord, V2Task, V2TaskFilter, WebhookRecord, WsTicket,
+        hash_api_key,
     };
 }
