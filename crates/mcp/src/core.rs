@@ -32,7 +32,11 @@ impl From<TaskError> for ToolError {
         };
         ToolError {
             code: code.to_owned(),
-            message: err.to_string(),
+            // An internal error's detail is logged, never sent.
+            message: match &err {
+                TaskError::Internal(_) => "internal error".to_owned(),
+                other => other.to_string(),
+            },
             field,
             current_status,
         }

@@ -6,7 +6,7 @@ use browserd_store::StoreError;
 use browserd_types::TaskStatus;
 
 /// A refused or failed task operation. The messages are the clients'; internal details stay
-/// in [`TaskError::Internal`], logged by the front end and never sent.
+/// in [`TaskError::Internal`], logged by the front end and never sent to a client.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
     /// No such thing for this key (another key's is the same): `code` names what
@@ -37,8 +37,9 @@ pub enum TaskError {
         message: String,
         retry_after_secs: u64,
     },
-    /// Logged with its detail; clients only see a generic message.
-    #[error("internal error")]
+    /// A failure of the server, not of the request. Its display carries the detail — for logs
+    /// and the operator's command line; front ends send clients only `internal error`.
+    #[error("internal error: {0}")]
     Internal(String),
 }
 
@@ -137,6 +138,8 @@ impl From<StoreError> for TaskError {
                 TaskError::validation("secret", err.to_string())
             }
             err @ StoreError::NoSecretsKey => TaskError::validation("secrets", err.to_string()),
+            // `keys revoke|update ID|PREFIX`: no key, or more than one, matches.
+            StoreError::KeySelector(message) => TaskError::validation("key", message),
             other => TaskError::Internal(other.to_string()),
         }
     }

@@ -297,3 +297,18 @@ async fn another_keys_task_is_not_found(pool: PgPool) {
     let deleted = f.core.delete_task(f.bob.key_id, id).await.unwrap_err();
     assert!(deleted.is_task_not_found(), "{deleted:?}");
 }
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn key_selectors_are_refused_with_their_reason(pool: PgPool) {
+    let f = fixture(pool, settings()).await;
+    let unknown = f
+        .core
+        .revoke_api_key_matching(&uuid::Uuid::new_v4().to_string())
+        .await
+        .unwrap_err();
+    assert_eq!(field_of(&unknown), Some("key"));
+    assert!(unknown.to_string().contains("no key matches"), "{unknown}");
+    let ambiguous = f.core.revoke_api_key_matching("bd_").await.unwrap_err();
+    assert!(ambiguous.to_string().contains("prefix"), "{ambiguous}");
+    assert_eq!(f.core.list_api_keys().await.unwrap().len(), 2);
+}
