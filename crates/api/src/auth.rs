@@ -22,7 +22,8 @@ use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use browserd_store::{EventHub, KEY_PREFIX, KeySignal, hash_api_key};
+use browserd_tasks::TaskCore;
+use browserd_tasks::records::{KEY_PREFIX, KeySignal, hash_api_key};
 use browserd_types::{ApiKeyId, TaskId};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
@@ -157,11 +158,11 @@ impl KeyCache {
     /// Evicts revoked keys as the hub announces them, until `shutdown`.
     pub(crate) fn follow_revocations(
         self: &Arc<Self>,
-        hub: &EventHub,
+        core: &TaskCore,
         shutdown: CancellationToken,
     ) {
         let cache = Arc::clone(self);
-        let mut signals = hub.key_signals();
+        let mut signals = core.key_signals();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -412,7 +413,7 @@ async fn authenticate(
             }
             charge_client(state, client)?;
             let record = state
-                .store
+                .core
                 .authenticate_api_key(&key)
                 .await?
                 .ok_or_else(|| unauthorized("invalid_api_key", "invalid API key"))?;
@@ -422,7 +423,7 @@ async fn authenticate(
         Credential::Ticket { ticket, task } => {
             charge_client(state, client)?;
             let (key_id, scope) = state
-                .store
+                .core
                 .redeem_ws_ticket(&ticket, task)
                 .await?
                 .ok_or_else(|| {
@@ -432,7 +433,7 @@ async fn authenticate(
                          issued for, within their lifetime)",
                     )
                 })?;
-            Ok(Caller { key_id, scope })
+            Ok(Caller::scoped(key_id, scope))
         }
     }
 }

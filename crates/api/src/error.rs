@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_store::StoreError;
+use browserd_tasks::TaskError;
 use browserd_types::TaskStatus;
 use browserd_types::dto::{ErrorBody, ErrorDetail};
 
@@ -162,62 +162,38 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(err: StoreError) -> Self {
+impl From<TaskError> for ApiError {
+    /// The task core's refusals, with the status and code each one has on the wire.
+    fn from(err: TaskError) -> Self {
         match err {
-            StoreError::TaskNotFound(_) => ApiError::task_not_found(),
-            StoreError::IllegalTransition {
-                transition,
-                current,
+            TaskError::NotFound { code, message } => ApiError::NotFound { code, message },
+            TaskError::Validation { field, message } => ApiError::Validation { field, message },
+            TaskError::Conflict {
+                code,
+                message,
+                current_status,
             } => ApiError::Conflict {
-                code: "illegal_transition",
-                message: format!("cannot {transition} a task that is {current}"),
-                current_status: Some(current),
+                code,
+                message,
+                current_status,
             },
-            StoreError::TaskActive { status, .. } => ApiError::Conflict {
-                code: "task_active",
-                message: format!("task is {status} on a worker; stop it before deleting it"),
-                current_status: Some(status),
+            TaskError::QueueFull {
+                queued,
+                retry_after_secs,
+            } => ApiError::QueueFull {
+                queued,
+                retry_after_secs,
             },
-            StoreError::TaskEnded { status, .. } => ApiError::Conflict {
-                code: "task_ended",
-                message: format!("task has ended ({status})"),
-                current_status: Some(status),
+            TaskError::QuotaExceeded {
+                quota,
+                message,
+                retry_after_secs,
+            } => ApiError::QuotaExceeded {
+                quota,
+                message,
+                retry_after_secs,
             },
-            // Sessions (`/api/v2`): the cloud's own words, which the v2 mapping passes on.
-            StoreError::SessionNotFound(_) => ApiError::NotFound {
-                code: "session_not_found",
-                message: "Session not found".to_owned(),
-            },
-            StoreError::SessionStopped(_) => ApiError::Conflict {
-                code: "session_stopped",
-                message: "Browser session is stopped. Please start a new session and try again."
-                    .to_owned(),
-                current_status: None,
-            },
-            StoreError::SessionBusy(_) => ApiError::Conflict {
-                code: "session_busy",
-                message: "Agent session already has a running task. Please wait for it to \
-                          finish or stop it manually."
-                    .to_owned(),
-                current_status: None,
-            },
-            StoreError::InvalidCursor => ApiError::validation("cursor", "cursor is not valid"),
-            StoreError::NotWaiting { status, .. } => ApiError::Conflict {
-                code: "not_waiting",
-                message: format!(
-                    "task is {status} and asks no question; answer only a waiting task"
-                ),
-                current_status: Some(status),
-            },
-            err @ StoreError::ChoiceNotOffered { .. } => {
-                ApiError::validation("choice", err.to_string())
-            }
-            err @ StoreError::NoSecretsKeyForAnswer => {
-                ApiError::validation("secret", err.to_string())
-            }
-            err @ StoreError::NoSecretsKey => ApiError::validation("secrets", err.to_string()),
-            other => ApiError::Internal(other.to_string()),
+            TaskError::Internal(detail) => ApiError::Internal(detail),
         }
     }
 }

@@ -2,8 +2,8 @@
 //! `seq > N`, then streams live ones, in order, without gaps or duplicates, and closes normally
 //! (1000) right after the task's final event.
 //!
-//! The events come from an [`EventFeed`](browserd_store::EventFeed) (the one way the api
-//! follows a task, also used by the MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
+//! The events come from the task core's [`TaskFeed`](browserd_tasks::TaskFeed) (the one way the
+//! api follows a task, also used by the MCP tools): it subscribes to the process-wide hub first, then reads `seq > last` from
 //! `task_events` after every signal, so the signals are only wake-ups and a lost or duplicated
 //! notification cannot cause a gap or a duplicate.
 //!
@@ -28,7 +28,8 @@ use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::{FeedItem, KeySignal, Store, StoreError};
+use browserd_tasks::records::{FeedItem, KeySignal};
+use browserd_tasks::{TaskCore, TaskError};
 use browserd_types::dto::{ErrorBody, TicketRequest, TicketScope};
 use browserd_types::{ApiKeyId, TaskId};
 use secrecy::ExposeSecret;
@@ -39,7 +40,6 @@ use utoipa::ToSchema;
 use crate::auth::BEARER_SUBPROTOCOL;
 use crate::error::ApiError;
 use crate::extract::{Caller, OptionalApiJson, QueryParams, TaskPath};
-use crate::task_ops::owned_task;
 use crate::{AppState, WS_TICKET_TTL};
 
 /// A client that does not accept a frame within this time is disconnected.
@@ -157,9 +157,9 @@ pub async fn create_ticket(
     TaskPath(id): TaskPath,
     OptionalApiJson(request): OptionalApiJson<TicketRequest>,
 ) -> Result<Response, ApiError> {
-    owned_task(&state.tasks, &caller, id).await?;
+    state.core.tasks().owned_task(&caller, id).await?;
     let issued = state
-        .store
+        .core
         .create_scoped_ws_ticket(caller.key_id, id, request.scope, WS_TICKET_TTL)
         .await?;
     let ticket = issued.ticket.expose_secret().to_owned();
@@ -215,7 +215,7 @@ pub async fn task_events(
 ) -> Result<Response, ApiError> {
     query.only(&["after_seq", "ticket"])?;
     let after_seq = query.int_in("after_seq", 0..=i64::MAX)?.unwrap_or(0);
-    owned_task(&state.tasks, &caller, id).await?;
+    state.core.tasks().owned_task(&caller, id).await?;
     let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade).await?;
     let key_id = caller.key_id;
     Ok(upgrade.on_upgrade(move |socket| async move {
@@ -233,7 +233,7 @@ pub async fn task_events(
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StreamError {
     #[error("store: {0}")]
-    Store(#[from] StoreError),
+    Core(#[from] TaskError),
     #[error("client went away")]
     ClientGone,
     #[error("client sent a message larger than allowed")]
@@ -255,7 +255,7 @@ pub(crate) async fn websocket_upgrade(
             rejection.body_text()
         ),
     })?;
-    let max = state.store.key_quotas(caller.key_id).await?.max_websockets;
+    let max = state.core.key_quotas(caller.key_id).await?.max_websockets;
     let slot = state.edge.websockets.acquire(caller.key_id, max)?;
     let max_message = state.edge.ws_max_message_bytes;
     let upgrade = upgrade
@@ -299,7 +299,7 @@ impl ClientSocket {
     pub(crate) async fn finish(
         &mut self,
         outcome: Result<(u16, &'static str), StreamError>,
-    ) -> Result<&'static str, StoreError> {
+    ) -> Result<&'static str, TaskError> {
         let (code, reason, result) = match outcome {
             Ok((code, reason)) => (code, reason, Ok(reason)),
             Err(StreamError::ClientGone) => return Ok("client closed"),
@@ -308,7 +308,7 @@ impl ClientSocket {
                 "message too big",
                 Ok("client message too big"),
             ),
-            Err(StreamError::Store(err)) => (close_code::ERROR, "internal error", Err(err)),
+            Err(StreamError::Core(err)) => (close_code::ERROR, "internal error", Err(err)),
         };
         let _ = self
             .send(Message::Close(Some(CloseFrame {
@@ -329,7 +329,7 @@ fn too_big(err: &axum::Error) -> bool {
 
 /// Why a stream must end now that notifications may have been missed, if it must.
 pub(crate) async fn recheck(
-    store: &Store,
+    store: &TaskCore,
     task_id: TaskId,
     key_id: ApiKeyId,
 ) -> Result<Option<(u16, &'static str)>, StreamError> {
@@ -348,12 +348,12 @@ async fn stream_events(
     task_id: TaskId,
     key_id: ApiKeyId,
     after_seq: i64,
-) -> Result<&'static str, StoreError> {
+) -> Result<&'static str, TaskError> {
     // The feed subscribes before it reads, so nothing committed meanwhile goes unsignalled;
     // both subscriptions come before the key check, so a revocation in between is not missed.
-    let mut feed = state.tasks.follow(task_id, after_seq);
-    let mut key_signals = state.hub.key_signals();
-    let store = &state.store;
+    let mut feed = state.core.tasks().follow(task_id, after_seq);
+    let mut key_signals = state.core.key_signals();
+    let store = &state.core;
 
     let result = async {
         if !store.api_key_active(key_id).await? {
@@ -380,7 +380,7 @@ async fn stream_events(
                 item = feed.next() => match item? {
                     FeedItem::Event(event) => {
                         let json = serde_json::to_string(&event)
-                            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+                            .map_err(|err| TaskError::Internal(format!("encoding event: {err}")))?;
                         socket.send(Message::Text(json.into())).await?;
                         if event.created_at >= opened {
                             let took = time::OffsetDateTime::now_utc() - event.created_at;

@@ -255,22 +255,29 @@ impl QueryParams {
     }
 }
 
-/// The authenticated API key of the request (inserted by the auth middleware).
+/// The authenticated API key of the request (inserted by the auth middleware): the core's
+/// [`browserd_tasks::Caller`], as an extractor. It derefs to it, so `&caller` is what the core
+/// takes.
 #[derive(Clone, Debug)]
-pub struct Caller {
-    pub key_id: ApiKeyId,
-    /// What the credential allows on the task's WebSockets: a key (header, subprotocol) may do
-    /// everything ([`TicketScope::Control`]); a ticket what it was issued for.
-    pub scope: TicketScope,
-}
+pub struct Caller(pub browserd_tasks::Caller);
 
 impl Caller {
     /// A caller authenticated by its key.
     pub fn key(key_id: ApiKeyId) -> Self {
-        Self {
-            key_id,
-            scope: TicketScope::Control,
-        }
+        Self(browserd_tasks::Caller::key(key_id))
+    }
+
+    /// A caller with what its credential allows.
+    pub fn scoped(key_id: ApiKeyId, scope: TicketScope) -> Self {
+        Self(browserd_tasks::Caller { key_id, scope })
+    }
+}
+
+impl std::ops::Deref for Caller {
+    type Target = browserd_tasks::Caller;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 

@@ -9,9 +9,9 @@
 //! subscriptions are capped per key, size-limited, and closed when their key is revoked or
 //! their task deleted ([`events`]).
 //!
-//! The api is stateless: every request reads and writes Postgres through
-//! [`browserd_store::Store`], and live events arrive through the process's shared
-//! [`browserd_store::EventHub`]. It never touches a browser.
+//! The api is stateless: every request reads and writes through the task core
+//! ([`browserd_tasks::TaskCore`], which holds the store and the process's event hub); it has no
+//! store handle of its own and never touches a browser.
 
 mod auth;
 mod client_ip;
@@ -25,10 +25,8 @@ mod models;
 mod ops;
 mod output_files;
 mod profiles;
-mod task_ops;
 mod tasks;
 mod v2;
-mod validation;
 mod webhooks;
 
 use std::sync::Arc;
@@ -39,7 +37,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Request;
 use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
 use axum::middleware;
-use browserd_store::{EventHub, Store};
+use browserd_tasks::{ModelCatalog, TaskCore, TaskSettings};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -55,11 +53,7 @@ pub use auth::{BEARER_SUBPROTOCOL, KEY_CACHE_TTL, RateLimit};
 pub use client_ip::{InvalidIpRange, IpRange, client_ip, parse_trusted_proxies};
 pub use error::ApiError;
 pub use live::VIEW_ONLY_CLOSE;
-pub use mcp::McpBackend;
-pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use ops::{metrics_handle, metrics_router};
-pub use task_ops::TaskService;
-pub use validation::{SecretFixNames, unbound_secrets_refusal, validate_create_task};
 
 /// Joins requests to distributed traces. The binary implements it with OpenTelemetry, so this
 /// crate only deals in `tracing` spans and W3C header values.
@@ -95,8 +89,7 @@ pub struct ApiConfig {
     pub proxies: Vec<String>,
     /// Above this many queued tasks (all keys together), `POST /v1/tasks` answers 429 with
     /// `Retry-After` (`None`: no limit). Per-key quotas are the store's
-    /// ([`Store::with_default_quotas`](browserd_store::Store::with_default_quotas), and each
-    /// key's own).
+    /// (the store's defaults, and each key's own).
     pub max_queued_tasks: Option<i64>,
     /// Trace propagation (`None`: tracing is off; a task then keeps the caller's own
     /// `traceparent` header, if valid).
@@ -221,10 +214,8 @@ pub(crate) struct Edge {
 /// Shared state of all handlers. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    store: Store,
-    hub: EventHub,
-    /// The task service over `store` (every front end's task operations).
-    tasks: TaskService,
+    /// The task core: every read and write of every handler.
+    core: TaskCore,
     webhook_allow_loopback: bool,
     rate_limiter: Option<Arc<auth::KeyRateLimiter>>,
     shutdown: CancellationToken,
@@ -392,12 +383,7 @@ pub fn routes() -> Vec<Route> {
 ///
 /// Serve it with `into_make_service_with_connect_info::<SocketAddr>()` so that the per-address
 /// rate limit sees each client's address (without it, all clients share one budget).
-pub fn router(
-    store: Store,
-    hub: EventHub,
-    config: ApiConfig,
-    shutdown: CancellationToken,
-) -> Router {
+pub fn router(core: TaskCore, config: ApiConfig, shutdown: CancellationToken) -> Router {
     let rate_limiter = config.rate_limit.map(auth::KeyRateLimiter::new);
     let ip_limiter = config
         .unauthenticated_rate_limit
@@ -410,7 +396,7 @@ pub fn router(
         shutdown.clone(),
     );
     let key_cache = Arc::new(auth::KeyCache::new(config.key_cache_ttl));
-    key_cache.follow_revocations(&hub, shutdown.clone());
+    key_cache.follow_revocations(&core, shutdown.clone());
     let edge = Arc::new(Edge {
         trusted_proxies: config.trusted_proxies,
         ip_limiter,
@@ -420,17 +406,13 @@ pub fn router(
     });
     let request_timeout = config.request_timeout;
     let trace_context = config.trace_context.clone();
-    let tasks = TaskService::new(
-        Arc::new(store.clone()),
-        hub.clone(),
-        config.models,
-        config.proxies,
-        config.max_queued_tasks,
-    );
+    let core = core.configured(TaskSettings {
+        models: config.models,
+        proxies: config.proxies,
+        max_queued_tasks: config.max_queued_tasks,
+    });
     let state = AppState {
-        store,
-        hub,
-        tasks,
+        core,
         webhook_allow_loopback: config.webhook_allow_loopback,
         rate_limiter,
         shutdown,

@@ -23,7 +23,8 @@ use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocketUpgrade, close_code};
 use axum::response::Response;
-use browserd_store::{KeySignal, LiveSignal, LiveViewerId, Signal, Store, StoreError};
+use browserd_tasks::records::{KeySignal, LiveSignal, LiveViewerId, Signal};
+use browserd_tasks::{TaskCore, TaskError};
 use browserd_types::dto::{ErrorBody, TicketScope};
 use browserd_types::takeover::PersonInput;
 use browserd_types::{ApiKeyId, TaskId};
@@ -34,7 +35,6 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::events::{ClientSocket, PING_INTERVAL, StreamError, recheck, websocket_upgrade};
 use crate::extract::{Caller, QueryParams, TaskPath};
-use crate::task_ops::owned_task;
 
 /// A viewer registration lasts this long unless refreshed (a crashed api's viewers stop
 /// counting after it).
@@ -105,7 +105,7 @@ pub async fn task_live(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     query.only(&["ticket"])?;
-    owned_task(&state.tasks, &caller, id).await?;
+    state.core.tasks().owned_task(&caller, id).await?;
     let (upgrade, slot) = websocket_upgrade(&state, &caller, upgrade).await?;
     let key_id = caller.key_id;
     let scope = caller.scope;
@@ -113,7 +113,7 @@ pub async fn task_live(
         metrics::gauge!("browserd_live_viewers").increment(1.0);
         let mut viewer = LiveStream {
             socket: ClientSocket(socket),
-            store: state.store.clone(),
+            store: state.core.clone(),
             task_id: id,
             scope,
             viewer: None,
@@ -141,7 +141,7 @@ pub async fn task_live(
 
 struct LiveStream {
     socket: ClientSocket,
-    store: Store,
+    store: TaskCore,
     task_id: TaskId,
     /// What the socket's credential allows: inputs only with `control`.
     scope: TicketScope,
@@ -204,20 +204,10 @@ impl LiveStream {
                 "too many inputs: at most {PERSON_INPUTS_PER_SECOND} per second"
             )));
         }
-        match self
+        Ok(self
             .store
             .record_person_input(key_id, self.task_id, &input)
-            .await
-        {
-            Ok(event) => Ok(Ok(event.seq)),
-            Err(
-                err @ (StoreError::TakeOverRefused(_)
-                | StoreError::TaskEnded { .. }
-                | StoreError::LeaseLost(_)),
-            ) => Ok(Err(err.to_string())),
-            Err(StoreError::TaskNotFound(_)) => Ok(Err("the task is gone".to_owned())),
-            Err(err) => Err(err.into()),
-        }
+            .await?)
     }
 
     /// Whether the task has ended (or is gone): the reason to close with.
@@ -229,11 +219,7 @@ impl LiveStream {
         })
     }
 
-    async fn run(
-        &mut self,
-        state: &AppState,
-        key_id: ApiKeyId,
-    ) -> Result<&'static str, StoreError> {
+    async fn run(&mut self, state: &AppState, key_id: ApiKeyId) -> Result<&'static str, TaskError> {
         let outcome = self.serve(state, key_id).await;
         self.socket.finish(outcome).await
     }
@@ -244,9 +230,9 @@ impl LiveStream {
         key_id: ApiKeyId,
     ) -> Result<(u16, &'static str), StreamError> {
         // Subscribe before registering and reading, so nothing in between goes unsignalled.
-        let mut live = state.hub.subscribe_live(self.task_id);
-        let mut task_signals = state.hub.subscribe(self.task_id);
-        let mut key_signals = state.hub.key_signals();
+        let mut live = state.core.subscribe_live(self.task_id);
+        let mut task_signals = state.core.subscribe(self.task_id);
+        let mut key_signals = state.core.key_signals();
         if !self.store.api_key_active(key_id).await? {
             return Ok((close_code::POLICY, "api key revoked"));
         }

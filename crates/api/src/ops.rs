@@ -9,7 +9,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use browserd_store::Store;
+use browserd_tasks::TaskCore;
 use browserd_types::TaskStatus;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use secrecy::{ExposeSecret, SecretString};
@@ -44,7 +44,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<HealthStatus>,
     if recently(&LAST_READY) {
         return Ok(Json(HealthStatus { status: "ok" }));
     }
-    match tokio::time::timeout(Duration::from_secs(3), state.store.ping()).await {
+    match tokio::time::timeout(Duration::from_secs(3), state.core.ping()).await {
         Ok(Ok(())) => {
             mark(&LAST_READY);
             Ok(Json(HealthStatus { status: "ok" }))
@@ -101,7 +101,7 @@ pub async fn metrics_text(State(state): State<AppState>, headers: HeaderMap) -> 
     if let Err(err) = check_metrics_token(state.metrics_token.as_deref(), &headers) {
         return err.into_response();
     }
-    exposition(&state.store, &state.metrics).await
+    exposition(&state.core, &state.metrics).await
 }
 
 /// `Err` (401) unless `token` is unset or the request carries it as a bearer token. Compared
@@ -126,7 +126,7 @@ fn check_metrics_token(token: Option<&SecretString>, headers: &HeaderMap) -> Res
     }
 }
 
-async fn exposition(store: &Store, handle: &PrometheusHandle) -> Response {
+async fn exposition(store: &TaskCore, handle: &PrometheusHandle) -> Response {
     if !recently(&LAST_GAUGES) {
         mark(&LAST_GAUGES);
         refresh_task_gauges(store).await;
@@ -144,7 +144,7 @@ async fn exposition(store: &Store, handle: &PrometheusHandle) -> Response {
 /// Sets `browserd_tasks{status}`, `browserd_queue_depth` and
 /// `browserd_queue_oldest_age_seconds` from one query. On a database error the previous values
 /// stay (and the error is counted).
-async fn refresh_task_gauges(store: &Store) {
+async fn refresh_task_gauges(store: &TaskCore) {
     match tokio::time::timeout(Duration::from_secs(2), store.task_gauges()).await {
         Ok(Ok(rows)) => {
             for status in TaskStatus::ALL.into_iter().filter(|s| !s.is_terminal()) {
@@ -171,7 +171,7 @@ async fn refresh_task_gauges(store: &Store) {
 
 /// `/metrics` (and `/healthz`) alone, for a process without the api: the worker role's
 /// `--metrics-addr` listener. Same exposition (and token) as the api's `/metrics`.
-pub fn metrics_router(store: Store, token: Option<SecretString>) -> axum::Router {
+pub fn metrics_router(store: TaskCore, token: Option<SecretString>) -> axum::Router {
     let handle = metrics_handle();
     let token = token.map(Arc::new);
     axum::Router::new()

@@ -16,7 +16,8 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use browserd_store::{OutputFile, OutputFileRecord, Store};
+use browserd_tasks::TaskCore;
+use browserd_tasks::records::{OutputFile, OutputFileRecord};
 use browserd_types::TaskId;
 use browserd_types::dto::{ErrorBody, OutputFileList, OutputFileView};
 use hmac::{Hmac, Mac};
@@ -27,7 +28,6 @@ use uuid::Uuid;
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{Caller, QueryParams, TaskPath};
-use crate::task_ops::owned_task;
 use crate::v2::V2Error;
 
 /// How long a v2 `downloadUrl` works.
@@ -63,7 +63,7 @@ const DOWNLOAD_CHUNK_BYTES: i32 = 256 * 1024;
 
 /// The bytes of `file`, streamed from `store` one chunk at a time (a broken stream when the
 /// file disappears or the database fails midway: the status is sent already).
-fn file_body(store: Store, file: &OutputFile) -> Body {
+fn file_body(store: TaskCore, file: &OutputFile) -> Body {
     let id = file.record.id;
     let size = i32::try_from(file.record.size).unwrap_or(i32::MAX);
     let chunks = futures::stream::unfold(0i32, move |offset| {
@@ -94,7 +94,7 @@ fn file_body(store: Store, file: &OutputFile) -> Body {
 /// An output file as a download, its bytes streamed: its content type, `attachment` with its
 /// name, and headers that keep a browser from rendering it on our origin (an agent-written
 /// HTML file must never run here).
-pub(crate) fn file_response(store: Store, file: OutputFile) -> Result<Response, String> {
+pub(crate) fn file_response(store: TaskCore, file: OutputFile) -> Result<Response, String> {
     let content_type = HeaderValue::try_from(file.record.content_type.as_str())
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     // Agent file names are `[A-Za-z0-9_\-. ()]` only (the file actions' rule), but stay safe.
@@ -165,8 +165,8 @@ pub async fn list_files(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<OutputFileList>, ApiError> {
-    owned_task(&state.tasks, &caller, id).await?;
-    let files = state.store.list_output_files(id).await?;
+    state.core.tasks().owned_task(&caller, id).await?;
+    let files = state.core.list_output_files(id).await?;
     Ok(Json(OutputFileList {
         items: files.into_iter().map(|f| view(id, f)).collect(),
     }))
@@ -212,13 +212,13 @@ pub async fn download_file(
             file_id.chars().take(64).collect::<String>()
         ),
     })?;
-    owned_task(&state.tasks, &caller, id).await?;
+    state.core.tasks().owned_task(&caller, id).await?;
     let file = state
-        .store
+        .core
         .output_file(Some(id), file_id)
         .await?
         .ok_or_else(file_not_found)?;
-    file_response(state.store.clone(), file).map_err(ApiError::Internal)
+    file_response(state.core.clone(), file).map_err(ApiError::Internal)
 }
 
 /// `GET /api/v2/files/output-files/{file_id}/content?expires&signature`: a signed download
@@ -264,7 +264,7 @@ pub(crate) async fn signed_download(
         .map_err(|_| denied("Download link is malformed"))?;
     let signature = hex::decode(signature).map_err(|_| denied("Download link is malformed"))?;
     let key = state
-        .store
+        .core
         .output_file_key(file_id)
         .await?
         .ok_or_else(invalid)?;
@@ -281,11 +281,11 @@ pub(crate) async fn signed_download(
     }
     // Deleted between the two reads: as unknown.
     let file = state
-        .store
+        .core
         .output_file(None, file_id)
         .await?
         .ok_or_else(invalid)?;
-    file_response(state.store.clone(), file).map_err(V2Error::Internal)
+    file_response(state.core.clone(), file).map_err(V2Error::Internal)
 }
 
 /// The absolute form (on the public base URL) of a signed link to `file`.

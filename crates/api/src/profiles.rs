@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::ProfileRecord;
+use browserd_tasks::records::ProfileRecord;
 use browserd_types::dto::ErrorBody;
 use browserd_types::profiles::{
     CreateProfileRequest, PROFILE_NAME_MAX_CHARS, ProfileList, ProfileView, UpdateProfileRequest,
@@ -90,7 +90,7 @@ pub async fn create_profile(
 ) -> Result<Response, ApiError> {
     check_label("name", request.name.as_deref())?;
     let profile = state
-        .store
+        .core
         .create_profile(caller.key_id, request.name.as_deref(), None)
         .await?;
     tracing::info!(profile_id = %profile.id, "profile created");
@@ -127,7 +127,7 @@ pub async fn list_profiles(
     let text = query.get("query").filter(|q| !q.is_empty());
     check_label("query", text)?;
     let (items, total) = state
-        .store
+        .core
         .list_profiles(caller.key_id, text, limit, page)
         .await?;
     Ok(Json(ProfileList {
@@ -159,7 +159,7 @@ pub async fn get_profile(
 ) -> Result<Json<ProfileView>, ApiError> {
     let id = profile_id(&id)?;
     let profile = state
-        .store
+        .core
         .get_profile(caller.key_id, id)
         .await?
         .ok_or_else(profile_not_found)?;
@@ -195,7 +195,7 @@ pub async fn update_profile(
     let id = profile_id(&id)?;
     check_label("name", request.name.as_deref())?;
     let profile = state
-        .store
+        .core
         .update_profile(caller.key_id, id, Some(request.name.as_deref()), None)
         .await?
         .ok_or_else(profile_not_found)?;
@@ -225,7 +225,7 @@ pub async fn delete_profile(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = profile_id(&id)?;
-    if !state.store.delete_profile(caller.key_id, id).await? {
+    if !state.core.delete_profile(caller.key_id, id).await? {
         return Err(profile_not_found());
     }
     tracing::info!(profile_id = %id, "profile deleted");

@@ -5,7 +5,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_store::TaskCursor;
+use browserd_tasks::Placement;
+use browserd_tasks::decode_cursor;
 use browserd_types::dto::{
     AnswerRequest, CreateTaskRequest, ErrorBody, HistoryPage, ReplayReportView, StepList, TaskList,
     TaskView, limits,
@@ -15,7 +16,6 @@ use browserd_types::{TaskId, TaskStatus, Transition};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Caller, QueryParams, StepPath, TaskPath};
-use crate::task_ops;
 
 /// Create a task. It starts in status `queued`. With `replay_of` it is a replay: a worker
 /// re-runs the source task's recorded actions without a model (see
@@ -48,15 +48,12 @@ pub async fn create_task(
 ) -> Result<Response, ApiError> {
     tracing::debug!(?request, "create task");
     let trace_context = creating_trace_context(&state, &headers);
-    let view = task_ops::create(
-        &state.tasks,
-        &caller,
-        request,
-        trace_context,
-        task_ops::Placement::Queue,
-    )
-    .await?
-    .view;
+    let view = state
+        .core
+        .tasks()
+        .create(&caller, request, trace_context, Placement::Queue)
+        .await?
+        .view;
     let location = HeaderValue::try_from(format!("/v1/tasks/{}", view.id))
         .map_err(|err| ApiError::Internal(err.to_string()))?;
     let mut response = (StatusCode::CREATED, Json(view)).into_response();
@@ -131,9 +128,13 @@ pub async fn list_tasks(
                 .map_err(|err| ApiError::validation("status", err.to_string()))
         })
         .transpose()?;
-    let cursor = query.get("cursor").map(TaskCursor::decode).transpose()?;
+    let cursor = query.get("cursor").map(decode_cursor).transpose()?;
     Ok(Json(
-        task_ops::list(&state.tasks, &caller, status, limit, cursor).await?,
+        state
+            .core
+            .tasks()
+            .list(&caller, status, limit, cursor)
+            .await?,
     ))
 }
 
@@ -158,7 +159,7 @@ pub async fn get_task(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(task_ops::get(&state.tasks, &caller, id).await?))
+    Ok(Json(state.core.tasks().get(&caller, id).await?))
 }
 
 /// Delete a task with its steps, events and artifacts. Refused while a worker runs it.
@@ -183,7 +184,7 @@ pub async fn delete_task(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<StatusCode, ApiError> {
-    let deleted = state.store.delete_task(caller.key_id, id).await?;
+    let deleted = state.core.delete_task(caller.key_id, id).await?;
     for path in deleted.artifact_paths {
         if let Err(err) = tokio::fs::remove_file(&path).await
             && err.kind() != std::io::ErrorKind::NotFound
@@ -202,7 +203,7 @@ async fn control(
     transition: Transition,
 ) -> Result<Json<TaskView>, ApiError> {
     Ok(Json(
-        task_ops::control(&state.tasks, caller, id, transition).await?,
+        state.core.tasks().control(caller, id, transition).await?,
     ))
 }
 
@@ -288,9 +289,7 @@ pub async fn answer_task(
     TaskPath(id): TaskPath,
     ApiJson(request): ApiJson<AnswerRequest>,
 ) -> Result<Json<TaskView>, ApiError> {
-    Ok(Json(
-        task_ops::answer(&state.tasks, &caller, id, request).await?,
-    ))
+    Ok(Json(state.core.tasks().answer(&caller, id, request).await?))
 }
 
 /// Resume a paused task (→ `running`, or `queued` if it never started).
@@ -348,7 +347,11 @@ pub async fn list_steps(
 ) -> Result<Json<StepList>, ApiError> {
     let (after_step, limit) = step_page(&query)?;
     Ok(Json(
-        task_ops::steps(&state.tasks, &caller, id, after_step, limit).await?,
+        state
+            .core
+            .tasks()
+            .steps(&caller, id, after_step, limit)
+            .await?,
     ))
 }
 
@@ -388,7 +391,7 @@ pub async fn step_screenshot(
     TaskPath(id): TaskPath,
     step: StepPath,
 ) -> Result<Response, ApiError> {
-    let (content_type, bytes) = task_ops::screenshot(&state.tasks, &caller, id, step.0).await?;
+    let (content_type, bytes) = state.core.tasks().screenshot(&caller, id, step.0).await?;
     let content_type = HeaderValue::try_from(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Response::builder()
@@ -445,13 +448,14 @@ pub(crate) async fn history_page(
     after_step: Option<i32>,
     limit: Option<i64>,
 ) -> Result<HistoryPage, ApiError> {
-    let limit = crate::validation::step_page_limit(limit)?;
-    let task = task_ops::owned_task(&state.tasks, caller, id).await?;
+    let limit = browserd_tasks::step_page_limit(limit)?;
+    let task = state.core.tasks().owned_task(caller, id).await?;
     let mut records = state
-        .store
+        .core
         .step_records_page(id, after_step, limit + 1)
         .await?;
-    let next_after_step = task_ops::next_page_after(&mut records, limit, |(number, _)| *number);
+    let next_after_step =
+        browserd_tasks::next_page_after(&mut records, limit, |(number, _)| *number);
     let usage = task.usage.unwrap_or_else(|| {
         serde_json::json!({
             "total": {"input_tokens": 0, "cached_input_tokens": 0,
@@ -489,9 +493,7 @@ pub async fn replay_report(
     caller: Caller,
     TaskPath(id): TaskPath,
 ) -> Result<Json<ReplayReportView>, ApiError> {
-    Ok(Json(
-        task_ops::replay_report(&state.tasks, &caller, id).await?,
-    ))
+    Ok(Json(state.core.tasks().replay_report(&caller, id).await?))
 }
 
 #[cfg(test)]

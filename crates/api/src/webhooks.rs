@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use browserd_domains::addr::{AddressRange, first_refused};
-use browserd_store::WebhookRecord;
+use browserd_tasks::records::WebhookRecord;
 use browserd_types::dto::ErrorBody;
 use browserd_types::v2::V2TaskStatus;
 use browserd_types::webhooks::{
@@ -103,14 +103,14 @@ pub async fn create_webhook(
             events
         }
     };
-    if state.store.list_webhooks(caller.key_id).await?.len() >= MAX_WEBHOOKS {
+    if state.core.list_webhooks(caller.key_id).await?.len() >= MAX_WEBHOOKS {
         return Err(ApiError::validation(
             "url",
             format!("at most {MAX_WEBHOOKS} webhooks per API key"),
         ));
     }
     let (webhook, secret) = state
-        .store
+        .core
         .create_webhook(caller.key_id, url.as_str(), &events)
         .await?;
     tracing::info!(webhook_id = %webhook.id, "webhook registered");
@@ -227,7 +227,7 @@ pub async fn list_webhooks(
     State(state): State<AppState>,
     caller: Caller,
 ) -> Result<Json<WebhookList>, ApiError> {
-    let items = state.store.list_webhooks(caller.key_id).await?;
+    let items = state.core.list_webhooks(caller.key_id).await?;
     Ok(Json(WebhookList {
         items: items.into_iter().map(view).collect(),
     }))
@@ -272,7 +272,7 @@ pub async fn delete_webhook(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = webhook_id(&id)?;
-    if !state.store.delete_webhook(caller.key_id, id).await? {
+    if !state.core.delete_webhook(caller.key_id, id).await? {
         return Err(webhook_not_found());
     }
     tracing::info!(webhook_id = %id, "webhook deleted");
@@ -309,11 +309,11 @@ pub async fn list_deliveries(
     let limit = query.int_in("limit", 1..=100)?.unwrap_or(50);
     let id = webhook_id(&id)?;
     state
-        .store
+        .core
         .get_webhook(caller.key_id, id)
         .await?
         .ok_or_else(webhook_not_found)?;
-    let items = state.store.list_deliveries(id, limit).await?;
+    let items = state.core.list_deliveries(id, limit).await?;
     Ok(Json(DeliveryList {
         items: items
             .into_iter()

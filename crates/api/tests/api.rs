@@ -5,8 +5,9 @@ use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
+use browserd_api::{ApiConfig, RateLimit};
 use browserd_store::{ArtifactContent, NewArtifact, NewStep, QuotaOverrides, Quotas};
+use browserd_tasks::ModelCatalog;
 use browserd_types::{TaskEvent, TaskId, Transition, event_kind};
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -144,7 +145,10 @@ async fn ops_endpoints_need_no_key(pool: PgPool) {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_addr = listener.local_addr().unwrap();
-    let router = browserd_api::metrics_router(app.store.clone(), None);
+    let router = browserd_api::metrics_router(
+        browserd_tasks::TaskCore::new(app.store.clone(), browserd_store::EventHub::default()),
+        None,
+    );
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     let metrics = app
         .http
@@ -676,14 +680,14 @@ async fn max_queued_is_per_key_on_every_front_end(pool: PgPool) {
     let (hub, _) = browserd_store::EventHub::start(&app.store, shutdown.clone())
         .await
         .unwrap();
-    let service = browserd_api::TaskService::new(
+    let service = browserd_tasks::TaskService::new(
         std::sync::Arc::new(app.store.clone()),
         hub,
         models(),
         Vec::new(),
         None,
     );
-    let mcp = browserd_api::McpBackend::in_process(service, app.key_id, shutdown.clone());
+    let mcp = browserd_mcp::TaskBackend::in_process(service, app.key_id, shutdown.clone());
     let refused = browserd_mcp::Backend::create_task(
         &mcp,
         &browserd_mcp::CallContext::default(),

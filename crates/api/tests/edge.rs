@@ -7,8 +7,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use browserd_api::{ApiConfig, ModelCatalog, RateLimit};
+use browserd_api::{ApiConfig, RateLimit};
 use browserd_store::{ArtifactContent, NewArtifact, NewStep, QuotaOverrides, Quotas};
+use browserd_tasks::ModelCatalog;
 use browserd_types::TaskId;
 use futures::{SinkExt, StreamExt};
 use reqwest::StatusCode;

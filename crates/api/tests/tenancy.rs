@@ -17,8 +17,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use browserd_api::{ApiConfig, ModelCatalog};
+use browserd_api::ApiConfig;
 use browserd_store::{ArtifactContent, NewArtifact, NewOutputFile, NewStep};
+use browserd_tasks::ModelCatalog;
 use browserd_types::TaskId;
 use reqwest::Method;
 use serde_json::{Value, json};

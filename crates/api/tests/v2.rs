@@ -3,8 +3,9 @@
 //! tasks stay `created` unless a test moves them. (The official SDK runs the whole flow against
 //! a real `browserd serve` in tests/tests/api_v2.rs.)
 
-use browserd_api::{ApiConfig, ModelCatalog};
+use browserd_api::ApiConfig;
 use browserd_store::Store;
+use browserd_tasks::ModelCatalog;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::PgPool;

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use anyhow::Context;
-use browserd_api::ModelCatalog;
 use browserd_llm::ModelsConfig;
+use browserd_tasks::ModelCatalog;
 
 /// Reads the model configuration: the file when given, then `BROWSERD_LLM_*` overrides.
 pub fn load_models(path: Option<&Path>) -> anyhow::Result<ModelsConfig> {

@@ -12,6 +12,7 @@ mod run;
 mod runtime;
 mod step_lines;
 mod telemetry;
+mod wiring;
 mod worker;
 
 use std::net::SocketAddr;
@@ -23,7 +24,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use browserd_api::{ApiConfig, RateLimit};
-use browserd_store::{EventHub, Store, StoreOptions};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
@@ -364,17 +364,15 @@ async fn other_command(
             db_max_connections,
         } => worker::run_worker_only(cli, worker, *db_max_connections, tracing).await,
         Command::Migrate => {
-            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
-            store.migrate().await.context("applying migrations")?;
+            wiring::migrate(&cli.database_url).await?;
             tracing::info!("migrations applied");
             Ok(())
         }
         Command::Keys {
             command: KeysCommand::List,
         } => {
-            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
-            store.migrate().await.context("applying migrations")?;
-            let keys = store.list_api_keys().await?;
+            let core = wiring::admin_core(&cli.database_url).await?;
+            let keys = core.list_api_keys().await?;
             let defaults = cli.quotas.defaults()?;
             println!(
                 "{:<36}  {:<11}  {:<20}  {:<20}  {} NAME",
@@ -401,9 +399,8 @@ async fn other_command(
         Command::Keys {
             command: KeysCommand::Revoke { key },
         } => {
-            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
-            store.migrate().await.context("applying migrations")?;
-            let revoked = store.revoke_api_key_matching(key).await?;
+            let core = wiring::admin_core(&cli.database_url).await?;
+            let revoked = core.revoke_api_key_matching(key).await?;
             println!(
                 "revoked key {} ({}, `{}`)",
                 revoked.id, revoked.prefix, revoked.name
@@ -419,9 +416,8 @@ async fn other_command(
                 "give at least one quota to change (--max-running, --max-queued, \
                  --max-websockets, --daily-steps, --daily-cost-usd)"
             );
-            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
-            store.migrate().await.context("applying migrations")?;
-            let updated = store.update_api_key_quotas(key, &update).await?;
+            let core = wiring::admin_core(&cli.database_url).await?;
+            let updated = core.update_api_key_quotas(key, &update).await?;
             println!(
                 "updated key {} ({}, `{}`): {}",
                 updated.id,
@@ -440,9 +436,8 @@ async fn other_command(
                 (1..=200).contains(&name.chars().count()),
                 "--name must be 1–200 characters"
             );
-            let store = connect(&cli.database_url, &StoreOptions::default()).await?;
-            store.migrate().await.context("applying migrations")?;
-            let created = store
+            let core = wiring::admin_core(&cli.database_url).await?;
+            let created = core
                 .create_api_key_with_quotas(name, own.overrides())
                 .await?;
             eprintln!(
@@ -468,39 +463,6 @@ fn timestamp(at: time::OffsetDateTime) -> String {
     )
 }
 
-async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<Store> {
-    // The URL may hold a password: never print it.
-    Store::connect(database_url, options)
-        .await
-        .context("connecting to the database (DATABASE_URL)")
-}
-
-/// The store of a serving role: connected, migrated, with the secrets key when configured.
-pub(crate) async fn open_store(cli: &Cli, max_connections: u32) -> anyhow::Result<Store> {
-    let mut store = connect(
-        &cli.database_url,
-        &StoreOptions {
-            max_connections,
-            ..StoreOptions::default()
-        },
-    )
-    .await?;
-    store.migrate().await.context("applying migrations")?;
-    if let Some(keyring) = cli.secrets.keyring()? {
-        store = store.with_secrets_keyring(keyring);
-        let sealed = store
-            .seal_webhook_secrets()
-            .await
-            .context("sealing webhook signing secrets")?;
-        if sealed > 0 {
-            tracing::info!(sealed, "sealed webhook signing secrets stored in clear");
-        }
-    }
-    Ok(store
-        .with_default_quotas(cli.quotas.defaults()?)
-        .with_fair_share(cli.quotas.fair_share()))
-}
-
 async fn serve(
     cli: &'static Cli,
     args: &ServeArgs,
@@ -518,12 +480,12 @@ async fn serve(
         args.ws_max_message_bytes >= 1024,
         "--ws-max-message-bytes must be at least 1024"
     );
-    let store = open_store(cli, args.db_max_connections).await?;
-
     let shutdown = CancellationToken::new();
-    let (hub, hub_task) = EventHub::start(&store, shutdown.clone())
-        .await
-        .context("listening for task events")?;
+    let wiring::Serving {
+        core,
+        hub,
+        hub_task,
+    } = wiring::serving(cli, args.db_max_connections, shutdown.clone()).await?;
     // The worker stops on its own token, cancelled with the server's: it hands its tasks back
     // while the api finishes its requests. It runs on threads of its own, with a database pool
     // of its own: running tasks' captures must not hold up the api's requests and event
@@ -549,7 +511,7 @@ async fn serve(
             .await
             .with_context(|| format!("binding --metrics-listen {addr}"))?;
         tracing::info!(address = %listener.local_addr()?, "serving metrics");
-        let app = browserd_api::metrics_router(store.clone(), cli.metrics_token());
+        let app = browserd_api::metrics_router(core.clone(), cli.metrics_token());
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let served = axum::serve(listener, app)
@@ -572,8 +534,7 @@ async fn serve(
         .unwrap_or_else(|| browserd_api::PublicUrl::from_listen_address(address));
     tracing::info!(%public_url, "public base URL");
     let app = browserd_api::router(
-        store,
-        hub,
+        core,
         ApiConfig {
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,

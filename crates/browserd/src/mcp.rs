@@ -1,7 +1,7 @@
 //! `browserd mcp`: the MCP task tools over stdio (stdout carries the protocol; logs go to
 //! stderr). By default tasks run in this process, as with `browserd run` — one Chrome, the
-//! models of the config and `BROWSERD_LLM_*` — through the server's own task service
-//! (`browserd_api::TaskService`, the api's validation and status machine) over an in-memory
+//! models of the config and `BROWSERD_LLM_*` — through the server's own task core
+//! (`browserd_tasks::TaskService`, the same validation and status machine) over an in-memory
 //! store, worked by a `browserd_worker::LocalWorker`; everything is kept until the client
 //! disconnects, and then the tasks still running are stopped. With `--server URL --key-env VAR`
 //! the tools call that server's REST API instead.
@@ -9,10 +9,8 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use browserd_api::{McpBackend, TaskService};
 use browserd_mcp::rmcp::ServiceExt;
-use browserd_mcp::{Backend, BrowserdMcp, RemoteBackend};
-use browserd_store::{MemoryStore, TaskStore};
+use browserd_mcp::{Backend, BrowserdMcp, RemoteBackend, TaskBackend};
 use browserd_types::ApiKeyId;
 use browserd_worker::LocalWorker;
 use clap::Args;
@@ -80,17 +78,13 @@ pub async fn serve(
                 models,
                 PoolShape::single(args.max_running_tasks as usize),
             )?;
-            let memory = MemoryStore::new();
-            let hub = memory.hub().clone();
-            let store: Arc<dyn TaskStore> = Arc::new(memory);
-            let tasks =
-                TaskService::new(store.clone(), hub.clone(), catalog, proxies.names()?, None);
+            let (tasks, store, hub) = crate::wiring::in_memory(catalog, proxies.names()?);
             // The one owner of every task of this process.
             let key = ApiKeyId::new();
             let shutdown = CancellationToken::new();
             let worker = LocalWorker::new(store, hub, runner, args.max_running_tasks as usize);
             let worker = tokio::spawn(worker.run(shutdown.clone()));
-            let backend = McpBackend::in_process(tasks, key, shutdown.clone());
+            let backend = TaskBackend::in_process(tasks, key, shutdown.clone());
             tracing::info!("serving MCP on stdio, running tasks in this process");
             let result = run_stdio(Arc::new(backend)).await;
             // The client went away: the worker stops what still runs, then Chrome closes.

@@ -329,11 +329,11 @@ pub fn check_secret_binding(
     allowed_domains: &[String],
     on_any_domain: bool,
 ) -> anyhow::Result<()> {
-    match browserd_api::unbound_secrets_refusal(
+    match browserd_tasks::unbound_secrets_refusal(
         secrets,
         !allowed_domains.is_empty(),
         on_any_domain,
-        &browserd_api::SecretFixNames::CLI,
+        &browserd_tasks::SecretFixNames::CLI,
     ) {
         Some(message) => anyhow::bail!("{message}"),
         None => Ok(()),
@@ -414,7 +414,7 @@ fn task_spec(
     // The api's rules and defaults (the secrets' too: bound to the allowed domains); the
     // viewport and settle cap are the runtime's (`--viewport`, `--settle-timeout-ms`): one
     // task, one browser.
-    let task = browserd_api::validate_create_task(request, &catalog)
+    let task = browserd_tasks::validate_create_task(request, &catalog)
         .map_err(|err| anyhow::anyhow!("the task's flags: {err}"))?;
     let mut spec = TaskSpec::with_options(args.task.task.clone(), task.options);
     spec.secrets = browserd_worker::sensitive_data(task.secrets);

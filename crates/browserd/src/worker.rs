@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::wiring::{EventHub, SecretsKeyring, Store};
 use anyhow::Context;
 use browserd_browser::{BrowserPool, LiveViewSettings, Viewport};
-use browserd_store::{EventHub, SecretsKeyring, Store};
 use browserd_worker::{Worker, WorkerConfig};
 use clap::Args;
 use tokio::task::JoinHandle;
@@ -302,7 +302,10 @@ pub async fn start(
                 .await
                 .with_context(|| format!("binding --metrics-addr {addr}"))?;
             tracing::info!(address = %listener.local_addr()?, "serving metrics");
-            let app = browserd_api::metrics_router(store.clone(), cli.metrics_token());
+            let app = browserd_api::metrics_router(
+                crate::wiring::worker_core(&store, &hub),
+                cli.metrics_token(),
+            );
             let stop = shutdown.clone();
             Some(tokio::spawn(async move {
                 let served = axum::serve(listener, app)
@@ -364,7 +367,7 @@ impl WorkerOnItsOwnRuntime {
             .build()
             .context("building the worker's runtime")?;
         let started = runtime.spawn(async move {
-            let store = crate::open_store(cli, db_connections).await?;
+            let store = crate::wiring::open_store(cli, db_connections).await?;
             start(cli, args, store, hub, shutdown, tracing).await
         });
         let worker = match started.await {
@@ -391,7 +394,7 @@ pub async fn run_worker_only(
     db_max_connections: u32,
     tracing: bool,
 ) -> anyhow::Result<()> {
-    let store = crate::open_store(cli, args.db_connections(db_max_connections)).await?;
+    let store = crate::wiring::open_store(cli, args.db_connections(db_max_connections)).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::cancel_on_signal(shutdown.clone()));
     let (hub, hub_task) = EventHub::start(&store, shutdown.clone())

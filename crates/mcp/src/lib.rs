@@ -9,6 +9,7 @@
 //! Tool errors are MCP tool results with `isError: true` whose content is the REST API's error
 //! body, `{"error":{"code","message"[,"field"]}}`, with the same codes and messages.
 
+mod core;
 mod params;
 mod remote;
 mod server;
@@ -19,6 +20,7 @@ use browserd_types::dto::{
 };
 use browserd_types::{EventBody, TaskEvent, TaskId, TaskStatus, Transition};
 
+pub use core::{CallerOf, TaskBackend};
 pub use params::{
     AnswerTaskParams, ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams,
 };

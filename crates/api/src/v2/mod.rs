@@ -16,7 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use browserd_store::StoreError;
+use browserd_tasks::TaskError;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
@@ -262,10 +262,10 @@ impl IntoResponse for V2Error {
     }
 }
 
-impl From<StoreError> for V2Error {
-    fn from(err: StoreError) -> Self {
+impl From<TaskError> for V2Error {
+    fn from(err: TaskError) -> Self {
         match err {
-            StoreError::TaskNotFound(_) => V2Error::not_found("Task"),
+            err if err.is_task_not_found() => V2Error::not_found("Task"),
             // One mapping of the rest: the task service's.
             other => ApiError::from(other).into(),
         }

@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::ProfileRecord;
+use browserd_tasks::records::ProfileRecord;
 use browserd_types::profiles::{V2ProfileRequest, V2ProfileView};
 use browserd_types::v2::ListResponse;
 use uuid::Uuid;
@@ -60,7 +60,7 @@ pub(crate) async fn owned_profile(
         )
     })?;
     state
-        .store
+        .core
         .get_profile(caller.key_id, id)
         .await?
         .ok_or_else(not_found)?;
@@ -96,7 +96,7 @@ pub(crate) async fn create_profile(
     };
     labels(&request)?;
     let profile = state
-        .store
+        .core
         .create_profile(
             caller.key_id,
             request.name.as_deref(),
@@ -141,7 +141,7 @@ pub(crate) async fn list_profiles(
         return Err(err.into());
     }
     let (profiles, total) = state
-        .store
+        .core
         .list_profiles(caller.key_id, text, page_size, page_number)
         .await?;
     Ok(Json(ListResponse {
@@ -175,7 +175,7 @@ pub(crate) async fn get_profile(
 ) -> Result<Json<V2ProfileView>, V2Error> {
     let id = path_uuid("profile_id", &profile_id)?;
     let profile = state
-        .store
+        .core
         .get_profile(caller.key_id, id)
         .await?
         .ok_or_else(not_found)?;
@@ -212,7 +212,7 @@ pub(crate) async fn update_profile(
     let request: V2ProfileRequest = parse_body(&body)?;
     labels(&request)?;
     let profile = state
-        .store
+        .core
         .update_profile(
             caller.key_id,
             id,
@@ -246,7 +246,7 @@ pub(crate) async fn delete_profile(
     V2Path(profile_id): V2Path<String>,
 ) -> Result<StatusCode, V2Error> {
     let id = path_uuid("profile_id", &profile_id)?;
-    if !state.store.delete_profile(caller.key_id, id).await? {
+    if !state.core.delete_profile(caller.key_id, id).await? {
         return Err(not_found());
     }
     tracing::info!(profile_id = %id, "profile deleted (v2)");

@@ -7,7 +7,8 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use browserd_store::{NewSession, SessionRecord};
+use browserd_tasks::TaskError;
+use browserd_tasks::records::{NewSession, SessionRecord};
 use browserd_types::Transition;
 use browserd_types::v2::{
     CreateSessionRequest, ListResponse, SessionItemView, SessionView, UpdateRequest,
@@ -48,7 +49,7 @@ async fn view(
     session: SessionRecord,
 ) -> Result<SessionView, V2Error> {
     let tasks: Vec<_> = state
-        .store
+        .core
         .session_tasks(caller.key_id, session.id)
         .await?
         .into_iter()
@@ -119,7 +120,7 @@ pub(crate) async fn create_session(
         None => None,
     };
     let session = state
-        .store
+        .core
         .create_session(
             caller.key_id,
             NewSession {
@@ -173,7 +174,7 @@ pub(crate) async fn list_sessions(
         }
     };
     let (sessions, total) = state
-        .store
+        .core
         .list_sessions(caller.key_id, active, page_size, page_number)
         .await?;
     Ok(Json(ListResponse {
@@ -209,7 +210,7 @@ pub(crate) async fn get_session(
 ) -> Result<Json<SessionView>, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
     let session = state
-        .store
+        .core
         .get_session(caller.key_id, id)
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
@@ -223,15 +224,20 @@ pub(crate) async fn stop_session_and_tasks(
     id: Uuid,
 ) -> Result<SessionRecord, V2Error> {
     let session = state
-        .store
+        .core
         .stop_session(caller.key_id, id)
         .await?
         .ok_or_else(|| V2Error::not_found("Session"))?;
-    for task in state.store.session_unfinished_tasks(id).await? {
-        match crate::task_ops::control(&state.tasks, caller, task, Transition::Stop).await {
+    for task in state.core.session_unfinished_tasks(id).await? {
+        match state
+            .core
+            .tasks()
+            .control(caller, task, Transition::Stop)
+            .await
+        {
             // Ended meanwhile.
-            Ok(_) | Err(ApiError::Conflict { .. }) => {}
-            Err(err) => return Err(err.into()),
+            Ok(_) | Err(TaskError::Conflict { .. }) => {}
+            Err(err) => return Err(ApiError::from(err).into()),
         }
     }
     tracing::info!(session_id = %id, "session stopped (v2)");
@@ -303,7 +309,7 @@ pub(crate) async fn delete_session(
 ) -> Result<StatusCode, V2Error> {
     let id = path_uuid("session_id", &session_id)?;
     stop_session_and_tasks(&state, &caller, id).await?;
-    if !state.store.delete_session(caller.key_id, id).await? {
+    if !state.core.delete_session(caller.key_id, id).await? {
         return Err(V2Error::not_found("Session"));
     }
     Ok(StatusCode::NO_CONTENT)

@@ -7,7 +7,8 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use browserd_store::{ArtifactContent, SessionChoice, V2Task, V2TaskFilter};
+use browserd_tasks::records::{SessionChoice, V2Task, V2TaskFilter};
+use browserd_tasks::{Placement, TaskError};
 use browserd_types::dto::{self, ViewportSize};
 use browserd_types::v2::{
     CreateTaskRequest, FileView, ListResponse, LogsResponse, TaskCreatedResponse, TaskItemView,
@@ -27,7 +28,6 @@ use super::{
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::Caller;
-use crate::task_ops::{self, Placement};
 
 /// `POST /tasks`: 202 `{id, sessionId}`; the task runs in a new one-off session, or in the
 /// caller's active, idle session `sessionId`.
@@ -78,7 +78,7 @@ pub(crate) async fn create_task(
             )
             .await?,
         ),
-        (_, Some(session)) => state.store.session_profile(caller.key_id, session).await?,
+        (_, Some(session)) => state.core.session_profile(caller.key_id, session).await?,
         (None, None) => None,
     };
     if request.task.trim().is_empty() {
@@ -205,14 +205,14 @@ pub(crate) async fn create_task(
     });
     // Flat secrets (the SDK's shape) need allowedDomains or the opt-in: said in v2's names.
     if let Some(secrets) = &request.secrets
-        && let Some(message) = crate::validation::unbound_secrets_refusal(
+        && let Some(message) = browserd_tasks::unbound_secrets_refusal(
             secrets,
             request
                 .allowed_domains
                 .as_ref()
                 .is_some_and(|d| !d.is_empty()),
             request.allow_secrets_on_any_domain.unwrap_or(false),
-            &crate::validation::SecretFixNames::V2,
+            &browserd_tasks::SecretFixNames::V2,
         )
     {
         return Err(V2Error::invalid(
@@ -245,7 +245,12 @@ pub(crate) async fn create_task(
         },
         v2_options: options,
     };
-    let created = task_ops::create(&state.tasks, &caller, v1, None, placement).await?;
+    let created = state
+        .core
+        .tasks()
+        .create(&caller, v1, None, placement)
+        .await
+        .map_err(ApiError::from)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(TaskCreatedResponse {
@@ -316,7 +321,7 @@ pub(crate) async fn list_tasks(
         .map(|raw| date_query("before", raw))
         .transpose()?;
     let (tasks, total) = state
-        .store
+        .core
         .list_v2_tasks(caller.key_id, &filter, page_size, page_number)
         .await?;
     Ok(Json(ListResponse {
@@ -391,7 +396,7 @@ fn date_query(name: &str, raw: &str) -> Result<OffsetDateTime, V2Error> {
 async fn owned(state: &AppState, caller: &Caller, raw_id: &str) -> Result<V2Task, V2Error> {
     let id = TaskId(path_uuid("task_id", raw_id)?);
     state
-        .store
+        .core
         .get_v2_task(caller.key_id, id)
         .await?
         .ok_or_else(|| V2Error::not_found("Task"))
@@ -504,9 +509,9 @@ pub(crate) async fn update_task(
     };
     let ended = task.record.status.is_terminal();
     if !(ended && transition == Transition::Stop) {
-        match task_ops::control(&state.tasks, &caller, id, transition).await {
+        match state.core.tasks().control(&caller, id, transition).await {
             Ok(_) => {}
-            Err(ApiError::Conflict {
+            Err(TaskError::Conflict {
                 current_status: Some(current),
                 ..
             }) => {
@@ -516,7 +521,7 @@ pub(crate) async fn update_task(
                     V2TaskStatus::from(current).as_str()
                 )));
             }
-            Err(err) => return Err(err.into()),
+            Err(err) => return Err(ApiError::from(err).into()),
         }
     }
     if request.action == "stop_task_and_session"
@@ -598,7 +603,7 @@ pub(crate) async fn task_history(
         Done,
     }
     let body = futures::stream::unfold(Part::Open, move |part| {
-        let store = state.store.clone();
+        let store = state.core.clone();
         async move {
             let (bytes, next) = match part {
                 Part::Open => (
@@ -616,7 +621,7 @@ pub(crate) async fn task_history(
                         Err(err) => return Some((Err(history_error(id, &err)), Part::Done)),
                     };
                     let next_after =
-                        task_ops::next_page_after(&mut records, page, |(number, _)| *number);
+                        browserd_tasks::next_page_after(&mut records, page, |(number, _)| *number);
                     let mut bytes = Vec::new();
                     for (index, (_, record)) in records.iter().enumerate() {
                         if !(first && index == 0) {
@@ -700,18 +705,21 @@ pub(crate) async fn step_screenshot(
             "int_parsing",
         )
     })?;
-    let screenshot = state
-        .store
-        .step_screenshot(task.record.id, number)
-        .await?
-        .ok_or_else(|| V2Error::not_found("Screenshot"))?;
-    let bytes = match screenshot.content {
-        ArtifactContent::Inline(bytes) => bytes,
-        ArtifactContent::Path(path) => tokio::fs::read(&path)
-            .await
-            .map_err(|err| V2Error::Internal(format!("reading screenshot file {path}: {err}")))?,
+    // The task service's read, as `/v1`'s; only the cloud's words differ.
+    let (content_type, bytes) = match state
+        .core
+        .tasks()
+        .screenshot(&caller, task.record.id, number)
+        .await
+    {
+        Ok(screenshot) => screenshot,
+        Err(TaskError::NotFound {
+            code: "screenshot_not_found",
+            ..
+        }) => return Err(V2Error::not_found("Screenshot")),
+        Err(err) => return Err(err.into()),
     };
-    let content_type = HeaderValue::try_from(screenshot.content_type)
+    let content_type = HeaderValue::try_from(content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     Response::builder()
         .status(StatusCode::OK)
@@ -752,7 +760,7 @@ pub(crate) async fn output_file(
     let task = owned(&state, &caller, &task_id).await?;
     let file_id = path_uuid("file_id", &file_id)?;
     let file = state
-        .store
+        .core
         .output_file(Some(task.record.id), file_id)
         .await?
         .ok_or_else(|| V2Error::not_found("Output file"))?;
@@ -817,7 +825,7 @@ pub(crate) fn item_view(task: V2Task) -> TaskItemView {
 /// navigation, is not a v2 step) with absolute screenshot URLs.
 async fn task_view(state: &AppState, task: V2Task) -> Result<TaskView, V2Error> {
     let id = task.record.id;
-    let records = state.store.list_steps(id).await?;
+    let records = state.core.list_steps(id).await?;
     let mut previous_end: Option<OffsetDateTime> = None;
     let mut steps = Vec::with_capacity(records.len());
     for step in records {
@@ -858,7 +866,7 @@ async fn task_view(state: &AppState, task: V2Task) -> Result<TaskView, V2Error> 
     // Files whose content was skipped (over the caps) are listed on /v1 only: v2 clients
     // download every file they see.
     let output_files = state
-        .store
+        .core
         .list_output_files(id)
         .await?
         .into_iter()

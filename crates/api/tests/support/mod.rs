@@ -91,7 +91,11 @@ impl TestServer {
         config
             .public_url
             .get_or_insert_with(|| browserd_api::PublicUrl::from_listen_address(addr));
-        let app = browserd_api::router(store.clone(), hub, config, shutdown.clone());
+        let app = browserd_api::router(
+            browserd_tasks::TaskCore::new(store.clone(), hub),
+            config,
+            shutdown.clone(),
+        );
         let token = shutdown.clone();
         tokio::spawn(async move {
             axum::serve(

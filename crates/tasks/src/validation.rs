@@ -1,4 +1,4 @@
-//! Rules for `POST /v1/tasks`. Each failure names the field and the rule it broke.
+//! Rules for a new task (`POST /v1/tasks`, v2's and MCP's creation, `browserd run`). Each failure names the field and the rule it broke.
 
 use std::collections::BTreeMap;
 
@@ -8,20 +8,20 @@ use browserd_types::dto::{CreateTaskRequest, ReplaySettings, limits};
 use browserd_types::{TaskId, TaskOptions, TaskSecret, TaskSecrets};
 use secrecy::ExposeSecret;
 
-use crate::error::ApiError;
+use crate::error::TaskError;
 use crate::models::ModelCatalog;
 
 /// Validates `request` and fills in defaults.
 pub fn validate_create_task(
     request: CreateTaskRequest,
     models: &ModelCatalog,
-) -> Result<NewTask, ApiError> {
+) -> Result<NewTask, TaskError> {
     refuse_nul_characters(&request)?;
     let replay = match request.replay_of {
         Some(source) => Some(validate_replay(&request, source)?),
         None => {
             if request.replay.is_some() {
-                return Err(ApiError::validation(
+                return Err(TaskError::validation(
                     "replay",
                     "replay options need replay_of (the id of the task to replay)",
                 ));
@@ -30,17 +30,17 @@ pub fn validate_create_task(
         }
     };
     let Some(task) = request.task else {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "task",
             "task is required (it may only be omitted with replay_of)",
         ));
     };
     let task_chars = task.chars().count();
     if task.trim().is_empty() {
-        return Err(ApiError::validation("task", "task must not be empty"));
+        return Err(TaskError::validation("task", "task must not be empty"));
     }
     if task_chars > limits::TASK_MAX_CHARS {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "task",
             format!(
                 "task must be at most {} characters, got {task_chars}",
@@ -84,7 +84,7 @@ pub fn validate_create_task(
             if !models.contains(&name) {
                 let known: Vec<&str> = models.names().collect();
                 let shown: String = name.chars().take(limits::MODEL_MAX_CHARS).collect();
-                return Err(ApiError::validation(
+                return Err(TaskError::validation(
                     "model",
                     if known.is_empty() {
                         format!("unknown model `{shown}`: no models are configured")
@@ -130,7 +130,7 @@ pub fn validate_create_task(
             if limits::MAX_TOKENS_RANGE.contains(&value) {
                 Ok(value)
             } else {
-                Err(ApiError::validation(
+                Err(TaskError::validation(
                     "max_tokens",
                     format!(
                         "max_tokens must be between {} and {}, got {value}",
@@ -147,7 +147,7 @@ pub fn validate_create_task(
             if value.is_finite() && value > 0.0 && value <= limits::MAX_COST_USD_MAX {
                 Ok(value)
             } else {
-                Err(ApiError::validation(
+                Err(TaskError::validation(
                     "max_cost_usd",
                     format!(
                         "max_cost_usd must be above 0 and at most {}, got {value}",
@@ -160,7 +160,7 @@ pub fn validate_create_task(
     if let Some(viewport) = &request.viewport {
         viewport
             .check()
-            .map_err(|(field, message)| ApiError::validation(field, message))?;
+            .map_err(|(field, message)| TaskError::validation(field, message))?;
     }
     let settle_timeout_ms = request
         .settle_timeout_ms
@@ -177,7 +177,7 @@ pub fn validate_create_task(
     if let Some(name) = &request.proxy {
         let chars = name.chars().count();
         if chars == 0 || chars > limits::PROXY_NAME_MAX_CHARS {
-            return Err(ApiError::validation(
+            return Err(TaskError::validation(
                 "proxy",
                 format!(
                     "proxy must be the name of a configured proxy, 1–{} characters",
@@ -199,7 +199,7 @@ pub fn validate_create_task(
         })
         .transpose()?;
     if replay.is_some() && (request.ask_human.is_some() || ask_human_timeout_s.is_some()) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             if request.ask_human.is_some() {
                 "ask_human"
             } else {
@@ -242,7 +242,7 @@ pub fn validate_create_task(
 
 /// The fields a replay does not use are refused (they would be silently ignored), and its
 /// options are checked against the CLI's ranges.
-fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewReplay, ApiError> {
+fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewReplay, TaskError> {
     let agent_only = [
         ("model", request.model.is_some(), "no model is called"),
         (
@@ -287,7 +287,7 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
         ),
     ];
     if let Some((field, _, why)) = agent_only.iter().find(|(_, given, _)| *given) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             *field,
             format!("{field} does not apply to a replay (replay_of is given): {why}"),
         ));
@@ -317,23 +317,23 @@ fn validate_replay(request: &CreateTaskRequest, source: TaskId) -> Result<NewRep
 }
 
 /// The `limit` of a page of steps or history items: 1–500, default 100.
-pub fn step_page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+pub fn step_page_limit(limit: Option<i64>) -> Result<i64, TaskError> {
     page_limit(limit, limits::STEP_PAGE_DEFAULT, limits::STEP_PAGE_MAX)
 }
 
 /// The page size of a task list: 1–100, 20 when not given (`GET /v1/tasks?limit=`, the MCP
 /// `list_tasks` tool).
-pub fn list_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+pub fn list_limit(limit: Option<i64>) -> Result<i64, TaskError> {
     page_limit(limit, limits::LIST_LIMIT_DEFAULT, limits::LIST_LIMIT_MAX)
 }
 
 /// A page's `limit`: `default` when not given, else 1 to `max`.
-fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, TaskError> {
     let Some(value) = limit else {
         return Ok(default);
     };
     if !(1..=max).contains(&value) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "limit",
             format!("limit must be between 1 and {max}, got {value}"),
         ));
@@ -346,10 +346,10 @@ fn int_field(
     value: Option<i64>,
     default: i64,
     range: std::ops::RangeInclusive<i64>,
-) -> Result<i32, ApiError> {
+) -> Result<i32, TaskError> {
     let value = value.unwrap_or(default);
     if !range.contains(&value) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             field,
             format!(
                 "{field} must be between {} and {}, got {value}",
@@ -359,12 +359,12 @@ fn int_field(
         ));
     }
     // The ranges all fit in i32.
-    i32::try_from(value).map_err(|_| ApiError::validation(field, format!("{field} is too large")))
+    i32::try_from(value).map_err(|_| TaskError::validation(field, format!("{field} is too large")))
 }
 
-fn validate_start_url(raw: &str) -> Result<url::Url, ApiError> {
+fn validate_start_url(raw: &str) -> Result<url::Url, TaskError> {
     if raw.chars().count() > limits::URL_MAX_CHARS {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "start_url",
             format!(
                 "start_url must be at most {} characters",
@@ -373,10 +373,10 @@ fn validate_start_url(raw: &str) -> Result<url::Url, ApiError> {
         ));
     }
     let url = url::Url::parse(raw).map_err(|err| {
-        ApiError::validation("start_url", format!("start_url is not a valid URL: {err}"))
+        TaskError::validation("start_url", format!("start_url is not a valid URL: {err}"))
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "start_url",
             format!(
                 "start_url must be an http or https URL, got scheme `{}`",
@@ -385,7 +385,7 @@ fn validate_start_url(raw: &str) -> Result<url::Url, ApiError> {
         ));
     }
     if UrlTarget::new(&url).is_none() {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "start_url",
             "start_url must have a host",
         ));
@@ -394,20 +394,20 @@ fn validate_start_url(raw: &str) -> Result<url::Url, ApiError> {
 }
 
 /// A start URL the task's own domain lists forbid would only fail the run at its first step.
-fn check_start_url_against_lists(url: &url::Url, rules: &DomainRules) -> Result<(), ApiError> {
+fn check_start_url_against_lists(url: &url::Url, rules: &DomainRules) -> Result<(), TaskError> {
     let Some(target) = UrlTarget::new(url) else {
         return Ok(());
     };
     match rules.check(&target) {
         Ok(()) => Ok(()),
-        Err(Forbidden::NotInAllowedDomains) => Err(ApiError::validation(
+        Err(Forbidden::NotInAllowedDomains) => Err(TaskError::validation(
             "start_url",
             format!(
                 "start_url is forbidden by allowed_domains: no pattern in it matches (host `{}`)",
                 target.host()
             ),
         )),
-        Err(Forbidden::ProhibitedDomain { pattern }) => Err(ApiError::validation(
+        Err(Forbidden::ProhibitedDomain { pattern }) => Err(TaskError::validation(
             "start_url",
             format!(
                 "start_url is forbidden by prohibited_domains: it matches the pattern `{pattern}`"
@@ -482,9 +482,9 @@ fn validate_secrets(
     allowed_domains: &[String],
     opt_in: bool,
     names: &SecretFixNames,
-) -> Result<TaskSecrets, ApiError> {
+) -> Result<TaskSecrets, TaskError> {
     if secrets.count() > limits::SECRETS_MAX {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "secrets",
             format!("at most {} secrets are allowed", limits::SECRETS_MAX),
         ));
@@ -492,13 +492,13 @@ fn validate_secrets(
     for (key, entry) in &secrets.0 {
         if let TaskSecret::Bound(map) = entry {
             if let Err(err) = DomainPattern::parse(key) {
-                return Err(ApiError::validation(
+                return Err(TaskError::validation(
                     "secrets",
                     format!("secrets: a key holding an object must be a domain pattern: {err}"),
                 ));
             }
             if map.is_empty() {
-                return Err(ApiError::validation(
+                return Err(TaskError::validation(
                     "secrets",
                     format!("secrets: `{key}` binds no secret to its domains"),
                 ));
@@ -516,7 +516,7 @@ fn validate_secrets(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         {
-            return Err(ApiError::validation(
+            return Err(TaskError::validation(
                 "secrets",
                 format!(
                     "secret names must be 1–{} characters of A–Z, a–z, 0–9, `_`, `-`, `.`",
@@ -527,7 +527,7 @@ fn validate_secrets(
         // Never echo the value.
         let chars = value.expose_secret().chars().count();
         if chars == 0 || chars > limits::SECRET_VALUE_MAX_CHARS {
-            return Err(ApiError::validation(
+            return Err(TaskError::validation(
                 field,
                 format!(
                     "secret values must be 1–{} characters",
@@ -539,7 +539,7 @@ fn validate_secrets(
     if let Some(message) =
         unbound_secrets_refusal(&secrets, !allowed_domains.is_empty(), opt_in, names)
     {
-        return Err(ApiError::validation("secrets", message));
+        return Err(TaskError::validation("secrets", message));
     }
     if allowed_domains.is_empty() && !secrets.unbound_names().is_empty() {
         tracing::warn!(
@@ -554,10 +554,10 @@ fn validate_secrets(
 fn validate_domains(
     field: &str,
     domains: Option<Vec<String>>,
-) -> Result<(Vec<String>, DomainList), ApiError> {
+) -> Result<(Vec<String>, DomainList), TaskError> {
     let domains = domains.unwrap_or_default();
     if domains.len() > limits::DOMAINS_MAX {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             field,
             format!("{field} may hold at most {} entries", limits::DOMAINS_MAX),
         ));
@@ -567,14 +567,14 @@ fn validate_domains(
         .map(|pattern| pattern.trim().to_ascii_lowercase())
         .collect();
     let list = DomainList::parse(&domains).map_err(|err| {
-        ApiError::validation(format!("{field}[{}]", err.index), err.error.to_string())
+        TaskError::validation(format!("{field}[{}]", err.index), err.error.to_string())
     })?;
     Ok((cleaned, list))
 }
 
-fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
+fn validate_output_schema(schema: &serde_json::Value) -> Result<(), TaskError> {
     if !schema.is_object() {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "output_schema",
             "output_schema must be a JSON Schema object",
         ));
@@ -582,9 +582,9 @@ fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
     // Bounded first: nothing below (or a worker's provider rewrite later) may take longer than
     // the schema's accepted size allows.
     browserd_types::schema_bounds::check_output_schema(schema)
-        .map_err(|err| ApiError::validation("output_schema", err.to_string()))?;
+        .map_err(|err| TaskError::validation("output_schema", err.to_string()))?;
     if let Err(err) = jsonschema::meta::validate(schema) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "output_schema",
             format!("output_schema is not a valid JSON Schema: {err}"),
         ));
@@ -592,7 +592,7 @@ fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
     // Compiling catches what the meta-schema cannot (e.g. unresolvable `$ref`s; remote
     // references are never fetched).
     if let Err(err) = jsonschema::validator_for(schema) {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "output_schema",
             format!("output_schema cannot be used: {err}"),
         ));
@@ -600,9 +600,9 @@ fn validate_output_schema(schema: &serde_json::Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError> {
+fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), TaskError> {
     if metadata.len() > limits::METADATA_MAX_PAIRS {
-        return Err(ApiError::validation(
+        return Err(TaskError::validation(
             "metadata",
             format!(
                 "metadata may hold at most {} pairs, got {}",
@@ -614,7 +614,7 @@ fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError
     for (key, value) in metadata {
         let key_chars = key.chars().count();
         if key_chars == 0 || key_chars > limits::METADATA_KEY_MAX_CHARS {
-            return Err(ApiError::validation(
+            return Err(TaskError::validation(
                 "metadata",
                 format!(
                     "metadata keys must be 1–{} characters",
@@ -623,7 +623,7 @@ fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ApiError
             ));
         }
         if value.chars().count() > limits::METADATA_VALUE_MAX_CHARS {
-            return Err(ApiError::validation(
+            return Err(TaskError::validation(
                 format!("metadata.{key}"),
                 format!(
                     "metadata values must be at most {} characters",
@@ -644,7 +644,7 @@ mod tests {
     fn validate(body: Value) -> Result<NewTask, (String, String)> {
         let request: CreateTaskRequest = serde_json::from_value(body).expect("request shape");
         validate_create_task(request, &ModelCatalog::default()).map_err(|err| match err {
-            ApiError::Validation { field, message } => (field.unwrap_or_default(), message),
+            TaskError::Validation { field, message } => (field.unwrap_or_default(), message),
             other => panic!("not a validation error: {other:?}"),
         })
     }
@@ -853,7 +853,7 @@ mod tests {
 /// Postgres stores no NUL character in text or jsonb: a request carrying one anywhere (the task,
 /// metadata, an output schema's strings or keys, …) is refused here, naming where, rather than
 /// failing at the insert. Walks the request's own serialization, so every field is covered.
-fn refuse_nul_characters(request: &CreateTaskRequest) -> Result<(), ApiError> {
+fn refuse_nul_characters(request: &CreateTaskRequest) -> Result<(), TaskError> {
     fn find(value: &serde_json::Value, path: &str) -> Option<String> {
         match value {
             serde_json::Value::String(text) => text.contains('\0').then(|| path.to_owned()),
@@ -880,7 +880,7 @@ fn refuse_nul_characters(request: &CreateTaskRequest) -> Result<(), ApiError> {
         return Ok(());
     };
     match find(&value, "") {
-        Some(field) => Err(ApiError::validation(
+        Some(field) => Err(TaskError::validation(
             field.clone(),
             format!("{field} contains a NUL character (\\u0000), which cannot be stored"),
         )),
