@@ -2275,7 +2275,7 @@ async fn profiles_are_created_named_used_and_deleted(pool: PgPool) {
         "localStorage": [{"name": "token", "value": secret}]}]});
     let saved = app
         .store
-        .save_profile_state(uuid, 0, &state, &["shop.test".to_owned()])
+        .save_profile_state(app.key_id, uuid, 0, &state, &["shop.test".to_owned()])
         .await
         .unwrap();
     assert_eq!(saved, browserd_store::ProfileSave::Saved { version: 1 });
@@ -2294,7 +2294,7 @@ async fn profiles_are_created_named_used_and_deleted(pool: PgPool) {
     // A write based on version 0 now conflicts and answers the newer state.
     let conflict = app
         .store
-        .save_profile_state(uuid, 0, &json!({}), &[])
+        .save_profile_state(app.key_id, uuid, 0, &json!({}), &[])
         .await
         .unwrap();
     assert_eq!(
@@ -2338,7 +2338,7 @@ async fn profiles_are_created_named_used_and_deleted(pool: PgPool) {
     assert_eq!(error["error"]["code"], "profile_not_found");
     assert_eq!(
         app.store
-            .save_profile_state(uuid, 1, &json!({}), &[])
+            .save_profile_state(app.key_id, uuid, 1, &json!({}), &[])
             .await
             .unwrap(),
         browserd_store::ProfileSave::Gone

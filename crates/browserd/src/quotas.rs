@@ -4,6 +4,7 @@
 //! `browserd keys create|update`.
 
 use browserd_tasks::records::{ApiKeyRecord, QuotaOverrides, QuotaUpdate, Quotas};
+use browserd_store::ObjectLimits;
 use clap::Args;
 
 /// The default quotas of every key that sets none of its own. `0` is unlimited.
@@ -61,6 +62,38 @@ pub(crate) struct QuotaArgs {
         global = true
     )]
     daily_cost_usd_per_key: f64,
+
+    /// Browser profiles one key may have; creating one more answers 429 `quota_exceeded`
+    /// until the key deletes one (0: unlimited).
+    #[arg(
+        long,
+        env = "BROWSERD_MAX_PROFILES_PER_KEY",
+        default_value_t = 100,
+        global = true
+    )]
+    max_profiles_per_key: u32,
+
+    /// Active `/api/v2` sessions (created with `POST /api/v2/sessions`, not yet stopped) one
+    /// key may have; creating one more answers 429 until the key stops or deletes one (0:
+    /// unlimited).
+    #[arg(
+        long,
+        env = "BROWSERD_MAX_SESSIONS_PER_KEY",
+        default_value_t = 10,
+        global = true
+    )]
+    max_sessions_per_key: u32,
+
+    /// Largest browser-profile state (cookies and localStorage, serialized as JSON) stored, in
+    /// bytes; a task whose state grows past it keeps the profile's previous state and gets one
+    /// `log` warning event (0: unlimited).
+    #[arg(
+        long,
+        env = "BROWSERD_MAX_PROFILE_BYTES",
+        default_value_t = browserd_worker::MAX_PROFILE_BYTES,
+        global = true
+    )]
+    max_profile_bytes: usize,
 }
 
 /// `--max-running-per-key`: a fixed number (0: unlimited) or half the workers' slots.
@@ -106,6 +139,15 @@ impl QuotaArgs {
 }
 
 impl QuotaArgs {
+    /// The per-key profile and session counts and the profile size.
+    pub(crate) fn object_limits(&self) -> ObjectLimits {
+        ObjectLimits {
+            max_profiles_per_key: self.max_profiles_per_key,
+            max_sessions_per_key: self.max_sessions_per_key,
+            max_profile_bytes: self.max_profile_bytes,
+        }
+    }
+
     /// Whether a key without a `max_running` of its own may hold half the workers' slots
     /// (`--max-running-per-key auto`).
     pub(crate) fn fair_share(&self) -> bool {

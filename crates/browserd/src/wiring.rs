@@ -45,7 +45,8 @@ pub(crate) async fn open_store(cli: &crate::Cli, max_connections: u32) -> anyhow
     }
     Ok(store
         .with_default_quotas(cli.quotas.defaults()?)
-        .with_fair_share(cli.quotas.fair_share()))
+        .with_fair_share(cli.quotas.fair_share())
+        .with_object_limits(cli.quotas.object_limits()))
 }
 
 /// Connects and applies the migrations (`browserd migrate`).

@@ -65,6 +65,15 @@ pub enum StoreError {
         "this server has no secrets key (BROWSERD_SECRETS_KEY or --secrets-key-file), so it cannot accept a secret answer"
     )]
     NoSecretsKeyForAnswer,
+    /// The key already has as many profiles or active sessions as it may (`ObjectLimits`).
+    #[error(
+        "this key already has {max} {}, its limit `{}` ({max}); {}",
+        .what.noun(), .what.quota(), .what.remedy()
+    )]
+    KeyObjectLimit { what: crate::KeyObject, max: u32 },
+    /// A profile state larger than `ObjectLimits::max_profile_bytes`; nothing was written.
+    #[error("the profile's state is {size} bytes, over the limit of {max} bytes; it was not saved")]
+    ProfileTooLarge { size: usize, max: usize },
     #[error("invalid cursor")]
     InvalidCursor,
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).

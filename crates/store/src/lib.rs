@@ -12,6 +12,7 @@ mod feed;
 mod hub;
 mod live;
 mod memory;
+mod object_limits;
 mod output_files;
 mod profiles;
 mod questions;
@@ -48,6 +49,7 @@ pub use hub::{
 };
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
 pub use memory::MemoryStore;
+pub use object_limits::{KeyObject, ObjectLimits};
 pub use output_files::{
     NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
     OutputFile, OutputFileRecord,
@@ -57,7 +59,7 @@ pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite, pause_limit_error};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
-pub use sealed::{SealError, SecretsKeyring};
+pub use sealed::{SealError, SealedFor, SecretsKeyring};
 pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
 };
@@ -103,6 +105,8 @@ pub struct Store {
     /// A key without a `max_running` of its own, and no default one, may hold at most half
     /// the live workers' slots (`quotas.rs`, `Store::with_fair_share`).
     fair_share: bool,
+    /// Per-key profile and session counts and the profile size (`object_limits.rs`).
+    object_limits: ObjectLimits,
 }
 
 impl Store {
@@ -124,6 +128,7 @@ impl Store {
             key_lookups: std::sync::Arc::default(),
             default_quotas: Quotas::default(),
             fair_share: false,
+            object_limits: ObjectLimits::default(),
         })
     }
 
@@ -135,6 +140,7 @@ impl Store {
             key_lookups: std::sync::Arc::default(),
             default_quotas: Quotas::default(),
             fair_share: false,
+            object_limits: ObjectLimits::default(),
         }
     }
 
@@ -143,6 +149,18 @@ impl Store {
     pub fn with_secrets_keyring(mut self, keyring: SecretsKeyring) -> Self {
         self.keyring = Some(std::sync::Arc::new(keyring));
         self
+    }
+
+    /// Holds every key to `limits` (profiles, active sessions, profile size).
+    #[must_use]
+    pub fn with_object_limits(mut self, limits: ObjectLimits) -> Self {
+        self.object_limits = limits;
+        self
+    }
+
+    /// The per-key object limits in force.
+    pub fn object_limits(&self) -> ObjectLimits {
+        self.object_limits
     }
 
     /// A secrets key is configured.

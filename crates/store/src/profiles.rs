@@ -4,19 +4,20 @@
 //! boundary where it changed, with an optimistic version check ([`Store::save_profile_state`]).
 //!
 //! The state is credentials: with a secrets key it is sealed with the [`SecretsKeyring`] (the
-//! profile id as associated data) exactly like an `/api/v2` session's cookies, and only the
+//! profile id and its key's id as associated data) exactly like an `/api/v2` session's cookies, and only the
 //! cookie domains stay in clear (for the views).
 //!
 //! [`SecretsKeyring`]: crate::SecretsKeyring
 
 use std::collections::BTreeMap;
 
-use browserd_types::{ApiKeyId, TaskId};
+use browserd_types::ApiKeyId;
 use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{Store, StoreError};
+use crate::object_limits::{KeyObject, check_count, lock_key_objects};
+use crate::{SealedFor, Store, StoreError};
 
 /// The one entry of a profile's sealed state.
 const STATE_ENTRY: &str = "state";
@@ -87,12 +88,27 @@ impl From<ProfileRow> for ProfileRecord {
 
 impl Store {
     /// Creates an empty profile owned by `owner`.
+    ///
+    /// Errors: [`StoreError::KeyObjectLimit`] when `owner` has its limit of profiles
+    /// ([`crate::ObjectLimits`]); concurrent creations by one key are counted one at a time.
     pub async fn create_profile(
         &self,
         owner: ApiKeyId,
         name: Option<&str>,
         user_id: Option<&str>,
     ) -> Result<ProfileRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let max = self.object_limits.max_profiles_per_key;
+        if max > 0 {
+            lock_key_objects(&mut tx, owner, KeyObject::Profiles).await?;
+            let count = sqlx::query_scalar!(
+                "select count(*) as \"n!\" from profiles where api_key_id = $1",
+                owner.0,
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            check_count(KeyObject::Profiles, count, max)?;
+        }
         let row = sqlx::query_as!(
             ProfileRow,
             "insert into profiles (id, api_key_id, name, user_id) values ($1, $2, $3, $4)
@@ -103,8 +119,9 @@ impl Store {
             name,
             user_id,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(row.into())
     }
 
@@ -236,30 +253,47 @@ impl Store {
         let Some(row) = row else {
             return Ok(None);
         };
-        let state = self.open_state(id, row.state, row.state_sealed.as_deref())?;
+        let state = self.open_state(
+            SealedFor::new(id, owner),
+            row.state,
+            row.state_sealed.as_deref(),
+        )?;
         Ok(Some(ProfileState {
             version: row.version,
             state,
         }))
     }
 
-    /// Writes `state` (and its `cookie_domains`) as profile `id`'s new version if it is still
-    /// at `expected_version`; otherwise answers the newer state (or that it is gone), for the
-    /// caller to merge its changes into and try again.
+    /// Writes `state` (and its `cookie_domains`) as `owner`'s profile `id`'s new version if it
+    /// is still at `expected_version`; otherwise answers the newer state (or that it is gone),
+    /// for the caller to merge its changes into and try again.
+    ///
+    /// Errors: [`StoreError::ProfileTooLarge`] when `state` (serialized) is larger than
+    /// [`crate::ObjectLimits::max_profile_bytes`]: nothing is written, the previous state stays.
     pub async fn save_profile_state(
         &self,
+        owner: ApiKeyId,
         id: Uuid,
         expected_version: i64,
         state: &serde_json::Value,
         cookie_domains: &[String],
     ) -> Result<ProfileSave, StoreError> {
-        let (plain, sealed) = self.seal_state(id, state);
+        let max = self.object_limits.max_profile_bytes;
+        if max > 0 {
+            let size = state.to_string().len();
+            if size > max {
+                return Err(StoreError::ProfileTooLarge { size, max });
+            }
+        }
+        let for_ = SealedFor::new(id, owner);
+        let (plain, sealed) = self.seal_state(for_, state);
         let saved = sqlx::query_scalar!(
-            "update profiles set state = $3, state_sealed = $4, cookie_domains = $5,
+            "update profiles set state = $4, state_sealed = $5, cookie_domains = $6,
                  version = version + 1, updated_at = now()
-             where id = $1 and version = $2
+             where id = $1 and api_key_id = $2 and version = $3
              returning version",
             id,
+            owner.0,
             expected_version,
             plain,
             sealed,
@@ -271,15 +305,16 @@ impl Store {
             return Ok(ProfileSave::Saved { version });
         }
         let row = sqlx::query!(
-            "select version, state, state_sealed from profiles where id = $1",
+            "select version, state, state_sealed from profiles where id = $1 and api_key_id = $2",
             id,
+            owner.0,
         )
         .fetch_optional(&self.pool)
         .await?;
         let Some(row) = row else {
             return Ok(ProfileSave::Gone);
         };
-        let state = self.open_state(id, row.state, row.state_sealed.as_deref())?;
+        let state = self.open_state(for_, row.state, row.state_sealed.as_deref())?;
         Ok(ProfileSave::Conflict(ProfileState {
             version: row.version,
             state,
@@ -289,7 +324,7 @@ impl Store {
     /// The column values of `state`: in clear without a key, else sealed.
     fn seal_state(
         &self,
-        id: Uuid,
+        for_: SealedFor,
         state: &serde_json::Value,
     ) -> (Option<serde_json::Value>, Option<Vec<u8>>) {
         match &self.keyring {
@@ -298,7 +333,7 @@ impl Store {
                     STATE_ENTRY.to_owned(),
                     SecretString::from(state.to_string()),
                 )]);
-                (None, Some(keyring.seal(TaskId(id), &plain)))
+                (None, Some(keyring.seal(for_, &plain)))
             }
             None => (Some(state.clone()), None),
         }
@@ -306,7 +341,7 @@ impl Store {
 
     fn open_state(
         &self,
-        id: Uuid,
+        for_: SealedFor,
         plain: Option<serde_json::Value>,
         sealed: Option<&[u8]>,
     ) -> Result<serde_json::Value, StoreError> {
@@ -314,7 +349,7 @@ impl Store {
             return Ok(plain.unwrap_or(serde_json::Value::Null));
         };
         let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
-        let opened = keyring.open(TaskId(id), sealed)?;
+        let opened = keyring.open(for_, sealed)?;
         Ok(opened
             .get(STATE_ENTRY)
             .and_then(|text| serde_json::from_str(text.expose_secret()).ok())

@@ -21,7 +21,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::events::{EventGuard, append_body_in};
 use crate::tasks::{TaskRecord, parse_status};
-use crate::{Store, StoreError};
+use crate::{SealedFor, Store, StoreError};
 
 /// The key of a sealed answer inside its sealed map.
 const SEALED_KEY: &str = "answer";
@@ -130,7 +130,7 @@ pub(crate) fn question_status_event(transition: Transition) -> EventBody {
 impl Store {
     fn open_answer(
         &self,
-        id: TaskId,
+        for_: SealedFor,
         question_id: String,
         answer: Option<String>,
         sealed: Option<Vec<u8>>,
@@ -143,7 +143,7 @@ impl Store {
             })),
             (None, Some(sealed)) => {
                 let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
-                let mut opened = keyring.open(id, &sealed)?;
+                let mut opened = keyring.open(for_, &sealed)?;
                 let text = opened
                     .remove(SEALED_KEY)
                     .ok_or_else(|| StoreError::Corrupt("sealed answer without a value".into()))?;
@@ -168,7 +168,7 @@ impl Store {
     ) -> Result<Asked, StoreError> {
         let mut tx = self.pool.begin().await?;
         let task = sqlx::query!(
-            "select status, lease_owner from tasks where id = $1 for update",
+            "select status, lease_owner, api_key_id from tasks where id = $1 for update",
             id.0
         )
         .fetch_optional(&mut *tx)
@@ -210,7 +210,7 @@ impl Store {
             tx.commit().await?;
             return self
                 .open_answer(
-                    id,
+                    SealedFor::task(id, ApiKeyId(task.api_key_id)),
                     question.question_id.clone(),
                     row.answer,
                     row.answer_sealed,
@@ -263,7 +263,8 @@ impl Store {
     ) -> Result<Answered, StoreError> {
         let mut tx = self.pool.begin().await?;
         let task = sqlx::query!(
-            "select status from tasks where id = $1 and ($2::uuid is null or api_key_id = $2)
+            "select status, api_key_id from tasks
+             where id = $1 and ($2::uuid is null or api_key_id = $2)
              for update",
             id.0,
             owner.map(|o| o.0),
@@ -305,7 +306,8 @@ impl Store {
                 .as_ref()
                 .ok_or(StoreError::NoSecretsKeyForAnswer)?;
             let map = BTreeMap::from([(SEALED_KEY.to_owned(), answer.text.clone())]);
-            (None, Some(keyring.seal(id, &map)))
+            let for_ = SealedFor::task(id, ApiKeyId(task.api_key_id));
+            (None, Some(keyring.seal(for_, &map)))
         } else {
             (Some(answer.text.expose_secret().to_owned()), None)
         };
@@ -360,17 +362,21 @@ impl Store {
         question_id: &str,
     ) -> Result<Option<Answer>, StoreError> {
         let row = sqlx::query!(
-            "select answer, answer_sealed from task_questions
-             where task_id = $1 and question_id = $2 and answered_at is not null",
+            "select q.answer, q.answer_sealed, t.api_key_id
+             from task_questions q join tasks t on t.id = q.task_id
+             where q.task_id = $1 and q.question_id = $2 and q.answered_at is not null",
             id.0,
             question_id,
         )
         .fetch_optional(&self.pool)
         .await?;
         match row {
-            Some(row) => {
-                self.open_answer(id, question_id.to_owned(), row.answer, row.answer_sealed)
-            }
+            Some(row) => self.open_answer(
+                SealedFor::task(id, ApiKeyId(row.api_key_id)),
+                question_id.to_owned(),
+                row.answer,
+                row.answer_sealed,
+            ),
             None => Ok(None),
         }
     }
@@ -398,15 +404,17 @@ impl Store {
     /// The secret answers task `id` was given so far: a resumed run fills their placeholders.
     pub async fn secret_answers(&self, id: TaskId) -> Result<Vec<Answer>, StoreError> {
         let rows = sqlx::query!(
-            "select question_id, answer_sealed from task_questions
-             where task_id = $1 and answer_sealed is not null order by asked_at",
+            "select q.question_id, q.answer_sealed, t.api_key_id
+             from task_questions q join tasks t on t.id = q.task_id
+             where q.task_id = $1 and q.answer_sealed is not null order by q.asked_at",
             id.0,
         )
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
             .filter_map(|row| {
-                self.open_answer(id, row.question_id, None, row.answer_sealed)
+                let for_ = SealedFor::task(id, ApiKeyId(row.api_key_id));
+                self.open_answer(for_, row.question_id, None, row.answer_sealed)
                     .transpose()
             })
             .collect()

@@ -236,7 +236,9 @@ impl Store {
                 TaskSecrets::default(),
                 Some(StoreError::NoSecretsKey.to_string()),
             ),
-            (Some(sealed), Some(keyring)) => match keyring.open_task_secrets(id, sealed) {
+            (Some(sealed), Some(keyring)) => match keyring
+                .open_task_secrets(crate::SealedFor::task(id, record.api_key_id), sealed)
+            {
                 Ok(secrets) => (secrets, None),
                 Err(err) => (TaskSecrets::default(), Some(format!("task secrets: {err}"))),
             },

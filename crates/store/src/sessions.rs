@@ -13,8 +13,9 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::NewTask;
+use crate::object_limits::{KeyObject, check_count, lock_key_objects};
 use crate::tasks::TaskRow;
-use crate::{Store, StoreError, TaskRecord};
+use crate::{SealedFor, Store, StoreError, TaskRecord};
 
 /// The one entry of a session's sealed cookies (sealed like task secrets, under the session id).
 const COOKIES_ENTRY: &str = "cookies";
@@ -214,11 +215,31 @@ impl Store {
     }
 
     /// Creates an active session owned by `owner`.
+    ///
+    /// Errors: [`StoreError::KeyObjectLimit`] when `owner` has its limit of active sessions
+    /// ([`crate::ObjectLimits`]; a v2 task's one-off session is not counted); concurrent
+    /// creations by one key are counted one at a time.
     pub async fn create_session(
         &self,
         owner: ApiKeyId,
         new: NewSession,
     ) -> Result<SessionRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let max = self.object_limits.max_sessions_per_key;
+        if max > 0 {
+            lock_key_objects(&mut tx, owner, KeyObject::Sessions).await?;
+            // A session that does not keep alive and already has its task (a one-off session,
+            // or one used once) stops with that task: not counted.
+            let count = sqlx::query_scalar!(
+                "select count(*) as \"n!\" from browser_sessions s
+                 where s.api_key_id = $1 and s.status = 'active'
+                   and (s.keep_alive or not exists(select 1 from tasks t where t.session_id = s.id))",
+                owner.0,
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            check_count(KeyObject::Sessions, count, max)?;
+        }
         let row = sqlx::query_as!(
             SessionRow,
             "insert into browser_sessions
@@ -233,8 +254,9 @@ impl Store {
             new.start_url,
             new.profile_id,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(row.into())
     }
 
@@ -345,7 +367,7 @@ impl Store {
     /// without one.
     pub async fn task_session(&self, id: TaskId) -> Result<Option<TaskSession>, StoreError> {
         let row = sqlx::query!(
-            "select s.id, s.cookies, s.cookies_sealed, s.tabs, s.focused_tab, s.start_url,
+            "select s.id, s.api_key_id, s.cookies, s.cookies_sealed, s.tabs, s.focused_tab, s.start_url,
                  t.v2_options,
                  not exists(select 1 from tasks o where o.session_id = s.id and o.id <> t.id
                      and o.status in ('finished', 'failed', 'stopped')) as \"first_task!\"
@@ -359,7 +381,7 @@ impl Store {
             session_id: row.id,
             state: SessionState {
                 cookies: match &row.cookies_sealed {
-                    Some(sealed) => self.open_cookies(row.id, sealed),
+                    Some(sealed) => self.open_cookies(row.id, ApiKeyId(row.api_key_id), sealed),
                     None => row.cookies,
                 },
                 tabs: row.tabs,
@@ -378,7 +400,15 @@ impl Store {
         id: Uuid,
         state: &SessionState,
     ) -> Result<(), StoreError> {
-        // With a secrets key the cookies are sealed (they are credentials).
+        // With a secrets key the cookies are sealed (they are credentials), for the session
+        // and its key.
+        let owner =
+            sqlx::query_scalar!("select api_key_id from browser_sessions where id = $1", id)
+                .fetch_optional(&self.pool)
+                .await?;
+        let Some(owner) = owner else {
+            return Ok(());
+        };
         let (cookies, sealed) = match &self.keyring {
             Some(keyring) => {
                 let plain = BTreeMap::from([(
@@ -387,7 +417,7 @@ impl Store {
                 )]);
                 (
                     serde_json::json!([]),
-                    Some(keyring.seal(TaskId(id), &plain)),
+                    Some(keyring.seal(SealedFor::new(id, ApiKeyId(owner)), &plain)),
                 )
             }
             None => (state.cookies.clone(), None),
@@ -412,12 +442,12 @@ impl Store {
 
     /// The sealed cookies of session `id`; none (logged) when they cannot be opened (no key,
     /// a key that was dropped, damaged data): the task then starts without them.
-    fn open_cookies(&self, id: Uuid, sealed: &[u8]) -> serde_json::Value {
+    fn open_cookies(&self, id: Uuid, owner: ApiKeyId, sealed: &[u8]) -> serde_json::Value {
         let Some(keyring) = &self.keyring else {
             tracing::warn!(session_id = %id, "the session's cookies are sealed but no secrets key is configured");
             return serde_json::json!([]);
         };
-        match keyring.open(TaskId(id), sealed) {
+        match keyring.open(SealedFor::new(id, owner), sealed) {
             Ok(plain) => plain
                 .get(COOKIES_ENTRY)
                 .and_then(|text| serde_json::from_str(text.expose_secret()).ok())

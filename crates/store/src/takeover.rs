@@ -56,7 +56,7 @@ impl Store {
                     )
                 })?;
                 let plain = BTreeMap::from([(TEXT.to_owned(), SecretString::from(text.clone()))]);
-                Some(keyring.seal(id, &plain))
+                Some(keyring.seal(crate::SealedFor::task(id, key), &plain))
             }
             _ => None,
         };
@@ -85,21 +85,22 @@ impl Store {
         owner: &str,
         seq: i64,
     ) -> Result<Option<SecretString>, StoreError> {
-        let sealed = sqlx::query_scalar!(
+        let row = sqlx::query!(
             "delete from task_secret_inputs s using tasks t
              where s.task_id = $1 and s.event_seq = $2 and t.id = s.task_id and t.lease_owner = $3
-             returning s.sealed",
+             returning s.sealed, t.api_key_id",
             id.0,
             seq,
             owner,
         )
         .fetch_optional(&self.pool)
         .await?;
-        let Some(sealed) = sealed else {
+        let Some(row) = row else {
             return Ok(None);
         };
         let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
-        let mut plain = keyring.open(id, &sealed)?;
+        let for_ = crate::SealedFor::task(id, ApiKeyId(row.api_key_id));
+        let mut plain = keyring.open(for_, &row.sealed)?;
         Ok(plain.remove(TEXT).filter(|t| !t.expose_secret().is_empty()))
     }
 }

@@ -217,7 +217,7 @@ impl Store {
             None
         } else {
             let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
-            Some(keyring.seal_task_secrets(id, &new.secrets))
+            Some(keyring.seal_task_secrets(crate::SealedFor::task(id, owner), &new.secrets))
         };
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query_as!(

@@ -13,12 +13,12 @@ use std::collections::BTreeMap;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use browserd_types::{ApiKeyId, TaskId};
+use browserd_types::ApiKeyId;
 use secrecy::{ExposeSecret, SecretString};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{Store, StoreError};
+use crate::{SealedFor, Store, StoreError};
 
 /// The one entry of a webhook's sealed signing secret (sealed like task secrets, under the
 /// webhook id).
@@ -108,7 +108,7 @@ impl Store {
             .map_err(|err| StoreError::Corrupt(format!("no randomness available: {err}")))?;
         let secret = format!("whsec_{}", URL_SAFE_NO_PAD.encode(bytes));
         let id = Uuid::now_v7();
-        let (plain, sealed) = match self.seal_webhook_secret(id, &secret) {
+        let (plain, sealed) = match self.seal_webhook_secret(SealedFor::new(id, owner), &secret) {
             Some(sealed) => (None, Some(sealed)),
             None => (Some(secret.as_str()), None),
         };
@@ -237,7 +237,7 @@ impl Store {
                  next_attempt_at = now() + make_interval(secs => $2::bigint / 1000.0)
              from due, webhooks w
              where d.id = due.id and w.id = d.webhook_id
-             returning d.id, d.webhook_id, w.url, w.secret, w.secret_sealed, d.body, d.attempts,
+             returning d.id, d.webhook_id, w.api_key_id, w.url, w.secret, w.secret_sealed, d.body, d.attempts,
                  d.created_at",
             limit,
             lease_ms,
@@ -249,11 +249,14 @@ impl Store {
         let mut claimed: Vec<ClaimedDelivery> = rows
             .into_iter()
             .map(|row| {
-                let (secret, secret_error) =
-                    match self.webhook_secret(row.webhook_id, row.secret, row.secret_sealed) {
-                        Ok(secret) => (secret, None),
-                        Err(error) => (String::new(), Some(error)),
-                    };
+                let (secret, secret_error) = match self.webhook_secret(
+                    SealedFor::new(row.webhook_id, ApiKeyId(row.api_key_id)),
+                    row.secret,
+                    row.secret_sealed,
+                ) {
+                    Ok(secret) => (secret, None),
+                    Err(error) => (String::new(), Some(error)),
+                };
                 ClaimedDelivery {
                     id: row.id,
                     webhook_id: row.webhook_id,
@@ -271,15 +274,16 @@ impl Store {
     }
 
     /// Seals every signing secret still stored in clear (rows written without a secrets key,
-    /// or before migration 0014), and seals again with the current key those sealed with a
-    /// previous one (after a rotation, so the old key can be dropped); returns how many rows
+    /// or before migration 0014), and seals again with the current key and format those sealed
+    /// with a previous one (after a rotation, so the old key can be dropped) or before the
+    /// owning key was bound into the seal (`bds1`); returns how many rows
     /// it rewrote. Nothing without a key. Safe to run from several processes at once: a row is
     /// only rewritten while it still holds the value read.
     pub async fn seal_webhook_secrets(&self) -> Result<u64, StoreError> {
         let Some(keyring) = &self.keyring else {
             return Ok(0);
         };
-        let rows = sqlx::query!("select id, secret, secret_sealed from webhooks")
+        let rows = sqlx::query!("select id, api_key_id, secret, secret_sealed from webhooks")
             .fetch_all(&self.pool)
             .await?;
         let mut rewritten = 0;
@@ -291,13 +295,14 @@ impl Store {
             {
                 continue;
             }
+            let for_ = SealedFor::new(row.id, ApiKeyId(row.api_key_id));
             let Ok(secret) =
-                self.webhook_secret(row.id, row.secret.clone(), row.secret_sealed.clone())
+                self.webhook_secret(for_, row.secret.clone(), row.secret_sealed.clone())
             else {
                 // Sealed with a key this process does not have: its deliveries say so.
                 continue;
             };
-            let Some(sealed) = self.seal_webhook_secret(row.id, &secret) else {
+            let Some(sealed) = self.seal_webhook_secret(for_, &secret) else {
                 break;
             };
             let done = sqlx::query!(
@@ -317,19 +322,19 @@ impl Store {
     }
 
     /// Webhook `id`'s signing secret sealed with the store's secrets key; `None` without one.
-    fn seal_webhook_secret(&self, id: Uuid, secret: &str) -> Option<Vec<u8>> {
+    fn seal_webhook_secret(&self, for_: SealedFor, secret: &str) -> Option<Vec<u8>> {
         let keyring = self.keyring.as_ref()?;
         let plain = BTreeMap::from([(
             WEBHOOK_SECRET_ENTRY.to_owned(),
             SecretString::from(secret.to_owned()),
         )]);
-        Some(keyring.seal(TaskId(id), &plain))
+        Some(keyring.seal(for_, &plain))
     }
 
     /// The signing secret of webhook `id` from its row: in clear, or opened.
     fn webhook_secret(
         &self,
-        id: Uuid,
+        for_: SealedFor,
         plain: Option<String>,
         sealed: Option<Vec<u8>>,
     ) -> Result<String, String> {
@@ -342,7 +347,7 @@ impl Store {
              (BROWSERD_SECRETS_KEY or --secrets-key-file)",
         )?;
         let mut opened = keyring
-            .open(TaskId(id), &sealed)
+            .open(for_, &sealed)
             .map_err(|err| format!("the webhook's signing secret: {err}"))?;
         opened
             .remove(WEBHOOK_SECRET_ENTRY)

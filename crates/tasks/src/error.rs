@@ -140,6 +140,13 @@ impl From<StoreError> for TaskError {
             err @ StoreError::NoSecretsKey => TaskError::validation("secrets", err.to_string()),
             // `keys revoke|update ID|PREFIX`: no key, or more than one, matches.
             StoreError::KeySelector(message) => TaskError::validation("key", message),
+            // A count, not a rate: a slot frees when the key deletes (or stops) one; a minute
+            // is a polite retry.
+            err @ StoreError::KeyObjectLimit { what, .. } => TaskError::QuotaExceeded {
+                quota: what.quota(),
+                message: err.to_string(),
+                retry_after_secs: 60,
+            },
             other => TaskError::Internal(other.to_string()),
         }
     }

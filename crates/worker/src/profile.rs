@@ -25,8 +25,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use browserd_agent::{AgentEvent, EventSink, Screenshot};
 use browserd_browser::{BrowserSession, OriginStorage, StorageItem, StorageState};
-use browserd_store::{ProfileSave, Store};
-use browserd_types::ApiKeyId;
+use browserd_store::{ProfileSave, Store, StoreError, TaskRecord};
+use browserd_types::{ApiKeyId, EventBody, LogEvent, TaskId};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use uuid::Uuid;
@@ -35,8 +35,9 @@ use uuid::Uuid;
 const CAPTURE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Writes retried after a version conflict at most this many times per checkpoint.
 const MAX_CONFLICT_RETRIES: usize = 8;
-/// A state larger than this (serialized) is not saved (Chrome allows 5 MiB of localStorage
-/// per origin; a profile is meant for logins).
+/// The default largest state (serialized) saved: the service's `--max-profile-bytes`, and the
+/// limit of a profile file (Chrome allows 5 MiB of localStorage per origin; a profile is meant
+/// for logins). The service enforces its limit where profiles are stored (the store).
 pub const MAX_PROFILE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Where a profile is kept.
@@ -44,6 +45,11 @@ pub const MAX_PROFILE_BYTES: usize = 8 * 1024 * 1024;
 pub trait ProfileSaver: Send + Sync {
     /// Writes `state` as the version after `version` if the profile is still at `version`.
     async fn save(&self, state: &StorageState, version: i64) -> Result<SaveResult, String>;
+
+    /// Tells the task's owner something about its profile (once per matter; logged by default).
+    async fn warn(&self, message: &str) {
+        tracing::warn!(message, "profile");
+    }
 }
 
 /// The answer of [`ProfileSaver::save`].
@@ -59,6 +65,12 @@ pub enum SaveResult {
     },
     /// The profile was deleted: nothing more is saved.
     Gone,
+    /// The state is larger than the store accepts: nothing was written, the profile keeps its
+    /// previous state.
+    TooLarge {
+        size: usize,
+        max: usize,
+    },
 }
 
 /// A run's profile: the state it starts from, its version, and where to save.
@@ -214,6 +226,8 @@ struct KeeperState {
     stored: StorageState,
     version: i64,
     gone: bool,
+    /// The task was told its state is too large to save (told once).
+    warned_too_large: bool,
 }
 
 /// Writes a run's profile back at its checkpoints.
@@ -234,6 +248,7 @@ impl ProfileKeeper {
                 stored: start,
                 version: link.version,
                 gone: false,
+                warned_too_large: false,
             }),
         }
     }
@@ -261,15 +276,6 @@ impl ProfileKeeper {
         if hash == keeper.context_hash {
             return;
         }
-        let size = state_json(&now).to_string().len();
-        if size > MAX_PROFILE_BYTES {
-            tracing::warn!(
-                size,
-                max = MAX_PROFILE_BYTES,
-                "the profile's state is too large; not saved"
-            );
-            return;
-        }
         let mut candidate = merge(&keeper.context, &now, &keeper.stored);
         for _ in 0..MAX_CONFLICT_RETRIES {
             match self.saver.save(&candidate, keeper.version).await {
@@ -290,6 +296,21 @@ impl ProfileKeeper {
                 Ok(SaveResult::Gone) => {
                     tracing::warn!("the task's profile was deleted; no longer saving it");
                     keeper.gone = true;
+                    return;
+                }
+                // The stored state stays as it was; a later checkpoint whose state fits again
+                // is saved.
+                Ok(SaveResult::TooLarge { size, max }) => {
+                    tracing::warn!(size, max, "the profile's state is too large; not saved");
+                    if !keeper.warned_too_large {
+                        keeper.warned_too_large = true;
+                        self.saver
+                            .warn(&format!(
+                                "the browser profile was not saved: its state is {size} bytes, \
+                                 over the limit of {max} bytes; it keeps its previous state"
+                            ))
+                            .await;
+                    }
                     return;
                 }
                 Err(err) => {
@@ -324,10 +345,15 @@ impl EventSink for ProfileSink {
     }
 }
 
-/// A profile in Postgres (`profiles`, sealed with the store's secrets key when it has one).
+/// A profile in Postgres (`profiles`, sealed with the store's secrets key when it has one),
+/// saved by task `task` of key `owner`.
 pub struct StoreProfileSaver {
     pub store: Store,
+    pub owner: ApiKeyId,
     pub profile_id: Uuid,
+    pub task: TaskId,
+    /// The worker holding the task's lease (its warnings are the task's events).
+    pub lease_owner: String,
 }
 
 #[async_trait]
@@ -336,13 +362,20 @@ impl ProfileSaver for StoreProfileSaver {
         let saved = self
             .store
             .save_profile_state(
+                self.owner,
                 self.profile_id,
                 version,
                 &state_json(state),
                 &state.cookie_domains(),
             )
-            .await
-            .map_err(|err| err.to_string())?;
+            .await;
+        let saved = match saved {
+            Ok(saved) => saved,
+            Err(StoreError::ProfileTooLarge { size, max }) => {
+                return Ok(SaveResult::TooLarge { size, max });
+            }
+            Err(err) => return Err(err.to_string()),
+        };
         Ok(match saved {
             ProfileSave::Saved { version } => SaveResult::Saved { version },
             ProfileSave::Conflict(newer) => SaveResult::Conflict {
@@ -352,15 +385,33 @@ impl ProfileSaver for StoreProfileSaver {
             ProfileSave::Gone => SaveResult::Gone,
         })
     }
+
+    /// A `log` event (level `warn`) of the task.
+    async fn warn(&self, message: &str) {
+        let body = EventBody::Log(LogEvent {
+            level: "warn".to_owned(),
+            message: message.to_owned(),
+        });
+        if let Err(err) = self
+            .store
+            .append_worker_event(self.task, &self.lease_owner, &body)
+            .await
+        {
+            tracing::warn!(%err, message, "could not record the profile warning");
+        }
+    }
 }
 
-/// The profile `owner`'s task starts from, read from Postgres (`None`: it was deleted).
+/// The profile task `task` starts from, read from Postgres (`None`: it was deleted).
 pub async fn load_store_profile(
     store: &Store,
-    owner: ApiKeyId,
+    task: &TaskRecord,
     profile_id: Uuid,
-) -> Result<Option<ProfileLink>, browserd_store::StoreError> {
-    let Some(loaded) = store.load_profile_state(owner, profile_id).await? else {
+) -> Result<Option<ProfileLink>, StoreError> {
+    let Some(loaded) = store
+        .load_profile_state(task.api_key_id, profile_id)
+        .await?
+    else {
         return Ok(None);
     };
     Ok(Some(ProfileLink {
@@ -368,7 +419,10 @@ pub async fn load_store_profile(
         version: loaded.version,
         saver: Arc::new(StoreProfileSaver {
             store: store.clone(),
+            owner: task.api_key_id,
             profile_id,
+            task: task.id,
+            lease_owner: task.lease_owner.clone().unwrap_or_default(),
         }),
     }))
 }
@@ -404,6 +458,13 @@ impl FileProfileSaver {
 #[async_trait]
 impl ProfileSaver for FileProfileSaver {
     async fn save(&self, state: &StorageState, version: i64) -> Result<SaveResult, String> {
+        let size = state_json(state).to_string().len();
+        if size > MAX_PROFILE_BYTES {
+            return Ok(SaveResult::TooLarge {
+                size,
+                max: MAX_PROFILE_BYTES,
+            });
+        }
         let bytes = serde_json::to_vec_pretty(state).map_err(|err| err.to_string())?;
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
