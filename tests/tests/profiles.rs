@@ -6,7 +6,9 @@
 //!   localStorage both back before its first page loads), and the state is sealed at rest;
 //! - `kill -9` of the serve mid-task keeps the profile (it was saved at the step boundary);
 //! - two tasks on one profile at once: both start from version 0, the second write conflicts
-//!   and merges, so both sign-ins are kept.
+//!   and merges, so both sign-ins are kept;
+//! - a task whose state grows past `--max-profile-bytes` leaves the profile as it was (its
+//!   sign-in still there for the next task) and gets one warning event, not one per step.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -98,6 +100,16 @@ async fn login(
         .into_response()
 }
 
+/// `/{realm}/grow`: stores a large localStorage entry (more than a small profile limit), then
+/// a "Continue" link into the signed-in pages.
+async fn grow_page(Path(realm): Path<String>) -> Html<String> {
+    Html(format!(
+        "<!doctype html><html><head><title>Grown</title></head><body><h1>Grown</h1>\
+         <p><a href=\"/{realm}/app?n=1\">Continue</a></p>\
+         <script>localStorage.setItem('{realm}_blob', 'x'.repeat(20000));</script></body></html>"
+    ))
+}
+
 async fn both(headers: HeaderMap) -> Html<String> {
     let a = cookie(&headers, "a_sid").unwrap_or_else(|| "nobody".into());
     let b = cookie(&headers, "b_sid").unwrap_or_else(|| "nobody".into());
@@ -118,6 +130,7 @@ impl Site {
         let app = Router::new()
             .route("/{realm}/app", get(app_page))
             .route("/{realm}/login", post(login))
+            .route("/{realm}/grow", get(grow_page))
             .route("/both", get(both))
             .with_state(state.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -183,6 +196,11 @@ fn brain(gate: Option<Arc<Gate>>) -> Brain {
                     {"click": {"index": button}}
                 ]),
             );
+        }
+        if page.contains("Grown")
+            && let Some(next) = index_of(page, "a", r"/>\s*Continue")
+        {
+            return reply("continue", json!([{"click": {"index": next}}]));
         }
         if page.contains("Welcome back") {
             if let Some(next) = index_of(page, "a", r"/>\s*Continue") {
@@ -384,4 +402,63 @@ async fn two_tasks_on_one_profile_keep_both_sign_ins() {
     let mut logins = site.logins();
     logins.sort();
     assert_eq!(logins, ["a:user-a", "b:user-b"]);
+}
+
+/// `--max-profile-bytes` small enough for a sign-in but not for 20 kB of localStorage: the task
+/// that grows its state past it finishes, the profile keeps its previous version (the next task
+/// starts signed in, without signing in again) and the task has exactly one warning event
+/// although every one of its step boundaries had the state too large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_over_the_size_limit_keeps_the_previous_one_and_warns_once() {
+    let site = Site::start().await;
+    let model = MockModel::start(brain(None), Duration::ZERO).await;
+    let db = TestDb::create().await;
+    let server = Process::start(
+        &db,
+        model.addr,
+        "serve",
+        &["--allow-loopback", "--max-profile-bytes", "8000"],
+    )
+    .await;
+    let client = Client::new(server.address(), &create_key(&db).await);
+    let profile = new_profile(&client).await;
+
+    let first = client.create_task(task(&site, "/g/app", &profile)).await;
+    assert_eq!(
+        finished_output(&client, &first).await,
+        "Welcome back, user-g / Token: tok-user-g"
+    );
+    let (_, _, signed_in_version) = stored_profile(&db, &profile).await;
+    assert!(signed_in_version >= 1);
+
+    // Grows localStorage past the limit, then walks three more pages (four step boundaries
+    // and the end, each with the state too large).
+    let grown = client.create_task(task(&site, "/g/grow", &profile)).await;
+    assert_eq!(
+        finished_output(&client, &grown).await,
+        "Welcome back, user-g / Token: tok-user-g"
+    );
+    let (_, _, version) = stored_profile(&db, &profile).await;
+    assert_eq!(version, signed_in_version, "nothing was written");
+    let events = client.events(&grown, 0).await.until_closed(LONG).await;
+    let warnings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "log" && e["payload"]["level"] == "warn")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let message = warnings[0]["payload"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("browser profile was not saved") && message.contains("8000 bytes"),
+        "{message}"
+    );
+
+    // The sign-in is still there, without the blob: no second sign-in.
+    let next = client
+        .create_task(task(&site, "/g/app?n=3", &profile))
+        .await;
+    assert_eq!(
+        finished_output(&client, &next).await,
+        "Welcome back, user-g / Token: tok-user-g"
+    );
+    assert_eq!(site.logins(), ["g:user-g"], "no second sign-in");
 }
