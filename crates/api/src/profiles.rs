@@ -79,7 +79,7 @@ pub(crate) fn profile_not_found() -> ApiError {
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid name (over 200 characters, control characters) or unknown field", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
-        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
+        (status = 429, description = "Rate limited, or `quota_exceeded`: the key has `--max-profiles-per-key` profiles (delete one); see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -80,7 +80,7 @@ pub(crate) async fn owned_profile(
         (status = 413, description = "Body too large", body = V2ErrorBody),
         (status = 422, description = "Invalid field (over 200 characters, control characters)", body = V2ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
-        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+        (status = 429, description = "Rate limited, or the key has `--max-profiles-per-key` profiles (delete one); see `Retry-After`", body = V2ErrorBody),
     ),
     security(("browser_use_key" = []))
 )]

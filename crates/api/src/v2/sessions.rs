@@ -82,7 +82,7 @@ async fn view(
         (status = 404, description = "`profileId` names no profile of this key (`Profile not found`)", body = V2ErrorBody),
         (status = 501, description = "`customProxy` was asked for", body = V2ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = V2ErrorBody),
-        (status = 429, description = "Rate limited; see `Retry-After`", body = V2ErrorBody),
+        (status = 429, description = "Rate limited, or the key has `--max-sessions-per-key` active sessions (stop one); see `Retry-After`", body = V2ErrorBody),
     ),
     security(("browser_use_key" = []))
 )]
