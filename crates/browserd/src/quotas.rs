@@ -3,8 +3,7 @@
 //! claim checks `max_running`, read the same values) and a key's own settings for
 //! `browserd keys create|update`.
 
-use browserd_tasks::records::{ApiKeyRecord, QuotaOverrides, QuotaUpdate, Quotas};
-use browserd_store::ObjectLimits;
+use browserd_tasks::records::{ApiKeyRecord, ObjectLimits, QuotaOverrides, QuotaUpdate, Quotas};
 use clap::Args;
 
 /// The default quotas of every key that sets none of its own. `0` is unlimited.

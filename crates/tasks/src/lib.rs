@@ -32,9 +32,9 @@ pub mod records {
     pub use browserd_store::{
         ApiKeyRecord, ArtifactContent, CreatedApiKey, DeletedTask, DeliveryRecord, FeedItem,
         KEY_PREFIX, KeySignal, KeySignals, LiveFrame, LiveSignal, LiveSubscription, LiveViewerId,
-        NewSession, NewTask, OutputFile, OutputFileRecord, ProfileRecord, QuotaOverrides,
-        QuotaUpdate, Quotas, SessionChoice, SessionRecord, Signal, StatusCount, StepRecord,
-        Subscription, TaskCursor, TaskRecord, V2Task, V2TaskFilter, WebhookRecord, WsTicket,
-        hash_api_key,
+        NewSession, NewTask, ObjectLimits, OutputFile, OutputFileRecord, ProfileRecord,
+        QuotaOverrides, QuotaUpdate, Quotas, SessionChoice, SessionRecord, Signal, StatusCount,
+        StepRecord, Subscription, TaskCursor, TaskRecord, V2Task, V2TaskFilter, WebhookRecord,
+        WsTicket, hash_api_key,
     };
 }

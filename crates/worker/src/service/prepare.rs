@@ -114,9 +114,7 @@ impl TaskJob {
         let profile = match spec.options.profile_id {
             // A replay runs without one (it repeats recorded actions).
             Some(profile_id) if replay.is_none() => {
-                match crate::profile::load_store_profile(&self.store, &record, profile_id)
-                    .await
-                {
+                match crate::profile::load_store_profile(&self.store, &record, profile_id).await {
                     Ok(Some(link)) => Some(link),
                     Ok(None) => {
                         return Err(NotRun::Fail(format!(
