@@ -39,8 +39,8 @@ pub use browser::{
     ActionSpec, AgentBrowser, BrowserState, FocusInfo, MarkdownOptions, PageMarkdown,
 };
 pub use browserd_views::{
-    ActionResult, BrowserFailure, ContentStats, MarkdownChunk, PageInfo, PageStats, Screenshot,
-    ScreenshotFormat, TabInfo,
+    ActionResult, BrowserFailure, ContentStats, MarkdownChunk, PageInfo, PageStats, SENT_TO_PAGE,
+    Screenshot, ScreenshotFormat, TabInfo,
 };
 pub use config::{SecretEntry, SensitiveData, TaskConfig, VisionMode};
 pub use control::AgentControl;

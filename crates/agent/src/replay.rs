@@ -32,8 +32,10 @@ use browserd_views::{AGENT_OWNED_ACTIONS, ActionResult, TabInfo};
 pub struct ReplayOptions {
     /// Go on after an action that failed for good (otherwise the replay stops there).
     pub skip_failures: bool,
-    /// Further attempts of an action whose element is not found or that fails (the page may
-    /// still be arriving); each attempt captures the page again.
+    /// Further attempts of an action whose element is not found or that fails before reaching
+    /// the page (the page may still be arriving); each attempt captures the page again. An
+    /// action that reached the page and failed is tried again only if running it twice
+    /// cannot do a thing twice (`navigate`, reads; see `REPEATABLE_ACTIONS`).
     pub max_retries: u32,
     /// Pause before the first retry; doubled for each further one, each at most
     /// [`MAX_RETRY_WAIT`], and all of one action's together at most [`MAX_RETRY_WAITS`].
@@ -523,8 +525,17 @@ async fn replay_action(
                 report.detail = None;
                 return (report, done.result, done.element);
             }
-            Err(error) => {
-                report.detail = Some(error);
+            Err(failure) => {
+                if failure.reached_page {
+                    report.outcome = ReplayOutcome::Failed;
+                    let detail = format!(
+                        "{} (not tried again: the action reached the page, and a second one could do it twice)",
+                        failure.message
+                    );
+                    report.detail = Some(detail.clone());
+                    return (report, ActionResult::error(detail), None);
+                }
+                report.detail = Some(failure.message);
                 if report.attempts > options.max_retries || control.is_stopped() {
                     report.outcome = ReplayOutcome::Failed;
                     let result = ActionResult::error(report.detail.clone().unwrap_or_default());
@@ -566,12 +577,12 @@ async fn attempt(
     recorded_index: Option<u64>,
     recorded: Option<&InteractedElement>,
     secrets: &Secrets,
-) -> Result<Attempted, String> {
+) -> Result<Attempted, Failure> {
     let mut params = params.clone();
     let state = browser
         .capture(false)
         .await
-        .map_err(|e| format!("capturing the page: {}", e.message))?;
+        .map_err(|e| Failure::before_page(format!("capturing the page: {}", e.message)))?;
     let mut found = Attempted {
         index: None,
         matched_by: None,
@@ -580,15 +591,17 @@ async fn attempt(
     };
     if recorded_index.is_some() {
         let Some(recorded) = recorded else {
-            return Err("the history does not describe the element this action used".into());
+            return Err(Failure::before_page(
+                "the history does not describe the element this action used",
+            ));
         };
         let current = browser.elements().await;
         let Some((index, matched_by)) = find_element(recorded, &current) else {
-            return Err(format!(
+            return Err(Failure::before_page(format!(
                 "element not found on {}: {}",
                 state.url,
                 describe(recorded)
-            ));
+            )));
         };
         params["index"] = Value::from(index);
         found.index = Some(index);
@@ -597,16 +610,63 @@ async fn attempt(
     }
     secrets
         .fill_for_action(name, &mut params, &[&state.url])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failure::before_page(e.to_string()))?;
     let result = browser
         .execute(name, &params)
         .await
-        .map_err(|e| e.message)?;
+        .map_err(|e| Failure::reached(e.message))?;
     match &result.error {
-        Some(error) => Err(error.clone()),
+        Some(error) if may_repeat(name, &result) => Err(Failure::before_page(error.clone())),
+        Some(error) => Err(Failure::reached(error.clone())),
         None => {
             found.result = result;
             Ok(found)
+        }
+    }
+}
+
+/// Actions that may run again after reaching the page: they read it or go to a place, so a
+/// second run does what the first did (browser-use's replay retries them too).
+const REPEATABLE_ACTIONS: [&str; 9] = [
+    "navigate",
+    "search",
+    "switch",
+    "wait",
+    "find_text",
+    "search_page",
+    "find_elements",
+    "dropdown_options",
+    "screenshot",
+];
+
+/// Whether a failed action may be tried again: it provably did not reach the page (the
+/// browser says so), or running it twice cannot do a thing twice. A click, a typing, a
+/// selection, a key press, a scroll or a script that reached the page is never repeated on
+/// the belief that it failed: its effect may still be coming.
+fn may_repeat(name: &str, result: &ActionResult) -> bool {
+    REPEATABLE_ACTIONS.contains(&name) || result.sent_to_page() == Some(false)
+}
+
+/// Why one attempt failed, and whether trying again is safe.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    /// The action may have reached the page: trying again could do it twice.
+    reached_page: bool,
+}
+
+impl Failure {
+    fn before_page(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            reached_page: false,
+        }
+    }
+
+    fn reached(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            reached_page: true,
         }
     }
 }

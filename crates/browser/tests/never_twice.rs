@@ -69,6 +69,7 @@ async fn servers() -> (SocketAddr, SocketAddr, Received) {
                     .route("/quiet", get(|| async { Html(QUIET_PAGE) }))
                     .route("/lookup", get(|| async { Html(LOOKUP_PAGE) }))
                     .route("/closed", get(|| async { Html(CLOSED_SHADOW_PAGE) }))
+                    .route("/busy", get(|| async { Html(BUSY_PAGE) }))
                     .route("/ws", get(socket))
                     .with_state(received.clone());
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -214,6 +215,20 @@ ws.onmessage = (event) => {
 };
 document.getElementById('query').addEventListener('keydown', (event) => {
   if (event.key === 'Enter') ws.send('toggle lookup-' + Math.random().toString(36).slice(2));
+});
+</script>"#;
+
+/// A button whose mousedown handler keeps the page busy for 6 s (longer than Chrome may take
+/// to acknowledge a mouse press, `timeouts::MOUSE_PRESSED`, 3 s): the click reaches the page,
+/// then fails waiting for it.
+const BUSY_PAGE: &str = r#"<!doctype html><title>Busy</title>
+<button id="pay">Pay</button>
+<script>
+window.presses = 0;
+document.getElementById('pay').addEventListener('mousedown', () => {
+  window.presses += 1;
+  const until = Date.now() + 6000;
+  while (Date.now() < until) {}
 });
 </script>"#;
 
@@ -474,6 +489,34 @@ fn a_switch_in_a_closed_shadow_root_is_clicked_once() {
             .expect("evaluate");
         let v: serde_json::Value = serde_json::from_str(flips.as_str()).expect("json");
         assert_eq!(v["result"]["result"]["value"], 1, "{result:?}");
+        session.release().await;
+    });
+}
+
+/// A failed action says whether it reached the page: a click whose press the busy page did not
+/// acknowledge in time has reached it (`sent_to_page: true`, so a replay does not send it
+/// again), an index the page no longer has never did (`false`).
+#[test]
+fn a_click_that_fails_after_reaching_the_page_says_so() {
+    let guard = support::shared_pool();
+    rt().block_on(async {
+        let (addr, _, _) = servers().await;
+        let session = open(&guard, &format!("http://{addr}/busy")).await;
+        let state = capture(&session).await;
+        let pay = index_by_id(&state, "pay");
+
+        let missing = session
+            .execute(&click(pay + 1000), &ActionContext::default())
+            .await;
+        assert!(missing.error.is_some(), "{missing:?}");
+        assert_eq!(missing.sent_to_page(), Some(false), "{missing:?}");
+
+        let busy = session
+            .execute(&click(pay), &ActionContext::default())
+            .await;
+        assert!(busy.error.is_some(), "the press timed out: {busy:?}");
+        assert_eq!(busy.sent_to_page(), Some(true), "{busy:?}");
+        page_condition(&session, "window.presses === 1").await;
         session.release().await;
     });
 }

@@ -13,6 +13,12 @@ pub const AGENT_OWNED_ACTIONS: [&str; 6] = [
     "ask_human",
 ];
 
+/// The `metadata` key of a failed browser action saying whether it may have reached the page
+/// (`true`: an input, navigation or script was sent, or it is not known) or provably did not
+/// (`false`: its element was not found or resolved). An action whose failure reached the page
+/// is never repeated on the belief that it failed.
+pub const SENT_TO_PAGE: &str = "sent_to_page";
+
 /// browser-use's `terminates_sequence` set: after these the page is expected to have changed,
 /// so the rest of a multi-action step must not run on stale indices.
 pub const SEQUENCE_TERMINATING_ACTIONS: [&str; 5] =
@@ -87,6 +93,15 @@ impl ActionResult {
             .get_or_insert_with(Default::default)
             .insert(key.to_owned(), value);
         self
+    }
+
+    /// [`SENT_TO_PAGE`] of a failed browser action: `Some(false)` when it provably did not
+    /// reach the page, `None` when the browser did not say.
+    pub fn sent_to_page(&self) -> Option<bool> {
+        self.metadata
+            .as_ref()?
+            .get(SENT_TO_PAGE)
+            .and_then(Value::as_bool)
     }
 
     /// Appends a line to both the output and the history entry.

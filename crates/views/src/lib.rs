@@ -14,7 +14,8 @@ mod action;
 mod page;
 
 pub use action::{
-    AGENT_OWNED_ACTIONS, ActionResult, SEQUENCE_TERMINATING_ACTIONS, terminates_sequence,
+    AGENT_OWNED_ACTIONS, ActionResult, SENT_TO_PAGE, SEQUENCE_TERMINATING_ACTIONS,
+    terminates_sequence,
 };
 pub use page::{
     BrowserFailure, ContentStats, MarkdownChunk, PageInfo, PageStats, Screenshot, ScreenshotFormat,

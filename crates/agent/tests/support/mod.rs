@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use browserd_agent::{
     ActionResult, ActionSpec, AgentBrowser, AgentEvent, BrowserFailure, BrowserState, EventSink,
     FocusInfo, InteractedElement, MarkdownChunk, MarkdownOptions, PageInfo, PageMarkdown,
-    PageStats, Screenshot, ScreenshotFormat, TabInfo,
+    PageStats, SENT_TO_PAGE, Screenshot, ScreenshotFormat, TabInfo,
 };
 use browserd_llm::{ChatModel, ChatRequest, ChatResponse, ContentPart, LlmError, Role, TokenUsage};
 use serde_json::{Value, json};
@@ -188,6 +188,10 @@ pub enum Element {
     },
     /// Opens a new tab on the URL.
     NewTab(String),
+    /// A click on it fails; the browser says whether the click had reached the page.
+    FailingClick {
+        sent_to_page: bool,
+    },
     Text,
 }
 
@@ -589,6 +593,10 @@ impl AgentBrowser for FakeBrowser {
                                 "Clicked element {index}; opened new tab {id}"
                             ))
                         }
+                        Element::FailingClick { sent_to_page } => {
+                            ActionResult::error(format!("Clicking element {index} failed"))
+                                .with_meta(SENT_TO_PAGE, json!(sent_to_page))
+                        }
                         _ => ActionResult::memory(format!("Clicked element {index}")),
                     }
                 }
@@ -622,15 +630,32 @@ impl AgentBrowser for FakeBrowser {
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
         let url = self.url();
         let page = self.page(&url);
-        page.elements.get(&index).map(|(tag, _)| InteractedElement {
-            index,
-            node_name: tag
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_uppercase(),
-            ..InteractedElement::default()
-        })
+        page.elements
+            .get(&index)
+            .map(|(tag, _)| fake_element(&url, index, tag))
+    }
+
+    async fn elements(&self) -> Vec<InteractedElement> {
+        let url = self.url();
+        let page = self.page(&url);
+        page.elements
+            .iter()
+            .map(|(index, (tag, _))| fake_element(&url, *index, tag))
+            .collect()
+    }
+}
+
+/// An element as the fake browser describes it: its identity is its page and index.
+fn fake_element(url: &str, index: u64, tag: &str) -> InteractedElement {
+    InteractedElement {
+        index,
+        node_name: tag
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_uppercase(),
+        element_hash: Some(format!("{url}#{index}")),
+        ..InteractedElement::default()
     }
 }
 

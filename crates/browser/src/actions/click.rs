@@ -39,14 +39,14 @@ impl BrowserSession {
                     return self.dropdown_options(&el).await;
                 }
                 if el.is_file_input {
-                    return Err(Fail(format!(
+                    return Err(Fail::new(format!(
                         "Cannot click on file input element (index {index}). File uploads must be done using the upload_file action."
                     )));
                 }
                 self.click_element(&el).await?
             }
             _ => {
-                return Err(Fail(
+                return Err(Fail::new(
                     "click needs an index, or both coordinate_x and coordinate_y".into(),
                 ));
             }
@@ -204,7 +204,7 @@ impl BrowserSession {
             _ => (x, y),
         };
         if !(0.0..=vw).contains(&x) || !(0.0..=vh).contains(&y) {
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "Coordinates ({x:.0}, {y:.0}) are outside the viewport ({vw:.0}x{vh:.0})"
             )));
         }

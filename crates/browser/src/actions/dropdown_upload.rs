@@ -23,7 +23,7 @@ impl BrowserSession {
             .cloned()
             .unwrap_or_default();
         if options.is_empty() {
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "Element {} is not a dropdown with options (no <select>, listbox or menu found)",
                 el.index
             )));
@@ -89,7 +89,7 @@ impl BrowserSession {
         } else {
             "was not found"
         };
-        Err(Fail(format!(
+        Err(Fail::new(format!(
             "Option '{text}' {why} in dropdown {index}. Available options: {}. Use the exact text or value.",
             if options.is_empty() {
                 "(none)".to_owned()
@@ -121,7 +121,7 @@ impl BrowserSession {
         let input = match (answer.result.object_id, answer.result.subtype.as_deref()) {
             (Some(id), _) => id,
             _ => {
-                return Err(Fail(format!(
+                return Err(Fail::new(format!(
                     "No file input found near element {index} or on the page"
                 )));
             }
@@ -178,7 +178,7 @@ impl BrowserSession {
         {
             return Ok(resolved);
         }
-        Err(Fail(format!(
+        Err(Fail::new(format!(
             "File {path} is not available to this task. Use a file from available_file_paths, a download or a file written to the workspace."
         )))
     }

@@ -60,13 +60,21 @@ pub(super) struct Resolved {
 impl BrowserSession {
     pub(super) async fn element(&self, index: u32) -> Result<Arc<ElementInfo>, Fail> {
         self.state.lock().await.selector_map.get(&index).cloned().ok_or_else(|| {
-            Fail(format!(
+            Fail::before_page(format!(
                 "Element index {index} not available - page may have changed. Use an index from the current page state."
             ))
         })
     }
 
+    /// The element's remote object. Its failures happen before the action sent anything to
+    /// the page.
     pub(super) async fn resolve(&self, el: &ElementInfo) -> Result<Resolved, Fail> {
+        self.resolve_inner(el)
+            .await
+            .map_err(|fail| Fail::before_page(fail.message))
+    }
+
+    async fn resolve_inner(&self, el: &ElementInfo) -> Result<Resolved, Fail> {
         #[derive(Deserialize)]
         struct Answer {
             object: RemoteObject,
@@ -76,10 +84,10 @@ impl BrowserSession {
             .conn
             .call_raw(Some(&el.session_id), "DOM.resolveNode", json!({"backendNodeId": el.backend_node_id}), self.timeout)
             .await
-            .map_err(|_| Fail(format!("Element with index {} is no longer in the page; the page changed. Use the current page state.", el.index)))?
+            .map_err(|_| Fail::new(format!("Element with index {} is no longer in the page; the page changed. Use the current page state.", el.index)))?
             .decode()?;
         let object_id = answer.object.object_id.ok_or_else(|| {
-            Fail(format!(
+            Fail::new(format!(
                 "Element with index {} could not be resolved",
                 el.index
             ))
@@ -137,7 +145,7 @@ impl BrowserSession {
             .await?
             .decode()?;
         if let Some(ex) = answer.exception {
-            return Err(Fail(format!("Page script failed: {}", ex.message())));
+            return Err(Fail::new(format!("Page script failed: {}", ex.message())));
         }
         Ok(answer.result.value.unwrap_or(Value::Null))
     }
@@ -160,7 +168,7 @@ impl BrowserSession {
             .await?
             .decode()?;
         if let Some(ex) = answer.exception {
-            return Err(Fail(format!("Page script failed: {}", ex.message())));
+            return Err(Fail::new(format!("Page script failed: {}", ex.message())));
         }
         Ok(answer.result.value.unwrap_or(Value::Null))
     }

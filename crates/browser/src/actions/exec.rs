@@ -7,18 +7,45 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use browserd_views::SENT_TO_PAGE;
+
 use super::{Action, ActionContext, ActionResult, js, timeouts, workspace::WorkspaceError};
 use crate::{
     error::BrowserError, session::BrowserSession, settle::ActionElement, types::short_tab_id,
 };
 
-/// An action failure: the message the model reads.
+/// An action failure: the message the model reads, and whether it provably happened before
+/// the action sent anything to the page.
 #[derive(Debug)]
-pub(crate) struct Fail(pub(crate) String);
+pub(crate) struct Fail {
+    pub(crate) message: String,
+    /// The action failed before it sent any input, navigation or script to the page (its
+    /// element could not be found or resolved): repeating it cannot do it twice. Every other
+    /// failure may have reached the page.
+    pub(crate) before_page: bool,
+}
+
+impl Fail {
+    /// A failure that may have happened after the action reached the page.
+    pub(crate) fn new(message: String) -> Self {
+        Self {
+            message,
+            before_page: false,
+        }
+    }
+
+    /// A failure that happened before the action sent anything to the page.
+    pub(crate) fn before_page(message: String) -> Self {
+        Self {
+            message,
+            before_page: true,
+        }
+    }
+}
 
 impl From<BrowserError> for Fail {
     fn from(err: BrowserError) -> Self {
-        Fail(match err {
+        Fail::new(match err {
             BrowserError::Timeout { method, timeout } => {
                 format!(
                     "The browser did not answer in time ({method}, {timeout:?}); the page may be busy or frozen"
@@ -40,7 +67,7 @@ impl From<BrowserError> for Fail {
 
 impl From<WorkspaceError> for Fail {
     fn from(err: WorkspaceError) -> Self {
-        Fail(err.to_string())
+        Fail::new(err.to_string())
     }
 }
 
@@ -123,7 +150,9 @@ impl BrowserSession {
         let mut timed_out = false;
         let mut result = match tokio::time::timeout(limit, self.run(action, ctx)).await {
             Ok(Ok(result)) => result,
-            Ok(Err(Fail(message))) => ActionResult::error(message),
+            Ok(Err(fail)) => {
+                ActionResult::error(fail.message).with_meta(SENT_TO_PAGE, json!(!fail.before_page))
+            }
             Err(_) => {
                 timed_out = true;
                 ActionResult::error(format!(
@@ -140,6 +169,11 @@ impl BrowserSession {
             result = result.with_meta("settle", json!(report));
         }
         self.report_side_effects(&mut result);
+        // A failure not known to have happened before the page is one that may have reached
+        // it (a timeout, a script error after the click, a blocked request it caused).
+        if result.error.is_some() && result.sent_to_page().is_none() {
+            result = result.with_meta(SENT_TO_PAGE, json!(true));
+        }
         result
     }
 
@@ -224,7 +258,7 @@ impl BrowserSession {
             Action::UploadFile(p) => self.upload(p.index, &p.path, ctx).await,
             Action::Switch(p) => {
                 let target = self.switch_tab(p.tab_id.trim()).await.map_err(|_| {
-                    Fail(format!(
+                    Fail::new(format!(
                         "No tab with id {} is open; use a tab_id from the page info",
                         p.tab_id
                     ))
@@ -334,7 +368,7 @@ impl BrowserSession {
         for name in files {
             let path = self.workspace.resolve(name)?;
             if !path.is_file() {
-                return Err(Fail(format!(
+                return Err(Fail::new(format!(
                     "File {name} in files_to_display does not exist in the workspace"
                 )));
             }

@@ -37,14 +37,14 @@ impl BrowserSession {
         let actual = match kind {
             "unsupported" => {
                 let t = prep.get("type").and_then(Value::as_str).unwrap_or("");
-                return Err(Fail(format!(
+                return Err(Fail::new(format!(
                     "Element {} is an input of type {t}; it cannot take text. Use click or upload_file.",
                     p.index
                 )));
             }
             "rejected" => {
                 let t = prep.get("type").and_then(Value::as_str).unwrap_or("");
-                return Err(Fail(format!(
+                return Err(Fail::new(format!(
                     "The field rejected '{shown}' and was left unchanged; use the format the field expects ({})",
                     format_hint(t)
                 )));

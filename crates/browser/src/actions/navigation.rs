@@ -17,16 +17,15 @@ impl BrowserSession {
     pub(super) async fn check_egress(&self, url: &str) -> Result<(), Fail> {
         if let Some(guard) = &self.egress {
             let refused = |d: crate::egress::EgressDenied| {
-                Fail(format!("Navigation to {url} is not allowed: {}", d.reason))
+                Fail::new(format!("Navigation to {url} is not allowed: {}", d.reason))
             };
             let policy = guard.policy().for_url(url).map_err(refused)?;
-            let parsed = policy
-                .check_str(url)
-                .map_err(|d| Fail(format!("Navigation to {url} is not allowed: {}", d.reason)))?;
-            policy
-                .check_url_resolved(&parsed)
-                .await
-                .map_err(|d| Fail(format!("Navigation to {url} is not allowed: {}", d.reason)))?;
+            let parsed = policy.check_str(url).map_err(|d| {
+                Fail::new(format!("Navigation to {url} is not allowed: {}", d.reason))
+            })?;
+            policy.check_url_resolved(&parsed).await.map_err(|d| {
+                Fail::new(format!("Navigation to {url} is not allowed: {}", d.reason))
+            })?;
         }
         Ok(())
     }
@@ -43,11 +42,11 @@ impl BrowserSession {
         if let Some(text) = outcome.error_text {
             if text.contains("ERR_BLOCKED_BY_CLIENT") {
                 let _ = self.navigate_target(&target, "about:blank").await;
-                return Err(Fail(format!(
+                return Err(Fail::new(format!(
                     "Navigation blocked by the egress policy: {url}"
                 )));
             }
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "Navigation failed - site unavailable: {url} ({text})"
             )));
         }
@@ -60,7 +59,7 @@ impl BrowserSession {
                 .and_then(|policy| policy.check_str(&landed))
         {
             let _ = self.navigate_target(&target, "about:blank").await;
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "Navigation blocked by the egress policy: {landed} ({})",
                 denied.reason
             )));
@@ -109,7 +108,7 @@ impl BrowserSession {
             .await?
             .decode()?;
         if history.current_index == 0 || history.entries.len() <= history.current_index {
-            return Err(Fail(
+            return Err(Fail::new(
                 "Cannot go back: there is no previous page in this tab's history".into(),
             ));
         }
@@ -167,7 +166,7 @@ impl BrowserSession {
 fn normalize_url(raw: &str) -> Result<String, Fail> {
     let url = raw.trim();
     if url.is_empty() {
-        return Err(Fail("url is empty".into()));
+        return Err(Fail::new("url is empty".into()));
     }
     let has_scheme = url.split_once(':').is_some_and(|(scheme, _)| {
         !scheme.is_empty()

@@ -15,7 +15,7 @@ pub struct PersonInputError(pub String);
 
 impl From<Fail> for PersonInputError {
     fn from(fail: Fail) -> Self {
-        PersonInputError(fail.0)
+        PersonInputError(fail.message)
     }
 }
 
@@ -126,7 +126,7 @@ impl BrowserSession {
         if (0.0..=width).contains(&x) && (0.0..=height).contains(&y) {
             Ok(())
         } else {
-            Err(Fail(format!(
+            Err(Fail::new(format!(
                 "({x:.0}, {y:.0}) is outside the page's viewport ({width:.0}x{height:.0})"
             )))
         }

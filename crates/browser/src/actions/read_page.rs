@@ -44,8 +44,8 @@ impl BrowserSession {
         let start = p.start_from_char;
         let page = tokio::task::spawn_blocking(move || markdown::html_to_markdown(&html, start))
             .await
-            .map_err(|_| Fail("markdown conversion failed".into()))?
-            .map_err(Fail)?;
+            .map_err(|_| Fail::new("markdown conversion failed".into()))?
+            .map_err(Fail::new)?;
         let stats = &page.stats;
         let mut stats_text = format!(
             "Original HTML: {} chars; markdown: {} chars; this chunk: chars {}..{}",
@@ -93,7 +93,7 @@ impl BrowserSession {
             )
             .await?;
         if let Some(err) = answer.get("error").and_then(Value::as_str) {
-            return Err(Fail(err.to_owned()));
+            return Err(Fail::new(err.to_owned()));
         }
         let total = answer.get("total").and_then(Value::as_u64).unwrap_or(0);
         let list = match answer.get_mut(list_key).map(Value::take) {
@@ -105,7 +105,7 @@ impl BrowserSession {
 
     pub(super) async fn search_page(&self, p: &SearchPageParams) -> Outcome {
         if p.pattern.is_empty() {
-            return Err(Fail("pattern is empty".into()));
+            return Err(Fail::new("pattern is empty".into()));
         }
         let session = self.focused_session().await?;
         let arg = json!({"pattern": p.pattern, "regex": p.regex, "case_sensitive": p.case_sensitive, "context_chars": p.context_chars.min(2000), "css_scope": p.css_scope, "max_results": p.max_results.clamp(1, 500)});
@@ -205,7 +205,7 @@ impl BrowserSession {
         }
         let path = self.workspace.unique_path(&file)?;
         std::fs::write(&path, data)
-            .map_err(|e| Fail(format!("Could not save the screenshot: {e}")))?;
+            .map_err(|e| Fail::new(format!("Could not save the screenshot: {e}")))?;
         let shown = display_name(&self.workspace, &path);
         let mut result = ActionResult::memory(format!("Saved screenshot to {shown}"));
         result.attachments = Some(vec![path.to_string_lossy().into_owned()]);
@@ -214,7 +214,7 @@ impl BrowserSession {
 
     pub(super) async fn save_as_pdf(&self, p: &SaveAsPdfParams) -> Outcome {
         if !(0.1..=2.0).contains(&p.scale) {
-            return Err(Fail("scale must be between 0.1 and 2.0".into()));
+            return Err(Fail::new("scale must be between 0.1 and 2.0".into()));
         }
         let session = self.focused_session().await?;
         let target = self.focused_target().await?;
@@ -264,7 +264,8 @@ impl BrowserSession {
             format!("{name}.pdf")
         };
         let path = self.workspace.unique_path(&name)?;
-        std::fs::write(&path, &data).map_err(|e| Fail(format!("Could not save the PDF: {e}")))?;
+        std::fs::write(&path, &data)
+            .map_err(|e| Fail::new(format!("Could not save the PDF: {e}")))?;
         let shown = display_name(&self.workspace, &path);
         let mut result = ActionResult::memory(format!(
             "Saved page as PDF to {shown} ({} bytes)",
@@ -294,12 +295,12 @@ impl BrowserSession {
             .decode()?;
         base64::engine::general_purpose::STANDARD
             .decode(data.data)
-            .map_err(|e| Fail(format!("{method} returned invalid data: {e}")))
+            .map_err(|e| Fail::new(format!("{method} returned invalid data: {e}")))
     }
 
     pub(super) async fn evaluate(&self, code: &str) -> Outcome {
         if code.trim().is_empty() {
-            return Err(Fail("code is empty".into()));
+            return Err(Fail::new("code is empty".into()));
         }
         let session = self.focused_session().await?;
         let answer: EvalAnswer = self
@@ -309,7 +310,7 @@ impl BrowserSession {
             .await?
             .decode()?;
         if let Some(ex) = answer.exception {
-            return Err(Fail(format!(
+            return Err(Fail::new(format!(
                 "JavaScript execution error: {}",
                 ex.message()
             )));

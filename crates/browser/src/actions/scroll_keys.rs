@@ -12,7 +12,7 @@ use crate::session::BrowserSession;
 impl BrowserSession {
     pub(super) async fn scroll(&self, p: &ScrollParams) -> Outcome {
         if !p.pages.is_finite() || p.pages < 0.0 || p.pages > 100.0 {
-            return Err(Fail("pages must be a number between 0 and 100".into()));
+            return Err(Fail::new("pages must be a number between 0 and 100".into()));
         }
         let sign = if p.down { 1.0 } else { -1.0 };
         let direction = if p.down { "down" } else { "up" };
@@ -71,7 +71,7 @@ impl BrowserSession {
     pub(super) async fn send_keys(&self, keys_text: &str) -> Outcome {
         let presses = keys::parse_keys(keys_text);
         if presses.is_empty() {
-            return Err(Fail("keys is empty".into()));
+            return Err(Fail::new("keys is empty".into()));
         }
         let session = self.focused_session().await?;
         for press in &presses {
