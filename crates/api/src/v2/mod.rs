@@ -3,7 +3,7 @@
 //! `X-Browser-Use-API-Key` (the same keys as `/v1`), errors are FastAPI's `{"detail": …}`
 //! (422 with its list shape for invalid input), and cloud-only features answer 501.
 //!
-//! v1 and v2 are two views of the same tasks: `tasks.rs` maps the rows both ways, `sessions.rs`
+//! v1 and v2 are two views of the same tasks: `tasks/` maps the rows both ways, `sessions.rs`
 //! serves the sessions (browser state that later tasks reuse), `profiles.rs` the profiles.
 
 mod profiles;
@@ -151,13 +151,13 @@ fn routes() -> (OpenApiRouter<AppState>, OpenApiRouter<AppState>) {
     // cloud's presigned URLs).
     let public = OpenApiRouter::new().routes(routes!(crate::output_files::signed_download));
     let keyed = OpenApiRouter::new()
-        .routes(routes!(tasks::create_task, tasks::list_tasks))
-        .routes(routes!(tasks::get_task, tasks::update_task))
-        .routes(routes!(tasks::task_status))
-        .routes(routes!(tasks::task_logs))
-        .routes(routes!(tasks::task_history))
-        .routes(routes!(tasks::step_screenshot))
-        .routes(routes!(tasks::output_file))
+        .routes(routes!(tasks::create::create_task, tasks::list::list_tasks))
+        .routes(routes!(tasks::read::get_task, tasks::control::update_task))
+        .routes(routes!(tasks::read::task_status))
+        .routes(routes!(tasks::history::task_logs))
+        .routes(routes!(tasks::history::task_history))
+        .routes(routes!(tasks::files::step_screenshot))
+        .routes(routes!(tasks::files::output_file))
         .routes(routes!(sessions::create_session, sessions::list_sessions))
         .routes(routes!(
             sessions::get_session,

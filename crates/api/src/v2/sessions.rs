@@ -21,7 +21,6 @@ use super::{
     SessionUpdateRequest, V2Body, V2Error, V2ErrorBody, V2Path, absolute_url, parse_body, path_uuid,
 };
 use crate::AppState;
-use crate::error::ApiError;
 use crate::extract::Caller;
 
 fn item(session: SessionRecord) -> SessionItemView {
@@ -237,7 +236,7 @@ pub(crate) async fn stop_session_and_tasks(
         {
             // Ended meanwhile.
             Ok(_) | Err(TaskError::Conflict { .. }) => {}
-            Err(err) => return Err(ApiError::from(err).into()),
+            Err(err) => return Err(err.into()),
         }
     }
     tracing::info!(session_id = %id, "session stopped (v2)");
