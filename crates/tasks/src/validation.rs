@@ -11,215 +11,58 @@ use secrecy::ExposeSecret;
 use crate::error::TaskError;
 use crate::models::ModelCatalog;
 
-/// Validates `request` and fills in defaults.
+/// Validates `request` and fills in defaults. The checks run in a fixed order (the first
+/// failure is the one reported): NUL characters, the replay, the task text, the start URL, the
+/// run's limits, the model, the domain lists, the secrets, the output schema, the metadata, the
+/// budget, the browser settings and `ask_human`.
 pub fn validate_create_task(
-    request: CreateTaskRequest,
+    mut request: CreateTaskRequest,
     models: &ModelCatalog,
 ) -> Result<NewTask, TaskError> {
     refuse_nul_characters(&request)?;
-    let replay = match request.replay_of {
-        Some(source) => Some(validate_replay(&request, source)?),
-        None => {
-            if request.replay.is_some() {
-                return Err(TaskError::validation(
-                    "replay",
-                    "replay options need replay_of (the id of the task to replay)",
-                ));
-            }
-            None
-        }
-    };
-    let Some(task) = request.task else {
-        return Err(TaskError::validation(
-            "task",
-            "task is required (it may only be omitted with replay_of)",
-        ));
-    };
-    let task_chars = task.chars().count();
-    if task.trim().is_empty() {
-        return Err(TaskError::validation("task", "task must not be empty"));
-    }
-    if task_chars > limits::TASK_MAX_CHARS {
-        return Err(TaskError::validation(
-            "task",
-            format!(
-                "task must be at most {} characters, got {task_chars}",
-                limits::TASK_MAX_CHARS
-            ),
-        ));
-    }
-
+    let replay = validate_replay_request(&request)?;
+    let task = validate_task_text(request.task.take())?;
     let start_url = request
         .start_url
+        .take()
         .map(|raw| validate_start_url(&raw).map(|url| (raw, url)))
         .transpose()?;
-
-    let max_steps = int_field(
-        "max_steps",
-        request.max_steps,
-        limits::MAX_STEPS_DEFAULT,
-        limits::MAX_STEPS_RANGE,
-    )?;
-    let max_actions_per_step = int_field(
-        "max_actions_per_step",
-        request.max_actions_per_step,
-        limits::MAX_ACTIONS_PER_STEP_DEFAULT,
-        limits::MAX_ACTIONS_PER_STEP_RANGE,
-    )?;
-    let max_failures = int_field(
-        "max_failures",
-        request.max_failures,
-        limits::MAX_FAILURES_DEFAULT,
-        limits::MAX_FAILURES_RANGE,
-    )?;
-    let timeout_s = request
-        .timeout_s
-        .map(|value| int_field("timeout_s", Some(value), 0, limits::TIMEOUT_S_RANGE))
-        .transpose()?;
-
-    let model = match request.model {
-        // A replay makes no model call (`validate_replay` refused a model).
-        None if replay.is_some() => None,
-        Some(name) => {
-            if !models.contains(&name) {
-                let known: Vec<&str> = models.names().collect();
-                let shown: String = name.chars().take(limits::MODEL_MAX_CHARS).collect();
-                return Err(TaskError::validation(
-                    "model",
-                    if known.is_empty() {
-                        format!("unknown model `{shown}`: no models are configured")
-                    } else {
-                        format!("unknown model `{shown}` (configured: {})", known.join(", "))
-                    },
-                ));
-            }
-            Some(name)
-        }
-        None => models.default_model().map(str::to_owned),
-    };
-
-    let (allowed_domains, allowed) = validate_domains("allowed_domains", request.allowed_domains)?;
+    let run = RunLimits::check(&request)?;
+    let model = validate_model(request.model.take(), replay.is_some(), models)?;
+    let (allowed_domains, allowed) =
+        validate_domains("allowed_domains", request.allowed_domains.take())?;
     let (prohibited_domains, prohibited) =
-        validate_domains("prohibited_domains", request.prohibited_domains)?;
+        validate_domains("prohibited_domains", request.prohibited_domains.take())?;
     let rules = DomainRules::new(allowed, prohibited);
-    let start_url = match start_url {
-        Some((raw, url)) => {
-            check_start_url_against_lists(&url, &rules)?;
-            Some(raw)
-        }
-        None => None,
-    };
-
+    let start_url = start_url
+        .map(|(raw, url)| check_start_url_against_lists(&url, &rules).map(|()| raw))
+        .transpose()?;
     let secrets = validate_secrets(
-        request.secrets.unwrap_or_default(),
+        request.secrets.take().unwrap_or_default(),
         &allowed_domains,
         request.allow_secrets_on_any_domain.unwrap_or(false),
         &SecretFixNames::V1,
     )?;
-
     if let Some(schema) = &request.output_schema {
         validate_output_schema(schema)?;
     }
-
-    let metadata = request.metadata.unwrap_or_default();
+    let metadata = request.metadata.take().unwrap_or_default();
     validate_metadata(&metadata)?;
-
-    let max_tokens = request
-        .max_tokens
-        .map(|value| {
-            if limits::MAX_TOKENS_RANGE.contains(&value) {
-                Ok(value)
-            } else {
-                Err(TaskError::validation(
-                    "max_tokens",
-                    format!(
-                        "max_tokens must be between {} and {}, got {value}",
-                        limits::MAX_TOKENS_RANGE.start(),
-                        limits::MAX_TOKENS_RANGE.end()
-                    ),
-                ))
-            }
-        })
-        .transpose()?;
-    let max_cost_usd = request
-        .max_cost_usd
-        .map(|value| {
-            if value.is_finite() && value > 0.0 && value <= limits::MAX_COST_USD_MAX {
-                Ok(value)
-            } else {
-                Err(TaskError::validation(
-                    "max_cost_usd",
-                    format!(
-                        "max_cost_usd must be above 0 and at most {}, got {value}",
-                        limits::MAX_COST_USD_MAX
-                    ),
-                ))
-            }
-        })
-        .transpose()?;
-    if let Some(viewport) = &request.viewport {
-        viewport
-            .check()
-            .map_err(|(field, message)| TaskError::validation(field, message))?;
-    }
-    let settle_timeout_ms = request
-        .settle_timeout_ms
-        .map(|value| {
-            int_field(
-                "settle_timeout_ms",
-                Some(value),
-                value,
-                limits::SETTLE_TIMEOUT_MS_RANGE,
-            )
-        })
-        .transpose()?;
-
-    if let Some(name) = &request.proxy {
-        let chars = name.chars().count();
-        if chars == 0 || chars > limits::PROXY_NAME_MAX_CHARS {
-            return Err(TaskError::validation(
-                "proxy",
-                format!(
-                    "proxy must be the name of a configured proxy, 1–{} characters",
-                    limits::PROXY_NAME_MAX_CHARS
-                ),
-            ));
-        }
-    }
-
-    let ask_human_timeout_s = request
-        .ask_human_timeout_s
-        .map(|value| {
-            int_field(
-                "ask_human_timeout_s",
-                Some(value),
-                value,
-                limits::ASK_HUMAN_TIMEOUT_S_RANGE,
-            )
-        })
-        .transpose()?;
-    if replay.is_some() && (request.ask_human.is_some() || ask_human_timeout_s.is_some()) {
-        return Err(TaskError::validation(
-            if request.ask_human.is_some() {
-                "ask_human"
-            } else {
-                "ask_human_timeout_s"
-            },
-            "a replay asks no questions: ask_human and ask_human_timeout_s need the agent",
-        ));
-    }
-
+    let max_tokens = validate_max_tokens(request.max_tokens)?;
+    let max_cost_usd = validate_max_cost_usd(request.max_cost_usd)?;
+    let settle_timeout_ms = validate_browser_settings(&request)?;
+    let ask_human_timeout_s = validate_ask_human(&request, replay.is_some())?;
     let options = TaskOptions {
         start_url,
-        max_steps,
+        max_steps: run.max_steps,
         model,
         allowed_domains,
         prohibited_domains,
         output_schema: request.output_schema,
         use_vision: replay.is_none() && request.use_vision.unwrap_or(limits::USE_VISION_DEFAULT),
-        max_actions_per_step,
-        max_failures,
-        timeout_s,
+        max_actions_per_step: run.max_actions_per_step,
+        max_failures: run.max_failures,
+        timeout_s: run.timeout_s,
         metadata,
         max_tokens,
         max_cost_usd,
@@ -238,6 +81,191 @@ pub fn validate_create_task(
         trace_context: None,
         replay,
     })
+}
+
+/// The replay of `replay_of`, checked; replay options without it are refused.
+fn validate_replay_request(request: &CreateTaskRequest) -> Result<Option<NewReplay>, TaskError> {
+    match request.replay_of {
+        Some(source) => Ok(Some(validate_replay(request, source)?)),
+        None if request.replay.is_some() => Err(TaskError::validation(
+            "replay",
+            "replay options need replay_of (the id of the task to replay)",
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The task's text: required, not blank, at most [`limits::TASK_MAX_CHARS`].
+fn validate_task_text(task: Option<String>) -> Result<String, TaskError> {
+    let Some(task) = task else {
+        return Err(TaskError::validation(
+            "task",
+            "task is required (it may only be omitted with replay_of)",
+        ));
+    };
+    let task_chars = task.chars().count();
+    if task.trim().is_empty() {
+        return Err(TaskError::validation("task", "task must not be empty"));
+    }
+    if task_chars > limits::TASK_MAX_CHARS {
+        return Err(TaskError::validation(
+            "task",
+            format!(
+                "task must be at most {} characters, got {task_chars}",
+                limits::TASK_MAX_CHARS
+            ),
+        ));
+    }
+    Ok(task)
+}
+
+/// How long the agent may run: steps, actions per step, failures in a row, seconds.
+struct RunLimits {
+    max_steps: i32,
+    max_actions_per_step: i32,
+    max_failures: i32,
+    timeout_s: Option<i32>,
+}
+
+impl RunLimits {
+    fn check(request: &CreateTaskRequest) -> Result<Self, TaskError> {
+        Ok(RunLimits {
+            max_steps: int_field(
+                "max_steps",
+                request.max_steps,
+                limits::MAX_STEPS_DEFAULT,
+                limits::MAX_STEPS_RANGE,
+            )?,
+            max_actions_per_step: int_field(
+                "max_actions_per_step",
+                request.max_actions_per_step,
+                limits::MAX_ACTIONS_PER_STEP_DEFAULT,
+                limits::MAX_ACTIONS_PER_STEP_RANGE,
+            )?,
+            max_failures: int_field(
+                "max_failures",
+                request.max_failures,
+                limits::MAX_FAILURES_DEFAULT,
+                limits::MAX_FAILURES_RANGE,
+            )?,
+            timeout_s: optional_int_field("timeout_s", request.timeout_s, limits::TIMEOUT_S_RANGE)?,
+        })
+    }
+}
+
+/// The model: one of the catalog's; the catalog's default when not given (none for a replay,
+/// which makes no model call — `validate_replay` refused a model).
+fn validate_model(
+    model: Option<String>,
+    replaying: bool,
+    models: &ModelCatalog,
+) -> Result<Option<String>, TaskError> {
+    match model {
+        None if replaying => Ok(None),
+        Some(name) => {
+            if !models.contains(&name) {
+                let known: Vec<&str> = models.names().collect();
+                let shown: String = name.chars().take(limits::MODEL_MAX_CHARS).collect();
+                return Err(TaskError::validation(
+                    "model",
+                    if known.is_empty() {
+                        format!("unknown model `{shown}`: no models are configured")
+                    } else {
+                        format!("unknown model `{shown}` (configured: {})", known.join(", "))
+                    },
+                ));
+            }
+            Ok(Some(name))
+        }
+        None => Ok(models.default_model().map(str::to_owned)),
+    }
+}
+
+fn validate_max_tokens(max_tokens: Option<i64>) -> Result<Option<i64>, TaskError> {
+    max_tokens
+        .map(|value| {
+            if limits::MAX_TOKENS_RANGE.contains(&value) {
+                Ok(value)
+            } else {
+                Err(TaskError::validation(
+                    "max_tokens",
+                    format!(
+                        "max_tokens must be between {} and {}, got {value}",
+                        limits::MAX_TOKENS_RANGE.start(),
+                        limits::MAX_TOKENS_RANGE.end()
+                    ),
+                ))
+            }
+        })
+        .transpose()
+}
+
+fn validate_max_cost_usd(max_cost_usd: Option<f64>) -> Result<Option<f64>, TaskError> {
+    max_cost_usd
+        .map(|value| {
+            if value.is_finite() && value > 0.0 && value <= limits::MAX_COST_USD_MAX {
+                Ok(value)
+            } else {
+                Err(TaskError::validation(
+                    "max_cost_usd",
+                    format!(
+                        "max_cost_usd must be above 0 and at most {}, got {value}",
+                        limits::MAX_COST_USD_MAX
+                    ),
+                ))
+            }
+        })
+        .transpose()
+}
+
+/// The viewport, the settle timeout (returned) and the proxy's name.
+fn validate_browser_settings(request: &CreateTaskRequest) -> Result<Option<i32>, TaskError> {
+    if let Some(viewport) = &request.viewport {
+        viewport
+            .check()
+            .map_err(|(field, message)| TaskError::validation(field, message))?;
+    }
+    let settle_timeout_ms = optional_int_field(
+        "settle_timeout_ms",
+        request.settle_timeout_ms,
+        limits::SETTLE_TIMEOUT_MS_RANGE,
+    )?;
+    if let Some(name) = &request.proxy {
+        let chars = name.chars().count();
+        if chars == 0 || chars > limits::PROXY_NAME_MAX_CHARS {
+            return Err(TaskError::validation(
+                "proxy",
+                format!(
+                    "proxy must be the name of a configured proxy, 1–{} characters",
+                    limits::PROXY_NAME_MAX_CHARS
+                ),
+            ));
+        }
+    }
+    Ok(settle_timeout_ms)
+}
+
+/// `ask_human_timeout_s` (returned), and neither it nor `ask_human` in a replay.
+fn validate_ask_human(
+    request: &CreateTaskRequest,
+    replaying: bool,
+) -> Result<Option<i32>, TaskError> {
+    let ask_human_timeout_s = optional_int_field(
+        "ask_human_timeout_s",
+        request.ask_human_timeout_s,
+        limits::ASK_HUMAN_TIMEOUT_S_RANGE,
+    )?;
+    if replaying && (request.ask_human.is_some() || ask_human_timeout_s.is_some()) {
+        return Err(TaskError::validation(
+            if request.ask_human.is_some() {
+                "ask_human"
+            } else {
+                "ask_human_timeout_s"
+            },
+            "a replay asks no questions: ask_human and ask_human_timeout_s need the agent",
+        ));
+    }
+    Ok(ask_human_timeout_s)
 }
 
 /// The fields a replay does not use are refused (they would be silently ignored), and its
@@ -362,6 +390,17 @@ fn int_field(
     i32::try_from(value).map_err(|_| TaskError::validation(field, format!("{field} is too large")))
 }
 
+/// An optional integer within `range`.
+fn optional_int_field(
+    field: &str,
+    value: Option<i64>,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Option<i32>, TaskError> {
+    value
+        .map(|value| int_field(field, Some(value), value, range))
+        .transpose()
+}
+
 fn validate_start_url(raw: &str) -> Result<url::Url, TaskError> {
     if raw.chars().count() > limits::URL_MAX_CHARS {
         return Err(TaskError::validation(
@@ -416,9 +455,6 @@ fn check_start_url_against_lists(url: &url::Url, rules: &DomainRules) -> Result<
     }
 }
 
-/// Domain patterns, parsed by `browserd_domains` — the parser the egress policy uses, so a list
-/// accepted here is a list the task's browser accepts. Returns the patterns as stored (trimmed,
-/// lowercase) and the parsed list.
 /// How a front end spells the two ways to accept flat secrets, for the refusal's message.
 pub struct SecretFixNames {
     /// The task's list of allowed domains.
@@ -551,6 +587,9 @@ fn validate_secrets(
     Ok(secrets.bind_unbound_to(allowed_domains))
 }
 
+/// Domain patterns, parsed by `browserd_domains` — the parser the egress policy uses, so a list
+/// accepted here is a list the task's browser accepts. Returns the patterns as stored (trimmed,
+/// lowercase) and the parsed list.
 fn validate_domains(
     field: &str,
     domains: Option<Vec<String>>,
@@ -635,221 +674,6 @@ fn validate_metadata(metadata: &BTreeMap<String, String>) -> Result<(), TaskErro
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::{Value, json};
-
-    use super::*;
-
-    fn validate(body: Value) -> Result<NewTask, (String, String)> {
-        let request: CreateTaskRequest = serde_json::from_value(body).expect("request shape");
-        validate_create_task(request, &ModelCatalog::default()).map_err(|err| match err {
-            TaskError::Validation { field, message } => (field.unwrap_or_default(), message),
-            other => panic!("not a validation error: {other:?}"),
-        })
-    }
-
-    /// The shared domain-pattern table through `validate_create_task`: a pattern is accepted
-    /// here iff the egress policy accepts it (the 422 names the entry and carries the parser's
-    /// reason), and an http(s) `start_url` passes `allowed_domains: [pattern]` (and fails
-    /// `prohibited_domains: [pattern]`) iff the pattern matches it.
-    #[test]
-    fn domain_pattern_conformance_table() {
-        for case in browserd_domains::conformance::CASES {
-            let pattern = case.pattern;
-            if let Some(why) = case.rejected {
-                for list in ["allowed_domains", "prohibited_domains"] {
-                    let (field, message) =
-                        validate(json!({"task": "t", list: ["ok.example", pattern]}))
-                            .expect_err(pattern);
-                    assert_eq!(field, format!("{list}[1]"), "{pattern:?}");
-                    assert!(message.contains(why), "{pattern:?}: {message}");
-                    assert!(message.starts_with("invalid domain pattern"), "{message}");
-                }
-                continue;
-            }
-            let task = validate(json!({"task": "t", "allowed_domains": [pattern]})).unwrap();
-            assert_eq!(
-                task.options.allowed_domains,
-                [pattern.trim().to_ascii_lowercase()]
-            );
-            let urls = case
-                .matches
-                .iter()
-                .map(|u| (u, true))
-                .chain(case.does_not_match.iter().map(|u| (u, false)))
-                // start_url is http(s) only; other schemes are refused for that reason alone.
-                .filter(|(u, _)| u.starts_with("http://") || u.starts_with("https://"));
-            for (url, want) in urls {
-                let allowed =
-                    validate(json!({"task": "t", "start_url": url, "allowed_domains": [pattern]}));
-                let prohibited = validate(
-                    json!({"task": "t", "start_url": url, "prohibited_domains": [pattern]}),
-                );
-                assert_eq!(
-                    allowed.is_ok(),
-                    want,
-                    "{pattern:?} allows {url}: {allowed:?}"
-                );
-                assert_eq!(prohibited.is_err(), want, "{pattern:?} prohibits {url}");
-                for err in [allowed.err(), prohibited.err()].into_iter().flatten() {
-                    assert_eq!(err.0, "start_url", "{err:?}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_replay_takes_no_model_fields_and_gets_its_options_checked() {
-        let source = uuid::Uuid::now_v7();
-        let task = validate(json!({"task": "t", "replay_of": source})).unwrap();
-        let replay = task.replay.expect("a replay");
-        assert_eq!(replay.source.0, source);
-        assert_eq!(replay.options, ReplaySettings::default());
-        assert_eq!(task.options.model, None);
-        assert!(!task.options.use_vision);
-        let task = validate(json!({"task": "t", "replay_of": source,
-            "replay": {"skip_failures": true, "max_retries": 0, "retry_delay_ms": 60000}}))
-        .unwrap();
-        assert_eq!(
-            task.replay.unwrap().options,
-            ReplaySettings {
-                skip_failures: true,
-                max_retries: 0,
-                retry_delay_ms: 60_000
-            }
-        );
-        for (body, field, words) in [
-            (json!({"model": "m"}), "model", "does not apply to a replay"),
-            (
-                json!({"max_steps": 5}),
-                "max_steps",
-                "does not apply to a replay",
-            ),
-            (json!({"max_tokens": 5}), "max_tokens", "no model is called"),
-            (
-                json!({"replay": {"max_retries": -1}}),
-                "replay.max_retries",
-                "between 0 and 10",
-            ),
-            (
-                json!({"replay": {"retry_delay_ms": 60001}}),
-                "replay.retry_delay_ms",
-                "between 0 and 60000",
-            ),
-        ] {
-            let mut body = body;
-            body["task"] = json!("t");
-            body["replay_of"] = json!(source);
-            let (got, message) = validate(body).unwrap_err();
-            assert_eq!(got, field);
-            assert!(message.contains(words), "{message}");
-        }
-        let (field, message) = validate(json!({"task": "t", "replay": {}})).unwrap_err();
-        assert_eq!(field, "replay");
-        assert!(message.contains("replay_of"), "{message}");
-        let (field, _) = validate(json!({"use_vision": true})).unwrap_err();
-        assert_eq!(field, "task");
-    }
-
-    #[test]
-    fn start_url_forbidden_by_its_own_lists_is_refused_naming_the_list() {
-        let (field, message) = validate(json!({
-            "task": "t",
-            "start_url": "https://evil.test/login",
-            "allowed_domains": ["example.com", "*.docs.rs"],
-        }))
-        .unwrap_err();
-        assert_eq!(field, "start_url");
-        assert!(message.contains("allowed_domains"), "{message}");
-        assert!(message.contains("evil.test"), "{message}");
-        let (field, message) = validate(json!({
-            "task": "t",
-            "start_url": "https://www.evil.test/login",
-            "prohibited_domains": ["ok.test", "Evil.test"],
-        }))
-        .unwrap_err();
-        assert_eq!(field, "start_url");
-        assert!(message.contains("prohibited_domains"), "{message}");
-        assert!(message.contains("`Evil.test`"), "{message}");
-        // A non-empty allow list alone decides, like the egress policy.
-        assert!(
-            validate(json!({
-                "task": "t",
-                "start_url": "https://evil.test/",
-                "allowed_domains": ["evil.test"],
-                "prohibited_domains": ["evil.test"],
-            }))
-            .is_ok()
-        );
-        // The example patterns of docs/src/agent.md ("Egress policy"), the URL prefix with a path included.
-        let task = validate(json!({
-            "task": "t",
-            "start_url": "https://example.com/path/page?x=1",
-            "allowed_domains": ["https://example.com/path", "http*://example.com", "https://example.com/*"],
-        }))
-        .unwrap();
-        assert_eq!(task.options.allowed_domains.len(), 3);
-    }
-
-    /// The ranges the tasks table's check constraints enforced before the options became one
-    /// jsonb column (migration 0013) are refused here, naming the field.
-    #[test]
-    fn the_old_column_checks_are_enforced_at_the_edge() {
-        for (body, field) in [
-            (json!({"max_steps": 0}), "max_steps"),
-            (json!({"max_steps": 10_001}), "max_steps"),
-            (json!({"max_actions_per_step": 0}), "max_actions_per_step"),
-            (json!({"max_failures": -1}), "max_failures"),
-            (json!({"timeout_s": 0}), "timeout_s"),
-            (json!({"max_tokens": 0}), "max_tokens"),
-            (json!({"max_cost_usd": 0.0}), "max_cost_usd"),
-            (json!({"max_cost_usd": -1.0}), "max_cost_usd"),
-            (
-                json!({"viewport": {"width": 0, "height": 720}}),
-                "viewport.width",
-            ),
-            (
-                json!({"viewport": {"width": 1280, "height": 0}}),
-                "viewport.height",
-            ),
-            (json!({"settle_timeout_ms": -1}), "settle_timeout_ms"),
-            (json!({"settle_timeout_ms": 30_001}), "settle_timeout_ms"),
-            (json!({"proxy": ""}), "proxy"),
-            (json!({"proxy": "p".repeat(65)}), "proxy"),
-        ] {
-            let mut body = body;
-            body["task"] = json!("t");
-            let (got, message) = validate(body.clone()).unwrap_err();
-            assert_eq!(got, field, "{body}: {message}");
-        }
-        // The bounds themselves pass (a viewport needs both sides: its type has both).
-        let task = validate(json!({"task": "t", "max_steps": 10_000, "max_failures": 0,
-            "timeout_s": 1, "max_tokens": 1, "settle_timeout_ms": 0, "proxy": "p".repeat(64)}))
-        .unwrap();
-        assert_eq!(task.options.max_steps, 10_000);
-        assert!(
-            serde_json::from_value::<CreateTaskRequest>(
-                json!({"task": "t", "viewport": {"width": 1280}})
-            )
-            .is_err()
-        );
-    }
-
-    #[test]
-    fn a_catastrophic_pattern_is_validated_with_a_backtrack_limit() {
-        // Accepted at the edge (the bounds are about size, not patterns) because the validator
-        // that checks `done` data runs patterns with fancy-regex's backtrack limit: a
-        // classic exponential case ends (as "does not match") instead of hanging the worker.
-        let schema = json!({"type": "string", "pattern": "^(a+)+$"});
-        validate(json!({"task": "t", "output_schema": schema.clone()})).unwrap();
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        let hostile = format!("{}!", "a".repeat(64));
-        assert!(!validator.is_valid(&json!(hostile)));
-        assert!(validator.is_valid(&json!("aaaa")));
-    }
-}
-
 /// Postgres stores no NUL character in text or jsonb: a request carrying one anywhere (the task,
 /// metadata, an output schema's strings or keys, …) is refused here, naming where, rather than
 /// failing at the insert. Walks the request's own serialization, so every field is covered.
@@ -889,28 +713,7 @@ fn refuse_nul_characters(request: &CreateTaskRequest) -> Result<(), TaskError> {
 }
 
 #[cfg(test)]
-mod nul_tests {
-    use super::*;
+mod tests;
 
-    #[test]
-    fn a_nul_character_anywhere_in_a_create_request_is_refused_naming_where() {
-        let mut request = CreateTaskRequest {
-            task: Some("find it".to_owned()),
-            metadata: Some(BTreeMap::from([("k\0ey".to_owned(), "v".to_owned())])),
-            ..CreateTaskRequest::default()
-        };
-        let err = refuse_nul_characters(&request).unwrap_err().to_string();
-        assert!(err.contains("metadata.k\\0ey"), "{err}");
-        request.metadata = None;
-        request.output_schema = Some(
-            serde_json::json!({"type": "object", "properties": {"a": {"enum": ["x", "y\0"]}}}),
-        );
-        let err = refuse_nul_characters(&request).unwrap_err().to_string();
-        assert!(err.contains("output_schema.properties.a.enum[1]"), "{err}");
-        request.output_schema = None;
-        request.task = Some("a\0b".to_owned());
-        assert!(refuse_nul_characters(&request).is_err());
-        request.task = Some("fine".to_owned());
-        assert!(refuse_nul_characters(&request).is_ok());
-    }
-}
+#[cfg(test)]
+mod nul_tests;
