@@ -22,8 +22,8 @@ use crate::control::AgentControl;
 use crate::events::{AgentEvent, EventSink, NoopSink};
 use crate::secrets::Secrets;
 use crate::views::{
-    ActionCall, AgentHistory, AgentHistoryList, BrowserStateHistory, InteractedElement,
-    StepMetadata,
+    ActionCall, AgentHistory, AgentHistoryList, AgentOutput, BrowserStateHistory,
+    InteractedElement, StepMetadata,
 };
 use browserd_views::{AGENT_OWNED_ACTIONS, ActionResult, TabInfo};
 
@@ -266,10 +266,14 @@ pub async fn replay_steps(
     run: &ReplayRun<'_>,
     mut on_action: impl FnMut(&ActionReplay),
 ) -> (ReplayReport, AgentHistoryList) {
-    let mut actions = Vec::new();
+    let replayer = Replayer {
+        browser,
+        secrets,
+        options,
+        run,
+    };
+    let mut progress = Progress::default();
     let mut replayed = AgentHistoryList::default();
-    let mut failure: Option<String> = None;
-    let mut stopped = false;
     let mut number = run.first_step;
     let steps = history
         .history
@@ -280,21 +284,72 @@ pub async fn replay_steps(
         let Some(recorded_output) = &item.model_output else {
             continue;
         };
+        if !replayer.may_go_on().await {
+            progress.stopped = true;
+            break;
+        }
+        let record = replayer
+            .replay_step(item, recorded_output, number, &mut progress, &mut on_action)
+            .await;
+        replayed.history.push(record.clone());
+        run.sink
+            .emit(AgentEvent::StepFinished {
+                record: Box::new(record),
+            })
+            .await;
+        number += 1;
+        if progress.stopped || (progress.failure.is_some() && !options.skip_failures) {
+            break;
+        }
+    }
+    let report = replayer.finish(history, &replayed, progress).await;
+    (report, replayed)
+}
+
+/// What a replay works with: the browser, the secrets, the options and the run's sink and
+/// control.
+struct Replayer<'a, 'r> {
+    browser: &'a dyn AgentBrowser,
+    secrets: &'a Secrets,
+    options: &'a ReplayOptions,
+    run: &'a ReplayRun<'r>,
+}
+
+/// How far a replay got: the actions' reports, the first failure, whether it was stopped.
+#[derive(Default)]
+struct Progress {
+    actions: Vec<ActionReplay>,
+    failure: Option<String>,
+    stopped: bool,
+}
+
+impl Replayer<'_, '_> {
+    /// Waits out a pause (between steps); false once the replay is stopped.
+    async fn may_go_on(&self) -> bool {
+        let run = self.run;
         if run.control.is_paused() {
             run.sink.emit(AgentEvent::Paused).await;
             if !run.control.wait_while_paused().await {
-                stopped = true;
-                break;
+                return false;
             }
             run.sink.emit(AgentEvent::Resumed).await;
         }
-        if run.control.is_stopped() {
-            stopped = true;
-            break;
-        }
+        !run.control.is_stopped()
+    }
+
+    /// One recorded step replayed on the page as it is now: its record.
+    async fn replay_step(
+        &self,
+        item: &AgentHistory,
+        recorded_output: &AgentOutput,
+        number: u32,
+        progress: &mut Progress,
+        on_action: &mut impl FnMut(&ActionReplay),
+    ) -> AgentHistory {
+        let (run, secrets) = (self.run, self.secrets);
         let started = epoch_secs();
         let t_capture = Instant::now();
-        let page = browser.capture(run.screenshots).await.ok();
+        let page = self.browser.capture(run.screenshots).await.ok();
         let capture_ms = millis(t_capture.elapsed());
         let url = secrets.redact(page.as_ref().map_or("", |p| p.url.as_str()));
         run.sink
@@ -308,13 +363,60 @@ pub async fn replay_steps(
             None => None,
         };
         let mut output = recorded_output.clone();
+        let t_actions = Instant::now();
+        let (results, mut interacted) = self
+            .replay_actions(item, &mut output, number, progress, on_action)
+            .await;
+        interacted.resize(output.action.len(), None);
+        let state = BrowserStateHistory {
+            url,
+            title: secrets.redact(page.as_ref().map_or("", |p| p.title.as_str())),
+            tabs: page
+                .as_ref()
+                .map(|p| redacted_tabs(secrets, &p.tabs))
+                .unwrap_or_default(),
+            interacted_element: interacted,
+            screenshot_ref,
+        };
+        let metadata = StepMetadata {
+            step_number: number,
+            step_start_time: started,
+            step_end_time: epoch_secs(),
+            capture_ms,
+            actions_ms: millis(t_actions.elapsed()),
+            settle_ms: results
+                .iter()
+                .filter_map(|r| r.metadata.as_ref()?.get("settle")?.get("ms")?.as_u64())
+                .sum(),
+            ..StepMetadata::default()
+        };
+        AgentHistory {
+            model_output: Some(output),
+            state,
+            metadata,
+            result: results,
+            state_message: None,
+        }
+    }
+
+    /// The recorded actions of `item`, in order, until the replay is stopped or an action
+    /// fails for good: each one's result now and the element it used now. `output`'s actions
+    /// get the indices used now.
+    async fn replay_actions(
+        &self,
+        item: &AgentHistory,
+        output: &mut AgentOutput,
+        number: u32,
+        progress: &mut Progress,
+        on_action: &mut impl FnMut(&ActionReplay),
+    ) -> (Vec<ActionResult>, Vec<Option<InteractedElement>>) {
+        let (run, secrets, options) = (self.run, self.secrets, self.options);
         let mut results = Vec::new();
         let mut interacted = Vec::new();
-        let t_actions = Instant::now();
         let recorded_step = item.metadata.step_number;
         for (position, call) in output.action.iter_mut().enumerate() {
             if run.control.is_stopped() {
-                stopped = true;
+                progress.stopped = true;
                 break;
             }
             let recorded = item
@@ -324,7 +426,7 @@ pub async fn replay_steps(
                 .cloned()
                 .flatten();
             let (report, mut result, element) = replay_action(
-                browser,
+                self.browser,
                 recorded_step,
                 call,
                 item.result.get(position),
@@ -356,87 +458,62 @@ pub async fn replay_steps(
             results.push(result);
             interacted.push(element);
             let failed = report.outcome == ReplayOutcome::Failed;
-            if failed && failure.is_none() {
-                failure = Some(format!(
+            if failed && progress.failure.is_none() {
+                progress.failure = Some(format!(
                     "replaying step {recorded_step} `{}`: {}",
                     report.action,
                     report.detail.as_deref().unwrap_or("failed")
                 ));
             }
-            actions.push(report);
+            progress.actions.push(report);
             if failed && (!options.skip_failures || run.control.is_stopped()) {
                 break;
             }
         }
-        interacted.resize(output.action.len(), None);
-        let record = AgentHistory {
-            model_output: Some(output),
-            state: BrowserStateHistory {
-                url,
-                title: secrets.redact(page.as_ref().map_or("", |p| p.title.as_str())),
-                tabs: page
-                    .as_ref()
-                    .map(|p| {
-                        p.tabs
-                            .iter()
-                            .map(|t| TabInfo {
-                                tab_id: t.tab_id.clone(),
-                                url: secrets.redact(&t.url),
-                                title: secrets.redact(&t.title),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                interacted_element: interacted,
-                screenshot_ref,
-            },
-            metadata: StepMetadata {
-                step_number: number,
-                step_start_time: started,
-                step_end_time: epoch_secs(),
-                capture_ms,
-                actions_ms: millis(t_actions.elapsed()),
-                settle_ms: results
-                    .iter()
-                    .filter_map(|r| r.metadata.as_ref()?.get("settle")?.get("ms")?.as_u64())
-                    .sum(),
-                ..StepMetadata::default()
-            },
-            result: results,
-            state_message: None,
+        (results, interacted)
+    }
+
+    /// The report, after the `finished` event.
+    async fn finish(
+        &self,
+        history: &AgentHistoryList,
+        replayed: &AgentHistoryList,
+        progress: Progress,
+    ) -> ReplayReport {
+        let success = !progress.stopped && progress.failure.is_none();
+        let error = if progress.stopped {
+            Some("stopped".to_owned())
+        } else {
+            progress.failure
         };
-        replayed.history.push(record.clone());
-        run.sink
-            .emit(AgentEvent::StepFinished {
-                record: Box::new(record),
+        let report = ReplayReport {
+            actions: progress.actions,
+            final_result: history.final_result().map(str::to_owned),
+            success,
+            error: error.clone(),
+        };
+        self.run
+            .sink
+            .emit(AgentEvent::Finished {
+                is_done: replayed.is_done(),
+                success: Some(success),
+                final_result: success.then(|| report.final_result.clone()).flatten(),
+                error,
             })
             .await;
-        number += 1;
-        if stopped || (failure.is_some() && !options.skip_failures) {
-            break;
-        }
+        report
     }
-    let success = !stopped && failure.is_none();
-    let error = if stopped {
-        Some("stopped".to_owned())
-    } else {
-        failure
-    };
-    let report = ReplayReport {
-        actions,
-        final_result: history.final_result().map(str::to_owned),
-        success,
-        error: error.clone(),
-    };
-    run.sink
-        .emit(AgentEvent::Finished {
-            is_done: replayed.is_done(),
-            success: Some(success),
-            final_result: success.then(|| report.final_result.clone()).flatten(),
-            error,
+}
+
+/// The tabs of a step's record, with the secrets' values redacted.
+fn redacted_tabs(secrets: &Secrets, tabs: &[TabInfo]) -> Vec<TabInfo> {
+    tabs.iter()
+        .map(|t| TabInfo {
+            tab_id: t.tab_id.clone(),
+            url: secrets.redact(&t.url),
+            title: secrets.redact(&t.title),
         })
-        .await;
-    (report, replayed)
+        .collect()
 }
 
 fn redact_result(secrets: &Secrets, result: &mut ActionResult) {
