@@ -13,7 +13,6 @@ const MAX_FN_LINES: usize = 120;
 /// Files that may be longer: faithful ports of one browser-use module, kept whole so they can be
 /// read side by side with the original.
 const LONG_FILES: &[(&str, &str)] = &[
-    ("crates/api/src/v2/tasks.rs", "not yet split (issue 46)"),
     (
         "crates/browser/src/serializer.rs",
         "a port of browser-use's DOM serializer (dom/serializer/serializer.py), kept whole to read beside it",
@@ -23,16 +22,6 @@ const LONG_FILES: &[(&str, &str)] = &[
 /// Functions that may be longer, with the reason.
 const LONG_FNS: &[(&str, &str, &str)] = &[
     (
-        "crates/agent/src/replay.rs",
-        "replay_steps",
-        "not yet split (issue 46)",
-    ),
-    (
-        "crates/api/src/v2/tasks.rs",
-        "create_task",
-        "not yet split (issue 46)",
-    ),
-    (
         "crates/browser/src/serializer.rs",
         "build_attributes",
         "a port of browser-use's DOM serializer (dom/serializer/serializer.py), kept whole to read beside it",
@@ -41,16 +30,6 @@ const LONG_FNS: &[(&str, &str, &str)] = &[
         "crates/browser/src/serializer.rs",
         "serialize",
         "a port of browser-use's DOM serializer (dom/serializer/serializer.py), kept whole to read beside it",
-    ),
-    (
-        "crates/tasks/src/validation.rs",
-        "validate_create_task",
-        "not yet split (issue 46)",
-    ),
-    (
-        "crates/browser/src/dom/build.rs",
-        "append_document",
-        "not yet split (issue 46)",
     ),
 ];
 

@@ -122,12 +122,7 @@ fn append_document(
         } else {
             Vec::new()
         };
-        let tag = match kind {
-            NodeKind::Element => name.to_ascii_lowercase(),
-            NodeKind::Text => "#text".to_owned(),
-            NodeKind::Document => "#document".to_owned(),
-            NodeKind::ShadowRoot(_) => "#document-fragment".to_owned(),
-        };
+        let tag = tag_of(kind, name);
         let layout_info = match lookups.layout_of[i] {
             u32::MAX => None,
             li => Some(read_layout(&doc.layout, li as usize, strings, dpr)),
@@ -137,13 +132,7 @@ fn append_document(
             lookups.apply_form_values(&mut attributes, i);
         }
         let backend = nodes.backend_node_id.get(i).copied().unwrap_or(0);
-        let in_shadow = match parent {
-            Some(p) => {
-                let pn = &tree.nodes[p as usize];
-                pn.in_shadow || matches!(pn.kind, NodeKind::ShadowRoot(_))
-            }
-            None => false,
-        };
+        let in_shadow = parent.is_some_and(|p| inside_shadow_root(tree, p));
         let id = tree.nodes.len() as NodeId;
         tree.nodes.push(Node {
             kind,
@@ -183,6 +172,24 @@ fn append_document(
         }
     }
     root
+}
+
+/// A node's tag: an element's name in lowercase, `#text`, `#document` or
+/// `#document-fragment`.
+fn tag_of(kind: NodeKind, name: &str) -> String {
+    match kind {
+        NodeKind::Element => name.to_ascii_lowercase(),
+        NodeKind::Text => "#text".to_owned(),
+        NodeKind::Document => "#document".to_owned(),
+        NodeKind::ShadowRoot(_) => "#document-fragment".to_owned(),
+    }
+}
+
+/// Whether a child of arena node `parent` sits in a shadow tree: the parent is a shadow root
+/// or in one.
+fn inside_shadow_root(tree: &Tree, parent: NodeId) -> bool {
+    let node = &tree.nodes[parent as usize];
+    node.in_shadow || matches!(node.kind, NodeKind::ShadowRoot(_))
 }
 
 /// The arena parent of snapshot node `i` (`at`: `i` and its snapshot parent, -1 for none):
