@@ -12,12 +12,10 @@ const MAX_FN_LINES: usize = 120;
 
 /// Files that may be longer: faithful ports of one browser-use module, kept whole so they can be
 /// read side by side with the original.
-const LONG_FILES: &[(&str, &str)] = &[
-    (
-        "crates/browser/src/serializer.rs",
-        "a port of browser-use's DOM serializer (dom/serializer/serializer.py), kept whole to read beside it",
-    ),
-];
+const LONG_FILES: &[(&str, &str)] = &[(
+    "crates/browser/src/serializer.rs",
+    "a port of browser-use's DOM serializer (dom/serializer/serializer.py), kept whole to read beside it",
+)];
 
 /// Functions that may be longer, with the reason.
 const LONG_FNS: &[(&str, &str, &str)] = &[

@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use browserd_types::TaskId;
-use browserd_types::dto;
+use browserd_types::dto::limits;
 use browserd_types::v2::LogsResponse;
 use serde_json::json;
 
@@ -47,7 +47,7 @@ pub(crate) async fn task_logs(
 
 /// `GET /tasks/{id}/history`: the whole AgentHistory, `{"history": [...], "usage": ...}` (the
 /// items `/v1/tasks/{id}/history` pages), the download behind the logs' `downloadUrl`. It is
-/// streamed: read from the database one page of [`dto::limits::STEP_PAGE_MAX`] items at a time, so a
+/// streamed: read from the database one page of [`limits::STEP_PAGE_MAX`] items at a time, so a
 /// long task's log never sits whole in the server's memory. The usage is read after the last
 /// item.
 #[utoipa::path(
@@ -96,7 +96,7 @@ pub(crate) async fn task_history(
                     },
                 ),
                 Part::Items { after_step, first } => {
-                    let page = dto::limits::STEP_PAGE_MAX;
+                    let page = limits::STEP_PAGE_MAX;
                     let mut records = match store.step_records_page(id, after_step, page + 1).await
                     {
                         Ok(records) => records,
