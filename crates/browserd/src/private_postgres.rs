@@ -326,7 +326,10 @@ impl ClusterUse {
 impl Drop for ClusterUse {
     fn drop(&mut self) {
         if let Err(err) = self.end() {
-            tracing::warn!(err = format!("{err:#}"), "stopping the private Postgres cluster");
+            tracing::warn!(
+                err = format!("{err:#}"),
+                "stopping the private Postgres cluster"
+            );
         }
     }
 }
@@ -488,7 +491,11 @@ fn run(command: &mut Command, what: &str) -> anyhow::Result<()> {
         .output()
         .with_context(|| format!("running {what}"))?;
     if !output.status.success() {
-        bail!("{what} failed ({}): {}", output.status, output_text(&output));
+        bail!(
+            "{what} failed ({}): {}",
+            output.status,
+            output_text(&output)
+        );
     }
     Ok(())
 }

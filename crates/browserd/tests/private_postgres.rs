@@ -83,12 +83,20 @@ async fn the_postgres_commands_make_start_and_stop_a_cluster_on_a_socket_only() 
     let dir = DataDir::new();
     assert_eq!(dir.status(), 4, "not created yet");
     let (code, out) = dir.postgres("init");
-    assert_eq!((code, out.contains("created the cluster")), (0, true), "{out}");
+    assert_eq!(
+        (code, out.contains("created the cluster")),
+        (0, true),
+        "{out}"
+    );
     assert_eq!(dir.status(), 3, "created, stopped");
     assert!(dir.postgres("init").1.contains("exists"));
 
     let (code, out) = dir.postgres("start");
-    assert_eq!((code, out.contains("started the cluster")), (0, true), "{out}");
+    assert_eq!(
+        (code, out.contains("started the cluster")),
+        (0, true),
+        "{out}"
+    );
     assert_eq!(dir.status(), 0);
     assert!(dir.postgres("start").1.contains("runs"), "a second start");
 
@@ -112,7 +120,11 @@ async fn the_postgres_commands_make_start_and_stop_a_cluster_on_a_socket_only() 
     conn.close().await.unwrap();
 
     let (code, out) = dir.postgres("stop");
-    assert_eq!((code, out.contains("stopped the cluster")), (0, true), "{out}");
+    assert_eq!(
+        (code, out.contains("stopped the cluster")),
+        (0, true),
+        "{out}"
+    );
     assert_eq!(dir.status(), 3);
     assert!(sqlx::PgConnection::connect(&url).await.is_err());
 }
@@ -129,8 +141,15 @@ fn a_command_without_database_url_uses_the_private_cluster_and_stops_what_it_sta
     assert!(output.status.success(), "{stderr}");
     let key = String::from_utf8(output.stdout).unwrap();
     assert!(key.starts_with("bd_"), "{key}");
-    assert!(stderr.contains("started the private Postgres cluster"), "{stderr}");
-    assert_eq!(dir.status(), 3, "the command stopped the cluster it started");
+    assert!(
+        stderr.contains("started the private Postgres cluster"),
+        "{stderr}"
+    );
+    assert_eq!(
+        dir.status(),
+        3,
+        "the command stopped the cluster it started"
+    );
 
     // Started by hand, it stays up after the commands that use it.
     dir.postgres("start");
@@ -190,7 +209,13 @@ async fn the_last_process_using_the_cluster_stops_it() {
     assert_eq!(dir.status(), 0, "the api still uses the cluster");
 
     let pid = api.id().unwrap().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let exit = tokio::time::timeout(Duration::from_secs(60), api.wait())
         .await
         .expect("the api exits on SIGTERM")
