@@ -528,7 +528,10 @@ mod tests {
             "postgres:///browserd?host=/tmp/a+b/postgres&port=5432&user=postgres"
         );
         let options: sqlx::postgres::PgConnectOptions = cluster.url().parse().unwrap();
-        assert_eq!(options.get_host(), "/tmp/a b/postgres");
+        assert_eq!(
+            options.get_socket(),
+            Some(&PathBuf::from("/tmp/a b/postgres"))
+        );
         assert_eq!(options.get_port(), 5432);
         assert_eq!(options.get_username(), "postgres");
         assert_eq!(options.get_database(), Some("browserd"));
