@@ -1,7 +1,9 @@
 # Shared helpers for scripts/run and scripts/test (sourced, not executed).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/browserd}"
+# The server browserd uses when DATABASE_URL is unset, its private cluster is not there and
+# something answers on 127.0.0.1:5432 (crates/browserd/src/private_postgres.rs).
+DEFAULT_DATABASE_URL="postgres://postgres@127.0.0.1:5432/browserd"
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
@@ -62,17 +64,63 @@ ensure_rust() {
     fi
 }
 
-# Fails with a clear message when the Postgres server in DATABASE_URL does not answer.
+# answers HOST PORT: whether something accepts TCP connections there.
+answers() {
+    timeout 5 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null
+}
+
+# browserd's data directory, as the binary chooses it (--data-dir, BROWSERD_DATA_DIR).
+browserd_data_dir() {
+    if [ -n "${BROWSERD_DATA_DIR:-}" ]; then
+        printf '%s\n' "$BROWSERD_DATA_DIR"
+    elif [ "$(id -u)" -eq 0 ]; then
+        printf '%s\n' /var/lib/browserd
+    else
+        printf '%s\n' "${XDG_DATA_HOME:-$HOME/.local/share}/browserd"
+    fi
+}
+
+# ensure_postgres: decides where the database is, as the binary will. DATABASE_URL when set;
+# else browserd's private cluster (PRIVATE_POSTGRES=1) when it exists or when nothing answers
+# on 127.0.0.1:5432: then Debian's `postgresql` package (its binaries) is installed when
+# missing. Else the server on 5432 (PRIVATE_POSTGRES=0).
+ensure_postgres() {
+    PRIVATE_POSTGRES=0
+    if [ -z "${DATABASE_URL:-}" ] &&
+        { [ -f "$(browserd_data_dir)/postgres/PG_VERSION" ] || ! answers 127.0.0.1 5432; }; then
+        PRIVATE_POSTGRES=1
+        if ! compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null; then
+            ensure_packages postgresql
+        fi
+    fi
+}
+
+# Fails with a clear message when the Postgres server in DATABASE_URL (default: the server on
+# 127.0.0.1:5432) does not answer. A Unix-socket URL (`postgres:///db?host=/dir&port=5432`, as
+# `browserd postgres url` prints) is checked by its socket file.
 check_postgres() {
-    local hostport host port
-    hostport="$(printf '%s' "$DATABASE_URL" | sed -E 's#^[a-z]+://([^@/]*@)?([^/?]*).*#\2#')"
-    host="${hostport%:*}"
-    port="${hostport##*:}"
-    [ "$port" = "$hostport" ] && port=5432
-    if ! timeout 5 bash -c "exec 3<>/dev/tcp/${host}/${port}" 2>/dev/null; then
+    local url="${DATABASE_URL:-$DEFAULT_DATABASE_URL}" hostport host port query
+    hostport="$(printf '%s' "$url" | sed -E 's#^[a-z]+://([^@/]*@)?([^/?]*).*#\2#')"
+    query="$(printf '%s' "$url" | sed -nE 's#^[^?]*\?(.*)$#\1#p' | tr '&' '\n')"
+    host="$(printf '%s\n' "$query" | sed -nE 's#^host=(.*)$#\1#p' | head -n1)"
+    port="$(printf '%s\n' "$query" | sed -nE 's#^port=(.*)$#\1#p' | head -n1)"
+    if [ -z "$host" ]; then
+        host="${hostport%:*}"
+        [ "$hostport" != "${hostport##*:}" ] && port="${hostport##*:}"
+    fi
+    port="${port:-5432}"
+    host="$(printf '%b' "${host//%/\\x}")"
+    if [ "${host#/}" != "$host" ]; then
+        if [ ! -S "$host/.s.PGSQL.$port" ]; then
+            echo "Postgres is not listening on the socket $host/.s.PGSQL.$port (DATABASE_URL)." >&2
+            echo "Start it, e.g.: ./target/release/browserd postgres start" >&2
+            exit 1
+        fi
+    elif ! answers "${host:-127.0.0.1}" "$port"; then
         echo "Postgres is not reachable at ${host}:${port} (DATABASE_URL)." >&2
         echo "Start one, e.g.: apt-get install postgresql && service postgresql start" >&2
-        echo "or: docker compose up -d postgres" >&2
+        echo "or: docker compose up -d postgres; or unset DATABASE_URL and stop what answers" >&2
+        echo "on 5432: browserd then runs a private cluster of its own" >&2
         exit 1
     fi
 }

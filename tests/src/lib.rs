@@ -87,15 +87,22 @@ pub struct TestDb {
     admin: String,
 }
 
+/// `url` (a TCP URL, or a Unix-socket one like `postgres:///browserd?host=/dir`, which the
+/// private cluster's `browserd postgres url` prints) with its database replaced.
+pub fn with_database(url: &str, database: &str) -> String {
+    let mut url = url::Url::parse(url).expect("DATABASE_URL is a URL");
+    url.set_path(&format!("/{database}"));
+    url.into()
+}
+
 impl TestDb {
     /// Creates an empty database on the server of `DATABASE_URL` (migrations are applied by
     /// the first browserd process).
     pub async fn create() -> Self {
         let base = std::env::var("DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/browserd".to_owned());
-        let (server, _) = base.rsplit_once('/').expect("DATABASE_URL has a path");
         let name = format!("browserd_sys_{}", uuid::Uuid::new_v4().simple());
-        let admin = format!("{server}/postgres");
+        let admin = with_database(&base, "postgres");
         let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
             .await
             .expect("connect to postgres");
@@ -105,7 +112,7 @@ impl TestDb {
             .await
             .expect("create test database");
         Self {
-            url: format!("{server}/{name}"),
+            url: with_database(&base, &name),
             name,
             admin,
         }

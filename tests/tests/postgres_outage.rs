@@ -1,10 +1,13 @@
 //! Postgres going away mid-task (a restart, a failover, a network cut) loses and duplicates
 //! nothing: the task goes on and finishes, its steps and events are contiguous, and a
 //! WebSocket client that is dropped resumes from the last `seq` it saw. The outage is made by a
-//! TCP relay between browserd and the real Postgres server that drops every connection and
-//! refuses new ones for a while — the shared server itself is never touched.
+//! TCP relay between browserd and the real Postgres server (reached over TCP, or its Unix
+//! socket) that drops every connection and refuses new ones for a while — the shared server
+//! itself is never touched.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,10 +17,19 @@ use browserd_tests::{
     stairs_brain, stored_steps,
 };
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::watch;
 
 const LONG: Duration = Duration::from_secs(120);
+
+/// Where the relay connects: Postgres's TCP address, or its Unix socket (the private cluster
+/// of `scripts/test` on a machine with no server on 5432 gives a `?host=/dir` URL).
+#[derive(Clone, Debug)]
+enum Upstream {
+    Tcp(String),
+    Unix(PathBuf),
+}
 
 /// Relays TCP connections to Postgres until cut.
 struct PgRelay {
@@ -27,7 +39,7 @@ struct PgRelay {
 }
 
 impl PgRelay {
-    async fn start(upstream: String) -> Self {
+    async fn start(upstream: Upstream) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let down = Arc::new(AtomicBool::new(false));
@@ -36,7 +48,7 @@ impl PgRelay {
         let relay_cuts = cuts.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else {
+                let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
                 if relay_down.load(Ordering::SeqCst) {
@@ -44,14 +56,19 @@ impl PgRelay {
                     continue;
                 }
                 let upstream = upstream.clone();
-                let mut cut = relay_cuts.subscribe();
+                let cut = relay_cuts.subscribe();
                 tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(&upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.changed() => {} // both sockets dropped: connection reset
+                    match upstream {
+                        Upstream::Tcp(address) => {
+                            if let Ok(server) = TcpStream::connect(&address).await {
+                                relay(client, server, cut).await;
+                            }
+                        }
+                        Upstream::Unix(path) => {
+                            if let Ok(server) = UnixStream::connect(&path).await {
+                                relay(client, server, cut).await;
+                            }
+                        }
                     }
                 });
             }
@@ -70,18 +87,44 @@ impl PgRelay {
     }
 }
 
-/// `postgres://user@host:port/db` → its `host:port`, and the URL with `relay` there instead.
-fn split_server(url: &str, relay: Option<SocketAddr>) -> (String, String) {
-    let (scheme, rest) = url.split_once("://").unwrap();
-    let (authority, path) = rest.split_once('/').unwrap();
-    let (user, host_port) = match authority.rsplit_once('@') {
-        Some((user, host_port)) => (format!("{user}@"), host_port.to_owned()),
-        None => (String::new(), authority.to_owned()),
+/// Copies both ways until either side closes or the relay is cut.
+async fn relay<S>(mut client: TcpStream, mut server: S, mut cut: watch::Receiver<u64>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        _ = cut.changed() => {} // both sockets dropped: connection reset
+    }
+}
+
+/// `url`'s server (`postgres://user@host:port/db`, or `postgres:///db?host=/dir&user=u`), and
+/// the URL with `relay` there instead.
+fn split_server(url: &str, relay: Option<SocketAddr>) -> (Upstream, String) {
+    let parsed = url::Url::parse(url).unwrap();
+    let query: HashMap<String, String> = parsed.query_pairs().into_owned().collect();
+    let port = query
+        .get("port")
+        .cloned()
+        .or_else(|| parsed.port().map(|port| port.to_string()))
+        .unwrap_or_else(|| "5432".to_owned());
+    let upstream = match query.get("host") {
+        Some(dir) if dir.starts_with('/') => {
+            Upstream::Unix(PathBuf::from(dir).join(format!(".s.PGSQL.{port}")))
+        }
+        _ => Upstream::Tcp(format!("{}:{port}", parsed.host_str().unwrap())),
     };
+    let user = query
+        .get("user")
+        .map_or_else(|| parsed.username().to_owned(), Clone::clone);
+    let password = parsed
+        .password()
+        .map(|p| format!(":{p}"))
+        .unwrap_or_default();
     let relayed = relay.map_or_else(String::new, |addr| {
-        format!("{scheme}://{user}{addr}/{path}")
+        format!("postgres://{user}{password}@{addr}{}", parsed.path())
     });
-    (host_port, relayed)
+    (upstream, relayed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

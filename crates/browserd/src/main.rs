@@ -5,6 +5,7 @@
 mod config;
 mod egress;
 mod mcp;
+mod private_postgres;
 mod quotas;
 mod remote;
 mod replay;
@@ -28,15 +29,21 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 
-const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/browserd";
-
 /// Self-hosted service running LLM browser agents.
 #[derive(Debug, Parser)]
 #[command(name = "browserd", version, about)]
 struct Cli {
-    /// Postgres URL; the database is created when missing.
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, global = true, hide_env_values = true)]
-    database_url: String,
+    /// Postgres URL; the database is created when missing. Unset: browserd's private cluster
+    /// (under --data-dir) when it exists or when nothing answers on 127.0.0.1:5432, else
+    /// postgres://postgres@127.0.0.1:5432/browserd.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+
+    /// browserd's data directory, which holds the private Postgres cluster (`postgres/`).
+    /// Default: `$XDG_DATA_HOME/browserd`, `~/.local/share/browserd`, or `/var/lib/browserd`
+    /// as root.
+    #[arg(long, env = "BROWSERD_DATA_DIR", global = true)]
+    data_dir: Option<PathBuf>,
 
     /// TOML file with the model catalog (`default_model`, `[models.<name>]`).
     #[arg(long, env = "BROWSERD_CONFIG", global = true)]
@@ -70,6 +77,14 @@ struct Cli {
 }
 
 impl Cli {
+    /// The database chosen at startup (`private_postgres::choose`); set before any command
+    /// that uses one runs.
+    pub(crate) fn database_url(&self) -> &str {
+        self.database_url
+            .as_deref()
+            .unwrap_or(private_postgres::DEFAULT_DATABASE_URL)
+    }
+
     /// `--metrics-token`, when set and not empty.
     pub(crate) fn metrics_token(&self) -> Option<secrecy::SecretString> {
         self.metrics_token
@@ -136,6 +151,11 @@ enum Command {
     Tasks {
         #[command(subcommand)]
         command: remote::TasksCommand,
+    },
+    /// browserd's private Postgres cluster (under --data-dir), used when no DATABASE_URL is set.
+    Postgres {
+        #[command(subcommand)]
+        command: private_postgres::PostgresCommand,
     },
 }
 
@@ -291,8 +311,22 @@ fn budget(per_second: u32, burst: u32) -> Option<RateLimit> {
 async fn main() -> anyhow::Result<ExitCode> {
     // Lives as long as the process; 'static, so a role on a runtime of its own (serve's
     // worker) can borrow its flags.
-    let cli: &'static Cli = Box::leak(Box::new(Cli::parse()));
+    let mut cli = Cli::parse();
     let telemetry = telemetry::init(cli.log_format, cli.command.role())?;
+    if let Command::Postgres { command } = &cli.command {
+        let code = private_postgres::command(command, cli.data_dir.as_deref());
+        telemetry.shutdown().await;
+        return code;
+    }
+    // Held until the end of main: the last process using a private cluster it started stops it.
+    let mut _postgres = None;
+    if cli.command.uses_database() {
+        let (url, cluster) =
+            private_postgres::choose(cli.database_url.as_deref(), cli.data_dir.as_deref())?;
+        cli.database_url = Some(url);
+        _postgres = cluster;
+    }
+    let cli: &'static Cli = Box::leak(Box::new(cli));
     if matches!(
         cli.command,
         Command::Serve { .. } | Command::Api { .. } | Command::Worker { .. }
@@ -340,7 +374,20 @@ impl Command {
             Command::Keys { .. } => "keys",
             Command::Tasks { .. } => "tasks",
             Command::Replay(_) => "replay",
+            Command::Postgres { .. } => "postgres",
         }
+    }
+
+    /// Whether the command works on the database (the others need no Postgres).
+    fn uses_database(&self) -> bool {
+        matches!(
+            self,
+            Command::Serve { .. }
+                | Command::Api { .. }
+                | Command::Worker { .. }
+                | Command::Migrate
+                | Command::Keys { .. }
+        )
     }
 }
 
@@ -350,7 +397,11 @@ async fn other_command(
     tracing: bool,
 ) -> anyhow::Result<()> {
     match command {
-        Command::Run(_) | Command::Tasks { .. } | Command::Replay(_) | Command::Mcp(_) => Ok(()),
+        Command::Run(_)
+        | Command::Tasks { .. }
+        | Command::Replay(_)
+        | Command::Mcp(_)
+        | Command::Postgres { .. } => Ok(()),
         Command::Serve { api, worker } => {
             let allow_loopback = worker.allow_loopback();
             serve(cli, api, Some(worker), allow_loopback, tracing).await
@@ -364,14 +415,14 @@ async fn other_command(
             db_max_connections,
         } => worker::run_worker_only(cli, worker, *db_max_connections, tracing).await,
         Command::Migrate => {
-            wiring::migrate(&cli.database_url).await?;
+            wiring::migrate(cli.database_url()).await?;
             tracing::info!("migrations applied");
             Ok(())
         }
         Command::Keys {
             command: KeysCommand::List,
         } => {
-            let core = wiring::admin_core(&cli.database_url).await?;
+            let core = wiring::admin_core(cli.database_url()).await?;
             let keys = core.list_api_keys().await?;
             let defaults = cli.quotas.defaults()?;
             println!(
@@ -399,7 +450,7 @@ async fn other_command(
         Command::Keys {
             command: KeysCommand::Revoke { key },
         } => {
-            let core = wiring::admin_core(&cli.database_url).await?;
+            let core = wiring::admin_core(cli.database_url()).await?;
             let revoked = core.revoke_api_key_matching(key).await?;
             println!(
                 "revoked key {} ({}, `{}`)",
@@ -416,7 +467,7 @@ async fn other_command(
                 "give at least one quota to change (--max-running, --max-queued, \
                  --max-websockets, --daily-steps, --daily-cost-usd)"
             );
-            let core = wiring::admin_core(&cli.database_url).await?;
+            let core = wiring::admin_core(cli.database_url()).await?;
             let updated = core.update_api_key_quotas(key, &update).await?;
             println!(
                 "updated key {} ({}, `{}`): {}",
@@ -436,7 +487,7 @@ async fn other_command(
                 (1..=200).contains(&name.chars().count()),
                 "--name must be 1–200 characters"
             );
-            let core = wiring::admin_core(&cli.database_url).await?;
+            let core = wiring::admin_core(cli.database_url()).await?;
             let created = core
                 .create_api_key_with_quotas(name, own.overrides())
                 .await?;

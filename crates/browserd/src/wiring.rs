@@ -25,7 +25,7 @@ async fn connect(database_url: &str, options: &StoreOptions) -> anyhow::Result<S
 /// The store of a serving role: connected, migrated, with the secrets key when configured.
 pub(crate) async fn open_store(cli: &crate::Cli, max_connections: u32) -> anyhow::Result<Store> {
     let mut store = connect(
-        &cli.database_url,
+        cli.database_url(),
         &StoreOptions {
             max_connections,
             ..StoreOptions::default()

@@ -22,10 +22,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_browserd");
 /// DATABASE_URL with its database name replaced.
 fn url_for(database: &str) -> String {
     let base = std::env::var("DATABASE_URL").expect("DATABASE_URL must be set for tests");
-    let (server, _) = base
-        .rsplit_once('/')
-        .expect("DATABASE_URL has a database path");
-    format!("{server}/{database}")
+    browserd_tests::with_database(&base, database)
 }
 
 fn database_url(pool: &PgPool) -> String {
