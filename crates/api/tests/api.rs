@@ -681,7 +681,7 @@ async fn max_queued_is_per_key_on_every_front_end(pool: PgPool) {
         .await
         .unwrap();
     let service = browserd_tasks::TaskService::new(
-        std::sync::Arc::new(app.store.clone()),
+        app.store.clone(),
         hub,
         models(),
         Vec::new(),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use browserd_types::{TaskEvent, TaskId};
 
 use crate::hub::{EventHub, Signal, Subscription};
-use crate::{StoreError, TaskStore};
+use crate::{Store, StoreError};
 
 /// Events read per query.
 const BATCH: i64 = 200;
@@ -35,7 +35,7 @@ pub enum FeedItem {
 
 /// One task's events from a given `seq` on, in order, without gaps or repeats.
 pub struct EventFeed {
-    store: Arc<dyn TaskStore>,
+    store: Store,
     subscription: Subscription,
     task_id: TaskId,
     /// The last event handed out.
@@ -53,7 +53,7 @@ impl EventFeed {
     /// `hub` is the one that store's appends signal. Subscribes now, so an event committed
     /// before the first [`EventFeed::next`] is not missed.
     pub fn follow(
-        store: Arc<dyn TaskStore>,
+        store: Store,
         hub: &EventHub,
         task_id: TaskId,
         after_seq: i64,

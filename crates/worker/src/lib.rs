@@ -20,7 +20,6 @@ pub mod admission;
 mod browser_state;
 mod human;
 mod live;
-mod local;
 mod output_files;
 mod profile;
 mod runner;
@@ -35,7 +34,6 @@ mod workspace;
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use human::{AskHumanSettings, StoreHuman};
-pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
 pub use profile::{
     FileProfileSaver, MAX_PROFILE_BYTES, ProfileKeeper, ProfileLink, ProfileSaver, SaveResult,
