@@ -102,14 +102,9 @@ async fn serve_in_process(cli: &Cli, args: &McpArgs) -> anyhow::Result<()> {
         PoolShape::single(concurrency),
     )?;
     let stop_worker = CancellationToken::new();
-    let worker = crate::worker::start_in_process(
-        cli,
-        runner,
-        concurrency,
-        hub.clone(),
-        stop_worker.clone(),
-    )
-    .await?;
+    let worker =
+        crate::worker::start_in_process(cli, runner, concurrency, hub.clone(), stop_worker.clone())
+            .await?;
     let backend = Arc::new(TaskBackend::in_process(
         core.tasks().clone(),
         key,

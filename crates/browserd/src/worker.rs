@@ -397,7 +397,9 @@ pub async fn start_in_process(
     hub: EventHub,
     shutdown: CancellationToken,
 ) -> anyhow::Result<JoinHandle<()>> {
-    let connections = u32::try_from(concurrency).unwrap_or(u32::MAX).saturating_add(2);
+    let connections = u32::try_from(concurrency)
+        .unwrap_or(u32::MAX)
+        .saturating_add(2);
     let store = crate::wiring::open_store(cli, connections).await?;
     let config = WorkerConfig::in_process(concurrency);
     std::fs::create_dir_all(&config.workspace_root)

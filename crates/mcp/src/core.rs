@@ -99,7 +99,9 @@ impl TaskBackend {
             return 0;
         };
         let started: Vec<TaskId> = match &self.started {
-            Some(started) => std::mem::take(&mut *started.lock().unwrap_or_else(PoisonError::into_inner)),
+            Some(started) => {
+                std::mem::take(&mut *started.lock().unwrap_or_else(PoisonError::into_inner))
+            }
             None => return 0,
         };
         let mut stopped = 0;

@@ -52,12 +52,7 @@ impl EventFeed {
     /// Follows task `task_id` of `store` after event `after_seq` (0: from the start);
     /// `hub` is the one that store's appends signal. Subscribes now, so an event committed
     /// before the first [`EventFeed::next`] is not missed.
-    pub fn follow(
-        store: Store,
-        hub: &EventHub,
-        task_id: TaskId,
-        after_seq: i64,
-    ) -> Self {
+    pub fn follow(store: Store, hub: &EventHub, task_id: TaskId, after_seq: i64) -> Self {
         Self {
             store,
             subscription: hub.subscribe(task_id),

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use browserd_store::{
-    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, QuotaOverrides, QuotaUpdate,
-    Quotas, SecretsKeyring, Signal, StepWrite, Store, StoreError, TransitionDetails,
+    ArtifactContent, EventHub, NewArtifact, NewStep, NewTask, QuotaOverrides, QuotaUpdate, Quotas,
+    SecretsKeyring, Signal, StepWrite, Store, StoreError, TransitionDetails,
 };
 use browserd_types::{
     ApiKeyId, ArtifactId, EventBody, StepEvent, TaskId, TaskOptions, TaskSecrets, TaskStatus,
@@ -1546,7 +1546,10 @@ async fn the_status_machine_answers_every_sequence(pool: PgPool) {
     // Another key's task does not exist for it.
     let stranger = ApiKeyId::new();
     let id = store.list_tasks(owner, None, 1, None).await.unwrap().items[0].id;
-    assert_eq!(apply_op(&store, stranger, id, User(Stop)).await, "not_found");
+    assert_eq!(
+        apply_op(&store, stranger, id, User(Stop)).await,
+        "not_found"
+    );
     assert_eq!(store.get_task(Some(stranger), id).await.unwrap(), None);
 }
 

@@ -248,7 +248,12 @@ impl TaskService {
     /// A task's `profile_id` must name one of the caller's profiles (another key's reads as
     /// missing).
     async fn check_profile(&self, caller: &Caller, profile: uuid::Uuid) -> Result<(), TaskError> {
-        if self.store.get_profile(caller.key_id, profile).await?.is_none() {
+        if self
+            .store
+            .get_profile(caller.key_id, profile)
+            .await?
+            .is_none()
+        {
             return Err(TaskError::validation(
                 "profile_id",
                 format!("profile_id {profile} names no profile of this API key"),

@@ -79,12 +79,7 @@ pub(crate) fn link(
 ) {
     let (sender, inputs) = mpsc::channel(1);
     let (read_tx, read) = watch::channel(after_seq);
-    let feed = EventFeed::follow(
-        store.clone(),
-        &hub,
-        task_id,
-        after_seq,
-    );
+    let feed = EventFeed::follow(store.clone(), &hub, task_id, after_seq);
     let follower = follow(
         store,
         feed,

@@ -86,7 +86,10 @@ impl TaskCore {
             .into_iter()
             .find(|key| key.name == name && key.revoked_at.is_none())
         else {
-            let created = self.store.create_api_key_with_quotas(name, unlimited).await?;
+            let created = self
+                .store
+                .create_api_key_with_quotas(name, unlimited)
+                .await?;
             return Ok(created.record.id);
         };
         if key.quotas.max_running != Some(0) || key.quotas.max_queued != Some(0) {
