@@ -1,8 +1,7 @@
 //! Runs tasks: one task lifecycle ([`TaskRunner`]) used by `browserd run` and by the service's
 //! workers ([`Worker`]: claim, lease, heartbeat, control, persistence through [`StoreSink`],
-//! reaping, hand-back on shutdown), the same cycle in one process over any store
-//! ([`LocalWorker`], `browserd mcp`'s in-process mode), and the adapter from the browser crate to the agent's
-//! `AgentBrowser` trait.
+//! reaping, hand-back on shutdown; `browserd mcp` on stdio starts one in its process), and the
+//! adapter from the browser crate to the agent's `AgentBrowser` trait.
 //!
 //! [`SessionBrowser`] wraps one leased [`browserd_browser::BrowserSession`]: `capture` turns a
 //! `PageState` into the agent's `BrowserState` (both made of `browserd_views` values, passed

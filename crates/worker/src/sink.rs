@@ -1,5 +1,5 @@
 //! The worker's event sink: every agent event of a claimed task becomes a store write made
-//! under the task's lease (Postgres for the service, the in-memory store for `browserd mcp`) — `step_started`, `model_output`, `action_result` events as they
+//! under the task's lease — `step_started`, `model_output`, `action_result` events as they
 //! happen, and each finished step as one transaction (step row with its AgentHistory record,
 //! screenshot artifact, `step` event, usage). A write refused because the lease is gone makes
 //! the worker abandon the task: the agent is stopped and nothing more is written.
