@@ -1,14 +1,14 @@
 //! MCP end to end: the PyPI `mcp` client (tests/python/mcp/client.py, pinned in its
 //! requirements.txt) against the real `browserd serve` (streamable HTTP at `/mcp`) and the real
-//! `browserd mcp` (stdio, tasks in-process), with Postgres, headless Chromium, local pages and
-//! the mock model.
+//! `browserd mcp` (stdio, tasks in-process on the task core and the worker's claim loop), with
+//! Postgres, headless Chromium, local pages and the mock model.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use browserd_tests::{
-    Brain, MockModel, Process, Site, TestDb, browserd_bin, create_key, done_reply, index_of,
-    python_venv, reply, repo_root,
+    Brain, MockModel, Process, Site, TestDb, browserd_bin, climb_task, create_key, done_reply,
+    index_of, python_venv, reply, repo_root, stairs_brain,
 };
 use regex::Regex;
 use serde_json::{Value, json};
@@ -343,6 +343,7 @@ async fn mcp_over_streamable_http_against_the_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_over_stdio_runs_tasks_in_process() {
     let python = python_venv(REQUIREMENTS);
+    let db = TestDb::create().await;
     let model = MockModel::start(brain(), Duration::from_millis(20)).await;
     let site = Site::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -354,8 +355,7 @@ async fn mcp_over_stdio_runs_tasks_in_process() {
             "command": browserd_bin(),
             "args": ["mcp", "--allow-loopback"],
             "env": {
-                // No database: the in-process mode must not need one.
-                "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
+                "DATABASE_URL": db.url,
                 "BROWSERD_LLM_DEFAULT_MODEL": "mock",
                 "BROWSERD_LLM_MOCK_PROVIDER": "openai",
                 "BROWSERD_LLM_MOCK_BASE_URL": format!("http://{}/v1", model.addr),
@@ -407,4 +407,144 @@ async fn mcp_over_stdio_proxies_to_a_server() {
     let logs = std::fs::read_to_string(&stderr_path).unwrap();
     assert!(logs.contains("proxying to the server"), "{logs}");
     assert!(!logs.contains(&key), "the API key leaked into the logs");
+}
+
+/// One JSON-RPC message to the stdio server (one line).
+async fn send(stdin: &mut tokio::process::ChildStdin, message: Value) {
+    use tokio::io::AsyncWriteExt;
+    let mut line = message.to_string();
+    line.push('\n');
+    stdin.write_all(line.as_bytes()).await.unwrap();
+    stdin.flush().await.unwrap();
+}
+
+/// The answer to request `id` (notifications before it are skipped).
+async fn answer(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+) -> Value {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let line = lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server answers");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    })
+    .await
+    .expect("an answer within 60 s")
+}
+
+/// The stdio MCP's tasks are rows of the configured database, owned by the local key, worked
+/// by the worker's claim loop; when the client goes away, the tasks it started that still run
+/// are stopped (and the process exits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tasks_are_rows_of_the_database_and_stop_on_disconnect() {
+    let db = TestDb::create().await;
+    // A staircase of 500 stairs, a slow model: the task runs until it is stopped.
+    let model = MockModel::start(stairs_brain(), Duration::from_millis(200)).await;
+    let site = Site::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(browserd_bin())
+        .args(["mcp", "--allow-loopback"])
+        .env("DATABASE_URL", &db.url)
+        .env("BROWSERD_LLM_DEFAULT_MODEL", "mock")
+        .env("BROWSERD_LLM_MOCK_PROVIDER", "openai")
+        .env(
+            "BROWSERD_LLM_MOCK_BASE_URL",
+            format!("http://{}/v1", model.addr),
+        )
+        .env("BROWSERD_LLM_MOCK_MODEL", "mock-model")
+        .env("BROWSERD_LLM_MOCK_MAX_RETRIES", "0")
+        .env("RUST_LOG", "info")
+        .env_remove("BROWSERD_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("mcp.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn browserd mcp");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}}),
+    )
+    .await;
+    let init = answer(&mut lines, 1).await;
+    assert_eq!(init["result"]["serverInfo"]["name"], "browserd", "{init}");
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
+    let task = json!({
+        "task": climb_task(&site, 500)["task"],
+        "start_url": climb_task(&site, 500)["start_url"],
+        "wait_s": 0,
+    });
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "run_task", "arguments": task}}),
+    )
+    .await;
+    let run = answer(&mut lines, 2).await;
+    assert_eq!(run["result"]["isError"], false, "{run}");
+
+    // The task is a row of the database, owned by the local key, and a worker runs it.
+    let pool = db.pool().await;
+    let (id, key): (uuid::Uuid, String) =
+        sqlx::query_as("select t.id, k.name from tasks t join api_keys k on k.id = t.api_key_id")
+            .fetch_one(&pool)
+            .await
+            .expect("one task row");
+    assert_eq!(key, "mcp-local");
+    let logs = || std::fs::read_to_string(dir.path().join("mcp.log")).unwrap_or_default();
+    let running = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let (status, steps): (String, i64) = sqlx::query_as(
+                "select t.status, (select count(*) from task_steps s where s.task_id = t.id)
+                 from tasks t where t.id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if status == "running" && steps >= 2 {
+                return;
+            }
+            assert!(status == "queued" || status == "running", "{status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(running.is_ok(), "the task did not run:\n{}", logs());
+
+    // The client goes away: the task is stopped and the process ends.
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("browserd mcp did not exit:\n{}", logs()))
+        .unwrap();
+    assert!(status.success(), "{status}:\n{}", logs());
+    let status: String = sqlx::query_scalar("select status from tasks where id = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "stopped", "{}", logs());
+    assert!(
+        logs().contains("task stopped: the MCP client went away"),
+        "{}",
+        logs()
+    );
 }

@@ -338,9 +338,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(cli.config.as_deref(), &cli.proxies, args).await,
         Command::Tasks { command } => remote::run(command).await,
         Command::Replay(args) => replay::run(args, &cli.proxies).await,
-        Command::Mcp(args) => mcp::serve(cli.config.as_deref(), &cli.proxies, args)
-            .await
-            .map(|()| ExitCode::SUCCESS),
+        Command::Mcp(args) => mcp::serve(cli, args).await.map(|()| ExitCode::SUCCESS),
         other => other_command(cli, other, tracing_enabled)
             .await
             .map(|()| ExitCode::SUCCESS),

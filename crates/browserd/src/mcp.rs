@@ -1,24 +1,25 @@
 //! `browserd mcp`: the MCP task tools over stdio (stdout carries the protocol; logs go to
-//! stderr). By default tasks run in this process, as with `browserd run` — one Chrome, the
-//! models of the config and `BROWSERD_LLM_*` — through the server's own task core
-//! (`browserd_tasks::TaskService`, the same validation and status machine) over an in-memory
-//! store, worked by a `browserd_worker::LocalWorker`; everything is kept until the client
-//! disconnects, and then the tasks still running are stopped. With `--server URL --key-env VAR`
-//! the tools call that server's REST API instead.
+//! stderr). By default tasks run in this process — one Chrome, the models of the config and
+//! `BROWSERD_LLM_*` — on the one task path: the task core (`browserd_tasks`) over the
+//! configured database (`DATABASE_URL`), acting for the local key `mcp-local`, and the worker
+//! role's claim loop started here (`crate::worker::start_in_process`). Its tasks are rows of
+//! that database like the server's; when the client disconnects, those it started that have
+//! not ended are stopped. With `--server URL --key-env VAR` the tools call that server's REST
+//! API instead.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use browserd_mcp::rmcp::ServiceExt;
 use browserd_mcp::{Backend, BrowserdMcp, RemoteBackend, TaskBackend};
-use browserd_types::ApiKeyId;
-use browserd_worker::LocalWorker;
+use browserd_tasks::TaskSettings;
 use clap::Args;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 
-use crate::config;
 use crate::runtime::{PoolShape, Runtime};
+use crate::{Cli, config, wiring};
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -45,12 +46,11 @@ pub struct McpArgs {
     pub browser: crate::runtime::BrowserArgs,
 }
 
+/// The API key that owns the tasks of `browserd mcp` in-process.
+const LOCAL_KEY: &str = "mcp-local";
+
 /// Serves the tools on stdin/stdout until the client closes them.
-pub async fn serve(
-    config_file: Option<&std::path::Path>,
-    proxies: &crate::egress::ProxiesArgs,
-    args: &McpArgs,
-) -> anyhow::Result<()> {
+pub async fn serve(cli: &Cli, args: &McpArgs) -> anyhow::Result<()> {
     match &args.server {
         Some(server) => {
             let key = std::env::var(&args.key_env).map_err(|_| {
@@ -69,33 +69,61 @@ pub async fn serve(
             tracing::info!(%server, "serving MCP on stdio, proxying to the server");
             run_stdio(Arc::new(backend)).await
         }
-        None => {
-            let models = config::load_models(config_file)?;
-            let catalog = config::model_catalog(&models)?;
-            let Runtime { pool, runner } = Runtime::build(
-                &args.browser,
-                proxies,
-                models,
-                PoolShape::single(args.max_running_tasks as usize),
-            )?;
-            let (tasks, store, hub) = crate::wiring::in_memory(catalog, proxies.names()?);
-            // The one owner of every task of this process.
-            let key = ApiKeyId::new();
-            let shutdown = CancellationToken::new();
-            let worker = LocalWorker::new(store, hub, runner, args.max_running_tasks as usize);
-            let worker = tokio::spawn(worker.run(shutdown.clone()));
-            let backend = TaskBackend::in_process(tasks, key, shutdown.clone());
-            tracing::info!("serving MCP on stdio, running tasks in this process");
-            let result = run_stdio(Arc::new(backend)).await;
-            // The client went away: the worker stops what still runs, then Chrome closes.
-            shutdown.cancel();
-            if let Err(err) = worker.await {
-                tracing::warn!(%err, "the in-process worker panicked");
-            }
-            pool.shutdown().await;
-            result
-        }
+        None => serve_in_process(cli, args).await,
     }
+}
+
+/// The tools on this process's task core over the configured database, acting for the local
+/// key `mcp-local`, with the worker role's claim loop started here to run the tasks.
+async fn serve_in_process(cli: &Cli, args: &McpArgs) -> anyhow::Result<()> {
+    let concurrency = args.max_running_tasks as usize;
+    let models = config::load_models(cli.config.as_deref())?;
+    let catalog = config::model_catalog(&models)?;
+    // The hub and the watches end last, after the worker has let its tasks go.
+    let shutdown = CancellationToken::new();
+    let wiring::Serving {
+        core,
+        hub,
+        hub_task,
+    } = wiring::serving(cli, 4, shutdown.clone()).await?;
+    let core = core.configured(TaskSettings {
+        models: catalog,
+        proxies: cli.proxies.names()?,
+        max_queued_tasks: None,
+    });
+    let key = core
+        .local_api_key(LOCAL_KEY)
+        .await
+        .context("finding the local API key")?;
+    let Runtime { pool, runner } = Runtime::build(
+        &args.browser,
+        &cli.proxies,
+        models,
+        PoolShape::single(concurrency),
+    )?;
+    let stop_worker = CancellationToken::new();
+    let worker =
+        crate::worker::start_in_process(cli, runner, concurrency, hub.clone(), stop_worker.clone())
+            .await?;
+    let backend = Arc::new(TaskBackend::in_process(
+        core.tasks().clone(),
+        key,
+        shutdown.clone(),
+    ));
+    tracing::info!("serving MCP on stdio, running tasks in this process");
+    let result = run_stdio(backend.clone()).await;
+    // The client went away: its tasks that have not ended are stopped (their runs see it
+    // through the hub), then the worker lets them go, then Chrome closes.
+    let stopped = backend.stop_started_tasks().await;
+    tracing::info!(stopped, "stopped the tasks the client left");
+    stop_worker.cancel();
+    if let Err(err) = worker.await {
+        tracing::warn!(%err, "the in-process worker panicked");
+    }
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(2), hub_task).await;
+    pool.shutdown().await;
+    result
 }
 
 async fn run_stdio(backend: Arc<dyn Backend>) -> anyhow::Result<()> {

@@ -2,14 +2,12 @@
 //! secrets keyring, the quota defaults), starts its event hub, and hands the store to the task
 //! core ([`TaskCore`]) for every front end — the api, the `keys` commands — and to the worker
 //! role, which is not a front end (`browserd-worker` works tasks through the store's
-//! lease-guarded calls). `browserd mcp` gets its in-memory task service here too. No other
-//! module of the binary names `browserd_store` (`crates/tasks/tests/one_path.rs` checks it).
-
-use std::sync::Arc;
+//! lease-guarded calls; `browserd mcp` starts it in its process too). No other module of the
+//! binary names `browserd_store` (`crates/tasks/tests/one_path.rs` checks it).
 
 use anyhow::Context;
-use browserd_store::{MemoryStore, StoreOptions, TaskStore};
-use browserd_tasks::{ModelCatalog, TaskCore, TaskService};
+use browserd_store::StoreOptions;
+use browserd_tasks::TaskCore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -93,17 +91,4 @@ pub(crate) async fn serving(
 /// The task core of the worker role alone (its metrics' task gauges).
 pub(crate) fn worker_core(store: &Store, hub: &EventHub) -> TaskCore {
     TaskCore::new(store.clone(), hub.clone())
-}
-
-/// `browserd mcp` in-process: the task service over an in-memory store (no server, no
-/// Postgres), and that store and its hub for the local worker that runs its tasks.
-pub(crate) fn in_memory(
-    models: ModelCatalog,
-    proxies: Vec<String>,
-) -> (TaskService, Arc<dyn TaskStore>, EventHub) {
-    let memory = MemoryStore::new();
-    let hub = memory.hub().clone();
-    let store: Arc<dyn TaskStore> = Arc::new(memory);
-    let tasks = TaskService::new(store.clone(), hub.clone(), models, proxies, None);
-    (tasks, store, hub)
 }

@@ -387,6 +387,27 @@ impl WorkerOnItsOwnRuntime {
     }
 }
 
+/// `browserd mcp`'s worker: the worker role's claim loop in this process, on a store of its
+/// own (`concurrency` tasks and two more connections) of the configured database, running
+/// tasks with `runner`; it stops when `shutdown` is cancelled.
+pub async fn start_in_process(
+    cli: &Cli,
+    runner: Arc<browserd_worker::TaskRunner>,
+    concurrency: usize,
+    hub: EventHub,
+    shutdown: CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let connections = u32::try_from(concurrency)
+        .unwrap_or(u32::MAX)
+        .saturating_add(2);
+    let store = crate::wiring::open_store(cli, connections).await?;
+    let config = WorkerConfig::in_process(concurrency);
+    std::fs::create_dir_all(&config.workspace_root)
+        .with_context(|| format!("creating {}", config.workspace_root.display()))?;
+    let worker = Worker::new(store, hub, runner, config);
+    Ok(tokio::spawn(worker.run(shutdown)))
+}
+
 /// `browserd worker`: the worker role alone.
 pub async fn run_worker_only(
     cli: &Cli,

@@ -1,10 +1,11 @@
 //! [`TaskBackend`]: the tools' backend on the task core (`browserd-tasks`), for both
 //! transports — `/mcp` over streamable HTTP on the server's core, where each call acts for the
-//! key of its HTTP request, and `browserd mcp` on stdio over an in-memory task service with one
-//! local key ([`TaskBackend::in_process`]). Same keys, tenants, validation and status machine
-//! as `/v1`, and the same error codes and messages.
+//! key of its HTTP request, and `browserd mcp` on stdio over the same core on Postgres, acting
+//! for one local key ([`TaskBackend::in_process`]), which stops the tasks it started when its
+//! client goes away ([`TaskBackend::stop_started_tasks`]). Same keys, tenants, validation and
+//! status machine as `/v1`, and the same error codes and messages.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use browserd_tasks::records::FeedItem;
@@ -48,6 +49,9 @@ impl From<TaskError> for ToolError {
 pub struct TaskBackend {
     tasks: TaskService,
     callers: Callers,
+    /// The tasks this backend created (kept for [`TaskBackend::stop_started_tasks`] by the
+    /// stdio backend only).
+    started: Option<Mutex<Vec<TaskId>>>,
     /// Ends every watch.
     shutdown: CancellationToken,
 }
@@ -71,18 +75,48 @@ impl TaskBackend {
         Self {
             tasks,
             callers: Callers::Resolved(caller_of),
+            started: None,
             shutdown,
         }
     }
 
-    /// The backend of `browserd mcp` on stdio: every call acts as `key` (the owner of every
-    /// task of `tasks`' store); watches end when `shutdown` is cancelled.
+    /// The backend of `browserd mcp` on stdio: every call acts as `key` (the process's local
+    /// key); watches end when `shutdown` is cancelled.
     pub fn in_process(tasks: TaskService, key: ApiKeyId, shutdown: CancellationToken) -> Self {
         Self {
             tasks,
             callers: Callers::Fixed(Caller::key(key)),
+            started: Some(Mutex::default()),
             shutdown,
         }
+    }
+
+    /// Stops the tasks this backend created that have not ended (queued, running, paused or
+    /// waiting): its client went away, and nobody else would follow them. Returns how many
+    /// it stopped.
+    pub async fn stop_started_tasks(&self) -> usize {
+        let Callers::Fixed(caller) = &self.callers else {
+            return 0;
+        };
+        let started: Vec<TaskId> = match &self.started {
+            Some(started) => {
+                std::mem::take(&mut *started.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+            None => return 0,
+        };
+        let mut stopped = 0;
+        for id in started {
+            match self.tasks.control(caller, id, Transition::Stop).await {
+                Ok(_) => {
+                    tracing::info!(task_id = %id, "task stopped: the MCP client went away");
+                    stopped += 1;
+                }
+                // Ended already (or deleted).
+                Err(TaskError::Conflict { .. } | TaskError::NotFound { .. }) => {}
+                Err(err) => tracing::warn!(task_id = %id, %err, "stopping the task failed"),
+            }
+        }
+        stopped
     }
 
     fn caller(&self, cx: &CallContext) -> Result<Caller, ToolError> {
@@ -106,6 +140,12 @@ impl Backend for TaskBackend {
             .tasks
             .create(&caller, request, None, Placement::Queue)
             .await?;
+        if let Some(started) = &self.started {
+            started
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(created.view.id);
+        }
         Ok(created.view)
     }
 

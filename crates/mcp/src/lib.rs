@@ -2,9 +2,9 @@
 //! `list_tasks`, `stop_task`, `pause_task`, `resume_task`, `answer_task`, `get_screenshot`) built on the
 //! official Rust SDK (`rmcp`), over a [`Backend`] that does the work. The api's backend is its
 //! task service (same keys, tenants, validation and status machine as `/v1`): served over
-//! streamable HTTP at `/mcp` on the Postgres store, and by `browserd mcp` over stdio on an
-//! in-memory store (no server, no Postgres). [`RemoteBackend`] proxies the tools to a browserd
-//! server's REST API and event WebSocket instead.
+//! streamable HTTP at `/mcp`, and by `browserd mcp` over stdio with a local key, both on the
+//! Postgres store. [`RemoteBackend`] proxies the tools to a browserd server's REST API and
+//! event WebSocket instead.
 //!
 //! Tool errors are MCP tool results with `isError: true` whose content is the REST API's error
 //! body, `{"error":{"code","message"[,"field"]}}`, with the same codes and messages.

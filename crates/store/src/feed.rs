@@ -13,7 +13,7 @@ use std::sync::Arc;
 use browserd_types::{TaskEvent, TaskId};
 
 use crate::hub::{EventHub, Signal, Subscription};
-use crate::{StoreError, TaskStore};
+use crate::{Store, StoreError};
 
 /// Events read per query.
 const BATCH: i64 = 200;
@@ -35,7 +35,7 @@ pub enum FeedItem {
 
 /// One task's events from a given `seq` on, in order, without gaps or repeats.
 pub struct EventFeed {
-    store: Arc<dyn TaskStore>,
+    store: Store,
     subscription: Subscription,
     task_id: TaskId,
     /// The last event handed out.
@@ -52,12 +52,7 @@ impl EventFeed {
     /// Follows task `task_id` of `store` after event `after_seq` (0: from the start);
     /// `hub` is the one that store's appends signal. Subscribes now, so an event committed
     /// before the first [`EventFeed::next`] is not missed.
-    pub fn follow(
-        store: Arc<dyn TaskStore>,
-        hub: &EventHub,
-        task_id: TaskId,
-        after_seq: i64,
-    ) -> Self {
+    pub fn follow(store: Store, hub: &EventHub, task_id: TaskId, after_seq: i64) -> Self {
         Self {
             store,
             subscription: hub.subscribe(task_id),

@@ -265,19 +265,13 @@ impl EventHub {
             .len()
     }
 
-    /// Tells task `task_id`'s subscribers `signal` (the in-memory store's appends; the
-    /// listener's notifications go through [`EventHub::dispatch`]).
-    pub(crate) fn publish(&self, task_id: TaskId, signal: Signal) {
+    /// Tells task `task_id`'s subscribers `signal` (a notification of the listener).
+    fn publish(&self, task_id: TaskId, signal: Signal) {
         let channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = channels.get(&task_id) {
             // No receivers left is fine: the entry is removed by the last Subscription.
             let _ = sender.send(signal);
         }
-    }
-
-    /// Wakes the claim loop (the in-memory store's queue; Postgres's trigger otherwise).
-    pub(crate) fn wake_queue(&self) {
-        self.queue.notify_one();
     }
 
     fn dispatch(&self, payload: &str) {

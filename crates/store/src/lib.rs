@@ -11,7 +11,6 @@ mod events;
 mod feed;
 mod hub;
 mod live;
-mod memory;
 mod object_limits;
 mod output_files;
 mod profiles;
@@ -24,7 +23,6 @@ mod sessions;
 mod status_sql;
 mod steps;
 mod takeover;
-mod task_store;
 mod tasks;
 mod telemetry;
 #[cfg(feature = "test-util")]
@@ -48,7 +46,6 @@ pub use hub::{
     EventHub, KeySignal, KeySignals, LiveSignal, LiveSubscription, Signal, Subscription, TaskSignal,
 };
 pub use live::{LIVE_CHANNEL, LiveFrame, LiveViewerId, LiveViewers};
-pub use memory::MemoryStore;
 pub use object_limits::{KeyObject, ObjectLimits};
 pub use output_files::{
     NewOutputFile, OUTPUT_FILE_MAX_BYTES, OUTPUT_FILES_MAX_COUNT, OUTPUT_FILES_MAX_TASK_BYTES,
@@ -64,7 +61,6 @@ pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
 };
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
-pub use task_store::TaskStore;
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};
 pub use telemetry::StatusCount;
 pub use webhooks::{ClaimedDelivery, DeliveryOutcome, DeliveryRecord, WebhookRecord};

@@ -49,7 +49,7 @@ impl TaskCore {
     /// The core over `store` and `hub` with `settings`.
     pub fn with_settings(store: Store, hub: EventHub, settings: TaskSettings) -> Self {
         let tasks = TaskService::new(
-            std::sync::Arc::new(store.clone()),
+            store.clone(),
             hub.clone(),
             settings.models,
             settings.proxies,

@@ -1,7 +1,6 @@
 //! The task service: the one place that creates, validates, admits, controls and reads tasks,
 //! behind every front end — the `/v1` handlers, `/api/v2`, the MCP tools over HTTP, and
-//! `browserd mcp` on stdio. It works over a [`TaskStore`]: the Postgres store for the server,
-//! an in-memory one for the stdio mode, with the same status machine. It checks ownership
+//! `browserd mcp` on stdio, all over the Postgres store. It checks ownership
 //! (another key's task is `task_not_found`) and speaks [`TaskError`]; each front end only maps
 //! requests to it and its errors to its own wire shape.
 
@@ -9,7 +8,7 @@ use std::sync::Arc;
 
 use browserd_store::{
     ArtifactContent, EventFeed, EventHub, FeedItem, GivenAnswer, KeyUsage, Quotas, SessionChoice,
-    StoreError, TaskCursor, TaskRecord, TaskStore, TransitionDetails, seconds_until_utc_midnight,
+    Store, StoreError, TaskCursor, TaskRecord, TransitionDetails, seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
     AnswerRequest, CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView,
@@ -25,7 +24,7 @@ use crate::validation::validate_create_task;
 /// The task service's store and settings. Cheap to clone.
 #[derive(Clone)]
 pub struct TaskService {
-    store: Arc<dyn TaskStore>,
+    store: Store,
     /// The hub `store`'s appends signal.
     hub: EventHub,
     models: Arc<ModelCatalog>,
@@ -37,7 +36,7 @@ impl TaskService {
     /// The service over `store`, whose appends `hub` signals; tasks may name `models` and
     /// `proxies`; above `max_queued_tasks` queued tasks, creation answers 429.
     pub fn new(
-        store: Arc<dyn TaskStore>,
+        store: Store,
         hub: EventHub,
         models: ModelCatalog,
         proxies: Vec<String>,
@@ -247,16 +246,14 @@ impl TaskService {
     }
 
     /// A task's `profile_id` must name one of the caller's profiles (another key's reads as
-    /// missing), on a store that keeps profiles.
+    /// missing).
     async fn check_profile(&self, caller: &Caller, profile: uuid::Uuid) -> Result<(), TaskError> {
-        if !self.store.has_profiles() {
-            return Err(TaskError::validation(
-                "profile_id",
-                "browser profiles need a server with its database (`browserd serve`); for a task \
-                 run here use `browserd run --profile FILE`",
-            ));
-        }
-        if !self.store.profile_exists(caller.key_id, profile).await? {
+        if self
+            .store
+            .get_profile(caller.key_id, profile)
+            .await?
+            .is_none()
+        {
             return Err(TaskError::validation(
                 "profile_id",
                 format!("profile_id {profile} names no profile of this API key"),

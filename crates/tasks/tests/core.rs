@@ -1,7 +1,7 @@
 //! The task core on real Postgres: creation and its validation errors, admission, control
 //! transitions, reads, and owner isolation (another key's task is not found).
 
-use browserd_store::{EventHub, QuotaOverrides, Store};
+use browserd_store::{EventHub, QuotaOverrides, QuotaUpdate, Quotas, Store};
 use browserd_tasks::{Caller, ModelCatalog, Placement, TaskCore, TaskError, TaskSettings};
 use browserd_types::dto::{CreateTaskRequest, TaskView};
 use browserd_types::{TaskId, TaskStatus, Transition};
@@ -311,4 +311,54 @@ async fn key_selectors_are_refused_with_their_reason(pool: PgPool) {
     let ambiguous = f.core.revoke_api_key_matching("bd_").await.unwrap_err();
     assert!(ambiguous.to_string().contains("prefix"), "{ambiguous}");
     assert_eq!(f.core.list_api_keys().await.unwrap().len(), 2);
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn the_local_key_is_created_once_without_a_running_limit(pool: PgPool) {
+    // The defaults hold every key to one running task, and the fair share is on.
+    let store = Store::from_pool(pool)
+        .with_default_quotas(Quotas {
+            max_running: Some(1),
+            max_queued: Some(1),
+            ..Quotas::default()
+        })
+        .with_fair_share(true);
+    let core = TaskCore::with_settings(store.clone(), EventHub::default(), settings());
+    let key = core.local_api_key("mcp-local").await.unwrap();
+    assert_eq!(core.local_api_key("mcp-local").await.unwrap(), key);
+    let keys = core.list_api_keys().await.unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert_eq!(keys[0].name, "mcp-local");
+    // Three tasks queue and all three are claimed: no limit of the defaults applies.
+    let caller = Caller::key(key);
+    for n in 0..3 {
+        core.tasks()
+            .create(&caller, request(&format!("t{n}")), None, Placement::Queue)
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let claimed = store
+            .claim_task("w", std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(claimed.is_some());
+    }
+    // A key that lost its unlimited quotas gets them back; a revoked one is replaced.
+    core.update_api_key_quotas(
+        &key.0.to_string(),
+        &QuotaUpdate {
+            max_running: Some(Some(2)),
+            ..QuotaUpdate::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(core.local_api_key("mcp-local").await.unwrap(), key);
+    let quotas = core.key_quotas(key).await.unwrap();
+    assert_eq!((quotas.max_running, quotas.max_queued), (None, None));
+    core.revoke_api_key_matching(&key.0.to_string())
+        .await
+        .unwrap();
+    assert_ne!(core.local_api_key("mcp-local").await.unwrap(), key);
 }

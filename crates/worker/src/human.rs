@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_agent::{HumanAnswer, HumanChannel, HumanError, HumanQuestion, HumanSettings};
-use browserd_store::{Answer, Asked, EventFeed, EventHub, FeedItem, NewQuestion, TaskStore};
+use browserd_store::{Answer, Asked, EventFeed, EventHub, FeedItem, NewQuestion, Store};
 use browserd_types::{EventBody, TaskId, TaskOptions};
 use secrecy::ExposeSecret;
 
@@ -49,14 +49,14 @@ impl AskHumanSettings {
 
 /// `ask_human` of one task on a worker holding its lease.
 pub struct StoreHuman {
-    store: Arc<dyn TaskStore>,
+    store: Store,
     hub: EventHub,
     id: TaskId,
     owner: String,
 }
 
 impl StoreHuman {
-    pub fn new(store: Arc<dyn TaskStore>, hub: EventHub, id: TaskId, owner: String) -> Self {
+    pub fn new(store: Store, hub: EventHub, id: TaskId, owner: String) -> Self {
         Self {
             store,
             hub,

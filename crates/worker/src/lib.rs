@@ -1,8 +1,7 @@
 //! Runs tasks: one task lifecycle ([`TaskRunner`]) used by `browserd run` and by the service's
 //! workers ([`Worker`]: claim, lease, heartbeat, control, persistence through [`StoreSink`],
-//! reaping, hand-back on shutdown), the same cycle in one process over any store
-//! ([`LocalWorker`], `browserd mcp`'s in-process mode), and the adapter from the browser crate to the agent's
-//! `AgentBrowser` trait.
+//! reaping, hand-back on shutdown; `browserd mcp` on stdio starts one in its process), and the
+//! adapter from the browser crate to the agent's `AgentBrowser` trait.
 //!
 //! [`SessionBrowser`] wraps one leased [`browserd_browser::BrowserSession`]: `capture` turns a
 //! `PageState` into the agent's `BrowserState` (both made of `browserd_views` values, passed
@@ -20,7 +19,6 @@ pub mod admission;
 mod browser_state;
 mod human;
 mod live;
-mod local;
 mod output_files;
 mod profile;
 mod runner;
@@ -35,7 +33,6 @@ mod workspace;
 pub use adapter::{SessionBrowser, SessionBrowserOptions};
 pub use browser_state::BrowserState;
 pub use human::{AskHumanSettings, StoreHuman};
-pub use local::LocalWorker;
 pub use output_files::{collect_output_files, content_type_of};
 pub use profile::{
     FileProfileSaver, MAX_PROFILE_BYTES, ProfileKeeper, ProfileLink, ProfileSaver, SaveResult,

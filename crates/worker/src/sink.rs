@@ -1,16 +1,16 @@
 //! The worker's event sink: every agent event of a claimed task becomes a store write made
-//! under the task's lease (Postgres for the service, the in-memory store for `browserd mcp`) — `step_started`, `model_output`, `action_result` events as they
+//! under the task's lease — `step_started`, `model_output`, `action_result` events as they
 //! happen, and each finished step as one transaction (step row with its AgentHistory record,
 //! screenshot artifact, `step` event, usage). A write refused because the lease is gone makes
 //! the worker abandon the task: the agent is stopped and nothing more is written.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_agent::{AgentControl, AgentEvent, AgentHistory, EventSink, Screenshot, UsageSummary};
-use browserd_store::{StepWrite, StoreError, TaskStore};
+use browserd_store::{StepWrite, Store, StoreError};
 use browserd_types::dto::screenshot_path;
 use browserd_types::{
     ActionResultEvent, ArtifactId, EventBody, ModelOutputEvent, ResultEvent, StepEvent, TaskId,
@@ -28,7 +28,7 @@ const MAX_WRITE_RETRY_DELAY: Duration = Duration::from_secs(2);
 
 /// Persists and publishes a claimed task's events.
 pub struct StoreSink {
-    store: Arc<dyn TaskStore>,
+    store: Store,
     task_id: TaskId,
     owner: String,
     control: AgentControl,
@@ -49,7 +49,7 @@ impl StoreSink {
     /// A sink for task `task_id` claimed by `owner`; `usage` is the run's usage so far (a
     /// resumed run starts from its persisted usage).
     pub fn new(
-        store: Arc<dyn TaskStore>,
+        store: Store,
         task_id: TaskId,
         owner: String,
         control: AgentControl,

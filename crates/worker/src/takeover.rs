@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use browserd_agent::AgentControl;
 use browserd_browser::BrowserSession;
-use browserd_store::{EventFeed, EventHub, FeedItem, Store, TaskStore};
+use browserd_store::{EventFeed, EventHub, FeedItem, Store};
 use browserd_types::takeover::PersonInput;
 use browserd_types::{EventBody, LogEvent, TaskId, TaskStatus};
 use secrecy::ExposeSecret;
@@ -79,12 +79,7 @@ pub(crate) fn link(
 ) {
     let (sender, inputs) = mpsc::channel(1);
     let (read_tx, read) = watch::channel(after_seq);
-    let feed = EventFeed::follow(
-        Arc::new(store.clone()) as Arc<dyn TaskStore>,
-        &hub,
-        task_id,
-        after_seq,
-    );
+    let feed = EventFeed::follow(store.clone(), &hub, task_id, after_seq);
     let follower = follow(
         store,
         feed,

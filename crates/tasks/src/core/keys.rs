@@ -70,6 +70,40 @@ impl TaskCore {
     ) -> Result<ApiKeyRecord, TaskError> {
         Ok(self.store.update_api_key_quotas(selector, update).await?)
     }
+    /// The key named `name` that this machine's own front end (`browserd mcp` on stdio) owns
+    /// its tasks with: the active key of that name, else one created now (its secret is
+    /// dropped: nobody authenticates with it). It has no running or queue limit of its own,
+    /// so neither the fair share nor the defaults hold its tasks back (the front end bounds
+    /// them itself); an existing key is given that again if it had lost it.
+    pub async fn local_api_key(&self, name: &str) -> Result<ApiKeyId, TaskError> {
+        let unlimited = QuotaOverrides {
+            max_running: Some(0),
+            max_queued: Some(0),
+            ..QuotaOverrides::default()
+        };
+        let keys = self.store.list_api_keys().await?;
+        let Some(key) = keys
+            .into_iter()
+            .find(|key| key.name == name && key.revoked_at.is_none())
+        else {
+            let created = self
+                .store
+                .create_api_key_with_quotas(name, unlimited)
+                .await?;
+            return Ok(created.record.id);
+        };
+        if key.quotas.max_running != Some(0) || key.quotas.max_queued != Some(0) {
+            let update = QuotaUpdate {
+                max_running: Some(Some(0)),
+                max_queued: Some(Some(0)),
+                ..QuotaUpdate::default()
+            };
+            self.store
+                .update_api_key_quotas(&key.id.0.to_string(), &update)
+                .await?;
+        }
+        Ok(key.id)
+    }
     /// Creates a key named `name` and returns it in clear text, once.
     pub async fn create_api_key(&self, name: &str) -> Result<CreatedApiKey, TaskError> {
         Ok(self.store.create_api_key(name).await?)

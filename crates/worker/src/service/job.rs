@@ -179,7 +179,7 @@ impl TaskJob {
     ) -> Arc<StoreSink> {
         Arc::new(
             StoreSink::new(
-                Arc::new(self.store.clone()),
+                self.store.clone(),
                 id,
                 self.config.id.clone(),
                 control.clone(),
@@ -333,7 +333,7 @@ impl TaskJob {
         Box::pin(
             self.runner.run(RunRequest {
                 human: crate::StoreHuman::new(
-                    Arc::new(self.store.clone()),
+                    self.store.clone(),
                     self.hub.clone(),
                     id,
                     self.config.id.clone(),

@@ -29,7 +29,6 @@ use tracing::Instrument;
 use crate::BrowserState;
 use crate::runner::{TaskRunner, TaskSpec};
 use job::TaskJob;
-pub(crate) use watch::apply_status;
 
 /// Operator settings of a worker process.
 #[derive(Clone, Debug)]
@@ -63,6 +62,31 @@ pub struct WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// The settings of a worker started inside another command (`browserd mcp` on stdio):
+    /// `concurrency` tasks at once, the service's defaults otherwise (30 s lease, 3 attempts,
+    /// ask_human on, no live view, no admission check), a short grace at shutdown (its tasks were stopped first),
+    /// workspaces under the system temp dir.
+    pub fn in_process(concurrency: usize) -> Self {
+        Self {
+            id: Self::unique_id(),
+            concurrency: concurrency.max(1),
+            lease: Duration::from_secs(30),
+            poll_interval: Duration::from_secs(2),
+            max_attempts: 3,
+            shutdown_grace: Duration::from_secs(10),
+            secrets_retention: Duration::from_secs(86_400),
+            max_pause: Some(Duration::from_secs(1800)),
+            workspace_root: std::env::temp_dir().join("browserd-tasks"),
+            live_view: None,
+            // One user's machine: no memory or CPU check holds its tasks back.
+            admission: crate::admission::AdmissionLimits {
+                min_available_memory: 0,
+                max_cpu_pressure: None,
+            },
+            ask_human: crate::AskHumanSettings::default(),
+        }
+    }
+
     /// A unique worker id: host name, process id and a random suffix.
     pub fn unique_id() -> String {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

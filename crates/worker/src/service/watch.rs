@@ -113,7 +113,7 @@ pub(super) async fn watch_task(
     }
 }
 
-pub(crate) fn apply_status(status: TaskStatus, control: &AgentControl) {
+fn apply_status(status: TaskStatus, control: &AgentControl) {
     match status {
         TaskStatus::Running => control.resume(),
         TaskStatus::Paused => control.pause(),
