@@ -373,11 +373,9 @@ mod tests {
         ] {
             let mut file = file.clone();
             file["private_key"] = json!(private_key);
-            let error = ServiceAccountTokens::from_json(
-                &file.to_string(),
-                crate::http_client().unwrap(),
-            )
-            .unwrap_err();
+            let error =
+                ServiceAccountTokens::from_json(&file.to_string(), crate::http_client().unwrap())
+                    .unwrap_err();
             assert_eq!(error, "has a private_key that is not an RSA PEM key");
         }
     }

@@ -378,7 +378,10 @@ impl Respond for GoogleTokenEndpoint {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs();
-        assert!(claims["exp"].as_u64().unwrap() > now, "an unexpired assertion");
+        assert!(
+            claims["exp"].as_u64().unwrap() > now,
+            "an unexpired assertion"
+        );
         assert_eq!(
             claims["scope"],
             "https://www.googleapis.com/auth/cloud-platform"
@@ -404,7 +407,9 @@ pub fn verify_rs256(jwt: &str, public_pem: &str) -> (Value, Value) {
         .collect();
     let spki = STANDARD.decode(body).expect("a base64 PEM body");
     let (signing_input, signature) = jwt.rsplit_once('.').expect("a signed JWT");
-    let signature = URL_SAFE_NO_PAD.decode(signature).expect("a base64url signature");
+    let signature = URL_SAFE_NO_PAD
+        .decode(signature)
+        .expect("a base64url signature");
     ring::signature::UnparsedPublicKey::new(
         &ring::signature::RSA_PKCS1_2048_8192_SHA256,
         spki_rsa_public_key(&spki),
