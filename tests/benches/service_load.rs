@@ -1058,6 +1058,7 @@ fn gauge(exposition: &str, name: &str) -> f64 {
 /// Waits until the service at `address` has a Chrome running and `spares` spare contexts
 /// open (its /metrics, polled); how long that took, or what it had at the deadline.
 async fn wait_warm(address: &str, spares: usize) -> Result<Duration, String> {
+    browserd_llm::install_tls_provider();
     let started = Instant::now();
     let mut last = String::from("no /metrics answer");
     while started.elapsed() < WARM_TIMEOUT {
@@ -1076,6 +1077,7 @@ async fn wait_warm(address: &str, spares: usize) -> Result<Duration, String> {
 }
 
 async fn context_opens(address: &str) -> (u64, u64) {
+    browserd_llm::install_tls_provider();
     let exposition = match reqwest::get(format!("http://{address}/metrics")).await {
         Ok(answer) => answer.text().await.unwrap_or_default(),
         Err(_) => return (0, 0),

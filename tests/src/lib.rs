@@ -358,6 +358,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(address: &str, key: &str) -> Self {
+        browserd_llm::install_tls_provider();
         Self {
             base: format!("http://{address}"),
             key: key.to_owned(),

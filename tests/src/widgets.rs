@@ -882,6 +882,7 @@ impl PythonApp {
             .unwrap_or_else(|e| panic!("start the {name} app: {e}"));
         let url = format!("http://127.0.0.1:{port}/");
         let probe = format!("{url}{ready}");
+        browserd_llm::install_tls_provider();
         let client = reqwest::Client::new();
         let up = async {
             loop {

@@ -450,6 +450,7 @@ struct Mcp {
 
 impl Mcp {
     async fn connect(address: &str, key: &str) -> Self {
+        browserd_llm::install_tls_provider();
         let mut mcp = Mcp {
             http: reqwest::Client::new(),
             url: format!("http://{address}/mcp"),

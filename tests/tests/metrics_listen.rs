@@ -20,6 +20,7 @@ async fn get(http: &reqwest::Client, url: &str, token: Option<&str>) -> (u16, St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_open_only_on_the_metrics_listener() {
+    browserd_llm::install_tls_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()

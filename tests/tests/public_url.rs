@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 /// `(downloadUrl of the task's logs, liveUrl of its session)` of a fresh v2 task, every request
 /// sent with a forged `Host` and `X-Forwarded-*`.
 async fn client_urls(address: &str, key: &str) -> (String, String, String) {
+    browserd_llm::install_tls_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()

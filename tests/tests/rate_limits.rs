@@ -10,6 +10,7 @@ use std::{sync::Arc, time::Duration};
 /// Sends `count` GET requests to `url` at once (with `key` when given); the statuses and the
 /// `Retry-After` values of the 429s.
 async fn burst(url: &str, key: Option<&str>, count: usize) -> (Vec<u16>, Vec<String>) {
+    browserd_llm::install_tls_provider();
     let client = reqwest::Client::new();
     let requests = (0..count).map(|_| {
         let mut request = client.get(url);

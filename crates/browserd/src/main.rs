@@ -309,6 +309,8 @@ fn budget(per_second: u32, burst: u32) -> Option<RateLimit> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    // Before any HTTP client (the OTLP exporter's among them) or TLS connection is built.
+    browserd_llm::install_tls_provider();
     // Lives as long as the process; 'static, so a role on a runtime of its own (serve's
     // worker) can borrow its flags.
     let mut cli = Cli::parse();

@@ -137,6 +137,7 @@ impl Api {
         if !base.path().ends_with('/') {
             base.set_path(&format!("{}/", base.path()));
         }
+        browserd_llm::install_tls_provider();
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()

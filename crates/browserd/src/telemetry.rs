@@ -93,6 +93,8 @@ fn tracer_provider(role: &str) -> anyhow::Result<SdkTracerProvider> {
             break;
         }
     }
+    // The exporter builds a reqwest client, which needs the process's TLS provider.
+    browserd_llm::install_tls_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .build()

@@ -117,6 +117,7 @@ async fn events_from_another_process_reach_the_websocket(pool: PgPool) {
     let url = database_url(&pool);
     let key = create_key(&url).await;
     let mut server = start_server(&url).await;
+    browserd_llm::install_tls_provider();
     let http = reqwest::Client::new();
     let secret = format!("pa55-{}", TaskId::new());
 

@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn credentials_come_from_env_then_profile() {
-        let client = reqwest::Client::new();
+        let client = crate::http_client().unwrap();
         let env = |name: &str| match name {
             "AWS_ACCESS_KEY_ID" => Some("AKIAENV".to_owned()),
             "AWS_SECRET_ACCESS_KEY" => Some("env-secret".to_owned()),

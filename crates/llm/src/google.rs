@@ -2,12 +2,15 @@
 //!
 //! The service-account JSON key is read when the model is built. A token is fetched with the
 //! JWT bearer grant (RFC 7523): a JWT signed RS256 with the account's private key
-//! (`jsonwebtoken`), POSTed to the key file's `token_uri`. The token is cached until a minute
+//! (`ring`, rustls's crypto provider), POSTed to the key file's `token_uri`. The token is cached until a minute
 //! before it expires; one fetch at a time.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use ring::rand::SystemRandom;
+use ring::signature::{RSA_PKCS1_SHA256, RsaKeyPair};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use url::Url;
@@ -39,6 +42,14 @@ struct ServiceAccountFile {
 }
 
 #[derive(Serialize)]
+struct JwtHeader<'a> {
+    alg: &'static str,
+    typ: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kid: Option<&'a str>,
+}
+
+#[derive(Serialize)]
 struct Claims<'a> {
     iss: &'a str,
     scope: &'a str,
@@ -50,7 +61,7 @@ struct Claims<'a> {
 /// A service account that can mint access tokens.
 pub(crate) struct ServiceAccountTokens {
     client_email: String,
-    key: EncodingKey,
+    key: RsaKeyPair,
     key_id: Option<String>,
     token_uri: Url,
     /// The key file's `project_id`.
@@ -89,8 +100,8 @@ impl ServiceAccountTokens {
                 "has type `{kind}`; only `service_account` keys are supported"
             ));
         }
-        let key = EncodingKey::from_rsa_pem(file.private_key.as_bytes())
-            .map_err(|_| "has a private_key that is not an RSA PEM key".to_owned())?;
+        let key = rsa_key_from_pem(&file.private_key)
+            .ok_or_else(|| "has a private_key that is not an RSA PEM key".to_owned())?;
         let token_uri = file
             .token_uri
             .as_deref()
@@ -112,8 +123,11 @@ impl ServiceAccountTokens {
 
     /// The signed assertion for a token request issued at `now` (seconds since the epoch).
     pub(crate) fn assertion(&self, now: u64) -> Result<String, String> {
-        let mut header = Header::new(Algorithm::RS256);
-        header.kid.clone_from(&self.key_id);
+        let header = JwtHeader {
+            alg: "RS256",
+            typ: "JWT",
+            kid: self.key_id.as_deref(),
+        };
         let claims = Claims {
             iss: &self.client_email,
             scope: CLOUD_PLATFORM_SCOPE,
@@ -121,8 +135,28 @@ impl ServiceAccountTokens {
             iat: now,
             exp: now + 3600,
         };
-        jsonwebtoken::encode(&header, &claims, &self.key)
-            .map_err(|e| format!("cannot sign the token request: {e}"))
+        let encode = |json: serde_json::Result<Vec<u8>>| {
+            json.map(|bytes| URL_SAFE_NO_PAD.encode(bytes))
+                .map_err(|e| format!("cannot encode the token request: {e}"))
+        };
+        let signing_input = format!(
+            "{}.{}",
+            encode(serde_json::to_vec(&header))?,
+            encode(serde_json::to_vec(&claims))?
+        );
+        let mut signature = vec![0; self.key.public().modulus_len()];
+        self.key
+            .sign(
+                &RSA_PKCS1_SHA256,
+                &SystemRandom::new(),
+                signing_input.as_bytes(),
+                &mut signature,
+            )
+            .map_err(|_| "cannot sign the token request".to_owned())?;
+        Ok(format!(
+            "{signing_input}.{}",
+            URL_SAFE_NO_PAD.encode(signature)
+        ))
     }
 
     /// A valid access token: the cached one, or a new one.
@@ -231,6 +265,21 @@ impl ServiceAccountTokens {
     }
 }
 
+/// The RSA key of a PEM private key: PKCS#8 (`PRIVATE KEY`, what Google's key files hold) or
+/// PKCS#1 (`RSA PRIVATE KEY`).
+fn rsa_key_from_pem(pem: &str) -> Option<RsaKeyPair> {
+    let begin = pem.find("-----BEGIN ")? + "-----BEGIN ".len();
+    let (label, rest) = pem[begin..].split_once("-----")?;
+    let (body, _) = rest.split_once(&format!("-----END {label}-----"))?;
+    let body: String = body.split_whitespace().collect();
+    let der = STANDARD.decode(body).ok()?;
+    match label {
+        "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der).ok(),
+        "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der).ok(),
+        _ => None,
+    }
+}
+
 /// Vertex AI's API root for a region (`global` has no regional prefix).
 pub(crate) fn vertex_base_url(region: &str) -> String {
     if region == "global" {
@@ -256,5 +305,78 @@ impl VertexTarget {
     ) -> Result<crate::http::RequestAuth, LlmError> {
         let token = self.tokens.token(model, timeout).await?;
         Ok(crate::http::RequestAuth::Bearer(token))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ring::signature::{RSA_PKCS1_2048_8192_SHA256, UnparsedPublicKey};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const KEY_FILE: &str = include_str!("../tests/fixtures/test-service-account.json");
+    const PUBLIC_KEY_PEM: &str = include_str!("../tests/fixtures/test-service-account.pub.pem");
+
+    fn tokens() -> ServiceAccountTokens {
+        ServiceAccountTokens::from_json(KEY_FILE, crate::http_client().unwrap()).unwrap()
+    }
+
+    fn decoded(part: &str) -> Value {
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(part).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_assertion_is_an_rs256_jwt_that_the_public_key_verifies() {
+        let tokens = tokens();
+        let jwt = tokens.assertion(1_700_000_000).unwrap();
+        let (signing_input, signature) = jwt.rsplit_once('.').unwrap();
+        let signature = URL_SAFE_NO_PAD.decode(signature).unwrap();
+        // The fixture's public key (a SubjectPublicKeyInfo) ends with the key ring verifies with.
+        let spki: String = PUBLIC_KEY_PEM
+            .lines()
+            .filter(|line| !line.starts_with("-----"))
+            .collect();
+        let public = tokens.key.public().as_ref();
+        assert!(STANDARD.decode(spki).unwrap().ends_with(public));
+        let verifier = UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, public);
+        verifier
+            .verify(signing_input.as_bytes(), &signature)
+            .expect("a valid RS256 signature");
+
+        let (header, claims) = signing_input.split_once('.').unwrap();
+        assert_eq!(
+            decoded(header),
+            json!({"alg": "RS256", "typ": "JWT", "kid": "test-key-id-1"})
+        );
+        assert_eq!(
+            decoded(claims),
+            json!({
+                "iss": "browserd-test@browserd-test-project.iam.gserviceaccount.com",
+                "scope": CLOUD_PLATFORM_SCOPE,
+                "aud": "http://127.0.0.1:9/token",
+                "iat": 1_700_000_000,
+                "exp": 1_700_003_600,
+            })
+        );
+        let forged = format!("{header}.{}", URL_SAFE_NO_PAD.encode(br#"{"iss":"other"}"#));
+        assert!(verifier.verify(forged.as_bytes(), &signature).is_err());
+    }
+
+    #[test]
+    fn a_key_that_is_not_an_rsa_pem_key_is_refused_without_quoting_it() {
+        let file: Value = serde_json::from_str(KEY_FILE).unwrap();
+        for private_key in [
+            "SECRET-PEM-CONTENT",
+            "-----BEGIN PRIVATE KEY-----\nU0VDUkVU\n-----END PRIVATE KEY-----\n",
+            "-----BEGIN EC PRIVATE KEY-----\nU0VDUkVU\n-----END EC PRIVATE KEY-----\n",
+        ] {
+            let mut file = file.clone();
+            file["private_key"] = json!(private_key);
+            let error =
+                ServiceAccountTokens::from_json(&file.to_string(), crate::http_client().unwrap())
+                    .unwrap_err();
+            assert_eq!(error, "has a private_key that is not an RSA PEM key");
+        }
     }
 }

@@ -61,9 +61,18 @@ impl std::fmt::Debug for ProviderSettings {
     }
 }
 
+/// Makes rustls's `ring` provider the process default, once (later calls do nothing). reqwest is
+/// built without a provider of its own (aws-lc-rs, a long C build), so every client needs this
+/// first: `main` calls it, and so does every function here that builds a client.
+pub fn install_tls_provider() {
+    // Err means a provider is already installed: the first one stays, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The HTTP client the providers use: no redirects (a redirect could carry our key headers to
 /// another host), a connect timeout, and a product user agent.
 pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    install_tls_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
@@ -379,7 +388,7 @@ mod tests {
             price: None,
             max_tokens: None,
             temperature: None,
-            client: reqwest::Client::new(),
+            client: http_client().unwrap(),
         };
         assert_eq!(
             settings.endpoint("chat/completions").as_str(),

@@ -42,7 +42,7 @@ pub use config::{
     ConfigError, ModelConfig, ModelsConfig, OpenAiApi, ProviderKind, ReasoningEffort,
 };
 pub use error::LlmError;
-pub use http::{ProviderSettings, http_client};
+pub use http::{ProviderSettings, http_client, install_tls_provider};
 pub use model::ChatModel;
 pub use registry::ModelRegistry;
 pub use request::{

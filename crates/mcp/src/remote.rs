@@ -48,6 +48,9 @@ impl std::fmt::Debug for RemoteBackend {
 impl RemoteBackend {
     /// `base` is the server's URL (`http://host:8080`); `key` its API key.
     pub fn new(base: &str, key: SecretString) -> Result<Self, reqwest::Error> {
+        // reqwest has no TLS provider of its own: the process's is rustls on ring, as
+        // `browserd_llm::install_tls_provider` (out of this crate's layer) installs it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))

@@ -239,6 +239,7 @@ async fn attempt(
     let body = python_json(&delivery.body);
     let timestamp = OffsetDateTime::now_utc().unix_timestamp().to_string();
     let signature = sign(&delivery.secret, &timestamp, &body);
+    browserd_llm::install_tls_provider();
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.request_timeout)

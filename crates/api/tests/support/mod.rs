@@ -107,6 +107,7 @@ impl TestServer {
             .unwrap();
         });
         let created = store.create_api_key("test").await.unwrap();
+        browserd_llm::install_tls_provider();
         TestServer {
             addr,
             store,

@@ -349,7 +349,6 @@ pub struct GoogleTokenEndpoint {
 
 impl Respond for GoogleTokenEndpoint {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
         let form: BTreeMap<String, String> = url::form_urlencoded::parse(&request.body)
             .into_owned()
             .collect();
@@ -362,24 +361,27 @@ impl Respond for GoogleTokenEndpoint {
             "application/x-www-form-urlencoded"
         );
         let assertion = form.get("assertion").expect("assertion");
-        let header = decode_header(assertion).unwrap();
-        assert_eq!(header.alg, Algorithm::RS256);
-        assert_eq!(header.kid.as_deref(), Some("test-key-id-1"));
-        let public = std::fs::read(
+        let public = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/fixtures/test-service-account.pub.pem"),
         )
         .unwrap();
-        let mut validation = Validation::new(Algorithm::RS256);
-        validation.set_audience(&[self.audience.as_str()]);
-        validation.set_issuer(&["browserd-test@browserd-test-project.iam.gserviceaccount.com"]);
-        let claims = decode::<Value>(
-            assertion,
-            &DecodingKey::from_rsa_pem(&public).unwrap(),
-            &validation,
-        )
-        .expect("a valid RS256 assertion")
-        .claims;
+        let (header, claims) = verify_rs256(assertion, &public);
+        assert_eq!(header["alg"], "RS256");
+        assert_eq!(header["kid"], "test-key-id-1");
+        assert_eq!(
+            claims["iss"],
+            "browserd-test@browserd-test-project.iam.gserviceaccount.com"
+        );
+        assert_eq!(claims["aud"], self.audience.as_str());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(
+            claims["exp"].as_u64().unwrap() > now,
+            "an unexpired assertion"
+        );
         assert_eq!(
             claims["scope"],
             "https://www.googleapis.com/auth/cloud-platform"
@@ -392,4 +394,56 @@ impl Respond for GoogleTokenEndpoint {
             "access_token": VERTEX_ACCESS_TOKEN, "expires_in": 3599, "token_type": "Bearer"
         }))
     }
+}
+
+/// The header and claims of a JWT whose RS256 signature `public_pem` (a `PUBLIC KEY` PEM,
+/// SubjectPublicKeyInfo) verifies; panics otherwise.
+pub fn verify_rs256(jwt: &str, public_pem: &str) -> (Value, Value) {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+    let body: String = public_pem
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    let spki = STANDARD.decode(body).expect("a base64 PEM body");
+    let (signing_input, signature) = jwt.rsplit_once('.').expect("a signed JWT");
+    let signature = URL_SAFE_NO_PAD
+        .decode(signature)
+        .expect("a base64url signature");
+    ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        spki_rsa_public_key(&spki),
+    )
+    .verify(signing_input.as_bytes(), &signature)
+    .expect("a valid RS256 signature");
+    let (header, claims) = signing_input.split_once('.').expect("header.claims");
+    let part = |text: &str| -> Value {
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(text).expect("base64url")).expect("JSON")
+    };
+    (part(header), part(claims))
+}
+
+/// The `RSAPublicKey` inside a DER SubjectPublicKeyInfo:
+/// `SEQUENCE { AlgorithmIdentifier, BIT STRING { RSAPublicKey } }`.
+fn spki_rsa_public_key(der: &[u8]) -> &[u8] {
+    // (header length, content length) of the DER element at the start of `der`.
+    let element = |der: &[u8]| -> (usize, usize) {
+        let first = usize::from(der[1]);
+        if first < 0x80 {
+            (2, first)
+        } else {
+            let n = first & 0x7f;
+            let len = der[2..2 + n]
+                .iter()
+                .fold(0, |len, &byte| len << 8 | usize::from(byte));
+            (2 + n, len)
+        }
+    };
+    let (header, _) = element(der);
+    let inside = &der[header..];
+    let (header, len) = element(inside);
+    let bit_string = &inside[header + len..];
+    let (header, len) = element(bit_string);
+    // The BIT STRING's first content byte counts its unused bits (0).
+    &bit_string[header + 1..header + len]
 }
