@@ -387,7 +387,7 @@ impl Command {
                 | Command::Worker { .. }
                 | Command::Migrate
                 | Command::Keys { .. }
-        )
+        ) || matches!(self, Command::Mcp(args) if args.server.is_none())
     }
 }
 
