@@ -129,4 +129,10 @@ pub trait AgentBrowser: Send + Sync {
     async fn elements(&self) -> Vec<InteractedElement> {
         Vec::new()
     }
+
+    /// The region text ([`InteractedElement::region`]) of each element of the last capture
+    /// at `indices`, in order (`None` where it is unknown).
+    async fn element_regions(&self, indices: &[u64]) -> Vec<Option<String>> {
+        vec![None; indices.len()]
+    }
 }

@@ -29,6 +29,7 @@ pub mod prompts;
 pub mod replay;
 pub mod schema;
 pub mod secrets;
+pub mod skill;
 pub mod telemetry;
 pub mod urls;
 pub mod views;

@@ -143,6 +143,9 @@ pub struct ReplayReport {
     /// not found on …`), or `stopped`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Steps the healer carried out in place of the recorded ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub healed: Vec<crate::skill::HealedStep>,
 }
 
 /// Finds `recorded` among the elements of the current capture.
@@ -230,6 +233,9 @@ pub struct ReplayRun<'a> {
     pub skip_steps: usize,
     /// Number of the first step this run records.
     pub first_step: u32,
+    /// Asked for a step whose element or expected effect is gone (a skill execution); without
+    /// one such a step fails the replay.
+    pub healer: Option<&'a dyn crate::skill::StepHealer>,
 }
 
 /// Replays `history` in `browser`; `secrets` fill the `<secret>` placeholders the history
@@ -248,6 +254,7 @@ pub async fn replay(
         screenshots: false,
         skip_steps: 0,
         first_step: 0,
+        healer: None,
     };
     replay_steps(browser, history, secrets, options, &run, on_action)
         .await
@@ -491,6 +498,7 @@ impl Replayer<'_, '_> {
             final_result: history.final_result().map(str::to_owned),
             success,
             error: error.clone(),
+            healed: Vec::new(),
         };
         self.run
             .sink

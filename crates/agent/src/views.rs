@@ -104,6 +104,14 @@ pub struct InteractedElement {
     /// Bounding box `{x, y, width, height}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bounds: Option<Value>,
+    /// The text of the element's own region when it was used: its largest ancestor holding no
+    /// other element of the same tag and name (the row, card or option it belongs to), capped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// In a skill's script: the element is the one whose region shows this text (a `{{name}}`
+    /// slot, filled for each execution), not the recorded one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near: Option<String>,
 }
 
 /// The page when the step started.

@@ -319,5 +319,7 @@ fn describe(element: &ElementInfo) -> InteractedElement {
             .absolute_bounds
             .as_ref()
             .map(|r| json!({"x": r.x, "y": r.y, "width": r.width, "height": r.height})),
+        region: None,
+        near: None,
     }
 }

@@ -87,6 +87,7 @@ impl TaskRunner {
             screenshots: true,
             skip_steps,
             first_step,
+            healer: None,
         };
         let replaying = browserd_agent::replay::replay_steps(
             browser.as_ref(),
