@@ -76,6 +76,12 @@ pub enum StoreError {
     ProfileTooLarge { size: usize, max: usize },
     #[error("invalid cursor")]
     InvalidCursor,
+    /// No such skill for this key.
+    #[error("skill {0} not found")]
+    SkillNotFound(uuid::Uuid),
+    /// The skill cannot do that in its status (a second generation while one runs).
+    #[error("skill {id} is {status}")]
+    SkillBusy { id: uuid::Uuid, status: String },
     /// A row that violates an invariant the schema cannot express (e.g. an unknown status).
     #[error("corrupt row: {0}")]
     Corrupt(String),

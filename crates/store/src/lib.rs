@@ -20,6 +20,7 @@ mod quotas;
 mod replays;
 mod sealed;
 mod sessions;
+mod skills;
 mod status_sql;
 mod steps;
 mod takeover;
@@ -59,6 +60,10 @@ pub use replays::{NewReplay, TaskReplay};
 pub use sealed::{SealError, SealedFor, SecretsKeyring};
 pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,
+};
+pub use skills::{
+    NewSkill, NewSkillVersion, SKILL_STATUSES, SkillAttach, SkillPage, SkillRecord, SkillRole,
+    SkillUpdate, SkillVersionRecord, TaskSkill,
 };
 pub use steps::{ArtifactBody, ArtifactContent, NewArtifact, NewStep, StepRecord};
 pub use tasks::{DeletedTask, NewTask, TaskCursor, TaskPage, TaskRecord, TransitionDetails};

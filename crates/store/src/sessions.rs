@@ -207,7 +207,7 @@ impl Store {
         options: serde_json::Value,
     ) -> Result<(TaskRecord, Uuid), StoreError> {
         let (record, session_id) = self
-            .create_task_with(owner, new, Some((&session, &options)))
+            .create_task_with(owner, new, Some((&session, &options)), None)
             .await?;
         let session_id =
             session_id.ok_or_else(|| StoreError::Corrupt("task without its session".into()))?;

@@ -11,7 +11,18 @@ mod tests {
 
     /// Statuses of the other tables with a `status` column, allowed only in statements that
     /// name that table.
-    const OTHER_TABLES: [(&str, &[&str]); 2] = [
+    const OTHER_TABLES: [(&str, &[&str]); 3] = [
+        (
+            "skills",
+            &[
+                "recording",
+                "generating",
+                "failed",
+                "finished",
+                "cancelled",
+                "timed_out",
+            ],
+        ),
         ("webhook_deliveries", &["pending", "delivered", "failed"]),
         ("browser_sessions", &["active", "stopped"]),
     ];

@@ -199,7 +199,7 @@ impl Store {
         owner: ApiKeyId,
         new: NewTask,
     ) -> Result<TaskRecord, StoreError> {
-        self.create_task_with(owner, new, None)
+        self.create_task_with(owner, new, None, None)
             .await
             .map(|(record, _)| record)
     }
@@ -211,6 +211,7 @@ impl Store {
         owner: ApiKeyId,
         new: NewTask,
         session: Option<(&crate::sessions::SessionChoice, &serde_json::Value)>,
+        skill: Option<&crate::skills::SkillAttach>,
     ) -> Result<(TaskRecord, Option<Uuid>), StoreError> {
         let id = TaskId::new();
         let secrets = if new.secrets.is_empty() {
@@ -246,6 +247,9 @@ impl Store {
         }
         if let Some(replay) = &new.replay {
             crate::replays::attach_in(&mut tx, id, replay).await?;
+        }
+        if let Some(skill) = skill {
+            crate::skills::attach_in(&mut tx, owner, id, skill).await?;
         }
         let session_id = match session {
             Some((choice, options)) => {
@@ -339,7 +343,8 @@ impl Store {
         transition: Transition,
         details: TransitionDetails,
     ) -> Result<TaskRecord, StoreError> {
-        self.transition(owner, None, id, transition, details).await
+        self.transition(owner, None, id, transition, details, None)
+            .await
     }
 
     /// As [`Store::transition_task`], for the worker holding task `id`'s lease: refused with
@@ -351,8 +356,46 @@ impl Store {
         transition: Transition,
         details: TransitionDetails,
     ) -> Result<TaskRecord, StoreError> {
-        self.transition(None, Some(lease_owner), id, transition, details)
+        self.transition(None, Some(lease_owner), id, transition, details, None)
             .await
+    }
+
+    /// [`Store::create_task`] linking the task to a skill in the same transaction
+    /// ([`crate::SkillAttach`]: a new skill it generates, another generation, an execution).
+    pub async fn create_skill_task(
+        &self,
+        owner: ApiKeyId,
+        new: NewTask,
+        skill: &crate::skills::SkillAttach,
+    ) -> Result<TaskRecord, StoreError> {
+        self.create_task_with(owner, new, None, Some(skill))
+            .await
+            .map(|(record, _)| record)
+    }
+
+    /// [`Store::transition_claimed_task`] saving a skill version in the same transaction
+    /// (a generation's first version, an execution's healed one); answers the version saved
+    /// (`None` when the skill is gone or no longer waits for this generation).
+    pub async fn transition_claimed_task_with_version(
+        &self,
+        lease_owner: &str,
+        id: TaskId,
+        transition: Transition,
+        details: TransitionDetails,
+        version: &crate::skills::NewSkillVersion,
+    ) -> Result<(TaskRecord, Option<i32>), StoreError> {
+        let mut saved = None;
+        let record = self
+            .transition(
+                None,
+                Some(lease_owner),
+                id,
+                transition,
+                details,
+                Some((version, &mut saved)),
+            )
+            .await?;
+        Ok((record, saved))
     }
 
     async fn transition(
@@ -362,6 +405,7 @@ impl Store {
         id: TaskId,
         transition: Transition,
         details: TransitionDetails,
+        version: Option<(&crate::skills::NewSkillVersion, &mut Option<i32>)>,
     ) -> Result<TaskRecord, StoreError> {
         let allowed: Vec<String> = transition
             .allowed_from()
@@ -435,6 +479,9 @@ impl Store {
         let status = transition_event(&record, transition);
         let event =
             append_body_in(&mut tx, id, &EventBody::Status(status), EventGuard::Any).await?;
+        if let Some((version, saved)) = version {
+            *saved = crate::skills::save_version_in(&mut tx, id, version).await?;
+        }
         tx.commit().await?;
         record.last_event_seq = event.seq;
         Ok(record)
