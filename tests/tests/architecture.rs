@@ -75,7 +75,7 @@ fn allowed_dependencies(krate: &str) -> Option<&'static [&'static str]> {
         "worker" => &[
             "agent", "browser", "llm", "store", "types", "views", "domains",
         ],
-        "tasks" => &["types", "store", "domains", "llm"],
+        "tasks" => &["types", "store", "domains", "llm", "agent"],
         "mcp" => &["tasks", "types"],
         "api" => &["tasks", "types", "domains", "mcp"],
         // The binary is the composition root: it builds the store, the core and the workers.

@@ -12,6 +12,7 @@ mod live;
 mod profiles;
 mod reads;
 mod sessions;
+mod skills;
 mod webhooks;
 
 use crate::error::TaskError;

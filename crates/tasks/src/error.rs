@@ -59,6 +59,14 @@ impl TaskError {
         }
     }
 
+    /// `skill_not_found`: no such skill for this key.
+    pub fn skill_not_found() -> Self {
+        TaskError::NotFound {
+            code: "skill_not_found",
+            message: "skill not found".to_owned(),
+        }
+    }
+
     /// Whether this is [`TaskError::task_not_found`].
     pub fn is_task_not_found(&self) -> bool {
         matches!(
@@ -124,6 +132,14 @@ impl From<StoreError> for TaskError {
                 current_status: None,
             },
             StoreError::InvalidCursor => TaskError::validation("cursor", "cursor is not valid"),
+            StoreError::SkillNotFound(_) => TaskError::skill_not_found(),
+            StoreError::SkillBusy { status, .. } => TaskError::Conflict {
+                code: "skill_busy",
+                message: format!(
+                    "the skill is {status}: wait for its generation to end (or cancel it)"
+                ),
+                current_status: None,
+            },
             StoreError::NotWaiting { status, .. } => TaskError::Conflict {
                 code: "not_waiting",
                 message: format!(

@@ -92,6 +92,9 @@ pub enum Placement {
         choice: SessionChoice,
         v2_options: serde_json::Value,
     },
+    /// Linked to a skill in the task's transaction: the generation of a new skill, another
+    /// generation of one, or an execution.
+    Skill(browserd_store::SkillAttach),
 }
 
 /// A task just created: its view, and its session for [`Placement::Session`].
@@ -237,6 +240,12 @@ impl TaskService {
                     .await?;
                 (task, Some(session))
             }
+            Placement::Skill(attach) => (
+                self.store
+                    .create_skill_task(caller.key_id, new_task, &attach)
+                    .await?,
+                None,
+            ),
         };
         tracing::info!(task_id = %task.id, session_id = ?session_id, "task created");
         let position = self.store.queue_position(task.id).await?;

@@ -8,6 +8,7 @@ pub mod options;
 pub mod profiles;
 pub mod schema_bounds;
 pub mod secrets;
+pub mod skills;
 pub mod status;
 pub mod takeover;
 pub mod v2;
