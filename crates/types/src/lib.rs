@@ -11,6 +11,7 @@ pub mod secrets;
 pub mod status;
 pub mod takeover;
 pub mod v2;
+pub mod v2_skills;
 pub mod webhooks;
 
 pub use event::{
