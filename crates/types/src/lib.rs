@@ -12,6 +12,7 @@ pub mod skills;
 pub mod status;
 pub mod takeover;
 pub mod v2;
+pub mod v2_skills;
 pub mod webhooks;
 
 pub use event::{
