@@ -199,12 +199,7 @@ async fn keys_errors_and_cloud_only_features(pool: PgPool) {
         assert_eq!(status, 501, "{request} → {body}");
         assert!(body["detail"].is_string());
     }
-    for path in [
-        "/browsers",
-        "/billing/account",
-        "/skills",
-        "/marketplace/skills",
-    ] {
+    for path in ["/browsers", "/billing/account", "/marketplace/skills"] {
         let (status, body) = app.v2_get(path).await;
         assert_eq!(status, 501, "{path}");
         assert!(body["detail"].as_str().unwrap().contains("Not implemented"));
@@ -1130,4 +1125,130 @@ async fn client_urls_use_the_public_url_not_the_host(pool: PgPool) {
     assert!(!session.contains("evil.example"), "{session}");
     let session: Value = serde_json::from_str(&session).unwrap();
     assert_eq!(session["liveUrl"], json!(format!("{base}/#/tasks/{id}")));
+}
+
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn skills_answer_as_the_sdk_expects(pool: PgPool) {
+    let app = App::start(pool.clone()).await;
+    let (status, created) = app
+        .v2_post(
+            "/skills",
+            json!({"goal": "Report an order's status", "agentPrompt": "Find order {{order=1042}} and report its status", "title": "Order status"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let (status, skill) = app.v2_get(&format!("/skills/{id}")).await;
+    assert_eq!(status, 200, "{skill}");
+    assert_eq!(
+        skill["status"], "generating",
+        "no worker runs its generation"
+    );
+    assert_eq!(skill["title"], "Order status");
+    assert_eq!(skill["goal"], "Report an order's status");
+    assert_eq!(skill["isEnabled"], true);
+    assert_eq!(skill["isPublic"], false);
+    assert_eq!(skill["parameters"][0]["name"], "order");
+    assert_eq!(skill["parameters"][0]["type"], "number");
+    for field in [
+        "categories",
+        "domains",
+        "outputSchema",
+        "createdAt",
+        "updatedAt",
+        "currentVersion",
+    ] {
+        assert!(skill.get(field).is_some(), "{field} in {skill}");
+    }
+
+    let (status, list) = app.v2_get("/skills?pageSize=10&pageNumber=1").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["totalItems"], 1);
+    assert_eq!(list["items"][0]["id"], id.as_str());
+    let (_, disabled) = app.v2_get("/skills?isEnabled=false").await;
+    assert_eq!(disabled["totalItems"], 0);
+    let (status, body) = app.v2_get("/skills?isEnabled=maybe").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(loc(&body), json!(["query", "isEnabled"]));
+
+    // The cloud's limits, answered as FastAPI does.
+    for (request, field) in [
+        (
+            json!({"goal": "g", "agentPrompt": "too short"}),
+            "agentPrompt",
+        ),
+        (
+            json!({"goal": "", "agentPrompt": "long enough prompt"}),
+            "goal",
+        ),
+        (
+            json!({"goal": "g", "agentPrompt": "long enough prompt", "title": "t".repeat(101)}),
+            "title",
+        ),
+    ] {
+        let (status, body) = app.v2_post("/skills", request.clone()).await;
+        assert_eq!(status, 422, "{request} → {body}");
+        assert_eq!(loc(&body), json!(["body", field]), "{body}");
+    }
+    let (status, body) = app
+        .v2_post(
+            "/skills",
+            json!({"goal": "g", "agentPrompt": "Find {{order=1 and more"}),
+        )
+        .await;
+    assert_eq!(status, 422, "an unclosed declaration: {body}");
+
+    // Not runnable while it is generating; refine also waits for it.
+    let (status, body) = app
+        .v2_post(
+            &format!("/skills/{id}/execute"),
+            json!({"parameters": {"order": 2077}}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = app
+        .v2_post(&format!("/skills/{id}/rollback"), json!({}))
+        .await;
+    assert_eq!(status, 409, "no earlier version: {body}");
+
+    let (status, patched) = app
+        .patch(
+            &format!("/skills/{id}"),
+            json!({"isEnabled": false, "categories": ["automation"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["isEnabled"], false);
+
+    let (status, executions) = app.v2_get(&format!("/skills/{id}/executions")).await;
+    assert_eq!(status, 200, "{executions}");
+    assert_eq!(executions["totalItems"], 0);
+
+    // Another key sees none of it.
+    let other = app.new_key().await;
+    let response = app
+        .http
+        .get(app.url(&format!("/api/v2/skills/{id}")))
+        .header("X-Browser-Use-API-Key", &other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+
+    let (status, cancelled) = app
+        .v2_post(&format!("/skills/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    let response = app
+        .http
+        .delete(app.url(&format!("/api/v2/skills/{id}")))
+        .header("X-Browser-Use-API-Key", &app.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 204);
+    let (status, _) = app.v2_get(&format!("/skills/{id}")).await;
+    assert_eq!(status, 404);
 }

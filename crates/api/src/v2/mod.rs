@@ -4,10 +4,12 @@
 //! (422 with its list shape for invalid input), and cloud-only features answer 501.
 //!
 //! v1 and v2 are two views of the same tasks: `tasks/` maps the rows both ways, `sessions.rs`
-//! serves the sessions (browser state that later tasks reuse), `profiles.rs` the profiles.
+//! serves the sessions (browser state that later tasks reuse), `profiles.rs` the profiles,
+//! `skills.rs` the skills (on the task core's skills, as `/v1/skills`).
 
 mod profiles;
 mod sessions;
+mod skills;
 mod tasks;
 
 use axum::Router;
@@ -164,6 +166,18 @@ fn routes() -> (OpenApiRouter<AppState>, OpenApiRouter<AppState>) {
             sessions::update_session,
             sessions::delete_session
         ))
+        .routes(routes!(skills::create_skill, skills::list_skills))
+        .routes(routes!(
+            skills::get_skill,
+            skills::update_skill,
+            skills::delete_skill
+        ))
+        .routes(routes!(skills::cancel_skill))
+        .routes(routes!(skills::rollback_skill))
+        .routes(routes!(skills::refine_skill))
+        .routes(routes!(skills::execute_skill))
+        .routes(routes!(skills::list_executions))
+        .routes(routes!(skills::execution_output))
         .routes(routes!(profiles::create_profile, profiles::list_profiles))
         .routes(routes!(
             profiles::get_profile,
@@ -192,7 +206,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
     public.merge(keyed).fallback(not_implemented)
 }
 
-/// Everything of the cloud API browserd does not serve (browsers, skills,
+/// Everything of the cloud API browserd does not serve (browsers,
 /// marketplace, billing, presigned uploads, public shares, …).
 async fn not_implemented() -> V2Error {
     V2Error::Detail(
