@@ -1206,11 +1206,11 @@ async fn skills_answer_as_the_sdk_expects(pool: PgPool) {
             json!({"parameters": {"order": 2077}}),
         )
         .await;
-    assert_eq!(status, 409, "{body}");
+    assert_eq!(status, 400, "a conflict is the cloud's 400: {body}");
     let (status, body) = app
         .v2_post(&format!("/skills/{id}/rollback"), json!({}))
         .await;
-    assert_eq!(status, 409, "no earlier version: {body}");
+    assert_eq!(status, 400, "no earlier version: {body}");
 
     let (status, patched) = app
         .patch(
