@@ -90,9 +90,11 @@ fn check_conversation(report: &Value) {
             "answer_task",
             "get_screenshot",
             "get_task",
+            "list_skills",
             "list_tasks",
             "pause_task",
             "resume_task",
+            "run_skill",
             "run_task",
             "stop_task"
         ])

@@ -28,7 +28,7 @@ pub(crate) fn service(
         // Host check protects unauthenticated local servers with; deployments use any name.
         .disable_allowed_hosts();
     let backend: Arc<dyn Backend> = Arc::new(TaskBackend::per_call(
-        state.core.tasks().clone(),
+        state.core.clone(),
         Arc::new(request_caller),
         state.shutdown.clone(),
     ));

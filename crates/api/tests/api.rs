@@ -680,9 +680,15 @@ async fn max_queued_is_per_key_on_every_front_end(pool: PgPool) {
     let (hub, _) = browserd_store::EventHub::start(&app.store, shutdown.clone())
         .await
         .unwrap();
-    let service =
-        browserd_tasks::TaskService::new(app.store.clone(), hub, models(), Vec::new(), None);
-    let mcp = browserd_mcp::TaskBackend::in_process(service, app.key_id, shutdown.clone());
+    let core = browserd_tasks::TaskCore::with_settings(
+        app.store.clone(),
+        hub,
+        browserd_tasks::TaskSettings {
+            models: models(),
+            ..browserd_tasks::TaskSettings::default()
+        },
+    );
+    let mcp = browserd_mcp::TaskBackend::in_process(core, app.key_id, shutdown.clone());
     let refused = browserd_mcp::Backend::create_task(
         &mcp,
         &browserd_mcp::CallContext::default(),

@@ -105,11 +105,7 @@ async fn serve_in_process(cli: &Cli, args: &McpArgs) -> anyhow::Result<()> {
     let worker =
         crate::worker::start_in_process(cli, runner, concurrency, hub.clone(), stop_worker.clone())
             .await?;
-    let backend = Arc::new(TaskBackend::in_process(
-        core.tasks().clone(),
-        key,
-        shutdown.clone(),
-    ));
+    let backend = Arc::new(TaskBackend::in_process(core.clone(), key, shutdown.clone()));
     tracing::info!("serving MCP on stdio, running tasks in this process");
     let result = run_stdio(backend.clone()).await;
     // The client went away: its tasks that have not ended are stopped (their runs see it

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use browserd_tasks::records::FeedItem;
-use browserd_tasks::{Caller, Placement, TaskError, TaskService};
+use browserd_tasks::{Caller, Placement, TaskCore, TaskError, TaskService};
 use browserd_types::dto::{CreateTaskRequest, StepView, TaskView};
+use browserd_types::skills::{RunSkillRequest, SkillView};
 use browserd_types::{ApiKeyId, TaskId, TaskStatus, Transition};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -44,10 +45,10 @@ impl From<TaskError> for ToolError {
     }
 }
 
-/// The MCP tools' backend on the task core: every tool is a [`TaskService`] call, and `watch`
+/// The MCP tools' backend on the task core: every tool is a [`TaskCore`] call, and `watch`
 /// follows the task's events through the service's [`TaskFeed`](browserd_tasks::TaskFeed).
 pub struct TaskBackend {
-    tasks: TaskService,
+    core: TaskCore,
     callers: Callers,
     /// The tasks this backend created (kept for [`TaskBackend::stop_started_tasks`] by the
     /// stdio backend only).
@@ -71,9 +72,9 @@ enum Callers {
 impl TaskBackend {
     /// The backend of a front end whose callers differ per call (`/mcp` over HTTP): `caller_of`
     /// finds each call's; watches end when `shutdown` is cancelled.
-    pub fn per_call(tasks: TaskService, caller_of: CallerOf, shutdown: CancellationToken) -> Self {
+    pub fn per_call(core: TaskCore, caller_of: CallerOf, shutdown: CancellationToken) -> Self {
         Self {
-            tasks,
+            core,
             callers: Callers::Resolved(caller_of),
             started: None,
             shutdown,
@@ -82,9 +83,9 @@ impl TaskBackend {
 
     /// The backend of `browserd mcp` on stdio: every call acts as `key` (the process's local
     /// key); watches end when `shutdown` is cancelled.
-    pub fn in_process(tasks: TaskService, key: ApiKeyId, shutdown: CancellationToken) -> Self {
+    pub fn in_process(core: TaskCore, key: ApiKeyId, shutdown: CancellationToken) -> Self {
         Self {
-            tasks,
+            core,
             callers: Callers::Fixed(Caller::key(key)),
             started: Some(Mutex::default()),
             shutdown,
@@ -106,7 +107,7 @@ impl TaskBackend {
         };
         let mut stopped = 0;
         for id in started {
-            match self.tasks.control(caller, id, Transition::Stop).await {
+            match self.tasks().control(caller, id, Transition::Stop).await {
                 Ok(_) => {
                     tracing::info!(task_id = %id, "task stopped: the MCP client went away");
                     stopped += 1;
@@ -117,6 +118,10 @@ impl TaskBackend {
             }
         }
         stopped
+    }
+
+    fn tasks(&self) -> &TaskService {
+        self.core.tasks()
     }
 
     fn caller(&self, cx: &CallContext) -> Result<Caller, ToolError> {
@@ -137,7 +142,7 @@ impl Backend for TaskBackend {
         let caller = self.caller(cx)?;
         tracing::debug!(?request, "create task (mcp)");
         let created = self
-            .tasks
+            .tasks()
             .create(&caller, request, None, Placement::Queue)
             .await?;
         if let Some(started) = &self.started {
@@ -150,7 +155,7 @@ impl Backend for TaskBackend {
     }
 
     async fn get_task(&self, cx: &CallContext, id: TaskId) -> Result<TaskView, ToolError> {
-        Ok(self.tasks.get(&self.caller(cx)?, id).await?)
+        Ok(self.tasks().get(&self.caller(cx)?, id).await?)
     }
 
     async fn list_tasks(
@@ -160,14 +165,14 @@ impl Backend for TaskBackend {
         limit: Option<i64>,
     ) -> Result<Vec<TaskView>, ToolError> {
         let page = self
-            .tasks
+            .tasks()
             .list(&self.caller(cx)?, status, limit, None)
             .await?;
         Ok(page.items)
     }
 
     async fn steps(&self, cx: &CallContext, id: TaskId) -> Result<Vec<StepView>, ToolError> {
-        Ok(self.tasks.all_steps(&self.caller(cx)?, id).await?)
+        Ok(self.tasks().all_steps(&self.caller(cx)?, id).await?)
     }
 
     async fn control(
@@ -177,7 +182,7 @@ impl Backend for TaskBackend {
         transition: Transition,
     ) -> Result<TaskView, ToolError> {
         Ok(self
-            .tasks
+            .tasks()
             .control(&self.caller(cx)?, id, transition)
             .await?)
     }
@@ -188,7 +193,7 @@ impl Backend for TaskBackend {
         id: TaskId,
         answer: browserd_types::dto::AnswerRequest,
     ) -> Result<TaskView, ToolError> {
-        Ok(self.tasks.answer(&self.caller(cx)?, id, answer).await?)
+        Ok(self.tasks().answer(&self.caller(cx)?, id, answer).await?)
     }
 
     async fn screenshot(
@@ -201,11 +206,11 @@ impl Backend for TaskBackend {
         let number = match step {
             Some(number) => number,
             None => {
-                let steps = self.tasks.all_steps(&caller, id).await?;
+                let steps = self.tasks().all_steps(&caller, id).await?;
                 latest_screenshot_step(&steps).ok_or_else(|| screenshot_not_found(None))?
             }
         };
-        let (content_type, bytes) = self.tasks.screenshot(&caller, id, number).await?;
+        let (content_type, bytes) = self.tasks().screenshot(&caller, id, number).await?;
         Ok(Screenshot {
             step: number,
             content_type,
@@ -222,8 +227,8 @@ impl Backend for TaskBackend {
     ) -> Result<mpsc::Receiver<TaskUpdate>, ToolError> {
         let caller = self.caller(cx)?;
         // Subscribed before the ownership read: nothing committed meanwhile is missed.
-        let mut feed = self.tasks.follow(id, 0);
-        self.tasks.owned_task(&caller, id).await?;
+        let mut feed = self.tasks().follow(id, 0);
+        self.tasks().owned_task(&caller, id).await?;
         let (sender, receiver) = mpsc::channel(64);
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -253,5 +258,40 @@ impl Backend for TaskBackend {
             }
         });
         Ok(receiver)
+    }
+
+    async fn list_skills(
+        &self,
+        cx: &CallContext,
+        query: Option<String>,
+        limit: Option<i64>,
+    ) -> Result<Vec<SkillView>, ToolError> {
+        let caller = self.caller(cx)?;
+        let page = self
+            .core
+            .list_skills(&caller, query.as_deref(), limit, None)
+            .await?;
+        Ok(page.items)
+    }
+
+    async fn run_skill(
+        &self,
+        cx: &CallContext,
+        id: uuid::Uuid,
+        parameters: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<TaskView, ToolError> {
+        let caller = self.caller(cx)?;
+        let request = RunSkillRequest {
+            parameters,
+            ..RunSkillRequest::default()
+        };
+        let task = self.core.run_skill(&caller, id, request, None).await?;
+        if let Some(started) = &self.started {
+            started
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(task.id);
+        }
+        Ok(task)
     }
 }

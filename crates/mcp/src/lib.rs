@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use browserd_types::dto::{
     AnswerRequest, CreateTaskRequest, ErrorBody, ErrorDetail, StepView, TaskView,
 };
+use browserd_types::skills::SkillView;
 use browserd_types::{EventBody, TaskEvent, TaskId, TaskStatus, Transition};
 
 pub use core::{CallerOf, TaskBackend};
@@ -192,6 +193,24 @@ pub trait Backend: Send + Sync + 'static {
         cx: &CallContext,
         id: TaskId,
     ) -> Result<tokio::sync::mpsc::Receiver<TaskUpdate>, ToolError>;
+
+    /// The caller's skills, newest first (`query`: a substring of the title, goal or
+    /// description; `limit` 1–100, default 20).
+    async fn list_skills(
+        &self,
+        cx: &CallContext,
+        query: Option<String>,
+        limit: Option<i64>,
+    ) -> Result<Vec<SkillView>, ToolError>;
+
+    /// Queues an execution of skill `id` with `parameters` (`POST /v1/skills/{id}/runs`): a
+    /// task, `queued`.
+    async fn run_skill(
+        &self,
+        cx: &CallContext,
+        id: uuid::Uuid,
+        parameters: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<TaskView, ToolError>;
 }
 
 /// The step (with a screenshot) a `get_screenshot` without `step` returns: the latest.

@@ -185,3 +185,32 @@ mod tests {
         assert_eq!(schema["required"], serde_json::json!(["task"]));
     }
 }
+
+/// Arguments of `list_skills`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSkillsParams {
+    /// Only skills whose title, goal or description contains this.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// How many skills, newest first: 1–100 (default 20).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 100))]
+    pub limit: Option<i64>,
+}
+
+/// Arguments of `run_skill`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunSkillParams {
+    /// The skill's id (a UUID, as `list_skills` shows it).
+    pub id: String,
+    /// A value for each of the skill's parameters (those with a default may be left out).
+    #[serde(default)]
+    pub parameters: serde_json::Map<String, serde_json::Value>,
+    /// Seconds to wait for the execution to end before returning its task id and status
+    /// (0–600, default 120).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 600))]
+    pub wait_s: Option<u64>,
+}

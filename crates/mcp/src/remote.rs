@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use browserd_types::dto::{CreateTaskRequest, ErrorBody, StepList, StepView, TaskList, TaskView};
+use browserd_types::skills::{SkillList, SkillView};
 use browserd_types::{TaskEvent, TaskId, TaskStatus, Transition};
 use futures::StreamExt;
 use reqwest::Method;
@@ -388,5 +389,36 @@ impl Backend for RemoteBackend {
         let this = self.clone();
         tokio::spawn(async move { this.follow(id, sender).await });
         Ok(receiver)
+    }
+
+    async fn list_skills(
+        &self,
+        _cx: &CallContext,
+        query: Option<String>,
+        limit: Option<i64>,
+    ) -> Result<Vec<SkillView>, ToolError> {
+        let path = {
+            let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+            if let Some(query) = &query {
+                pairs.append_pair("query", query);
+            }
+            if let Some(limit) = limit {
+                pairs.append_pair("limit", &limit.to_string());
+            }
+            format!("/v1/skills?{}", pairs.finish())
+        };
+        let list: SkillList = self.json(Method::GET, &path, None).await?;
+        Ok(list.items)
+    }
+
+    async fn run_skill(
+        &self,
+        _cx: &CallContext,
+        id: uuid::Uuid,
+        parameters: serde_json::Map<String, Value>,
+    ) -> Result<TaskView, ToolError> {
+        let body = serde_json::json!({ "parameters": parameters });
+        self.json(Method::POST, &format!("/v1/skills/{id}/runs"), Some(body))
+            .await
     }
 }

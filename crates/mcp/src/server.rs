@@ -17,7 +17,8 @@ use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
 
 use crate::params::{
-    AnswerTaskParams, ListTasksParams, RunTaskParams, ScreenshotParams, TaskIdParams,
+    AnswerTaskParams, ListSkillsParams, ListTasksParams, RunSkillParams, RunTaskParams,
+    ScreenshotParams, TaskIdParams,
 };
 use crate::{Backend, CallContext, TaskUpdate, ToolError, parse_task_id};
 
@@ -124,6 +125,53 @@ impl BrowserdMcp {
     }
 
     #[tool(
+        description = "The caller's skills (workflows learnt once from an agent run, re-run without a model), newest first: id, title, status, current version and the parameters each takes."
+    )]
+    async fn list_skills(
+        &self,
+        Parameters(params): Parameters<ListSkillsParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let cx = ctx.extensions;
+        async {
+            let skills = self
+                .backend
+                .list_skills(&cx, params.query, params.limit)
+                .await?;
+            let items: Vec<Value> = skills
+                .iter()
+                .map(|s| {
+                    json!({
+                        "id": s.id.to_string(),
+                        "title": s.title,
+                        "goal": shorten(&s.goal, SUMMARY_CHARS),
+                        "status": s.status,
+                        "current_version": s.current_version,
+                        "is_enabled": s.is_enabled,
+                        "parameters": s.parameters,
+                    })
+                })
+                .collect();
+            Ok(structured(json!({ "items": items })))
+        }
+        .await
+        .unwrap_or_else(error_result)
+    }
+
+    #[tool(
+        description = "Run a skill with parameters and wait (up to wait_s, default 120 s) for its result: the recorded steps replay without a model (a step the site changed is healed by the model once). Returns the result, whether it succeeded, the steps and the cost, as run_task does."
+    )]
+    async fn run_skill(
+        &self,
+        Parameters(params): Parameters<RunSkillParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        self.run_skill_execution(params, ctx)
+            .await
+            .unwrap_or_else(error_result)
+    }
+
+    #[tool(
         description = "Stop a queued, running, paused or waiting task (it ends with status stopped)."
     )]
     async fn stop_task(
@@ -217,8 +265,40 @@ impl BrowserdMcp {
         let cx = &ctx.extensions;
         let wait = Duration::from_secs(params.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
         let created = self.backend.create_task(cx, params.to_request()).await?;
+        tracing::info!(task_id = %created.id, "mcp run_task submitted");
+        self.await_created(created, wait, ctx).await
+    }
+
+    /// `run_skill`: queues the execution, then waits for it as `run_task` does.
+    async fn run_skill_execution(
+        &self,
+        params: RunSkillParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ToolError> {
+        let id = uuid::Uuid::parse_str(params.id.trim()).map_err(|_| {
+            ToolError::new(
+                "invalid_skill_id",
+                format!("`{}` is not a valid skill id (expected a UUID)", params.id),
+            )
+        })?;
+        let wait = Duration::from_secs(params.wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S));
+        let created = self
+            .backend
+            .run_skill(&ctx.extensions, id, params.parameters)
+            .await?;
+        tracing::info!(skill_id = %id, task_id = %created.id, "mcp run_skill submitted");
+        self.await_created(created, wait, ctx).await
+    }
+
+    /// A task just created, reported at once (ended, or `wait` is zero) or after following it.
+    async fn await_created(
+        &self,
+        created: TaskView,
+        wait: Duration,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ToolError> {
+        let cx = &ctx.extensions;
         let id = created.id;
-        tracing::info!(task_id = %id, "mcp run_task submitted");
         if created.status.is_terminal() || wait.is_zero() {
             let view = self.backend.get_task(cx, id).await?;
             let steps = self.backend.steps(cx, id).await?;
