@@ -242,7 +242,7 @@ impl TaskCore {
         };
         let id = skill.id;
         let attach = SkillAttach::Create {
-            skill,
+            skill: Box::new(skill),
             parameters: serde_json::to_value(&parsed.examples)
                 .map_err(|e| internal("parameters", e))?,
         };
@@ -333,7 +333,7 @@ impl TaskCore {
         };
         let id = skill.id;
         let attach = SkillAttach::Create {
-            skill,
+            skill: Box::new(skill),
             parameters: serde_json::to_value(&parameters).map_err(|e| internal("parameters", e))?,
         };
         self.tasks
@@ -582,7 +582,8 @@ impl TaskCore {
             .ok_or_else(|| internal("skill version", format!("{version} is missing")))?;
         let script: SkillScript =
             serde_json::from_value(record.script).map_err(|e| internal("skill script", e))?;
-        let (values, _) = skill::bind(&script, &request.parameters)
+        // Checked now; the worker binds the same values again (the stored ones, as given).
+        skill::bind(&script, &request.parameters)
             .map_err(|e| TaskError::validation("parameters", e.to_string()))?;
         let mut task_request = CreateTaskRequest {
             task: Some(format!("Run the skill \"{}\": {}", skill.title, skill.goal)),
@@ -604,7 +605,7 @@ impl TaskCore {
         let attach = SkillAttach::Execute {
             skill_id: id,
             version,
-            parameters: serde_json::to_value(&values).map_err(|e| internal("parameters", e))?,
+            parameters: serde_json::Value::Object(request.parameters.clone()),
         };
         let created = self
             .tasks
