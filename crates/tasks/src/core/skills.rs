@@ -484,6 +484,13 @@ impl TaskCore {
     ) -> Result<SkillView, TaskError> {
         checked("feedback", &request.feedback, FEEDBACK_MAX_CHARS, true)?;
         let skill = self.store.get_skill(caller.key_id, id).await?;
+        if skill.status == "generating" {
+            return Err(browserd_store::StoreError::SkillBusy {
+                id,
+                status: skill.status,
+            }
+            .into());
+        }
         let prompt = skill::fill_prompt(&skill.agent_prompt, &BTreeMap::new())
             .map_err(|e| TaskError::validation("feedback", e.to_string()))?;
         let text = format!(
