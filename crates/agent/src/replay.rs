@@ -8,7 +8,10 @@
 //! element with that hash, then the one element at the recorded XPath with the same tag and
 //! accessible name (what now sits at the recorded place under another name is another
 //! element), then the one element with the same tag and accessible name. Ambiguity is a miss,
-//! never a guess.
+//! never a guess. An element a skill chose by the row that showed a value (`near`) is found
+//! only by that value: among the elements of its kind, the one whose region shows it.
+//! With a healer (a skill execution), a step whose element is gone, or after which the page
+//! is not the one the recording reached next, is handed to the healer (see `heal.rs`).
 //! `done` is not re-run (its recorded text is the replay's result); `extract` needs a model and
 //! the file actions the run's workspace, so they are reported as skipped.
 
@@ -16,6 +19,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
+
+mod find;
+mod heal;
+
+pub use find::{find_element, find_near};
 
 use crate::browser::AgentBrowser;
 use crate::control::AgentControl;
@@ -88,6 +96,9 @@ pub enum MatchedBy {
     XPath,
     /// The only element with the recorded tag and accessible name.
     AxName,
+    /// The only element of the recorded kind (tag and accessible name) whose region shows the
+    /// script's `near` value (a skill's row chosen by the value it showed).
+    Near,
 }
 
 impl MatchedBy {
@@ -146,76 +157,6 @@ pub struct ReplayReport {
     /// Steps the healer carried out in place of the recorded ones.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub healed: Vec<crate::skill::HealedStep>,
-}
-
-/// Finds `recorded` among the elements of the current capture.
-pub fn find_element(
-    recorded: &InteractedElement,
-    current: &[InteractedElement],
-) -> Option<(u64, MatchedBy)> {
-    let hash = recorded.element_hash.as_deref().filter(|h| !h.is_empty());
-    if let Some(hash) = hash {
-        if current
-            .iter()
-            .any(|e| e.index == recorded.index && e.element_hash.as_deref() == Some(hash))
-        {
-            return Some((recorded.index, MatchedBy::Index));
-        }
-        if let Some(e) = only(
-            current
-                .iter()
-                .filter(|e| e.element_hash.as_deref() == Some(hash)),
-        ) {
-            return Some((e.index, MatchedBy::Hash));
-        }
-    }
-    let same_tag = |e: &&InteractedElement| e.node_name.eq_ignore_ascii_case(&recorded.node_name);
-    let name = recorded
-        .ax_name
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty());
-    // What sits at the recorded place is only the same element if it is called the same: the
-    // button now first in a list is not the one that was first before.
-    let same_name = |e: &&InteractedElement| {
-        name.is_none_or(|name| e.ax_name.as_deref().map(str::trim) == Some(name))
-    };
-    if let Some(x_path) = recorded.x_path.as_deref().filter(|x| !x.is_empty())
-        && let Some(e) = only(
-            current
-                .iter()
-                .filter(same_tag)
-                .filter(same_name)
-                .filter(|e| e.x_path.as_deref() == Some(x_path)),
-        )
-    {
-        return Some((e.index, MatchedBy::XPath));
-    }
-    if name.is_some()
-        && let Some(e) = only(current.iter().filter(same_tag).filter(same_name))
-    {
-        return Some((e.index, MatchedBy::AxName));
-    }
-    None
-}
-
-/// The single item of `items`, if there is exactly one.
-fn only<'a>(
-    mut items: impl Iterator<Item = &'a InteractedElement>,
-) -> Option<&'a InteractedElement> {
-    let first = items.next()?;
-    items.next().is_none().then_some(first)
-}
-
-fn describe(element: &InteractedElement) -> String {
-    let mut text = format!("<{}>", element.node_name);
-    if let Some(name) = element.ax_name.as_deref().filter(|n| !n.is_empty()) {
-        text.push_str(&format!(" \"{name}\""));
-    }
-    if let Some(x_path) = element.x_path.as_deref().filter(|x| !x.is_empty()) {
-        text.push_str(&format!(" at {x_path}"));
-    }
-    text
 }
 
 /// Where a replay's steps go and what controls it: the service's worker persists each
@@ -282,12 +223,12 @@ pub async fn replay_steps(
     let mut progress = Progress::default();
     let mut replayed = AgentHistoryList::default();
     let mut number = run.first_step;
-    let steps = history
+    let steps: Vec<&AgentHistory> = history
         .history
         .iter()
         .filter(|item| item.model_output.is_some())
-        .skip(run.skip_steps);
-    for item in steps {
+        .collect();
+    for (position, item) in steps.iter().enumerate().skip(run.skip_steps) {
         let Some(recorded_output) = &item.model_output else {
             continue;
         };
@@ -305,7 +246,33 @@ pub async fn replay_steps(
             })
             .await;
         number += 1;
-        if progress.stopped || (progress.failure.is_some() && !options.skip_failures) {
+        if progress.stopped {
+            break;
+        }
+        let failure = progress.step_failure.take();
+        if let Some(healer) = run.healer {
+            let next = steps.get(position + 1).copied();
+            match replayer
+                .heal_if_needed(healer, item, next, failure, &mut number, &mut progress)
+                .await
+            {
+                heal::Healing::Done(records) => {
+                    replayed.history.extend(records);
+                    continue;
+                }
+                heal::Healing::Failed(records) => {
+                    replayed.history.extend(records);
+                    break;
+                }
+                heal::Healing::NotNeeded(None) => continue,
+                heal::Healing::NotNeeded(Some(failure)) => {
+                    progress.failure.get_or_insert(failure.message);
+                }
+            }
+        } else if let Some(failure) = failure {
+            progress.failure.get_or_insert(failure.message);
+        }
+        if progress.failure.is_some() && !options.skip_failures {
             break;
         }
     }
@@ -328,6 +295,9 @@ struct Progress {
     actions: Vec<ActionReplay>,
     failure: Option<String>,
     stopped: bool,
+    /// The first failed action of the step being replayed.
+    step_failure: Option<StepFailure>,
+    healed: Vec<crate::skill::HealedStep>,
 }
 
 impl Replayer<'_, '_> {
@@ -432,7 +402,7 @@ impl Replayer<'_, '_> {
                 .get(position)
                 .cloned()
                 .flatten();
-            let (report, mut result, element) = replay_action(
+            let (report, mut result, element, miss) = replay_action(
                 self.browser,
                 recorded_step,
                 call,
@@ -465,12 +435,17 @@ impl Replayer<'_, '_> {
             results.push(result);
             interacted.push(element);
             let failed = report.outcome == ReplayOutcome::Failed;
-            if failed && progress.failure.is_none() {
-                progress.failure = Some(format!(
-                    "replaying step {recorded_step} `{}`: {}",
-                    report.action,
-                    report.detail.as_deref().unwrap_or("failed")
-                ));
+            if failed && progress.step_failure.is_none() {
+                let miss = miss.unwrap_or_default();
+                progress.step_failure = Some(StepFailure {
+                    message: format!(
+                        "replaying step {recorded_step} `{}`: {}",
+                        report.action,
+                        report.detail.as_deref().unwrap_or("failed")
+                    ),
+                    reached_page: miss.reached_page,
+                    not_found: miss.not_found,
+                });
             }
             progress.actions.push(report);
             if failed && (!options.skip_failures || run.control.is_stopped()) {
@@ -498,7 +473,7 @@ impl Replayer<'_, '_> {
             final_result: history.final_result().map(str::to_owned),
             success,
             error: error.clone(),
-            healed: Vec::new(),
+            healed: progress.healed,
         };
         self.run
             .sink
@@ -558,7 +533,12 @@ async fn replay_action(
     secrets: &Secrets,
     options: &ReplayOptions,
     control: &AgentControl,
-) -> (ActionReplay, ActionResult, Option<InteractedElement>) {
+) -> (
+    ActionReplay,
+    ActionResult,
+    Option<InteractedElement>,
+    Option<Miss>,
+) {
     let name = call.name.as_str();
     let params = &call.params;
     let recorded_index = params.get("index").and_then(Value::as_u64);
@@ -587,7 +567,7 @@ async fn replay_action(
                     .map(str::to_owned),
                 ..ActionResult::default()
             });
-        return (report, result, None);
+        return (report, result, None, None);
     }
     if AGENT_OWNED_ACTIONS.contains(&name) {
         let detail =
@@ -597,9 +577,11 @@ async fn replay_action(
             report,
             ActionResult::memory(format!("Skipped: {detail}")),
             None,
+            None,
         );
     }
     let mut waited = Duration::ZERO;
+    let mut last_not_found: Option<String>;
     loop {
         report.attempts += 1;
         match attempt(browser, name, params, recorded_index, recorded, secrets).await {
@@ -608,7 +590,7 @@ async fn replay_action(
                 report.matched_by = done.matched_by;
                 report.outcome = ReplayOutcome::Ok;
                 report.detail = None;
-                return (report, done.result, done.element);
+                return (report, done.result, done.element, None);
             }
             Err(failure) => {
                 if failure.reached_page {
@@ -618,13 +600,22 @@ async fn replay_action(
                         failure.message
                     );
                     report.detail = Some(detail.clone());
-                    return (report, ActionResult::error(detail), None);
+                    let miss = Miss {
+                        reached_page: true,
+                        not_found: None,
+                    };
+                    return (report, ActionResult::error(detail), None, Some(miss));
                 }
                 report.detail = Some(failure.message);
+                last_not_found = failure.not_found;
                 if report.attempts > options.max_retries || control.is_stopped() {
                     report.outcome = ReplayOutcome::Failed;
                     let result = ActionResult::error(report.detail.clone().unwrap_or_default());
-                    return (report, result, None);
+                    let miss = Miss {
+                        reached_page: false,
+                        not_found: last_not_found,
+                    };
+                    return (report, result, None, Some(miss));
                 }
             }
         }
@@ -636,7 +627,11 @@ async fn replay_action(
                 MAX_RETRY_WAITS.as_secs()
             );
             report.detail = Some(detail.clone());
-            return (report, ActionResult::error(detail), None);
+            let miss = Miss {
+                reached_page: false,
+                not_found: last_not_found,
+            };
+            return (report, ActionResult::error(detail), None, Some(miss));
         };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
@@ -681,17 +676,35 @@ async fn attempt(
             ));
         };
         let current = browser.elements().await;
-        let Some((index, matched_by)) = find_element(recorded, &current) else {
-            return Err(Failure::before_page(format!(
-                "element not found on {}: {}",
-                state.url,
-                describe(recorded)
-            )));
+        let not_found = |why: Option<String>| {
+            let described = find::describe(recorded);
+            let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
+            Failure {
+                message: format!("element not found on {}: {described}{why}", state.url),
+                reached_page: false,
+                not_found: Some(described),
+            }
+        };
+        let (index, matched_by, region) = if recorded.near.is_some() {
+            let (index, region) = find_near(browser, recorded, &current)
+                .await
+                .map_err(|why| not_found(Some(why)))?;
+            (index, MatchedBy::Near, Some(region))
+        } else {
+            let (index, matched_by) =
+                find_element(recorded, &current).ok_or_else(|| not_found(None))?;
+            (index, matched_by, None)
         };
         params["index"] = Value::from(index);
         found.index = Some(index);
         found.matched_by = Some(matched_by);
-        found.element = current.into_iter().find(|e| e.index == index);
+        found.element = current.into_iter().find(|e| e.index == index).map(|mut e| {
+            if region.is_some() {
+                e.region = region;
+                e.near.clone_from(&recorded.near);
+            }
+            e
+        });
     }
     secrets
         .fill_for_action(name, &mut params, &[&state.url])
@@ -738,6 +751,8 @@ struct Failure {
     message: String,
     /// The action may have reached the page: trying again could do it twice.
     reached_page: bool,
+    /// The element was not found (described).
+    not_found: Option<String>,
 }
 
 impl Failure {
@@ -745,6 +760,7 @@ impl Failure {
         Self {
             message: message.into(),
             reached_page: false,
+            not_found: None,
         }
     }
 
@@ -752,8 +768,27 @@ impl Failure {
         Self {
             message: message.into(),
             reached_page: true,
+            not_found: None,
         }
     }
+}
+
+/// How an action that failed for good failed.
+#[derive(Debug, Default)]
+struct Miss {
+    reached_page: bool,
+    not_found: Option<String>,
+}
+
+/// The first failed action of a step.
+#[derive(Debug)]
+struct StepFailure {
+    /// `replaying step N `click`: …`
+    message: String,
+    /// It may have reached the page: it is never healed (never twice).
+    reached_page: bool,
+    /// Its element was not found (described).
+    not_found: Option<String>,
 }
 
 #[cfg(test)]

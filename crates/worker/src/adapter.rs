@@ -1,4 +1,11 @@
 //! [`SessionBrowser`]: the agent's `AgentBrowser` over a leased `BrowserSession`.
+//!
+//! Regions ([`InteractedElement::region`]): the text of the element's largest ancestor that
+//! holds no other element of the same tag and name (name ≈ `aria-label` || innerText ||
+//! value || title) — its row, card or option —, whitespace collapsed, capped at
+//! [`REGION_CHARS`]; computed in the element's own frame by one page function per element
+//! ([`REGION_JS`]), each CDP call bounded by [`REGION_LIMIT`]. `describe_element` records it
+//! for every element action; `element_regions` computes it for a replay's candidates.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -26,6 +33,30 @@ use crate::specs::browser_action_specs;
 const CAPTURE_LIMIT: Duration = Duration::from_secs(60);
 /// Upper bound of one small lookup (focused tab).
 const LOOKUP_LIMIT: Duration = Duration::from_secs(15);
+
+/// Upper bound of each CDP call computing one element's region.
+const REGION_LIMIT: Duration = Duration::from_secs(5);
+/// Longest region text, in characters.
+pub const REGION_CHARS: usize = 500;
+/// The page function computing an element's region (`this` is the element).
+pub const REGION_JS: &str = r#"function() {
+  const norm = (s) => (s == null ? "" : String(s)).replace(/\s+/g, " ").trim();
+  const nameOf = (e) => norm(e.getAttribute && e.getAttribute("aria-label")) || norm(e.innerText)
+    || norm(e.value) || norm(e.title);
+  const el = this;
+  const top = el.ownerDocument && el.ownerDocument.documentElement;
+  const name = nameOf(el);
+  let region = el;
+  for (let node = el.parentElement; node && node !== top; node = node.parentElement) {
+    let other = false;
+    for (const same of node.getElementsByTagName(el.tagName)) {
+      if (same !== el && nameOf(same) === name) { other = true; break; }
+    }
+    if (other) break;
+    region = node;
+  }
+  return Array.from(norm(region.innerText)).slice(0, 500).join("");
+}"#;
 
 /// The largest screenshot the model gets, in pixels: the 1280×800 window its screenshots came
 /// from before tabs got browser-use's 1920×1080 viewport, so a step's image costs the model
@@ -120,6 +151,26 @@ impl SessionBrowser {
 
     fn remember(&self, map: SelectorMap) {
         *self.last_elements.lock().unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    /// The element at `index` of the last capture.
+    fn element(&self, index: u64) -> Option<std::sync::Arc<ElementInfo>> {
+        let index = u32::try_from(index).ok()?;
+        let elements = self.last_elements.lock().unwrap_or_else(|e| e.into_inner());
+        elements.get(&index).cloned()
+    }
+
+    /// The region text of `element` (see the module), `None` when it cannot be computed.
+    async fn region(&self, element: &ElementInfo) -> Option<String> {
+        let value = self
+            .session
+            .call_on_element(element, REGION_JS, REGION_LIMIT)
+            .await
+            .map_err(|e| tracing::debug!(index = element.index, error = %e, "no region"))
+            .ok()?;
+        value
+            .as_str()
+            .map(|text| text.chars().take(REGION_CHARS).collect())
     }
 }
 
@@ -285,9 +336,21 @@ impl AgentBrowser for SessionBrowser {
     }
 
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
-        let index = u32::try_from(index).ok()?;
-        let elements = self.last_elements.lock().unwrap_or_else(|e| e.into_inner());
-        elements.get(&index).map(|element| describe(element))
+        let element = self.element(index)?;
+        let mut described = describe(&element);
+        described.region = self.region(&element).await;
+        Some(described)
+    }
+
+    async fn element_regions(&self, indices: &[u64]) -> Vec<Option<String>> {
+        let mut regions = Vec::with_capacity(indices.len());
+        for index in indices {
+            regions.push(match self.element(*index) {
+                Some(element) => self.region(&element).await,
+                None => None,
+            });
+        }
+        regions
     }
 
     async fn elements(&self) -> Vec<InteractedElement> {

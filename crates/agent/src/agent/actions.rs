@@ -105,6 +105,7 @@ impl Agent {
                 }
                 self.secrets.redact_opt(&mut el.ax_name);
                 self.secrets.redact_opt(&mut el.x_path);
+                self.secrets.redact_opt(&mut el.region);
             }
             interacted.push(element);
             let spec = specs.iter().find(|s| s.name == action.name);

@@ -254,6 +254,58 @@ changed since your last step: rely on the current browser state, not on earlier 
         &self.history
     }
 
+    /// Numbers the next step `number` (a skill healer's steps continue an execution's
+    /// numbering). For [`Agent::step_once`]; [`Agent::run`] still makes its initial navigation.
+    #[must_use]
+    pub fn with_next_step(mut self, number: u32) -> Self {
+        self.n_steps = number;
+        self
+    }
+
+    /// Runs one step of the loop from the page as it is now — no initial navigation, no
+    /// `TaskStarted` or `Finished` event — bounded by the step timeout, and returns its record
+    /// (emitted as `StepFinished` like any step's). `Err` says why no record was made: the
+    /// agent was stopped, or the browser is gone.
+    pub async fn step_once(&mut self) -> Result<AgentHistory, String> {
+        let recorded = self.history.history.len();
+        let step = self.n_steps;
+        let held = self.held.subscribe();
+        let span = crate::telemetry::step_span(step);
+        let outcome = unless_held(
+            self.config.step_timeout,
+            held,
+            tracing::Instrument::instrument(self.step(), span),
+        )
+        .await;
+        match outcome {
+            Ok(StepEnd::Continue) => {}
+            Ok(StepEnd::Stopped) => return Err("Agent stopped".to_owned()),
+            Ok(StepEnd::Fatal(message)) => return Err(message),
+            Err(StepTimedOut) => {
+                let error = format!(
+                    "Step {step} timed out after {} seconds",
+                    self.config.step_timeout.as_secs()
+                );
+                self.consecutive_failures += 1;
+                self.record(
+                    step,
+                    None,
+                    vec![ActionResult::error(error)],
+                    BrowserStateHistory::default(),
+                    epoch_secs(),
+                    StepAcc::default(),
+                    (0, 0),
+                    None,
+                )
+                .await;
+            }
+        }
+        match self.history.history.get(recorded..).and_then(<[_]>::last) {
+            Some(record) => Ok(record.clone()),
+            None => Err(format!("step {step} made no record")),
+        }
+    }
+
     /// Runs the task to the end (done, max steps, max failures, stop or a dead browser).
     pub async fn run(&mut self) -> AgentHistoryList {
         let task = self.secrets.redact(&self.config.task);

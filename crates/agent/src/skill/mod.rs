@@ -9,8 +9,9 @@
 //! Secrets never enter a skill: the history already holds `<secret>name</secret>`
 //! placeholders, never values, and a value inside a placeholder is never made a parameter.
 //!
-//! SKELETON (2026-12-06): the public API below is the contract between the agent crate and the
-//! service (store, task core, worker); bodies are filled in by the skill-engine work.
+//! Layout: [`params`] (declarations, slots, whole-value matching), `script` ([`make_script`],
+//! [`healed_script`], proposed parameters), `bind` ([`bind`]), `result` ([`read_result`],
+//! [`learn_result`]), `heal` ([`ModelHealer`]), [`expect`] (the page a step must reach).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +19,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+pub mod expect;
+pub mod params;
+
+mod bind;
+mod heal;
+mod result;
+mod script;
+
+pub use bind::{check_values, fill_history};
 
 use crate::browser::AgentBrowser;
 use crate::replay::ReplayReport;
@@ -82,15 +93,13 @@ pub struct SkillPrompt {
 /// `[A-Za-z_][A-Za-z0-9_]*`; a name declared twice with different examples, an empty name or
 /// an unclosed `{{` is a [`SkillError::Prompt`].
 pub fn parse_prompt(prompt: &str) -> Result<SkillPrompt, SkillError> {
-    let _ = prompt;
-    todo!("skill engine")
+    params::parse_prompt(prompt)
 }
 
 /// `prompt` with each declaration replaced by `values[name]`, else its example; a parameter
 /// with neither is a [`SkillError::Parameters`].
 pub fn fill_prompt(prompt: &str, values: &BTreeMap<String, String>) -> Result<String, SkillError> {
-    let _ = (prompt, values);
-    todo!("skill engine")
+    params::fill_prompt(prompt, values)
 }
 
 /// How an execution's result is read from its final page, with no model.
@@ -129,8 +138,7 @@ pub fn make_script(
     declared: &[SkillParameter],
     values: &BTreeMap<String, String>,
 ) -> SkillScript {
-    let _ = (history, declared, values);
-    todo!("skill engine")
+    script::make_script(history, declared, values)
 }
 
 /// The values of one execution, checked against `script.parameters` (unknown names, missing
@@ -140,8 +148,7 @@ pub fn bind(
     script: &SkillScript,
     values: &Map<String, Value>,
 ) -> Result<(BTreeMap<String, String>, AgentHistoryList), SkillError> {
-    let _ = (script, values);
-    todo!("skill engine")
+    bind::bind(script, values)
 }
 
 /// Reads the result of an execution from the page `browser` shows now, and checks it against
@@ -153,8 +160,7 @@ pub async fn read_result(
     values: &BTreeMap<String, String>,
     output_schema: Option<&Value>,
 ) -> Result<Value, SkillError> {
-    let _ = (browser, reader, values, output_schema);
-    todo!("skill engine")
+    result::read_result(browser, reader, values, output_schema).await
 }
 
 /// What [`learn_result`] settled on.
@@ -178,8 +184,7 @@ pub async fn learn_result(
     output_schema: Option<&Value>,
     values: &BTreeMap<String, String>,
 ) -> LearnedResult {
-    let _ = (model, browser, goal, final_result, output_schema, values);
-    todo!("skill engine")
+    result::learn_result(model, browser, goal, final_result, output_schema, values).await
 }
 
 /// A recorded step the replay could not carry out as recorded.
@@ -231,8 +236,7 @@ pub fn healed_script(
     report: &ReplayReport,
     values: &BTreeMap<String, String>,
 ) -> SkillScript {
-    let _ = (previous, execution, report, values);
-    todo!("skill engine")
+    script::healed_script(previous, execution, report, values)
 }
 
 /// The healer the worker gives a skill execution: the task's model asked for one step at a
@@ -250,7 +254,6 @@ pub struct ModelHealer {
 #[async_trait]
 impl StepHealer for ModelHealer {
     async fn heal(&self, request: HealRequest<'_>) -> HealOutcome {
-        let _ = request;
-        todo!("skill engine")
+        heal::heal(self, request).await
     }
 }

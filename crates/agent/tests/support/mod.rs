@@ -201,6 +201,8 @@ pub struct Page {
     pub text: String,
     pub elements: BTreeMap<u64, (String, Element)>,
     pub markdown: String,
+    /// Accessible name and region text of elements that have them.
+    pub names: BTreeMap<u64, (String, String)>,
 }
 
 impl Page {
@@ -217,6 +219,12 @@ impl Page {
         self.elements.insert(index, (tag.into(), element));
         self
     }
+
+    /// Gives element `index` an accessible name and a region (the row it sits in).
+    pub fn named(mut self, index: u64, name: &str, region: &str) -> Self {
+        self.names.insert(index, (name.into(), region.into()));
+        self
+    }
 }
 
 #[derive(Default)]
@@ -226,6 +234,7 @@ struct FakeState {
     inputs: HashMap<u64, String>,
     executed: Vec<(String, Value)>,
     captures: usize,
+    region_lookups: usize,
     screenshots_alone: usize,
     next_tab: u32,
 }
@@ -362,6 +371,11 @@ impl FakeBrowser {
     pub fn url(&self) -> String {
         let s = self.state.lock().unwrap();
         s.tabs[s.focused].1.last().cloned().unwrap_or_default()
+    }
+
+    /// Regions asked for through `element_regions`.
+    pub fn region_lookups(&self) -> usize {
+        self.state.lock().unwrap().region_lookups
     }
 
     pub fn captures(&self) -> usize {
@@ -630,9 +644,11 @@ impl AgentBrowser for FakeBrowser {
     async fn describe_element(&self, index: u64) -> Option<InteractedElement> {
         let url = self.url();
         let page = self.page(&url);
-        page.elements
-            .get(&index)
-            .map(|(tag, _)| fake_element(&url, index, tag))
+        page.elements.get(&index).map(|(tag, _)| {
+            let mut element = fake_element(&url, index, tag, &page);
+            element.region = page.names.get(&index).map(|(_, r)| r.clone());
+            element
+        })
     }
 
     async fn elements(&self) -> Vec<InteractedElement> {
@@ -640,14 +656,27 @@ impl AgentBrowser for FakeBrowser {
         let page = self.page(&url);
         page.elements
             .iter()
-            .map(|(index, (tag, _))| fake_element(&url, *index, tag))
+            .map(|(index, (tag, _))| fake_element(&url, *index, tag, &page))
+            .collect()
+    }
+
+    async fn element_regions(&self, indices: &[u64]) -> Vec<Option<String>> {
+        let mut s = self.state.lock().unwrap();
+        s.region_lookups += indices.len();
+        let url = s.tabs[s.focused].1.last().cloned().unwrap_or_default();
+        drop(s);
+        let page = self.page(&url);
+        indices
+            .iter()
+            .map(|i| page.names.get(i).map(|(_, r)| r.clone()))
             .collect()
     }
 }
 
 /// An element as the fake browser describes it: its identity is its page and index.
-fn fake_element(url: &str, index: u64, tag: &str) -> InteractedElement {
+fn fake_element(url: &str, index: u64, tag: &str, page: &Page) -> InteractedElement {
     InteractedElement {
+        ax_name: page.names.get(&index).map(|(n, _)| n.clone()),
         index,
         node_name: tag
             .split_whitespace()

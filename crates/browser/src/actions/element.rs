@@ -98,6 +98,25 @@ impl BrowserSession {
         })
     }
 
+    /// Runs `function` (a JavaScript function declaration; `this` is the element) on `element`
+    /// in its own frame's document, without touching the page otherwise, and returns its JSON
+    /// value: one `DOM.resolveNode` and one `Runtime.callFunctionOn`, each bounded by
+    /// `timeout`. `Err` says why it could not run.
+    pub async fn call_on_element(
+        &self,
+        element: &ElementInfo,
+        function: &str,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let resolved = tokio::time::timeout(timeout, self.resolve_inner(element))
+            .await
+            .map_err(|_| format!("resolving element {} timed out", element.index))?
+            .map_err(|fail| fail.message)?;
+        self.call_on(&resolved, function, Vec::new(), timeout)
+            .await
+            .map_err(|fail| fail.message)
+    }
+
     /// Resolves the element and scrolls it into view, both requests in flight together (they
     /// only need the backendNodeId; Chrome runs them in order on the element's session).
     pub(super) async fn resolve_and_scroll_into_view(
