@@ -105,7 +105,11 @@ async fn recorded_run(b: &SessionBrowser, base: &str) -> AgentHistoryList {
     let mut chosen = None;
     for index in buttons(b).await {
         let element = b.describe_element(index).await.expect("described");
-        if element.region.as_deref().is_some_and(|r| r.contains("Order 1042 ")) {
+        if element
+            .region
+            .as_deref()
+            .is_some_and(|r| r.contains("Order 1042 "))
+        {
             chosen = Some(element);
             break;
         }
@@ -138,7 +142,12 @@ async fn recorded_run(b: &SessionBrowser, base: &str) -> AgentHistoryList {
     };
     AgentHistoryList {
         history: vec![
-            step(0, url.clone(), ActionCall::new("navigate", json!({"url": url})), None),
+            step(
+                0,
+                url.clone(),
+                ActionCall::new("navigate", json!({"url": url})),
+                None,
+            ),
             step(1, url.clone(), click, Some(chosen)),
         ],
         ..AgentHistoryList::default()
@@ -165,13 +174,17 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
     let history = recorded_run(&recorder, base).await;
     let values = BTreeMap::from([("order".to_owned(), "1042".to_owned())]);
     let script = make_script(&history, &[], &values);
-    let recorded = script.steps.history[1].state.interacted_element[0].clone().unwrap();
+    let recorded = script.steps.history[1].state.interacted_element[0]
+        .clone()
+        .unwrap();
     assert_eq!(recorded.near.as_deref(), Some("{{order}}"));
     recorder.into_session().release().await;
 
     // Proposed-free script: `order` is made a parameter by hand for this test.
     let mut script = script;
-    script.parameters = browserd_agent::skill::parse_prompt("{{order=1042}}").unwrap().parameters;
+    script.parameters = browserd_agent::skill::parse_prompt("{{order=1042}}")
+        .unwrap()
+        .parameters;
     let (_, steps) = bind(&script, json!({"order": 1017}).as_object().unwrap()).unwrap();
 
     let b = browser(&workspace).await;
@@ -191,8 +204,15 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
     let report = replay(&b, &on_dup, &no_secrets(), &options(), |_| {}).await;
     assert!(!report.success);
     let error = report.error.unwrap_or_default();
-    assert!(error.contains("2 candidates show \"1017\" (ambiguous)"), "{error}");
-    assert_eq!(b.focused_tab().await.unwrap().url, dup_url, "nothing clicked");
+    assert!(
+        error.contains("2 candidates show \"1017\" (ambiguous)"),
+        "{error}"
+    );
+    assert_eq!(
+        b.focused_tab().await.unwrap().url,
+        dup_url,
+        "nothing clicked"
+    );
     b.into_session().release().await;
 }
 
@@ -209,7 +229,10 @@ async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
     let regions = b.element_regions(&framed).await;
     assert_eq!(
         regions,
-        [Some("Order 7 Add to cart".to_owned()), Some("Order 8 Add to cart".to_owned())]
+        [
+            Some("Order 7 Add to cart".to_owned()),
+            Some("Order 8 Add to cart".to_owned())
+        ]
     );
     assert_eq!(b.element_regions(&[999_999_999]).await, [None]);
 

@@ -94,7 +94,10 @@ fn as_text(parameter: &SkillParameter, value: &Value) -> Result<String, SkillErr
 
 /// `steps` with every slot filled, everywhere (parameters, goals, results, URLs, element
 /// names, `near`).
-pub fn fill_history(steps: &AgentHistoryList, values: &BTreeMap<String, String>) -> AgentHistoryList {
+pub fn fill_history(
+    steps: &AgentHistoryList,
+    values: &BTreeMap<String, String>,
+) -> AgentHistoryList {
     let Ok(mut value) = serde_json::to_value(steps) else {
         return steps.clone();
     };

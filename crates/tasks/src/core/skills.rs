@@ -311,8 +311,20 @@ impl TaskCore {
             })
             .collect();
         let goal = request.goal.clone().unwrap_or_else(|| source.task.clone());
+        // The source's secrets were wiped when it ended: the replay brings its own. Task
+        // options a replay does not use are refused by its validation, naming them.
         let task_request = CreateTaskRequest {
             replay_of: Some(source_id),
+            secrets: request.secrets.clone(),
+            allow_secrets_on_any_domain: request.allow_secrets_on_any_domain,
+            start_url: request.start_url.clone(),
+            max_steps: request.max_steps,
+            model: request.model.clone(),
+            use_vision: request.use_vision,
+            timeout_s: request.timeout_s,
+            viewport: request.viewport,
+            settle_timeout_ms: request.settle_timeout_ms,
+            proxy: request.proxy.clone(),
             ..CreateTaskRequest::default()
         };
         let output_schema = request
