@@ -7,6 +7,7 @@
 //! The only stand-in is the model; Postgres, Chromium and every browserd process are real.
 
 pub mod cable_shop;
+pub mod orders_app;
 pub mod widgets;
 
 use std::net::SocketAddr;
@@ -371,6 +372,11 @@ impl Client {
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.send(self.http.post(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.patch(format!("{}{path}", self.base)).json(&body))
             .await
     }
 

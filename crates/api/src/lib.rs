@@ -25,6 +25,7 @@ mod models;
 mod ops;
 mod output_files;
 mod profiles;
+mod skills;
 mod tasks;
 mod v2;
 mod webhooks;
@@ -242,6 +243,7 @@ pub struct AppState {
         (name = "events", description = "Live task events over WebSocket"),
         (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
         (name = "profiles", description = "Browser profiles: the cookies and localStorage of a login, which tasks start from and save back into"),
+        (name = "skills", description = "Skills: a task saved as a parameterised script that runs again without a model and heals itself when the site changes"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -286,6 +288,18 @@ fn v1_routes() -> OpenApiRouter<AppState> {
             profiles::update_profile,
             profiles::delete_profile
         ))
+        .routes(routes!(skills::create_skill, skills::list_skills))
+        .routes(routes!(
+            skills::get_skill,
+            skills::update_skill,
+            skills::delete_skill
+        ))
+        .routes(routes!(skills::run_skill, skills::list_skill_runs))
+        .routes(routes!(skills::get_skill_run))
+        .routes(routes!(skills::list_skill_versions))
+        .routes(routes!(skills::rollback_skill))
+        .routes(routes!(skills::refine_skill))
+        .routes(routes!(skills::cancel_skill))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {

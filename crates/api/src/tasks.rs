@@ -63,7 +63,10 @@ pub async fn create_task(
 
 /// The trace context the task's spans join: this request's span when tracing is on, else the
 /// caller's own `traceparent` (when well-formed).
-fn creating_trace_context(state: &AppState, headers: &axum::http::HeaderMap) -> Option<String> {
+pub(crate) fn creating_trace_context(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+) -> Option<String> {
     if let Some(trace_context) = &state.trace_context
         && let Some(traceparent) = trace_context.traceparent(&tracing::Span::current())
     {

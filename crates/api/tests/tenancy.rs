@@ -18,9 +18,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use browserd_api::ApiConfig;
-use browserd_store::{ArtifactContent, NewArtifact, NewOutputFile, NewStep};
+use browserd_store::{
+    ArtifactContent, NewArtifact, NewOutputFile, NewSkill, NewStep, NewTask, SkillAttach,
+};
 use browserd_tasks::ModelCatalog;
-use browserd_types::TaskId;
+use browserd_types::{TaskId, TaskOptions};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -45,6 +47,9 @@ struct Ids {
     /// A profile (`/v1` deletes it) and another (`/api/v2` deletes it).
     profile: String,
     profile_v2: String,
+    /// A skill (generating, with a version) and an execution of it.
+    skill: String,
+    skill_run: String,
 }
 
 impl Ids {
@@ -59,11 +64,15 @@ impl Ids {
             webhook: id(),
             profile: id(),
             profile_v2: id(),
+            skill: id(),
+            skill_run: id(),
         }
     }
 
-    fn all(&self) -> [&str; 7] {
+    fn all(&self) -> [&str; 9] {
         [
+            &self.skill,
+            &self.skill_run,
             &self.task,
             &self.replay,
             &self.file,
@@ -363,6 +372,108 @@ const CASES: &[(&str, &str, Kind)] = &[
             vec![Call::Http {
                 method: Method::DELETE,
                 path: format!("/v1/profiles/{}", t.profile),
+                body: None,
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "POST",
+        "/v1/skills",
+        Kind::Names(|target, _| {
+            // Creating names a resource only through `from_task`.
+            vec![post(
+                "/v1/skills".into(),
+                Some(json!({"from_task": target.task, "parameters": {"x": "alice"}})),
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/skills",
+        Kind::Listing(|_| {
+            vec![
+                get("/v1/skills".into()),
+                get("/v1/skills?query=alice".into()),
+            ]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/skills/{id}",
+        Kind::Names(|t, _| vec![get(format!("/v1/skills/{}", t.skill))]),
+    ),
+    (
+        "PATCH",
+        "/v1/skills/{id}",
+        Kind::Names(|t, _| {
+            vec![Call::Http {
+                method: Method::PATCH,
+                path: format!("/v1/skills/{}", t.skill),
+                body: Some(json!({"title": "renamed", "is_enabled": true})),
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "POST",
+        "/v1/skills/{id}/runs",
+        Kind::Names(|t, _| {
+            vec![post(
+                format!("/v1/skills/{}/runs", t.skill),
+                Some(json!({"parameters": {"order": "1"}})),
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/skills/{id}/runs",
+        Kind::Names(|t, _| vec![get(format!("/v1/skills/{}/runs", t.skill))]),
+    ),
+    (
+        "GET",
+        "/v1/skills/{id}/runs/{task_id}",
+        Kind::Names(|t, own| {
+            vec![
+                get(format!("/v1/skills/{}/runs/{}", t.skill, t.skill_run)),
+                // The target's run through the caller's own skill.
+                get(format!("/v1/skills/{}/runs/{}", own.skill, t.skill_run)),
+            ]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/skills/{id}/versions",
+        Kind::Names(|t, _| vec![get(format!("/v1/skills/{}/versions", t.skill))]),
+    ),
+    (
+        "POST",
+        "/v1/skills/{id}/rollback",
+        Kind::Names(|t, _| vec![post(format!("/v1/skills/{}/rollback", t.skill), None)]),
+    ),
+    (
+        "POST",
+        "/v1/skills/{id}/refine",
+        Kind::Names(|t, _| {
+            vec![post(
+                format!("/v1/skills/{}/refine", t.skill),
+                Some(json!({"feedback": "faster"})),
+            )]
+        }),
+    ),
+    // After the calls above: A's cancel ends the generation they rely on.
+    (
+        "POST",
+        "/v1/skills/{id}/cancel",
+        Kind::Names(|t, _| vec![post(format!("/v1/skills/{}/cancel", t.skill), None)]),
+    ),
+    (
+        "DELETE",
+        "/v1/skills/{id}",
+        Kind::Deletes(|t, _| {
+            vec![Call::Http {
+                method: Method::DELETE,
+                path: format!("/v1/skills/{}", t.skill),
                 body: None,
                 v2: false,
             }]
@@ -942,7 +1053,10 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
         .await,
         201,
     );
+    let (skill, skill_run) = skill_fixture(app, task_id, pool).await;
     Ids {
+        skill,
+        skill_run,
         profile: profile["id"].as_str().unwrap().to_owned(),
         profile_v2: profile_v2["id"].as_str().unwrap().to_owned(),
         task: task_id.to_string(),
@@ -956,6 +1070,65 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
             .unwrap()
             .to_owned(),
     }
+}
+
+/// Key A's skill, generating (its task queued) with a version 1 already saved, and a run of
+/// it; written as the core and a worker would (no task runs here).
+async fn skill_fixture(app: &TestServer, task_id: TaskId, pool: &PgPool) -> (String, String) {
+    let new_task = |text: &str| NewTask {
+        task: text.to_owned(),
+        options: TaskOptions::default(),
+        secrets: Default::default(),
+        trace_context: None,
+        replay: None,
+    };
+    let skill_id = uuid::Uuid::now_v7();
+    let skill = NewSkill {
+        id: skill_id,
+        title: "alice's order check".into(),
+        description: "alice's".into(),
+        goal: "Find alice's order".into(),
+        agent_prompt: "Find order {{order=1042}}".into(),
+        output_schema: None,
+        parameters: json!([{"name": "order", "type": "string", "required": true}]),
+    };
+    let attach = SkillAttach::Create {
+        skill: Box::new(skill),
+        parameters: json!({"order": "1042"}),
+    };
+    app.store
+        .create_skill_task(app.key_id, new_task("alice's skill generation"), &attach)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into skill_versions (skill_id, version, script, origin, source_task_id)
+         values ($1, 1, $2, 'generated', $3)",
+    )
+    .bind(skill_id)
+    .bind(json!({"steps": {"history": []}, "parameters": [], "result": {"kind": "text", "template": "alice"}}))
+    .bind(task_id.0)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("update skills set current_version = 1 where id = $1")
+        .bind(skill_id)
+        .execute(pool)
+        .await
+        .unwrap();
+    let run = app
+        .store
+        .create_skill_task(
+            app.key_id,
+            new_task("alice's skill run"),
+            &SkillAttach::Execute {
+                skill_id,
+                version: 1,
+                parameters: json!({"order": "2077"}),
+            },
+        )
+        .await
+        .unwrap();
+    (skill_id.to_string(), run.id.to_string())
 }
 
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]

@@ -479,6 +479,7 @@ pub async fn run(
             live_view: None,
             take_over: None,
             profile,
+            skill: None,
         })
         .instrument(tracing::info_span!("task", mode = "run"))
         .await;

@@ -68,7 +68,10 @@ pub struct NewSkill {
 #[derive(Clone, Debug)]
 pub enum SkillAttach {
     /// A new skill, recorded by this task; `parameters` are the values the run uses.
-    Create { skill: NewSkill, parameters: Value },
+    Create {
+        skill: Box<NewSkill>,
+        parameters: Value,
+    },
     /// Another generation of the key's skill `skill_id` (refine); refused with
     /// [`StoreError::SkillBusy`] while one runs.
     Regenerate { skill_id: Uuid, parameters: Value },

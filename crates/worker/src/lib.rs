@@ -40,8 +40,9 @@ pub use profile::{
     state_json,
 };
 pub use runner::{
-    LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome, RunRequest,
-    RunnerSettings, TaskRunner, TaskSpec, browser_viewport, failed, parse_viewport, secret_values,
+    HEAL_MAX_MODEL_CALLS, LiveViewLink, ReplayOutcome, ReplayRequest, RunEnd, RunError, RunOutcome,
+    RunRequest, RunnerSettings, SkillEnd, SkillRun, TaskRunner, TaskSpec, browser_viewport, failed,
+    parse_viewport, secret_values,
 };
 pub use service::{TraceParent, Worker, WorkerConfig, sensitive_data, task_spec};
 pub use sink::StoreSink;

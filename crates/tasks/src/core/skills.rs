@@ -242,7 +242,7 @@ impl TaskCore {
         };
         let id = skill.id;
         let attach = SkillAttach::Create {
-            skill,
+            skill: Box::new(skill),
             parameters: serde_json::to_value(&parsed.examples)
                 .map_err(|e| internal("parameters", e))?,
         };
@@ -311,8 +311,20 @@ impl TaskCore {
             })
             .collect();
         let goal = request.goal.clone().unwrap_or_else(|| source.task.clone());
+        // The source's secrets were wiped when it ended: the replay brings its own. Task
+        // options a replay does not use are refused by its validation, naming them.
         let task_request = CreateTaskRequest {
             replay_of: Some(source_id),
+            secrets: request.secrets.clone(),
+            allow_secrets_on_any_domain: request.allow_secrets_on_any_domain,
+            start_url: request.start_url.clone(),
+            max_steps: request.max_steps,
+            model: request.model.clone(),
+            use_vision: request.use_vision,
+            timeout_s: request.timeout_s,
+            viewport: request.viewport,
+            settle_timeout_ms: request.settle_timeout_ms,
+            proxy: request.proxy.clone(),
             ..CreateTaskRequest::default()
         };
         let output_schema = request
@@ -333,7 +345,7 @@ impl TaskCore {
         };
         let id = skill.id;
         let attach = SkillAttach::Create {
-            skill,
+            skill: Box::new(skill),
             parameters: serde_json::to_value(&parameters).map_err(|e| internal("parameters", e))?,
         };
         self.tasks
@@ -484,6 +496,13 @@ impl TaskCore {
     ) -> Result<SkillView, TaskError> {
         checked("feedback", &request.feedback, FEEDBACK_MAX_CHARS, true)?;
         let skill = self.store.get_skill(caller.key_id, id).await?;
+        if skill.status == "generating" {
+            return Err(browserd_store::StoreError::SkillBusy {
+                id,
+                status: skill.status,
+            }
+            .into());
+        }
         let prompt = skill::fill_prompt(&skill.agent_prompt, &BTreeMap::new())
             .map_err(|e| TaskError::validation("feedback", e.to_string()))?;
         let text = format!(
@@ -582,7 +601,8 @@ impl TaskCore {
             .ok_or_else(|| internal("skill version", format!("{version} is missing")))?;
         let script: SkillScript =
             serde_json::from_value(record.script).map_err(|e| internal("skill script", e))?;
-        let (values, _) = skill::bind(&script, &request.parameters)
+        // Checked now; the worker binds the same values again (the stored ones, as given).
+        skill::bind(&script, &request.parameters)
             .map_err(|e| TaskError::validation("parameters", e.to_string()))?;
         let mut task_request = CreateTaskRequest {
             task: Some(format!("Run the skill \"{}\": {}", skill.title, skill.goal)),
@@ -604,7 +624,7 @@ impl TaskCore {
         let attach = SkillAttach::Execute {
             skill_id: id,
             version,
-            parameters: serde_json::to_value(&values).map_err(|e| internal("parameters", e))?,
+            parameters: serde_json::Value::Object(request.parameters.clone()),
         };
         let created = self
             .tasks

@@ -6,6 +6,7 @@
 
 mod budget;
 mod replay;
+mod skill;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use serde_json::json;
 use crate::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use budget::BudgetSink;
 pub use replay::{ReplayOutcome, ReplayRequest};
+pub use skill::{HEAL_MAX_MODEL_CALLS, SkillEnd, SkillRun};
 
 /// How long releasing a browser context may take after the run.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -201,6 +203,8 @@ pub struct RunOutcome {
     pub end: RunEnd,
     /// The context's cookies and tabs at the end, when the spec asked for them.
     pub browser_state: Option<crate::BrowserState>,
+    /// What the run did for its skill (a generation's script, an execution's result).
+    pub skill: Option<SkillEnd>,
 }
 
 impl RunOutcome {
@@ -280,6 +284,8 @@ pub struct RunRequest {
     pub profile: Option<crate::ProfileLink>,
     /// Offer `ask_human`, answered through this channel (`None`: the action is off).
     pub human: Option<browserd_agent::HumanSettings>,
+    /// The skill this run generates (its script is made before the browser is released).
+    pub skill: Option<SkillRun>,
 }
 
 /// Connects a run's browser to the live view: the screencast runs while `watched` is true,
@@ -337,6 +343,7 @@ impl TaskRunner {
             take_over,
             profile,
             human,
+            skill,
         } = request;
         let model = self.model(spec.options.model.as_deref())?;
         let workspace = TaskWorkspace::open(workspace_dir.as_deref())
@@ -428,6 +435,12 @@ impl TaskRunner {
         } else {
             None
         };
+        let skill = match (&skill, &outcome) {
+            (Some(skill), Ok(history)) if !browser_lost => {
+                skill.after_agent(&browser, history).await
+            }
+            _ => None,
+        };
         release_browser(browser).await;
         let history = outcome?;
         let end = run_end(&history, &budget, &control, browser_lost);
@@ -435,6 +448,7 @@ impl TaskRunner {
             history,
             end,
             browser_state,
+            skill,
         })
     }
 

@@ -54,6 +54,7 @@ impl TaskRunner {
             first_step,
             resume_url,
             live_view,
+            skill,
         } = request;
         if let Some(timeout) = spec.timeout
             && timeout.is_zero()
@@ -81,13 +82,16 @@ impl TaskRunner {
                 control.stop();
             }))
         });
+        let healer = skill.as_ref().and_then(|s| s.healer(&browser, &sink));
         let run = browserd_agent::replay::ReplayRun {
             sink: sink.as_ref(),
             control: &control,
             screenshots: true,
             skip_steps,
             first_step,
-            healer: None,
+            healer: healer
+                .as_ref()
+                .map(|h| h as &dyn browserd_agent::skill::StepHealer),
         };
         let replaying = browserd_agent::replay::replay_steps(
             browser.as_ref(),
@@ -107,7 +111,16 @@ impl TaskRunner {
             None => replaying.await,
         };
         drop(deadline);
+        drop(healer);
         let browser_lost = browser.session().browser_lost();
+        let skill = match &skill {
+            Some(skill) if !browser_lost => {
+                skill
+                    .after_replay(&browser, &source, &history, &report)
+                    .await
+            }
+            _ => None,
+        };
         release_browser(browser).await;
         let timed_out = timed_out
             .lock()
@@ -137,6 +150,7 @@ impl TaskRunner {
                 history,
                 end,
                 browser_state: None,
+                skill,
             },
             report,
         })
@@ -161,6 +175,9 @@ pub struct ReplayRequest {
     pub resume_url: Option<String>,
     /// Stream the focused tab while someone watches (the service's live view).
     pub live_view: Option<LiveViewLink>,
+    /// The skill this replay generates (from a task) or executes (healed, its result read
+    /// before the browser is released).
+    pub skill: Option<super::SkillRun>,
 }
 
 /// A finished service replay.

@@ -18,6 +18,7 @@ pub(super) struct Finished {
     pub(super) output_secrets: browserd_agent::secrets::Secrets,
     pub(super) session: Option<TaskSession>,
     pub(super) attempt: i32,
+    pub(super) skill: Option<super::skills::SkillJob>,
 }
 
 impl TaskJob {
@@ -35,6 +36,7 @@ impl TaskJob {
             output_secrets,
             session,
             attempt,
+            skill,
         } = run;
         if let Some(reason) = sink.abandoned() {
             tracing::info!(%reason, "task given up by this worker");
@@ -115,7 +117,10 @@ impl TaskJob {
                 {
                     self.save_session_state(session, state).await;
                 }
-                self.end_with(id, outcome).await;
+                match &skill {
+                    Some(job) => self.end_skill(id, outcome, job).await,
+                    None => self.end_with(id, outcome).await,
+                }
             }
         }
         if session.is_some()
@@ -144,7 +149,7 @@ impl TaskJob {
     }
 
     /// The terminal transition of a run that ended.
-    async fn end_with(&self, id: TaskId, outcome: RunOutcome) {
+    pub(super) async fn end_with(&self, id: TaskId, outcome: RunOutcome) {
         let (transition, details) = outcome.end_transition();
         if transition == Transition::Stop {
             // Stopped from outside: the status already says how it ended.

@@ -45,6 +45,8 @@ struct Started {
     take_over_follower: Option<AbortOnDrop>,
     workspace_dir: std::path::PathBuf,
     output_secrets: browserd_agent::secrets::Secrets,
+    /// What the end of a skill's task saves.
+    skill: Option<super::skills::SkillJob>,
 }
 
 /// What both kinds of run are given.
@@ -56,6 +58,7 @@ struct RunParts {
     prior: Option<AgentHistoryList>,
     resume_url: Option<String>,
     live_view: Option<LiveViewLink>,
+    skill: Option<crate::runner::SkillRun>,
 }
 
 type RunFuture<'a> =
@@ -105,6 +108,7 @@ impl TaskJob {
             output_secrets: started.output_secrets,
             session,
             attempt,
+            skill: started.skill,
         };
         self.finish(id, result, finished).await;
     }
@@ -124,7 +128,12 @@ impl TaskJob {
             prior,
             resume_url,
             profile,
+            skill,
         } = prepared;
+        let (skill_run, skill) = match skill {
+            Some(prepared) => (Some(prepared.run), Some(prepared.job)),
+            None => (None, None),
+        };
         let control = AgentControl::new();
         let draining = Arc::new(AtomicBool::new(false));
         let sink = self.sink(id, &control, prior.as_ref());
@@ -152,6 +161,7 @@ impl TaskJob {
             prior,
             resume_url,
             live_view,
+            skill: skill_run,
         };
         let run: RunFuture<'_> = match replay {
             Some((replay, source)) => self.replay_run(&replay, source, parts),
@@ -166,6 +176,7 @@ impl TaskJob {
             take_over_follower,
             workspace_dir,
             output_secrets,
+            skill,
         };
         (started, run)
     }
@@ -269,6 +280,7 @@ impl TaskJob {
             prior,
             resume_url,
             live_view,
+            skill,
         } = parts;
         let earlier_failure = prior.as_ref().and_then(earlier_replay_failure);
         let skip_steps = prior.as_ref().map_or(0, |p| p.history.len());
@@ -301,6 +313,7 @@ impl TaskJob {
             first_step,
             resume_url,
             live_view,
+            skill,
         };
         let runner = self.runner.clone();
         Box::pin(async move {
@@ -329,6 +342,7 @@ impl TaskJob {
             prior,
             resume_url,
             live_view,
+            skill,
         } = parts;
         Box::pin(
             self.runner.run(RunRequest {
@@ -348,6 +362,7 @@ impl TaskJob {
                 live_view,
                 take_over,
                 profile,
+                skill,
             }),
         )
     }

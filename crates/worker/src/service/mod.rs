@@ -9,6 +9,7 @@
 mod finish;
 mod job;
 mod prepare;
+mod skills;
 mod watch;
 
 use std::path::PathBuf;

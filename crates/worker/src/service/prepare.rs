@@ -30,6 +30,8 @@ pub(super) struct Prepared {
     pub(super) resume_url: Option<String>,
     /// The task's browser profile, read now (its latest saved state).
     pub(super) profile: Option<crate::ProfileLink>,
+    /// What the run does for its skill, and what its end saves.
+    pub(super) skill: Option<super::skills::PreparedSkill>,
 }
 
 impl TaskJob {
@@ -67,6 +69,7 @@ impl TaskJob {
             },
             None => None,
         };
+        let (skill, replay) = self.prepare_skill(&record, replay).await?;
         let mut spec = task_spec(&record, &secrets, OffsetDateTime::now_utc());
         drop(secrets);
         let session = self.store.task_session(id).await.map_err(|err| {
@@ -141,6 +144,7 @@ impl TaskJob {
             prior,
             resume_url,
             profile,
+            skill,
         })
     }
 

@@ -1,0 +1,411 @@
+//! Skills end to end (`/v1/skills`, real Postgres, real Chromium, the scripted mock model): a
+//! skill generated once on a local orders app from `Find order {{order=1042}} …`, then run with
+//! other orders — the row of the new order opened (the server saw it), its status read from the
+//! page, zero model calls; the app changed (the "View" button becomes an "Open" link, the status
+//! field moves, a confirmation page appears) — healed with at most two model calls into a new
+//! version, after which runs cost none again; a change nobody can heal fails naming the step;
+//! rollback; a skill made from an ended task; the task secret typed during generation stays a
+//! `<secret>` placeholder and is no parameter; and the refusals (422 naming the parameter, 409,
+//! another key's skill 404).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use browserd_tests::orders_app::{ACCESS_CODE, OrdersApp, status_of};
+use browserd_tests::{
+    Client, MockModel, Process, RequestBrain, TestDb, create_key, done_reply, index_of,
+    message_texts, page_text, reply,
+};
+use regex::Regex;
+use serde_json::{Value, json};
+
+const LONG: Duration = Duration::from_secs(180);
+
+/// The index of the first `<button>` or `<a>` after the line showing `Order {order}`.
+fn row_action(page: &str, order: &str) -> Option<u64> {
+    let lines: Vec<&str> = page.lines().collect();
+    let label = format!("Order {order}");
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&label) && !l.contains('<'))?;
+    lines[at + 1..].iter().find_map(|line| {
+        let line = line.trim().trim_start_matches('*');
+        let (index, tag) = line.strip_prefix('[')?.split_once(']')?;
+        (tag.starts_with("<button") || tag.starts_with("<a"))
+            .then(|| index.parse().ok())
+            .flatten()
+    })
+}
+
+/// The index of the `<button>` labelled `label` (its text on the next line, or inline).
+fn button(page: &str, label: &str) -> Option<u64> {
+    let re = Regex::new(&format!(r"\[(\d+)\]<button[^\n]*(?:\n\s*)?{label}")).unwrap();
+    re.captures(page).and_then(|c| c[1].parse().ok())
+}
+
+/// The scripted model: the agent's steps on the orders app (generation), the result reader it
+/// writes once, and the healer's single steps (its task starts "You repair ONE step").
+fn orders_brain() -> RequestBrain {
+    Arc::new(|request: &Value| {
+        let texts = message_texts(request).join("\n");
+        if texts.contains("You write a small JavaScript function") {
+            return json!({"function": "const s = document.querySelector('#status').innerText.trim();\nreturn 'Order ' + params.order + ': ' + s;"});
+        }
+        let page = page_text(request);
+        let healing = texts.contains("You repair ONE step");
+        let pattern = if healing {
+            r"- order = (\d+)"
+        } else {
+            r"Find order (\d+)"
+        };
+        let order = Regex::new(pattern)
+            .unwrap()
+            .captures(&texts)
+            .map(|c| c[1].to_owned())
+            .unwrap_or_default();
+        if page.contains("Search is unavailable") {
+            return done_reply("the order search results are gone", false);
+        }
+        if page.contains("Access denied") {
+            return done_reply("access denied", false);
+        }
+        if let Some(index) = button(&page, "Continue") {
+            return reply(
+                "confirm opening the order",
+                json!([{"click": {"index": index}}]),
+            );
+        }
+        if page.contains("Recent orders") {
+            if let Some(index) = row_action(&page, &order) {
+                return reply(
+                    &format!("open order {order}"),
+                    json!([{"click": {"index": index}}]),
+                );
+            }
+        }
+        if page.contains(&format!("Order {order}")) && page.contains("Customer:") {
+            return done_reply(&format!("Order {order}: {}", status_of(&order)), true);
+        }
+        match (
+            index_of(&page, "input", "Order number"),
+            index_of(&page, "input", "Access code"),
+            index_of(&page, "button", "id=search"),
+        ) {
+            (Some(number), Some(code), Some(search)) => reply(
+                "search for the order",
+                json!([
+                    {"input": {"index": number, "text": order, "clear": true}},
+                    {"input": {"index": code, "text": "<secret>code</secret>", "clear": true}},
+                    {"click": {"index": search}}
+                ]),
+            ),
+            _ => done_reply(&format!("lost on:\n{page}"), false),
+        }
+    })
+}
+
+/// Waits until the skill leaves `generating`; answers its view.
+async fn generated(client: &Client, skill: &str, task: &str) -> Value {
+    client.events(task, 0).await.until_closed(LONG).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, view) = client.get(&format!("/v1/skills/{skill}")).await;
+        assert_eq!(status, 200, "{view}");
+        if view["status"] != "generating" || tokio::time::Instant::now() > deadline {
+            return view;
+        }
+        // The generation task has ended: the skill's row was written in its transaction.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Runs the skill with `order`; answers the ended task and the model calls it made.
+async fn run(client: &Client, model: &MockModel, skill: &str, order: &str) -> (Value, usize) {
+    let before = model.requests().len();
+    let (status, task) = client
+        .post(
+            &format!("/v1/skills/{skill}/runs"),
+            json!({"parameters": {"order": order}, "secrets": {"code": ACCESS_CODE}}),
+        )
+        .await;
+    assert_eq!(status, 202, "{task}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    client.events(&id, 0).await.until_closed(LONG).await;
+    (client.task(&id).await, model.requests().len() - before)
+}
+
+fn invocations(task: &Value) -> u64 {
+    task["usage"]["invocations"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
+    let (addr, app) = OrdersApp::start().await;
+    let model = MockModel::start_on_requests(orders_brain(), Duration::ZERO).await;
+    let db = TestDb::create().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let client = Client::new(server.address(), &create_key(&db).await);
+    let other = Client::new(server.address(), &create_key(&db).await);
+
+    // Refusals before anything runs: a malformed declaration, both or neither source.
+    for (body, field) in [
+        (json!({"prompt": "Find order {{order=1042"}), "prompt"),
+        (
+            json!({"prompt": "x", "from_task": uuid::Uuid::new_v4()}),
+            "from_task",
+        ),
+        (json!({"goal": "x"}), "prompt"),
+    ] {
+        let (status, error) = client.post("/v1/skills", body.clone()).await;
+        assert_eq!(
+            (status, &error["error"]["field"]),
+            (422, &json!(field)),
+            "{body}: {error}"
+        );
+    }
+
+    // 1. Generate once: the agent searches 1042 (typing the access code, a task secret), opens
+    //    its row and reports its status; the model writes the result reader.
+    let (status, skill) = client
+        .post(
+            "/v1/skills",
+            json!({
+                "prompt": "Find order {{order=1042}} and report its status. The access code is <secret>code</secret>.",
+                "title": "Order status",
+                "start_url": format!("http://{addr}/"),
+                "allowed_domains": ["127.0.0.1"],
+                "secrets": {"code": ACCESS_CODE},
+                "use_vision": false,
+                "max_steps": 8,
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{skill}");
+    assert_eq!(skill["status"], "generating");
+    assert_eq!(skill["parameters"][0]["name"], "order");
+    let id = skill["id"].as_str().unwrap().to_owned();
+    let generation = skill["generation_task_id"].as_str().unwrap().to_owned();
+    let (status, early) = client
+        .post(
+            &format!("/v1/skills/{id}/runs"),
+            json!({"parameters": {"order": "1"}}),
+        )
+        .await;
+    if status != 202 {
+        assert_eq!(
+            (status, &early["error"]["code"]),
+            (409, &json!("skill_not_ready"))
+        );
+    }
+    let skill = generated(&client, &id, &generation).await;
+    assert_eq!(skill["status"], "finished", "{skill}\n{}", server.logs());
+    assert_eq!(skill["current_version"], 1);
+    assert_eq!(skill["versions"][0]["origin"], "generated");
+    assert_eq!(app.opened(), ["1042"]);
+    let gen_task = client.task(&generation).await;
+    assert_eq!(gen_task["output"], "Order 1042: Shipped");
+    let script = &skill["versions"][0]["script"];
+    assert_eq!(
+        script["result"]["kind"], "script",
+        "the learned reader: {script}"
+    );
+
+    // 6. The secret typed during generation stays a placeholder and is no parameter.
+    let (_, versions) = client.get(&format!("/v1/skills/{id}/versions")).await;
+    let text = versions.to_string();
+    assert!(text.contains("<secret>code</secret>"), "{text}");
+    assert!(
+        !text.contains(ACCESS_CODE),
+        "the secret's value is stored nowhere"
+    );
+    let names: Vec<&str> = skill["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["order"], "{skill}");
+
+    // Refusals of a run: parameters named, another key's skill not found.
+    for (parameters, named) in [
+        (json!({}), "order"),
+        (json!({"order": "2077", "customer": "Bob"}), "customer"),
+    ] {
+        let (status, error) = client
+            .post(
+                &format!("/v1/skills/{id}/runs"),
+                json!({"parameters": parameters}),
+            )
+            .await;
+        assert_eq!(
+            (status, &error["error"]["field"]),
+            (422, &json!("parameters")),
+            "{error}"
+        );
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(named),
+            "{error}"
+        );
+    }
+    let (status, _) = other.get(&format!("/v1/skills/{id}")).await;
+    assert_eq!(status, 404);
+    let (status, error) = other
+        .post(
+            &format!("/v1/skills/{id}/runs"),
+            json!({"parameters": {"order": "2077"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (404, &json!("skill_not_found"))
+    );
+
+    // 1. Run with 2077: its row is the one opened, its status the result, no model call.
+    let (task, calls) = run(&client, &model, &id, "2077").await;
+    assert_eq!(task["status"], "finished", "{task}\n{}", server.logs());
+    assert_eq!(task["output"], "Order 2077: Delivered");
+    assert_eq!(
+        app.opened().last().unwrap(),
+        "2077",
+        "the details of 2077 were opened"
+    );
+    assert_eq!(calls, 0, "no model call");
+    assert_eq!(invocations(&task), 0, "{task}");
+
+    // 2. The buttons become "Open" links and the status field moves: healed once.
+    OrdersApp::set(&app.renamed, true);
+    OrdersApp::set(&app.moved, true);
+    let (task, calls) = run(&client, &model, &id, "3150").await;
+    assert_eq!(task["status"], "finished", "{task}\n{}", server.logs());
+    assert_eq!(task["output"], "Order 3150: Processing");
+    assert_eq!(app.opened().last().unwrap(), "3150");
+    assert!((1..=2).contains(&calls), "{calls} model calls");
+    assert_eq!(
+        invocations(&task),
+        calls as u64,
+        "the usage counts the heal calls: {task}"
+    );
+    let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
+    assert_eq!(skill["current_version"], 2, "{skill}");
+    assert_eq!(skill["versions"][1]["origin"], "healed");
+    assert!(
+        !skill["versions"][1]["healed"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{skill}"
+    );
+
+    // 3. Again: the healed version runs without a model.
+    let (task, calls) = run(&client, &model, &id, "4411").await;
+    assert_eq!(task["output"], "Order 4411: Cancelled", "{task}");
+    assert_eq!((calls, invocations(&task)), (0, 0));
+
+    // 4. A confirmation page appears: healed likewise, then free again.
+    OrdersApp::set(&app.confirm, true);
+    let (task, calls) = run(&client, &model, &id, "1042").await;
+    assert_eq!(
+        task["output"],
+        "Order 1042: Shipped",
+        "{task}\n{}",
+        server.logs()
+    );
+    assert!((1..=2).contains(&calls), "{calls} model calls");
+    let (task, calls) = run(&client, &model, &id, "2077").await;
+    assert_eq!(
+        (task["output"].clone(), calls),
+        (json!("Order 2077: Delivered"), 0)
+    );
+    let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
+    assert_eq!(skill["current_version"], 3, "{skill}");
+
+    //    A change nobody can heal: the run fails naming the step; no new version.
+    OrdersApp::set(&app.broken, true);
+    let (task, calls) = run(&client, &model, &id, "3150").await;
+    assert_eq!(task["status"], "failed", "{task}");
+    let error = task["error"].as_str().unwrap();
+    assert!(error.contains("step"), "{error}");
+    assert!(calls <= 2, "{calls}");
+    let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
+    assert_eq!(skill["current_version"], 3);
+
+    // 5. Rollback restores the previous version, down to the first; then there is none.
+    for expected in [2, 1] {
+        let (status, skill) = client
+            .post(&format!("/v1/skills/{id}/rollback"), json!({}))
+            .await;
+        assert_eq!(
+            (status, &skill["current_version"]),
+            (200, &json!(expected)),
+            "{skill}"
+        );
+    }
+    let (status, error) = client
+        .post(&format!("/v1/skills/{id}/rollback"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("no_previous_version"))
+    );
+
+    // The runs are listed with their results; a disabled skill does not run.
+    let (status, runs) = client.get(&format!("/v1/skills/{id}/runs")).await;
+    assert_eq!(status, 200);
+    assert_eq!(runs["items"].as_array().unwrap().len(), 6, "{runs}");
+    let first = runs["items"][5]["id"].as_str().unwrap();
+    let (status, one) = client.get(&format!("/v1/skills/{id}/runs/{first}")).await;
+    assert_eq!(
+        (status, &one["output"]),
+        (200, &json!("Order 2077: Delivered"))
+    );
+    let (status, _) = client
+        .patch(&format!("/v1/skills/{id}"), json!({"is_enabled": false}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, error) = client
+        .post(
+            &format!("/v1/skills/{id}/runs"),
+            json!({"parameters": {"order": "2077"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("skill_disabled"))
+    );
+
+    // from_task: a skill made from the ended generation task, replayed once on the original
+    // app; it runs with another order without a model.
+    for switch in [&app.renamed, &app.confirm, &app.moved, &app.broken] {
+        switch.store(false, Ordering::SeqCst);
+    }
+    let (status, from) = client
+        .post(
+            "/v1/skills",
+            json!({"from_task": generation, "parameters": {"order": "1042"},
+                   "secrets": {"code": ACCESS_CODE}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{from}");
+    let from_id = from["id"].as_str().unwrap().to_owned();
+    let from_task = from["generation_task_id"].as_str().unwrap().to_owned();
+    let from = generated(&client, &from_id, &from_task).await;
+    assert_eq!(from["status"], "finished", "{from}\n{}", server.logs());
+    assert_eq!(from["versions"][0]["origin"], "from_task");
+    let (task, calls) = run(&client, &model, &from_id, "4411").await;
+    assert_eq!(
+        (task["output"].clone(), calls),
+        (json!("Order 4411: Cancelled"), 0),
+        "{task}"
+    );
+
+    // Deleting a skill keeps its runs as tasks.
+    let (status, _) = client.delete(&format!("/v1/skills/{from_id}")).await;
+    assert_eq!(status, 204);
+    let (status, _) = client.get(&format!("/v1/skills/{from_id}")).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        client.task(task["id"].as_str().unwrap()).await["status"],
+        "finished"
+    );
+}
