@@ -47,9 +47,11 @@ struct Ids {
     /// A profile (`/v1` deletes it) and another (`/api/v2` deletes it).
     profile: String,
     profile_v2: String,
-    /// A skill (generating, with a version) and an execution of it.
+    /// A skill (generating, with a version) and an execution of it; another skill (`/api/v2`
+    /// deletes it).
     skill: String,
     skill_run: String,
+    skill_v2: String,
 }
 
 impl Ids {
@@ -66,13 +68,15 @@ impl Ids {
             profile_v2: id(),
             skill: id(),
             skill_run: id(),
+            skill_v2: id(),
         }
     }
 
-    fn all(&self) -> [&str; 9] {
+    fn all(&self) -> [&str; 10] {
         [
             &self.skill,
             &self.skill_run,
+            &self.skill_v2,
             &self.task,
             &self.replay,
             &self.file,
@@ -461,11 +465,133 @@ const CASES: &[(&str, &str, Kind)] = &[
             )]
         }),
     ),
+    (
+        "POST",
+        "/api/v2/skills",
+        Kind::NoResource("creates a new skill of the caller"),
+    ),
+    (
+        "GET",
+        "/api/v2/skills",
+        Kind::Listing(|_| {
+            vec![
+                v2(Method::GET, "/api/v2/skills".into(), None),
+                v2(Method::GET, "/api/v2/skills?query=alice".into(), None),
+            ]
+        }),
+    ),
+    (
+        "GET",
+        "/api/v2/skills/{skill_id}",
+        Kind::Names(|t, _| vec![v2(Method::GET, format!("/api/v2/skills/{}", t.skill), None)]),
+    ),
+    (
+        "PATCH",
+        "/api/v2/skills/{skill_id}",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::PATCH,
+                format!("/api/v2/skills/{}", t.skill),
+                Some(json!({"title": "renamed", "isEnabled": true})),
+            )]
+        }),
+    ),
+    (
+        "POST",
+        "/api/v2/skills/{skill_id}/execute",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::POST,
+                format!("/api/v2/skills/{}/execute", t.skill),
+                Some(json!({"parameters": {"order": "1"}})),
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/api/v2/skills/{skill_id}/executions",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::GET,
+                format!("/api/v2/skills/{}/executions", t.skill),
+                None,
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/api/v2/skills/{skill_id}/executions/{execution_id}/output",
+        Kind::Names(|t, own| {
+            vec![
+                v2(
+                    Method::GET,
+                    format!(
+                        "/api/v2/skills/{}/executions/{}/output",
+                        t.skill, t.skill_run
+                    ),
+                    None,
+                ),
+                // The target's execution through the caller's own skill.
+                v2(
+                    Method::GET,
+                    format!(
+                        "/api/v2/skills/{}/executions/{}/output",
+                        own.skill, t.skill_run
+                    ),
+                    None,
+                ),
+            ]
+        }),
+    ),
+    (
+        "POST",
+        "/api/v2/skills/{skill_id}/rollback",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::POST,
+                format!("/api/v2/skills/{}/rollback", t.skill),
+                None,
+            )]
+        }),
+    ),
+    (
+        "POST",
+        "/api/v2/skills/{skill_id}/refine",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::POST,
+                format!("/api/v2/skills/{}/refine", t.skill),
+                Some(json!({"feedback": "be faster at it"})),
+            )]
+        }),
+    ),
     // After the calls above: A's cancel ends the generation they rely on.
     (
         "POST",
         "/v1/skills/{id}/cancel",
         Kind::Names(|t, _| vec![post(format!("/v1/skills/{}/cancel", t.skill), None)]),
+    ),
+    (
+        "POST",
+        "/api/v2/skills/{skill_id}/cancel",
+        Kind::Names(|t, _| {
+            vec![v2(
+                Method::POST,
+                format!("/api/v2/skills/{}/cancel", t.skill),
+                None,
+            )]
+        }),
+    ),
+    (
+        "DELETE",
+        "/api/v2/skills/{skill_id}",
+        Kind::Deletes(|t, _| {
+            vec![v2(
+                Method::DELETE,
+                format!("/api/v2/skills/{}", t.skill_v2),
+                None,
+            )]
+        }),
     ),
     (
         "DELETE",
@@ -692,11 +818,16 @@ const CASES: &[(&str, &str, Kind)] = &[
 ];
 
 /// Every MCP tool, with the arguments that name a resource (`None`: it names none —
-/// `run_task` creates a task, `list_tasks` lists the caller's own).
+/// `run_task` creates a task, `list_tasks` and `list_skills` list the caller's own).
 #[allow(clippy::type_complexity)]
 const MCP_TOOLS: &[(&str, Option<fn(&Ids) -> Value>)] = &[
     ("run_task", None),
     ("list_tasks", None),
+    ("list_skills", None),
+    (
+        "run_skill",
+        Some(|t| json!({"id": t.skill, "parameters": {}, "wait_s": 0})),
+    ),
     ("get_task", Some(|t| json!({"id": t.task}))),
     ("stop_task", Some(|t| json!({"id": t.task}))),
     ("pause_task", Some(|t| json!({"id": t.task}))),
@@ -1054,9 +1185,11 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
         201,
     );
     let (skill, skill_run) = skill_fixture(app, task_id, pool).await;
+    let (skill_v2, _) = skill_fixture(app, task_id, pool).await;
     Ids {
         skill,
         skill_run,
+        skill_v2,
         profile: profile["id"].as_str().unwrap().to_owned(),
         profile_v2: profile_v2["id"].as_str().unwrap().to_owned(),
         task: task_id.to_string(),
