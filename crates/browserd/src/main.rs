@@ -11,6 +11,7 @@ mod remote;
 mod replay;
 mod run;
 mod runtime;
+mod skills_cli;
 mod step_lines;
 mod telemetry;
 mod wiring;
@@ -151,6 +152,11 @@ enum Command {
     Tasks {
         #[command(subcommand)]
         command: remote::TasksCommand,
+    },
+    /// Talk to a running server's skills: make one, run one, list them.
+    Skills {
+        #[command(subcommand)]
+        command: skills_cli::SkillsCommand,
     },
     /// browserd's private Postgres cluster (under --data-dir), used when no DATABASE_URL is set.
     Postgres {
@@ -339,6 +345,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let result = match &cli.command {
         Command::Run(args) => run::run(cli.config.as_deref(), &cli.proxies, args).await,
         Command::Tasks { command } => remote::run(command).await,
+        Command::Skills { command } => skills_cli::run(command).await,
         Command::Replay(args) => replay::run(args, &cli.proxies).await,
         Command::Mcp(args) => mcp::serve(cli, args).await.map(|()| ExitCode::SUCCESS),
         other => other_command(cli, other, tracing_enabled)
@@ -373,6 +380,7 @@ impl Command {
             Command::Mcp(_) => "mcp",
             Command::Keys { .. } => "keys",
             Command::Tasks { .. } => "tasks",
+            Command::Skills { .. } => "skills",
             Command::Replay(_) => "replay",
             Command::Postgres { .. } => "postgres",
         }
@@ -399,6 +407,7 @@ async fn other_command(
     match command {
         Command::Run(_)
         | Command::Tasks { .. }
+        | Command::Skills { .. }
         | Command::Replay(_)
         | Command::Mcp(_)
         | Command::Postgres { .. } => Ok(()),

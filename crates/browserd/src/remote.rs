@@ -102,7 +102,7 @@ fn create_body(args: &TaskArgs) -> anyhow::Result<Value> {
 
 /// The api's REST and WebSocket endpoints, with the key.
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     base: Url,
     key: String,
     http: reqwest::Client,
@@ -117,7 +117,7 @@ enum ConnectError {
 }
 
 impl Api {
-    fn new(server: &ServerArgs) -> anyhow::Result<Self> {
+    pub(crate) fn new(server: &ServerArgs) -> anyhow::Result<Self> {
         let key = std::env::var(&server.key_env).map_err(|_| {
             anyhow::anyhow!(
                 "set the API key in the environment variable {} (or name another with --key-env)",
@@ -153,6 +153,28 @@ impl Api {
         self.base
             .join(path)
             .with_context(|| format!("joining {path} to --server"))
+    }
+
+    /// `method path` (relative to `--server`) with the key and an optional JSON body, its
+    /// answer decoded (an error status is an error naming the server's message).
+    pub(crate) async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<T> {
+        let mut request = self
+            .http
+            .request(method.clone(), self.url(path)?)
+            .bearer_auth(&self.key);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("{method} {}", self.base))?;
+        decode(response).await
     }
 
     async fn task(&self, id: TaskId) -> anyhow::Result<TaskView> {
@@ -435,7 +457,7 @@ async fn pump(
 }
 
 /// Prints the task's events until it ends, reconnecting as needed; then its outcome.
-async fn watch(api: &Api, id: TaskId) -> anyhow::Result<ExitCode> {
+pub(crate) async fn watch(api: &Api, id: TaskId) -> anyhow::Result<ExitCode> {
     let task = api.task(id).await?;
     step_lines::task(&task.task);
     // An interactive terminal answers the task's questions (only one still open: the stream
