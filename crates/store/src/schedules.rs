@@ -4,9 +4,9 @@
 //! A process fires with [`Store::claim_due_schedule`]: one transaction locks the earliest due
 //! schedule of an active key (`for update skip locked`: another process skips it, and a
 //! process whose snapshot still saw it due re-checks `next_run_at` once the lock is released),
-//! then [`ScheduleFiring::fire`] inserts the task (carrying `schedule_id` and `scheduled_for`)
-//! or [`ScheduleFiring::refuse`] records why there is none, and both move `next_run_at` to the
-//! first tick after now and commit. A tick missed while every process was down therefore fires
+//! then [`ScheduleFiring::insert_task`] inserts the task (carrying `schedule_id` and
+//! `scheduled_for`) and [`ScheduleFiring::finish`] records it, or why there is none, moves
+//! `next_run_at` to the first tick after now and commits. A tick missed while every process was down therefore fires
 //! once; a unique index on `(schedule_id, scheduled_for)` makes a second task for one tick
 //! impossible. The cron arithmetic is the task core's: this file stores the instants it computes.
 
@@ -299,7 +299,7 @@ impl Store {
     }
 
     /// Locks the earliest due schedule that no other process holds (enabled, its key active),
-    /// in a transaction that [`ScheduleFiring::fire`] or [`ScheduleFiring::refuse`] commits;
+    /// in a transaction that [`ScheduleFiring::finish`] commits;
     /// dropping the firing rolls it back (the schedule stays due). `None`: nothing is due.
     pub async fn claim_due_schedule(&self) -> Result<Option<ScheduleFiring>, StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -344,17 +344,14 @@ impl Store {
 
 impl ScheduleFiring {
     /// Inserts `new` (status `queued`) for the schedule's key as the task of the locked tick,
-    /// moves the schedule to `next_run_at` (`None`: no tick is left; the schedule is disabled)
-    /// and commits.
-    pub async fn fire(
-        mut self,
-        new: NewTask,
-        next_run_at: Option<OffsetDateTime>,
-    ) -> Result<TaskRecord, StoreError> {
+    /// in a savepoint: when the insert fails, the firing can still [`ScheduleFiring::finish`]
+    /// with the error.
+    pub async fn insert_task(&mut self, new: NewTask) -> Result<TaskRecord, StoreError> {
         let owner = self.schedule.api_key_id;
+        let mut savepoint = sqlx::Acquire::begin(&mut *self.tx).await?;
         let (task, _) = self
             .store
-            .insert_task_in(&mut self.tx, owner, new, None)
+            .insert_task_in(&mut savepoint, owner, new, None)
             .await?;
         sqlx::query!(
             "update tasks set schedule_id = $2, scheduled_for = $3 where id = $1",
@@ -362,27 +359,17 @@ impl ScheduleFiring {
             self.schedule.id,
             self.schedule.next_run_at,
         )
-        .execute(&mut *self.tx)
+        .execute(&mut *savepoint)
         .await?;
-        self.advance(Some(task.id), None, next_run_at).await?;
-        self.tx.commit().await?;
+        savepoint.commit().await?;
         Ok(task)
     }
 
-    /// Records `error` as why the locked tick created no task, moves the schedule to
-    /// `next_run_at` (`None`: disabled) and commits.
-    pub async fn refuse(
+    /// Records the tick's outcome — the task it created, or `error`: why it created none —,
+    /// moves the schedule to `next_run_at` (`None`: no tick is left, the schedule is
+    /// disabled) and commits.
+    pub async fn finish(
         mut self,
-        error: &str,
-        next_run_at: Option<OffsetDateTime>,
-    ) -> Result<(), StoreError> {
-        self.advance(None, Some(error), next_run_at).await?;
-        self.tx.commit().await?;
-        Ok(())
-    }
-
-    async fn advance(
-        &mut self,
         task: Option<TaskId>,
         error: Option<&str>,
         next_run_at: Option<OffsetDateTime>,
@@ -402,6 +389,7 @@ impl ScheduleFiring {
         )
         .execute(&mut *self.tx)
         .await?;
+        self.tx.commit().await?;
         Ok(())
     }
 }

@@ -222,7 +222,7 @@ impl Store {
     /// inserts its task in the transaction that advances the schedule).
     pub(crate) async fn insert_task_in(
         &self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         owner: ApiKeyId,
         new: NewTask,
         session: Option<(&crate::sessions::SessionChoice, &serde_json::Value)>,
