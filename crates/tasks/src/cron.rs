@@ -163,7 +163,11 @@ mod tests {
             ("* * * * * * *", "UTC", "cron: cron must have 5 fields"),
             ("61 * * * *", "UTC", "cron: cron `61 * * * *` is not valid"),
             ("0 0 30 2 *", "UTC", "cron: cron `0 0 30 2 *` never matches"),
-            ("0 9 * * *", "Mars/Olympus", "time_zone: time_zone `Mars/Olympus`"),
+            (
+                "0 9 * * *",
+                "Mars/Olympus",
+                "time_zone: time_zone `Mars/Olympus`",
+            ),
             ("0 9 * * *", "", "time_zone: time_zone ``"),
         ];
         for (cron, zone, expected) in cases {

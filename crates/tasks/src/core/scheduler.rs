@@ -137,7 +137,11 @@ impl TaskCore {
         let mut backoff = FIRST_BACKOFF;
         loop {
             let next = match self.fire_due_schedules().await {
-                Ok(_) => self.store.next_schedule_due_in().await.map_err(TaskError::from),
+                Ok(_) => self
+                    .store
+                    .next_schedule_due_in()
+                    .await
+                    .map_err(TaskError::from),
                 Err(err) => Err(err),
             };
             let wait = match next {

@@ -6,8 +6,8 @@
 
 use browserd_store::{NewSchedule, ScheduleRecord, ScheduleRun, ScheduleUpdate};
 use browserd_types::schedules::{
-    CreateScheduleRequest, SCHEDULE_NAME_MAX_CHARS, ScheduleList, ScheduleRunList,
-    ScheduleRunView, ScheduleTarget, ScheduleView, UpdateScheduleRequest,
+    CreateScheduleRequest, SCHEDULE_NAME_MAX_CHARS, ScheduleList, ScheduleRunList, ScheduleRunView,
+    ScheduleTarget, ScheduleView, UpdateScheduleRequest,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -286,6 +286,8 @@ impl TaskCore {
 /// The task target stored in a schedule, read back for a tick.
 pub(crate) fn stored_target(target: &serde_json::Value) -> Result<ScheduleTarget, TaskError> {
     serde_json::from_value(target.clone()).map_err(|err| {
-        TaskError::Internal(format!("the stored target no longer reads as a target: {err}"))
+        TaskError::Internal(format!(
+            "the stored target no longer reads as a target: {err}"
+        ))
     })
 }
