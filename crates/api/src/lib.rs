@@ -25,6 +25,7 @@ mod models;
 mod ops;
 mod output_files;
 mod profiles;
+mod schedules;
 mod tasks;
 mod v2;
 mod webhooks;
@@ -242,6 +243,7 @@ pub struct AppState {
         (name = "events", description = "Live task events over WebSocket"),
         (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
         (name = "profiles", description = "Browser profiles: the cookies and localStorage of a login, which tasks start from and save back into"),
+        (name = "schedules", description = "Tasks (or skill executions) created on a cron schedule, each tick exactly once"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -286,6 +288,16 @@ fn v1_routes() -> OpenApiRouter<AppState> {
             profiles::update_profile,
             profiles::delete_profile
         ))
+        .routes(routes!(
+            schedules::create_schedule,
+            schedules::list_schedules
+        ))
+        .routes(routes!(
+            schedules::get_schedule,
+            schedules::update_schedule,
+            schedules::delete_schedule
+        ))
+        .routes(routes!(schedules::list_schedule_runs))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {

@@ -573,6 +573,19 @@ async fn serve(
             }
         });
     }
+    // Every api process fires due schedules (each tick once, whichever gets it), with the
+    // admission settings of tasks created over `/v1`.
+    let proxies = cli.proxies.names()?;
+    let max_queued_tasks = (args.max_queued_tasks > 0).then_some(args.max_queued_tasks);
+    tokio::spawn(
+        core.clone()
+            .configured(browserd_tasks::TaskSettings {
+                models: models.clone(),
+                proxies: proxies.clone(),
+                max_queued_tasks,
+            })
+            .run_scheduler(shutdown.clone()),
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -590,8 +603,8 @@ async fn serve(
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,
             models,
-            proxies: cli.proxies.names()?,
-            max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
+            proxies,
+            max_queued_tasks,
             trace_context: tracing.then(|| {
                 Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>
             }),
