@@ -138,7 +138,9 @@ pub async fn update_schedule(
     ApiJson(request): ApiJson<UpdateScheduleRequest>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     let id = schedule_id(&id)?;
-    Ok(Json(state.core.update_schedule(&caller, id, request).await?))
+    Ok(Json(
+        state.core.update_schedule(&caller, id, request).await?,
+    ))
 }
 
 /// Delete a schedule. The tasks it created stay.

@@ -45,6 +45,8 @@ struct Ids {
     /// A profile (`/v1` deletes it) and another (`/api/v2` deletes it).
     profile: String,
     profile_v2: String,
+    /// A schedule (of a task that never fires in the test: once a year).
+    schedule: String,
 }
 
 impl Ids {
@@ -59,11 +61,13 @@ impl Ids {
             webhook: id(),
             profile: id(),
             profile_v2: id(),
+            schedule: id(),
         }
     }
 
-    fn all(&self) -> [&str; 7] {
+    fn all(&self) -> [&str; 8] {
         [
+            &self.schedule,
             &self.task,
             &self.replay,
             &self.file,
@@ -363,6 +367,57 @@ const CASES: &[(&str, &str, Kind)] = &[
             vec![Call::Http {
                 method: Method::DELETE,
                 path: format!("/v1/profiles/{}", t.profile),
+                body: None,
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "POST",
+        "/v1/schedules",
+        Kind::Names(|target, _| {
+            // Creating names resources only through its target task's `replay_of` (and
+            // `profile_id`: `a_task_cannot_name_another_keys_profile`).
+            vec![post(
+                "/v1/schedules".into(),
+                Some(json!({"cron": "0 9 * * *", "target": {"task": {"replay_of": target.task}}})),
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/schedules",
+        Kind::Listing(|_| vec![get("/v1/schedules".into())]),
+    ),
+    (
+        "GET",
+        "/v1/schedules/{id}",
+        Kind::Names(|t, _| vec![get(format!("/v1/schedules/{}", t.schedule))]),
+    ),
+    (
+        "PATCH",
+        "/v1/schedules/{id}",
+        Kind::Names(|t, _| {
+            vec![Call::Http {
+                method: Method::PATCH,
+                path: format!("/v1/schedules/{}", t.schedule),
+                body: Some(json!({"name": "renamed", "enabled": false})),
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/schedules/{id}/runs",
+        Kind::Names(|t, _| vec![get(format!("/v1/schedules/{}/runs", t.schedule))]),
+    ),
+    (
+        "DELETE",
+        "/v1/schedules/{id}",
+        Kind::Deletes(|t, _| {
+            vec![Call::Http {
+                method: Method::DELETE,
+                path: format!("/v1/schedules/{}", t.schedule),
                 body: None,
                 v2: false,
             }]
@@ -942,7 +997,20 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
         .await,
         201,
     );
+    let schedule = created(
+        a.call(&post(
+            "/v1/schedules".into(),
+            Some(json!({
+                "name": "alice's yearly report",
+                "cron": "0 0 1 1 *",
+                "target": {"task": {"task": "alice's report"}},
+            })),
+        ))
+        .await,
+        201,
+    );
     Ids {
+        schedule: schedule["id"].as_str().unwrap().to_owned(),
         profile: profile["id"].as_str().unwrap().to_owned(),
         profile_v2: profile_v2["id"].as_str().unwrap().to_owned(),
         task: task_id.to_string(),
@@ -1126,7 +1194,7 @@ async fn signed_link(app: &TestServer, alice: &Tenant<'_>, a: &Ids, missing: &Id
     assert_eq!((status, body), fetch(unknown).await);
 }
 
-/// A task (or a v2 session) that names another key's profile is refused exactly as one that
+/// A task (or a v2 session, or a schedule's task) that names another key's profile is refused exactly as one that
 /// names a profile nobody has; its owner's own request goes through.
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
@@ -1171,6 +1239,12 @@ async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
                 name: "run_task".into(),
                 arguments: json!({"task": "t", "profile_id": id, "wait_s": 0}),
             },
+            post(
+                "/v1/schedules".into(),
+                Some(
+                    json!({"cron": "0 9 * * *", "target": {"task": {"task": "t", "profile_id": id}}}),
+                ),
+            ),
         ]
     };
     let scrub = |answer: Answer| Answer {
