@@ -374,6 +374,11 @@ impl Client {
             .await
     }
 
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.patch(format!("{}{path}", self.base)).json(&body))
+            .await
+    }
+
     pub async fn delete(&self, path: &str) -> (u16, Value) {
         self.send(self.http.delete(format!("{}{path}", self.base)))
             .await
