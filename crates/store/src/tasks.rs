@@ -268,7 +268,7 @@ impl Store {
             None => None,
         };
         let created = EventBody::Status(StatusEvent::created());
-        let event = append_body_in(&mut **tx, id, &created, EventGuard::Any).await?;
+        let event = append_body_in(tx, id, &created, EventGuard::Any).await?;
         let mut record = TaskRecord::try_from(row)?;
         record.last_event_seq = event.seq;
         Ok((record, session_id))
