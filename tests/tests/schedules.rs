@@ -281,7 +281,7 @@ async fn a_key_past_its_quota_gets_last_error_and_bad_input_gets_422() {
         .await;
     assert_eq!(status, 422, "{answer}");
     assert_eq!(answer["error"]["field"], "cron");
-    let mut processes = vec![server];
-    processes[0].signal("TERM").await;
-    assert_eq!(processes[0].wait(LONG).await, Some(0));
+    let mut server = server;
+    server.signal("TERM").await;
+    assert_eq!(server.wait(LONG).await, Some(0));
 }
