@@ -99,7 +99,12 @@ impl TaskCore {
         };
         match inserted {
             Ok(task) => {
-                firing.finish(Some(task.id), None, next).await?;
+                // A schedule without a tick left (its expression no longer parses, or its
+                // last date passed) is disabled, and says why.
+                let ended = next
+                    .is_none()
+                    .then_some("no_next_tick: no tick is left after this one; disabled");
+                firing.finish(Some(task.id), ended, next).await?;
                 tracing::info!(%schedule_id, task_id = %task.id, "schedule fired");
                 Ok(Fired::Task)
             }
