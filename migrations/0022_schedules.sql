@@ -28,9 +28,11 @@ create index schedules_due_idx on schedules (next_run_at) where enabled;
 create index schedules_key_idx on schedules (api_key_id, created_at desc, id desc);
 
 -- The schedule that created a task, and the tick it was created for: at most one task per
--- tick of a schedule.
+-- tick of a schedule. No foreign key: deleting a schedule must not lock its tasks' rows (a
+-- cascade would deadlock with a worker writing one of them), and schedule ids are never
+-- reused, so a deleted schedule's tasks keep naming it harmlessly.
 alter table tasks
-    add column schedule_id   uuid references schedules (id) on delete set null,
+    add column schedule_id   uuid,
     add column scheduled_for timestamptz;
 
 create unique index tasks_schedule_tick_idx on tasks (schedule_id, scheduled_for)

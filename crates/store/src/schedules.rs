@@ -236,7 +236,7 @@ impl Store {
         Ok(row.map(Into::into))
     }
 
-    /// Deletes `owner`'s schedule `id`; its tasks stay (without their schedule). `false` when
+    /// Deletes `owner`'s schedule `id` (its row alone: its tasks stay, untouched). `false` when
     /// there is none.
     pub async fn delete_schedule(&self, owner: ApiKeyId, id: Uuid) -> Result<bool, StoreError> {
         let deleted = sqlx::query!(
