@@ -371,3 +371,32 @@ async fn another_keys_schedule_is_not_found(pool: PgPool) {
             .unwrap_err()
     ));
 }
+
+/// Deleting a schedule touches its row alone: a worker holding one of its tasks' rows (a step
+/// being written) does not hold the deletion up, and the deletion cannot deadlock with it.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn deleting_a_schedule_does_not_wait_for_its_tasks_rows(pool: PgPool) {
+    let f = fixture(pool).await;
+    let schedule = f
+        .core
+        .create_schedule(&f.alice, yearly(task_target("held")))
+        .await
+        .unwrap();
+    miss_an_hour(&f.pool, &schedule).await;
+    assert_eq!(f.core.fire_due_schedules().await.unwrap(), 1);
+    let mut worker = f.pool.begin().await.unwrap();
+    sqlx::query("select id from tasks where schedule_id = $1 for update")
+        .bind(schedule.id)
+        .fetch_one(&mut *worker)
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        f.core.delete_schedule(&f.alice, schedule.id),
+    )
+    .await
+    .expect("the deletion does not wait for the task's row")
+    .unwrap();
+    worker.commit().await.unwrap();
+    assert_eq!(tasks_of(&f.pool, &schedule).await, 1, "its task stays");
+}
