@@ -63,7 +63,7 @@ pub async fn create_schedule(
     tag = "schedules",
     params(
         ("limit" = Option<i64>, Query, description = "At most this many, 1–100 (default 50)", minimum = 1, maximum = 100),
-        ("page" = Option<i64>, Query, description = "1-based page of `limit` schedules (default 1)", minimum = 1),
+        ("page" = Option<i64>, Query, description = "1-based page of `limit` schedules (default 1)", minimum = 1, maximum = 2147483647),
     ),
     responses(
         (status = 200, description = "Schedules", body = ScheduleList),
