@@ -41,9 +41,11 @@ fn schedule_id(raw: &str) -> Result<Uuid, ApiError> {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 404, description = "The target task's `replay_of` names no task of this key (`task_not_found`)", body = ErrorBody),
+        (status = 409, description = "The target task's `replay_of` names a task that has not ended", body = ErrorBody),
         (status = 422, description = "Invalid `cron`, `time_zone`, `name` or target (`target.task.<field>` as `POST /v1/tasks` refuses it; secrets are refused), or unknown field", body = ErrorBody),
         (status = 408, description = "Request timeout", body = ErrorBody),
-        (status = 429, description = "Rate limited; see `Retry-After`", body = ErrorBody),
+        (status = 429, description = "Rate limited, or `quota_exceeded`: the key has `--max-schedules-per-key` schedules (delete one); see `Retry-After`", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -122,7 +124,8 @@ pub async fn get_schedule(
         (status = 200, description = "The changed schedule", body = ScheduleView),
         (status = 400, description = "Malformed JSON, or the id is not a UUID (`invalid_id`)", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
-        (status = 404, description = "No such schedule for this key", body = ErrorBody),
+        (status = 404, description = "No such schedule for this key, or the new target task's `replay_of` names no task of this key", body = ErrorBody),
+        (status = 409, description = "The new target task's `replay_of` names a task that has not ended", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
         (status = 422, description = "Invalid field, or unknown field", body = ErrorBody),

@@ -18,6 +18,7 @@ use sqlx::{Postgres, Transaction};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::object_limits::{KeyObject, check_count, lock_key_objects};
 use crate::tasks::{NewTask, TaskRecord, parse_status};
 use crate::{Store, StoreError};
 
@@ -127,12 +128,25 @@ pub struct ScheduleFiring {
 }
 
 impl Store {
-    /// Inserts `new` for `owner`.
+    /// Inserts `new` for `owner`, within the key's `max_schedules_per_key`
+    /// ([`StoreError::KeyObjectLimit`]).
     pub async fn create_schedule(
         &self,
         owner: ApiKeyId,
         new: NewSchedule,
     ) -> Result<ScheduleRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let max = self.object_limits.max_schedules_per_key;
+        if max > 0 {
+            lock_key_objects(&mut tx, owner, KeyObject::Schedules).await?;
+            let count = sqlx::query_scalar!(
+                "select count(*) as \"n!\" from schedules where api_key_id = $1",
+                owner.0,
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            check_count(KeyObject::Schedules, count, max)?;
+        }
         let row = sqlx::query_as!(
             ScheduleRow,
             "insert into schedules (id, api_key_id, name, cron, time_zone, target, enabled,
@@ -149,8 +163,9 @@ impl Store {
             new.enabled,
             new.next_run_at,
         )
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(row.into())
     }
 

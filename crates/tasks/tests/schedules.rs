@@ -400,3 +400,43 @@ async fn deleting_a_schedule_does_not_wait_for_its_tasks_rows(pool: PgPool) {
     worker.commit().await.unwrap();
     assert_eq!(tasks_of(&f.pool, &schedule).await, 1, "its task stays");
 }
+
+/// A key may have `max_schedules_per_key` schedules: one more is `quota_exceeded` naming it,
+/// until the key deletes one.
+#[sqlx::test(migrator = "browserd_store::MIGRATOR")]
+async fn a_key_has_at_most_its_schedules_limit(pool: PgPool) {
+    let store = Store::from_pool(pool).with_object_limits(browserd_store::ObjectLimits {
+        max_schedules_per_key: 2,
+        ..browserd_store::ObjectLimits::default()
+    });
+    let owner = Caller::key(store.create_api_key("limited").await.unwrap().record.id);
+    let core = TaskCore::with_settings(
+        store,
+        EventHub::default(),
+        TaskSettings {
+            models: ModelCatalog::new(["m".to_owned()], Some("m".to_owned())).unwrap(),
+            ..TaskSettings::default()
+        },
+    );
+    let first = core
+        .create_schedule(&owner, yearly(task_target("one")))
+        .await
+        .unwrap();
+    core.create_schedule(&owner, yearly(task_target("two")))
+        .await
+        .unwrap();
+    match core
+        .create_schedule(&owner, yearly(task_target("three")))
+        .await
+    {
+        Err(TaskError::QuotaExceeded { quota, message, .. }) => {
+            assert_eq!(quota, "max_schedules_per_key");
+            assert!(message.contains("delete one first"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    core.delete_schedule(&owner, first.id).await.unwrap();
+    core.create_schedule(&owner, yearly(task_target("three")))
+        .await
+        .unwrap();
+}
