@@ -582,13 +582,9 @@ async fn serve(
             }
         });
     }
-    // Every api process fires due schedules (each tick once, whichever gets it), admitting
-    // their tasks as it admits those created over `/v1`.
-    tokio::spawn(
-        core.clone()
-            .configured(settings.clone())
-            .run_scheduler(shutdown.clone()),
-    );
+    // Every api process fires due schedules, admitting their tasks as `/v1` admits tasks.
+    let scheduler = core.clone().configured(settings.clone());
+    tokio::spawn(scheduler.run_scheduler(shutdown.clone()));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
