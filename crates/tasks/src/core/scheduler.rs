@@ -38,6 +38,8 @@ const FIRING_ELSEWHERE_WAIT: Duration = Duration::from_secs(1);
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
 /// The skill parameters a schedule may store: the skill is resolved at each tick.
+// wired at merge (optional, at creation): also refuse a skill that is not the caller's
+// (`skill_not_found`) and parameters its current version does not declare.
 pub(crate) fn check_skill_target(target: &SkillTarget) -> Result<(), TaskError> {
     let size = serde_json::to_vec(&target.parameters).map_or(usize::MAX, |bytes| bytes.len());
     if size > 64 * 1024 {
