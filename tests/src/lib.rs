@@ -202,11 +202,12 @@ impl Process {
             // Tests run one key's tasks side by side; the fair share of the slots by default
             // (`auto`) has its own test (tests/fair_limits.rs), which sets it back.
             .env("BROWSERD_MAX_RUNNING_PER_KEY", "0")
-            // Per-key profile and session counts and the profile size: off unless a test sets
-            // them (tests/key_limits.rs, tests/profiles.rs).
+            // Per-key profile, session and schedule counts and the profile size: off unless a
+            // test sets them (tests/key_limits.rs, tests/profiles.rs).
             .env("BROWSERD_MAX_PROFILES_PER_KEY", "0")
             .env("BROWSERD_MAX_SESSIONS_PER_KEY", "0")
             .env("BROWSERD_MAX_PROFILE_BYTES", "0")
+            .env("BROWSERD_MAX_SCHEDULES_PER_KEY", "0")
             .env("RUST_LOG", "info,browserd_worker=debug")
             .env_remove("BROWSERD_CONFIG")
             .envs(env.iter().copied().filter(|(_, value)| !value.is_empty()))

@@ -758,3 +758,94 @@ async fn the_dashboard_shows_the_agents_question_and_sends_the_chosen_answer() {
     page.session.release().await;
     pool.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_schedules_a_task_and_shows_its_runs() {
+    let _one = ONE_SCENARIO_AT_A_TIME.acquire().await.unwrap();
+    let db = TestDb::create().await;
+    let model = MockModel::start(
+        Arc::new(|_page: &str| browserd_tests::done_reply("checked", true)),
+        Duration::ZERO,
+    )
+    .await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let key = create_key(&db).await;
+    let client = Client::new(server.address(), &key);
+    let (pool, page) = Dashboard::open(&format!("http://{}", server.address())).await;
+    page.sign_in(&key).await;
+    page.click("#nav a[href='#/schedules']").await;
+    page.wait_for(
+        "document.querySelector('#new-schedule') && \
+         document.querySelector('#schedules-state')?.textContent === 'No schedules yet.'",
+        "the schedules page, empty",
+        20,
+    )
+    .await;
+
+    // A bad expression is refused with the server's words, naming the field's problem.
+    page.eval(
+        "document.querySelector('#schedule-task').value = 'Check the news'; \
+         document.querySelector('#schedule-name').value = 'news'; \
+         document.querySelector('#schedule-cron').value = '61 * * * *'; \
+         document.querySelector('#schedule-zone').value = 'Europe/Paris'; \
+         document.querySelector('#new-schedule').requestSubmit(); true",
+    )
+    .await;
+    page.wait_for(
+        "document.querySelector('#new-schedule-error').textContent.includes('not valid')",
+        "the refusal of a bad cron expression",
+        20,
+    )
+    .await;
+
+    // Every second: the row shows its runs as status badges linking to their tasks.
+    page.eval(
+        "document.querySelector('#schedule-task').value = 'Check the news'; \
+         document.querySelector('#schedule-name').value = 'news'; \
+         document.querySelector('#schedule-cron').value = '* * * * * *'; \
+         document.querySelector('#new-schedule').requestSubmit(); true",
+    )
+    .await;
+    page.wait_for(
+        "document.querySelectorAll('#schedule-rows tr td.runs a.run').length >= 2",
+        "two runs of the schedule",
+        60,
+    )
+    .await;
+    let (_, list) = client.get("/v1/schedules").await;
+    let schedule = list["items"][0].clone();
+    assert_eq!(schedule["name"], "news");
+    assert_eq!(schedule["time_zone"], "Europe/Paris");
+    let link = page
+        .eval("document.querySelector('#schedule-rows td.runs a.run').getAttribute('href')")
+        .await;
+    assert!(link.as_str().unwrap().starts_with("#/tasks/"), "{link}");
+
+    // Disable: the row says so, and the API agrees.
+    page.eval(
+        "[...document.querySelectorAll('#schedule-rows button')] \
+         .find(b => b.textContent === 'Disable').click(); true",
+    )
+    .await;
+    page.wait_for(
+        "[...document.querySelectorAll('#schedule-rows button')].some(b => b.textContent === 'Enable')",
+        "the schedule disabled",
+        20,
+    )
+    .await;
+    let (_, shown) = client
+        .get(&format!(
+            "/v1/schedules/{}",
+            schedule["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(shown["enabled"], false, "{shown}");
+
+    let errors = page.errors().await;
+    assert!(
+        errors.is_empty(),
+        "JavaScript errors on the dashboard: {errors:?}"
+    );
+    page.session.release().await;
+    pool.shutdown().await;
+}

@@ -23,6 +23,7 @@ use browserd_agent::{
     TabInfo, UsageSummary,
 };
 use browserd_types::dto::TaskView;
+use browserd_types::schedules::{ScheduleRunView, ScheduleView};
 use browserd_types::{EventBody, TaskEvent, TaskId, TaskOptions, TaskStatus};
 use regex::Regex;
 use serde_json::{Value, json};
@@ -109,6 +110,29 @@ fn shapes() -> BTreeMap<&'static str, Value> {
         payload: json!({}),
         created_at: now,
     };
+    let schedule = ScheduleView {
+        id: uuid::Uuid::nil(),
+        name: "n".to_owned(),
+        cron: "* * * * *".to_owned(),
+        time_zone: "UTC".to_owned(),
+        target: json!({"task": {"task": "t"}}),
+        enabled: true,
+        next_run_at: Some(now),
+        last_run_at: Some(now),
+        last_task_id: Some(uuid::Uuid::nil()),
+        last_error: Some("e".to_owned()),
+        created_at: now,
+        updated_at: now,
+    };
+    let run = ScheduleRunView {
+        task_id: uuid::Uuid::nil(),
+        scheduled_for: now,
+        status: TaskStatus::Finished,
+        is_success: Some(true),
+        error: Some("e".to_owned()),
+        created_at: now,
+        finished_at: Some(now),
+    };
     let token_usage = serde_json::to_value(&metadata).unwrap()["usage"].clone();
     BTreeMap::from([
         ("AgentOutput", serde_json::to_value(&output).unwrap()),
@@ -119,6 +143,8 @@ fn shapes() -> BTreeMap<&'static str, Value> {
         ("TokenUsage", token_usage),
         ("TaskView", serde_json::to_value(&task).unwrap()),
         ("TaskEvent", serde_json::to_value(&event).unwrap()),
+        ("ScheduleView", serde_json::to_value(&schedule).unwrap()),
+        ("ScheduleRunView", serde_json::to_value(&run).unwrap()),
     ])
 }
 

@@ -26,6 +26,7 @@ mod ops;
 mod output_files;
 mod profiles;
 mod skills;
+mod schedules;
 mod tasks;
 mod v2;
 mod webhooks;
@@ -244,6 +245,7 @@ pub struct AppState {
         (name = "webhooks", description = "Signed task status events delivered to your endpoints"),
         (name = "profiles", description = "Browser profiles: the cookies and localStorage of a login, which tasks start from and save back into"),
         (name = "skills", description = "Skills: a task saved as a parameterised script that runs again without a model and heals itself when the site changes"),
+        (name = "schedules", description = "Tasks (or skill executions) created on a cron schedule, each tick exactly once"),
         (name = "ops", description = "Health, readiness, metrics"),
     )
 )]
@@ -300,6 +302,16 @@ fn v1_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(skills::rollback_skill))
         .routes(routes!(skills::refine_skill))
         .routes(routes!(skills::cancel_skill))
+        .routes(routes!(
+            schedules::create_schedule,
+            schedules::list_schedules
+        ))
+        .routes(routes!(
+            schedules::get_schedule,
+            schedules::update_schedule,
+            schedules::delete_schedule
+        ))
+        .routes(routes!(schedules::list_schedule_runs))
 }
 
 fn ops_routes() -> OpenApiRouter<AppState> {

@@ -52,6 +52,8 @@ struct Ids {
     skill: String,
     skill_run: String,
     skill_v2: String,
+    /// A schedule (of a task that never fires in the test: once a year).
+    schedule: String,
 }
 
 impl Ids {
@@ -69,11 +71,13 @@ impl Ids {
             skill: id(),
             skill_run: id(),
             skill_v2: id(),
+            schedule: id(),
         }
     }
 
-    fn all(&self) -> [&str; 10] {
+    fn all(&self) -> [&str; 11] {
         [
+            &self.schedule,
             &self.skill,
             &self.skill_run,
             &self.skill_v2,
@@ -600,6 +604,57 @@ const CASES: &[(&str, &str, Kind)] = &[
             vec![Call::Http {
                 method: Method::DELETE,
                 path: format!("/v1/skills/{}", t.skill),
+                body: None,
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "POST",
+        "/v1/schedules",
+        Kind::Names(|target, _| {
+            // Creating names resources only through its target task's `replay_of` (and
+            // `profile_id`: `a_task_cannot_name_another_keys_profile`).
+            vec![post(
+                "/v1/schedules".into(),
+                Some(json!({"cron": "0 9 * * *", "target": {"task": {"replay_of": target.task}}})),
+            )]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/schedules",
+        Kind::Listing(|_| vec![get("/v1/schedules".into())]),
+    ),
+    (
+        "GET",
+        "/v1/schedules/{id}",
+        Kind::Names(|t, _| vec![get(format!("/v1/schedules/{}", t.schedule))]),
+    ),
+    (
+        "PATCH",
+        "/v1/schedules/{id}",
+        Kind::Names(|t, _| {
+            vec![Call::Http {
+                method: Method::PATCH,
+                path: format!("/v1/schedules/{}", t.schedule),
+                body: Some(json!({"name": "renamed", "enabled": false})),
+                v2: false,
+            }]
+        }),
+    ),
+    (
+        "GET",
+        "/v1/schedules/{id}/runs",
+        Kind::Names(|t, _| vec![get(format!("/v1/schedules/{}/runs", t.schedule))]),
+    ),
+    (
+        "DELETE",
+        "/v1/schedules/{id}",
+        Kind::Deletes(|t, _| {
+            vec![Call::Http {
+                method: Method::DELETE,
+                path: format!("/v1/schedules/{}", t.schedule),
                 body: None,
                 v2: false,
             }]
@@ -1186,7 +1241,20 @@ async fn resources(app: &TestServer, a: &Tenant<'_>, pool: &PgPool) -> Ids {
     );
     let (skill, skill_run) = skill_fixture(app, task_id, pool).await;
     let (skill_v2, _) = skill_fixture(app, task_id, pool).await;
+    let schedule = created(
+        a.call(&post(
+            "/v1/schedules".into(),
+            Some(json!({
+                "name": "alice's yearly report",
+                "cron": "0 0 1 1 *",
+                "target": {"task": {"task": "alice's report"}},
+            })),
+        ))
+        .await,
+        201,
+    );
     Ids {
+        schedule: schedule["id"].as_str().unwrap().to_owned(),
         skill,
         skill_run,
         skill_v2,
@@ -1432,7 +1500,7 @@ async fn signed_link(app: &TestServer, alice: &Tenant<'_>, a: &Ids, missing: &Id
     assert_eq!((status, body), fetch(unknown).await);
 }
 
-/// A task (or a v2 session) that names another key's profile is refused exactly as one that
+/// A task (or a v2 session, or a schedule's task) that names another key's profile is refused exactly as one that
 /// names a profile nobody has; its owner's own request goes through.
 #[sqlx::test(migrator = "browserd_store::MIGRATOR")]
 async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
@@ -1477,6 +1545,12 @@ async fn a_task_cannot_name_another_keys_profile(pool: PgPool) {
                 name: "run_task".into(),
                 arguments: json!({"task": "t", "profile_id": id, "wait_s": 0}),
             },
+            post(
+                "/v1/schedules".into(),
+                Some(
+                    json!({"cron": "0 9 * * *", "target": {"task": {"task": "t", "profile_id": id}}}),
+                ),
+            ),
         ]
     };
     let scrub = |answer: Answer| Answer {

@@ -8,7 +8,8 @@
 // tests/tests/dashboard_contract.rs: an event's `p.field` per `case 'kind':` of onEvent against
 // that kind's payload (browserd_types::EventBody), and `x.field` chains of every name typed
 // with a JSDoc `@param {Shape} x` or `@type {Shape}` against that shape (TaskView, AgentOutput,
-// ActionResult, AgentHistory, StepMetadata, UsageSummary). Keep reads in those forms.
+// ActionResult, AgentHistory, StepMetadata, UsageSummary, ScheduleView, ScheduleRunView). Keep
+// reads in those forms.
 
 const KEY_STORAGE = 'browserd.apiKey';
 const TERMINAL = new Set(['finished', 'failed', 'stopped']);
@@ -114,7 +115,7 @@ function wsUrl(path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Routing: #/ (tasks), #/tasks/<id> (one task). Leaving a view runs its cleanup.
+// Routing: #/ (tasks), #/tasks/<id> (one task), #/schedules. Leaving a view runs its cleanup.
 
 let cleanup = [];
 
@@ -144,6 +145,7 @@ function route() {
   }
   const match = location.hash.match(/^#\/tasks\/([0-9a-fA-F-]{36})$/);
   if (match) renderTask(app, match[1]);
+  else if (location.hash === '#/schedules') renderSchedules(app);
   else renderTasks(app);
 }
 
@@ -1022,6 +1024,122 @@ function renderTask(app, id) {
   }
 
   reloadTask().then(connectEvents);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schedules (#/schedules): each schedule with its last runs, a form for a new scheduled task,
+// enable/disable and delete.
+
+const SCHEDULE_RUNS_SHOWN = 5;
+
+function renderSchedules(app) {
+  const body = el('tbody', { id: 'schedule-rows' });
+  const table = el('table', { id: 'schedules' },
+    el('thead', {}, el('tr', {}, ['Name', 'When', 'Next run', 'Last runs', ''].map((h) => el('th', { text: h })))),
+    body);
+  app.append(
+    el('h1', { text: 'Schedules' }),
+    renderNewScheduleForm(() => load()),
+    el('p', { class: 'muted', id: 'schedules-state' }),
+    table);
+
+  let timer = null;
+  let stopped = false;
+  onLeave(() => {
+    stopped = true;
+    clearTimeout(timer);
+  });
+
+  /** @param {ScheduleRunView} run */
+  function runLink(run) {
+    return el('a', { href: `#/tasks/${run.task_id}`, class: 'run', title: when(run.scheduled_for) }, badge(run.status));
+  }
+
+  /** @param {ScheduleView} schedule */
+  function row(schedule, runs) {
+    const toggle = el('button', { type: 'button', text: schedule.enabled ? 'Disable' : 'Enable' });
+    toggle.addEventListener('click', async () => {
+      try {
+        await api(`/v1/schedules/${schedule.id}`, { method: 'PATCH', body: { enabled: !schedule.enabled } });
+        load();
+      } catch (err) {
+        flash(`Could not change the schedule: ${err.message}`);
+      }
+    });
+    const remove = el('button', { type: 'button', class: 'danger', text: 'Delete' });
+    remove.addEventListener('click', async () => {
+      if (!window.confirm(`Delete the schedule “${schedule.name}”? Its tasks stay.`)) return;
+      try {
+        await api(`/v1/schedules/${schedule.id}`, { method: 'DELETE' });
+        load();
+      } catch (err) {
+        flash(`Could not delete the schedule: ${err.message}`);
+      }
+    });
+    return el('tr', { 'data-schedule-id': schedule.id },
+      el('td', { class: 'task-text', title: schedule.name }, schedule.name,
+        schedule.last_error ? el('div', { class: 'error', text: schedule.last_error }) : null),
+      el('td', {}, el('code', { text: schedule.cron }), ' ', el('span', { class: 'muted', text: schedule.time_zone })),
+      el('td', { text: schedule.enabled ? when(schedule.next_run_at) : 'disabled' }),
+      el('td', { class: 'runs' }, runs.length ? runs.map(runLink) : el('span', { class: 'muted', text: schedule.last_run_at ? `last tick ${when(schedule.last_run_at)}` : 'none yet' })),
+      el('td', {}, el('div', { class: 'actions' }, toggle, remove)));
+  }
+
+  async function load() {
+    try {
+      const list = await api('/v1/schedules?limit=100');
+      const runs = await Promise.all(list.items.map((s) =>
+        api(`/v1/schedules/${s.id}/runs?limit=${SCHEDULE_RUNS_SHOWN}`).then((page) => page.items).catch(() => [])));
+      if (stopped) return;
+      body.replaceChildren(...list.items.map((s, i) => row(s, runs[i])));
+      document.getElementById('schedules-state').textContent =
+        list.items.length === 0 ? 'No schedules yet.' : '';
+    } catch (err) {
+      if (!stopped && err.status !== 401) flash(`Could not load schedules: ${err.message}`);
+    }
+  }
+
+  async function refresh() {
+    if (stopped) return;
+    if (document.visibilityState === 'visible') await load();
+    if (!stopped) timer = setTimeout(refresh, LIST_REFRESH_MS);
+  }
+  refresh();
+}
+
+function renderNewScheduleForm(created) {
+  const error = el('p', { class: 'error', id: 'new-schedule-error' });
+  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+  const form = el('form', { class: 'card', id: 'new-schedule' },
+    el('h2', { text: 'Schedule a task' }),
+    el('label', { for: 'schedule-task', text: 'Task' }),
+    el('textarea', { id: 'schedule-task', required: true, placeholder: 'Download this month’s invoice' }),
+    el('div', { class: 'row' },
+      el('div', {}, el('label', { for: 'schedule-name', text: 'Name' }),
+        el('input', { id: 'schedule-name', placeholder: 'Monthly invoice' })),
+      el('div', {}, el('label', { for: 'schedule-cron' }, 'Cron ', el('small', { text: '(5 fields, or 6 with seconds)' })),
+        el('input', { id: 'schedule-cron', required: true, placeholder: '0 9 1 * *', class: 'code' })),
+      el('div', {}, el('label', { for: 'schedule-zone', text: 'Time zone' }),
+        el('input', { id: 'schedule-zone', value: zone }))),
+    el('div', { class: 'actions' }, el('button', { class: 'primary', type: 'submit', text: 'Create schedule' })),
+    error);
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    error.textContent = '';
+    const value = (id) => form.querySelector(id).value.trim();
+    const request = { cron: value('#schedule-cron'), target: { task: { task: value('#schedule-task') } } };
+    if (value('#schedule-name')) request.name = value('#schedule-name');
+    if (value('#schedule-zone')) request.time_zone = value('#schedule-zone');
+    try {
+      await api('/v1/schedules', { method: 'POST', body: request });
+      form.reset();
+      form.querySelector('#schedule-zone').value = zone;
+      created();
+    } catch (err) {
+      error.textContent = err.message;
+    }
+  });
+  return form;
 }
 
 // ---------------------------------------------------------------------------------------------

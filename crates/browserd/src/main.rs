@@ -523,6 +523,15 @@ fn timestamp(at: time::OffsetDateTime) -> String {
     )
 }
 
+/// What the api admits tasks with (over `/v1`, `/api/v2`, MCP, and its scheduler's ticks).
+fn task_settings(cli: &Cli, args: &ServeArgs) -> anyhow::Result<browserd_tasks::TaskSettings> {
+    Ok(browserd_tasks::TaskSettings {
+        models: config::model_catalog(&config::load_models(cli.config.as_deref())?)?,
+        proxies: cli.proxies.names()?,
+        max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
+    })
+}
+
 async fn serve(
     cli: &'static Cli,
     args: &ServeArgs,
@@ -530,7 +539,7 @@ async fn serve(
     allow_loopback: bool,
     tracing: bool,
 ) -> anyhow::Result<()> {
-    let models = config::model_catalog(&config::load_models(cli.config.as_deref())?)?;
+    let settings = task_settings(cli, args)?;
     let rate_limit = budget(args.rate_limit_per_second, args.rate_limit_burst);
     anyhow::ensure!(
         args.request_timeout_s >= 1,
@@ -582,6 +591,9 @@ async fn serve(
             }
         });
     }
+    // Every api process fires due schedules, admitting their tasks as `/v1` admits tasks.
+    let scheduler = core.clone().configured(settings.clone());
+    tokio::spawn(scheduler.run_scheduler(shutdown.clone()));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -598,9 +610,9 @@ async fn serve(
         ApiConfig {
             body_limit_bytes: args.body_limit_bytes,
             rate_limit,
-            models,
-            proxies: cli.proxies.names()?,
-            max_queued_tasks: (args.max_queued_tasks > 0).then_some(args.max_queued_tasks),
+            models: settings.models,
+            proxies: settings.proxies,
+            max_queued_tasks: settings.max_queued_tasks,
             trace_context: tracing.then(|| {
                 Arc::new(telemetry::OtelTraceContext) as Arc<dyn browserd_api::TraceContext>
             }),

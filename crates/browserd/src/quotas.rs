@@ -72,6 +72,16 @@ pub(crate) struct QuotaArgs {
     )]
     max_profiles_per_key: u32,
 
+    /// Schedules (`/v1/schedules`) one key may have; creating one more answers 429
+    /// `quota_exceeded` until the key deletes one (0: unlimited).
+    #[arg(
+        long,
+        env = "BROWSERD_MAX_SCHEDULES_PER_KEY",
+        default_value_t = 100,
+        global = true
+    )]
+    max_schedules_per_key: u32,
+
     /// Active `/api/v2` sessions (created with `POST /api/v2/sessions`, not yet stopped) one
     /// key may have; creating one more answers 429 until the key stops or deletes one (0:
     /// unlimited).
@@ -138,12 +148,13 @@ impl QuotaArgs {
 }
 
 impl QuotaArgs {
-    /// The per-key profile and session counts and the profile size.
+    /// The per-key profile, session and schedule counts and the profile size.
     pub(crate) fn object_limits(&self) -> ObjectLimits {
         ObjectLimits {
             max_profiles_per_key: self.max_profiles_per_key,
             max_sessions_per_key: self.max_sessions_per_key,
             max_profile_bytes: self.max_profile_bytes,
+            max_schedules_per_key: self.max_schedules_per_key,
         }
     }
 

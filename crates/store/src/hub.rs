@@ -11,6 +11,9 @@
 //! task learns that its viewers changed, the api processes serving viewers that a new frame is
 //! stored.
 //!
+//! Schedule changes (channel `schedules`) wake the process's scheduler
+//! ([`EventHub::schedule_wakeup`]).
+//!
 //! It also relays key revocations (channel `api_keys`) as [`KeySignal`]s to everyone who
 //! holds a [`EventHub::key_signals`] receiver (the api's auth cache and its WebSockets).
 
@@ -28,6 +31,7 @@ use crate::api_keys::API_KEYS_CHANNEL;
 use crate::events::{EventNotice, NOTIFY_CHANNEL};
 use crate::live::LIVE_CHANNEL;
 use crate::queue::QUEUE_CHANNEL;
+use crate::schedules::SCHEDULES_CHANNEL;
 use crate::{Store, StoreError};
 
 /// Buffered signals per watched task before a slow subscriber is told to resync.
@@ -92,6 +96,7 @@ pub struct EventHub {
     channels: Channels,
     live: Channels<LiveSignal>,
     queue: Arc<tokio::sync::Notify>,
+    schedules: Arc<tokio::sync::Notify>,
     keys: broadcast::Sender<KeySignal>,
 }
 
@@ -101,6 +106,7 @@ impl Default for EventHub {
             channels: Channels::default(),
             live: Channels::default(),
             queue: Arc::default(),
+            schedules: Arc::default(),
             keys: broadcast::channel(CHANNEL_CAPACITY).0,
         }
     }
@@ -257,6 +263,12 @@ impl EventHub {
         self.queue.notified().await;
     }
 
+    /// Resolves when a schedule may have changed its next tick (a `schedules` notification, or
+    /// a listener reconnect). One wake-up is kept for a caller that was not waiting.
+    pub async fn schedule_wakeup(&self) {
+        self.schedules.notified().await;
+    }
+
     /// Number of tasks with at least one subscriber.
     pub fn watched_tasks(&self) -> usize {
         self.channels
@@ -317,6 +329,9 @@ impl EventHub {
                 Ok(Some(notification)) if notification.channel() == QUEUE_CHANNEL => {
                     self.queue.notify_one();
                 }
+                Ok(Some(notification)) if notification.channel() == SCHEDULES_CHANNEL => {
+                    self.schedules.notify_one();
+                }
                 Ok(Some(notification)) if notification.channel() == API_KEYS_CHANNEL => {
                     self.dispatch_key(notification.payload());
                 }
@@ -337,6 +352,7 @@ impl EventHub {
                     // Anything committed while we were away was not signalled.
                     self.resync_all();
                     self.queue.notify_one();
+                    self.schedules.notify_one();
                     let _ = self.keys.send(KeySignal::Resync);
                 }
             }
@@ -361,6 +377,7 @@ async fn listen(store: &Store) -> Result<PgListener, StoreError> {
             QUEUE_CHANNEL,
             API_KEYS_CHANNEL,
             LIVE_CHANNEL,
+            SCHEDULES_CHANNEL,
         ])
         .await?;
     Ok(listener)

@@ -18,6 +18,7 @@ mod questions;
 mod queue;
 mod quotas;
 mod replays;
+mod schedules;
 mod sealed;
 mod sessions;
 mod skills;
@@ -57,6 +58,9 @@ pub use questions::{Answer, Answered, Asked, GivenAnswer, NewQuestion};
 pub use queue::{ClaimedTask, QUEUE_CHANNEL, ReapedTask, StepWrite, pause_limit_error};
 pub use quotas::{KeyUsage, QuotaOverrides, QuotaUpdate, Quotas, seconds_until_utc_midnight};
 pub use replays::{NewReplay, TaskReplay};
+pub use schedules::{
+    NewSchedule, SCHEDULES_CHANNEL, ScheduleFiring, ScheduleRecord, ScheduleRun, ScheduleUpdate,
+};
 pub use sealed::{SealError, SealedFor, SecretsKeyring};
 pub use sessions::{
     NewSession, SessionChoice, SessionRecord, SessionState, TaskSession, V2Task, V2TaskFilter,

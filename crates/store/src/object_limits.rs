@@ -1,6 +1,7 @@
 //! Per-key limits on the objects a key keeps between tasks: how many profiles, how many active
-//! `/api/v2` sessions, and how large a profile's saved state may be. Checked where the objects
-//! are stored (`Store::create_profile`, `Store::create_session`, `Store::save_profile_state`),
+//! `/api/v2` sessions, how many schedules, and how large a profile's saved state may be. Checked
+//! where the objects are stored (`Store::create_profile`, `Store::create_session`,
+//! `Store::create_schedule`, `Store::save_profile_state`),
 //! so every caller — the api, the worker — is held to them. 0 is unlimited.
 
 use browserd_types::ApiKeyId;
@@ -19,6 +20,9 @@ pub struct ObjectLimits {
     pub max_sessions_per_key: u32,
     /// Bytes of a profile's saved state, serialized as JSON (`--max-profile-bytes`).
     pub max_profile_bytes: usize,
+    /// Schedules a key may have (`--max-schedules-per-key`): each one's ticks cost the
+    /// schedulers work whether or not its tasks are admitted.
+    pub max_schedules_per_key: u32,
 }
 
 /// The objects counted per key.
@@ -26,6 +30,7 @@ pub struct ObjectLimits {
 pub enum KeyObject {
     Profiles,
     Sessions,
+    Schedules,
 }
 
 impl KeyObject {
@@ -34,6 +39,7 @@ impl KeyObject {
         match self {
             KeyObject::Profiles => "profiles",
             KeyObject::Sessions => "active sessions",
+            KeyObject::Schedules => "schedules",
         }
     }
 
@@ -42,6 +48,7 @@ impl KeyObject {
         match self {
             KeyObject::Profiles => "max_profiles_per_key",
             KeyObject::Sessions => "max_sessions_per_key",
+            KeyObject::Schedules => "max_schedules_per_key",
         }
     }
 
@@ -50,6 +57,7 @@ impl KeyObject {
         match self {
             KeyObject::Profiles => "delete one first",
             KeyObject::Sessions => "stop or delete one first",
+            KeyObject::Schedules => "delete one first",
         }
     }
 }

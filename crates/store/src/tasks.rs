@@ -213,6 +213,24 @@ impl Store {
         session: Option<(&crate::sessions::SessionChoice, &serde_json::Value)>,
         skill: Option<&crate::skills::SkillAttach>,
     ) -> Result<(TaskRecord, Option<Uuid>), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let created = self
+            .insert_task_in(&mut tx, owner, new, session, skill)
+            .await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// [`Store::create_task_with`] inside the caller's transaction `tx` (a schedule's firing
+    /// inserts its task in the transaction that advances the schedule).
+    pub(crate) async fn insert_task_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        owner: ApiKeyId,
+        new: NewTask,
+        session: Option<(&crate::sessions::SessionChoice, &serde_json::Value)>,
+        skill: Option<&crate::skills::SkillAttach>,
+    ) -> Result<(TaskRecord, Option<Uuid>), StoreError> {
         let id = TaskId::new();
         let secrets = if new.secrets.is_empty() {
             None
@@ -220,7 +238,6 @@ impl Store {
             let keyring = self.keyring.as_ref().ok_or(StoreError::NoSecretsKey)?;
             Some(keyring.seal_task_secrets(crate::SealedFor::task(id, owner), &new.secrets))
         };
-        let mut tx = self.pool.begin().await?;
         let row = sqlx::query_as!(
             TaskRow,
             "insert into tasks (id, api_key_id, task, options, secrets_sealed)
@@ -234,7 +251,7 @@ impl Store {
             Json(&new.options) as _,
             secrets,
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
         if let Some(context) = &new.trace_context {
             sqlx::query!(
@@ -242,24 +259,23 @@ impl Store {
                 id.0,
                 context
             )
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
         }
         if let Some(replay) = &new.replay {
-            crate::replays::attach_in(&mut tx, id, replay).await?;
+            crate::replays::attach_in(tx, id, replay).await?;
         }
         if let Some(skill) = skill {
-            crate::skills::attach_in(&mut tx, owner, id, skill).await?;
+            crate::skills::attach_in(tx, owner, id, skill).await?;
         }
         let session_id = match session {
             Some((choice, options)) => {
-                Some(crate::sessions::attach_in(&mut tx, owner, id, choice, options).await?)
+                Some(crate::sessions::attach_in(tx, owner, id, choice, options).await?)
             }
             None => None,
         };
         let created = EventBody::Status(StatusEvent::created());
-        let event = append_body_in(&mut tx, id, &created, EventGuard::Any).await?;
-        tx.commit().await?;
+        let event = append_body_in(tx, id, &created, EventGuard::Any).await?;
         let mut record = TaskRecord::try_from(row)?;
         record.last_event_seq = event.seq;
         Ok((record, session_id))

@@ -45,6 +45,7 @@ async fn profile_and_session_counts_per_key_hold_under_concurrent_creations(pool
             max_profiles_per_key: 5,
             max_sessions_per_key: 5,
             max_profile_bytes: 0,
+            max_schedules_per_key: 0,
         },
     );
     let owner = key(&store).await;

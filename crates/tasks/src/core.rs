@@ -1,7 +1,7 @@
 //! [`TaskCore`]: the server's task core — the [`TaskService`] over the Postgres store, and the
 //! server objects front ends read and write besides tasks: API keys and event tickets,
 //! profiles, webhooks, `/api/v2` sessions and tasks, live view and take-over inputs, output
-//! files, steps, readiness and gauges. Every call answers [`TaskError`]; the store handle never
+//! files, steps, readiness and gauges, and schedules with the scheduler that fires them. Every call answers [`TaskError`]; the store handle never
 //! leaves this crate.
 
 use browserd_store::{EventHub, KeySignals, LiveSubscription, Store, Subscription};
@@ -11,9 +11,13 @@ mod keys;
 mod live;
 mod profiles;
 mod reads;
+mod scheduler;
+mod schedules;
 mod sessions;
 mod skills;
 mod webhooks;
+
+pub use scheduler::MAX_SLEEP as SCHEDULER_MAX_SLEEP;
 
 use crate::error::TaskError;
 use crate::models::ModelCatalog;

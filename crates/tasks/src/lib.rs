@@ -5,7 +5,8 @@
 //! screenshots, replay reports) and following their events, for the caller's own tasks only
 //! (another key's task is not found). [`TaskCore`] adds the server objects front ends touch
 //! besides tasks — API keys and tickets, profiles, webhooks, v2 sessions, live view and
-//! take-over, output files, readiness — over the Postgres store.
+//! take-over, output files, readiness, schedules (and the scheduler firing them) — over the
+//! Postgres store.
 //!
 //! No HTTP types and no web framework here: failures are [`TaskError`]s, which each front end maps to
 //! its wire errors. The crate re-exports the plain records front ends need, never the store
@@ -13,13 +14,14 @@
 
 mod caller;
 mod core;
+mod cron;
 mod error;
 mod models;
 mod service;
 mod validation;
 
 pub use caller::Caller;
-pub use core::{TaskCore, TaskSettings};
+pub use core::{SCHEDULER_MAX_SLEEP, TaskCore, TaskSettings};
 pub use error::TaskError;
 pub use models::{ModelCatalog, UnknownDefaultModel};
 pub use service::{CreatedTask, Placement, TaskFeed, TaskService, decode_cursor, next_page_after};

@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use browserd_store::{
-    ArtifactContent, EventFeed, EventHub, FeedItem, GivenAnswer, KeyUsage, Quotas, SessionChoice,
-    Store, StoreError, TaskCursor, TaskRecord, TransitionDetails, seconds_until_utc_midnight,
+    ArtifactContent, EventFeed, EventHub, FeedItem, GivenAnswer, KeyUsage, NewTask, Quotas,
+    SessionChoice, Store, StoreError, TaskCursor, TaskRecord, TransitionDetails,
+    seconds_until_utc_midnight,
 };
 use browserd_types::dto::{
     AnswerRequest, CreateTaskRequest, ReplayActionView, ReplayReportView, StepList, StepView,
@@ -190,10 +191,66 @@ impl TaskService {
     pub async fn create(
         &self,
         caller: &Caller,
-        mut request: CreateTaskRequest,
+        request: CreateTaskRequest,
         trace_context: Option<String>,
         placement: Placement,
     ) -> Result<CreatedTask, TaskError> {
+        let new_task = self.admitted(caller, request, trace_context).await?;
+        let (task, session_id) = match placement {
+            Placement::Queue => (self.store.create_task(caller.key_id, new_task).await?, None),
+            Placement::Session { choice, v2_options } => {
+                let (task, session) = self
+                    .store
+                    .create_v2_task(caller.key_id, new_task, choice, v2_options)
+                    .await?;
+                (task, Some(session))
+            }
+            Placement::Skill(attach) => (
+                self.store
+                    .create_skill_task(caller.key_id, new_task, &attach)
+                    .await?,
+                None,
+            ),
+        };
+        tracing::info!(task_id = %task.id, session_id = ?session_id, "task created");
+        let position = self.store.queue_position(task.id).await?;
+        let mut view = TaskView::from(task);
+        view.queue_position = position;
+        Ok(CreatedTask { view, session_id })
+    }
+
+    /// Everything [`TaskService::create`] does before the insert: the checks of
+    /// [`TaskService::checked`], then admission (the key's quotas, the machine's queue cap).
+    /// A schedule's firing inserts the result in its own transaction.
+    pub(crate) async fn admitted(
+        &self,
+        caller: &Caller,
+        request: CreateTaskRequest,
+        trace_context: Option<String>,
+    ) -> Result<NewTask, TaskError> {
+        let new_task = self.checked(caller, request, trace_context).await?;
+        self.admit_for_key(caller).await?;
+        if let Some(max) = self.max_queued_tasks {
+            let queued = self.store.queued_tasks().await?;
+            if queued >= max {
+                return Err(TaskError::QueueFull {
+                    queued,
+                    retry_after_secs: 5,
+                });
+            }
+        }
+        Ok(new_task)
+    }
+
+    /// The task `request` asks for, checked as creation checks it (validation, replay source,
+    /// proxy, profile, secrets key) but not admitted: a schedule's target is checked when the
+    /// schedule is saved, admitted at every tick.
+    pub(crate) async fn checked(
+        &self,
+        caller: &Caller,
+        mut request: CreateTaskRequest,
+        trace_context: Option<String>,
+    ) -> Result<NewTask, TaskError> {
         if let Some(source) = request.replay_of {
             self.replay_defaults(caller, source, &mut request).await?;
         }
@@ -221,37 +278,7 @@ impl TaskService {
         if !new_task.secrets.is_empty() && !self.store.has_secrets_key() {
             return Err(StoreError::NoSecretsKey.into());
         }
-        self.admit_for_key(caller).await?;
-        if let Some(max) = self.max_queued_tasks {
-            let queued = self.store.queued_tasks().await?;
-            if queued >= max {
-                return Err(TaskError::QueueFull {
-                    queued,
-                    retry_after_secs: 5,
-                });
-            }
-        }
-        let (task, session_id) = match placement {
-            Placement::Queue => (self.store.create_task(caller.key_id, new_task).await?, None),
-            Placement::Session { choice, v2_options } => {
-                let (task, session) = self
-                    .store
-                    .create_v2_task(caller.key_id, new_task, choice, v2_options)
-                    .await?;
-                (task, Some(session))
-            }
-            Placement::Skill(attach) => (
-                self.store
-                    .create_skill_task(caller.key_id, new_task, &attach)
-                    .await?,
-                None,
-            ),
-        };
-        tracing::info!(task_id = %task.id, session_id = ?session_id, "task created");
-        let position = self.store.queue_position(task.id).await?;
-        let mut view = TaskView::from(task);
-        view.queue_position = position;
-        Ok(CreatedTask { view, session_id })
+        Ok(new_task)
     }
 
     /// A task's `profile_id` must name one of the caller's profiles (another key's reads as

@@ -6,6 +6,7 @@ pub mod event;
 pub mod ids;
 pub mod options;
 pub mod profiles;
+pub mod schedules;
 pub mod schema_bounds;
 pub mod secrets;
 pub mod skills;

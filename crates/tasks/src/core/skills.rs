@@ -576,6 +576,33 @@ impl TaskCore {
         request: RunSkillRequest,
         trace_context: Option<String>,
     ) -> Result<TaskView, TaskError> {
+        let (task_request, attach) = self.skill_execution(caller, id, &request).await?;
+        let version = match &attach {
+            SkillAttach::Execute { version, .. } => *version,
+            _ => 0,
+        };
+        let created = self
+            .tasks
+            .create(
+                caller,
+                task_request,
+                trace_context,
+                Placement::Skill(attach),
+            )
+            .await?;
+        tracing::info!(skill_id = %id, version, task_id = %created.view.id, "skill run queued");
+        Ok(created.view)
+    }
+
+    /// The task an execution of skill `id` with `request` is, and its link to the skill (the
+    /// current version pinned), checked but not admitted: [`TaskCore::run_skill`] creates it, a
+    /// schedule's tick inserts it in its own transaction.
+    pub(crate) async fn skill_execution(
+        &self,
+        caller: &Caller,
+        id: Uuid,
+        request: &RunSkillRequest,
+    ) -> Result<(CreateTaskRequest, SkillAttach), TaskError> {
         let skill = self.store.get_skill(caller.key_id, id).await?;
         if !skill.is_enabled {
             return Err(TaskError::Conflict {
@@ -626,17 +653,7 @@ impl TaskCore {
             version,
             parameters: serde_json::Value::Object(request.parameters.clone()),
         };
-        let created = self
-            .tasks
-            .create(
-                caller,
-                task_request,
-                trace_context,
-                Placement::Skill(attach),
-            )
-            .await?;
-        tracing::info!(skill_id = %id, version, task_id = %created.view.id, "skill run queued");
-        Ok(created.view)
+        Ok((task_request, attach))
     }
 
     /// A page of the skill's executions (tasks with their results), newest first.
