@@ -105,19 +105,13 @@ fn orders_brain() -> RequestBrain {
     })
 }
 
-/// Waits until the skill leaves `generating`; answers its view.
+/// Waits for the generation task's end (its event stream closes); the skill's row was written
+/// in the transaction of that end. Answers the skill's view.
 async fn generated(client: &Client, skill: &str, task: &str) -> Value {
     client.events(task, 0).await.until_closed(LONG).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, view) = client.get(&format!("/v1/skills/{skill}")).await;
-        assert_eq!(status, 200, "{view}");
-        if view["status"] != "generating" || tokio::time::Instant::now() > deadline {
-            return view;
-        }
-        // The generation task has ended: the skill's row was written in its transaction.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (status, view) = client.get(&format!("/v1/skills/{skill}")).await;
+    assert_eq!(status, 200, "{view}");
+    view
 }
 
 /// Runs the skill with `order`; answers the ended task and the model calls it made.
