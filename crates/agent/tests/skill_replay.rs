@@ -14,8 +14,7 @@ use async_trait::async_trait;
 use browserd_agent::replay::{MatchedBy, ReplayOptions, ReplayReport, ReplayRun, replay_steps};
 use browserd_agent::secrets::Secrets;
 use browserd_agent::skill::{
-    HealOutcome, HealRequest, ModelHealer, SkillScript, StepHealer, bind, make_script,
-    parse_prompt,
+    HealOutcome, HealRequest, ModelHealer, SkillScript, StepHealer, bind, make_script, parse_prompt,
 };
 use browserd_agent::{
     Agent, AgentControl, AgentEvent, AgentHistoryList, SensitiveData, TaskConfig,
@@ -28,10 +27,15 @@ const ITEMS: &str = "http://shop.test/items";
 async fn record(browser: Arc<FakeBrowser>, replies: Vec<Value>) -> AgentHistoryList {
     let mut config = TaskConfig::new("Add the item to the cart.");
     config.start_url = Some(ITEMS.into());
-    let history = Agent::new(config, browser, ScriptedModel::json(replies), RecordingSink::new())
-        .expect("valid config")
-        .run()
-        .await;
+    let history = Agent::new(
+        config,
+        browser,
+        ScriptedModel::json(replies),
+        RecordingSink::new(),
+    )
+    .expect("valid config")
+    .run()
+    .await;
     assert!(history.is_done(), "the recorded run ends");
     history
 }
@@ -58,14 +62,26 @@ async fn execute(
         max_retries: 1,
         retry_delay: Duration::ZERO,
     };
-    replay_steps(browser, &steps, &Secrets::new(&SensitiveData::default()), &options, &run, |_| {}).await
+    replay_steps(
+        browser,
+        &steps,
+        &Secrets::new(&SensitiveData::default()),
+        &options,
+        &run,
+        |_| {},
+    )
+    .await
 }
 
 fn rows(rows: &[(u64, &str)]) -> Page {
     let mut page = Page::new("Items", "Your orders");
     for (index, order) in rows {
         page = page
-            .el(*index, "button", Element::Link(format!("http://shop.test/cart/{order}")))
+            .el(
+                *index,
+                "button",
+                Element::Link(format!("http://shop.test/cart/{order}")),
+            )
             .named(*index, "Add to cart", &format!("Order {order} Add to cart"));
     }
     page
@@ -74,8 +90,14 @@ fn rows(rows: &[(u64, &str)]) -> Page {
 fn shop(rows_page: Page) -> Arc<FakeBrowser> {
     FakeBrowser::new(vec![
         (ITEMS, rows_page),
-        ("http://shop.test/cart/1042", Page::new("Cart", "1042 is in the cart")),
-        ("http://shop.test/cart/77", Page::new("Cart", "77 is in the cart")),
+        (
+            "http://shop.test/cart/1042",
+            Page::new("Cart", "1042 is in the cart"),
+        ),
+        (
+            "http://shop.test/cart/77",
+            Page::new("Cart", "77 is in the cart"),
+        ),
     ])
 }
 
@@ -126,16 +148,36 @@ async fn near_matching_clicks_the_row_that_shows_the_new_value() {
 async fn two_rows_showing_the_value_or_none_is_a_miss_never_a_guess() {
     let script = order_script().await;
     let browser = shop(rows(&[(1, "77"), (2, "77"), (3, "1042")]));
-    let (report, _) = execute(&browser, &script, json!({"order": 77}), None, &RecordingSink::new()).await;
+    let (report, _) = execute(
+        &browser,
+        &script,
+        json!({"order": 77}),
+        None,
+        &RecordingSink::new(),
+    )
+    .await;
     assert!(!report.success);
     let error = report.error.unwrap_or_default();
-    assert!(error.contains("element not found") && error.contains("ambiguous"), "{error}");
+    assert!(
+        error.contains("element not found") && error.contains("ambiguous"),
+        "{error}"
+    );
     assert!(clicked(&browser).is_empty(), "nothing clicked");
 
     let browser = shop(rows(&[(1, "1042"), (2, "770")]));
-    let (report, _) = execute(&browser, &script, json!({"order": 77}), None, &RecordingSink::new()).await;
+    let (report, _) = execute(
+        &browser,
+        &script,
+        json!({"order": 77}),
+        None,
+        &RecordingSink::new(),
+    )
+    .await;
     let error = report.error.unwrap_or_default();
-    assert!(error.contains("none of the 2 candidates shows \"77\""), "{error}");
+    assert!(
+        error.contains("none of the 2 candidates shows \"77\""),
+        "{error}"
+    );
     assert!(clicked(&browser).is_empty());
 }
 
@@ -161,7 +203,11 @@ async fn cart_script() -> SkillScript {
     make_script(&history, &[], &BTreeMap::new())
 }
 
-fn model_healer(browser: Arc<FakeBrowser>, model: Arc<ScriptedModel>, sink: Arc<RecordingSink>) -> ModelHealer {
+fn model_healer(
+    browser: Arc<FakeBrowser>,
+    model: Arc<ScriptedModel>,
+    sink: Arc<RecordingSink>,
+) -> ModelHealer {
     ModelHealer {
         model,
         browser,
@@ -194,7 +240,10 @@ async fn a_step_whose_element_is_gone_is_healed_and_the_replay_goes_on() {
         ),
         ("http://shop.test/cart", Page::new("Cart", "In the cart")),
     ]);
-    let model = ScriptedModel::json(vec![reply("add to basket", json!([{"click": {"index": 6}}]))]);
+    let model = ScriptedModel::json(vec![reply(
+        "add to basket",
+        json!([{"click": {"index": 6}}]),
+    )]);
     let sink = RecordingSink::new();
     let healer = model_healer(renamed.clone(), model.clone(), sink.clone());
     let (report, history) = execute(&renamed, &script, json!({}), Some(&healer), &sink).await;
@@ -202,10 +251,19 @@ async fn a_step_whose_element_is_gone_is_healed_and_the_replay_goes_on() {
     assert_eq!(report.healed.len(), 1);
     assert_eq!(report.healed[0].step, 1);
     assert_eq!(report.healed[0].model_calls, 1);
-    assert!(report.healed[0].reason.starts_with("element not found: <BUTTON> \"Add to cart\""), "{}", report.healed[0].reason);
+    assert!(
+        report.healed[0]
+            .reason
+            .starts_with("element not found: <BUTTON> \"Add to cart\""),
+        "{}",
+        report.healed[0].reason
+    );
     assert_eq!(model.requests().len(), 1, "one model call");
     let task = state_of(&model.requests()[0]);
-    assert!(task.contains("Add the shirt to the cart") && task.contains("element not found"), "{task}");
+    assert!(
+        task.contains("Add the shirt to the cart") && task.contains("element not found"),
+        "{task}"
+    );
     assert_eq!(renamed.url(), "http://shop.test/cart");
     // Replayed 0, 1 (missed), the healer's 3, then the replayed done as 4.
     assert_eq!(step_numbers(&sink), [1, 2, 3, 4]);
@@ -220,7 +278,11 @@ async fn a_page_that_is_not_reached_is_healed_with_the_expected_url() {
         (
             ITEMS,
             Page::new("Items", "A shirt")
-                .el(5, "button", Element::Link("http://shop.test/confirm".into()))
+                .el(
+                    5,
+                    "button",
+                    Element::Link("http://shop.test/confirm".into()),
+                )
                 .named(5, "Add to cart", "Shirt Add to cart"),
         ),
         (
@@ -240,7 +302,11 @@ async fn a_page_that_is_not_reached_is_healed_with_the_expected_url() {
         report.healed[0].reason,
         "expected to reach http://shop.test/cart after step 1, now on http://shop.test/confirm"
     );
-    assert_eq!(clicked(&confirm), [json!(5), json!(8)], "the recorded click ran once");
+    assert_eq!(
+        clicked(&confirm),
+        [json!(5), json!(8)],
+        "the recorded click ran once"
+    );
 }
 
 /// Counts the heal requests and never heals.
@@ -268,7 +334,14 @@ async fn a_step_that_reached_the_page_and_failed_is_never_healed() {
             .named(5, "Add to cart", "Shirt Add to cart"),
     )]);
     let healer = CountingHealer::default();
-    let (report, _) = execute(&failing, &script, json!({}), Some(&healer), &RecordingSink::new()).await;
+    let (report, _) = execute(
+        &failing,
+        &script,
+        json!({}),
+        Some(&healer),
+        &RecordingSink::new(),
+    )
+    .await;
     assert!(!report.success);
     assert_eq!(healer.0.load(Ordering::SeqCst), 0, "never healed");
     let error = report.error.unwrap_or_default();

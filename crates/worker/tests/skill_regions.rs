@@ -21,7 +21,6 @@ use browserd_browser::egress::EgressSettings;
 use browserd_browser::{BrowserPool, ContextOptions, PoolConfig};
 use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use serde_json::json;
-use tokio::sync::OnceCell;
 
 /// 200 rows, orders 1001…1200; `dup` shows order 1017 twice.
 fn table(dup: bool) -> String {
@@ -44,10 +43,10 @@ const FRAMED: &str = r#"<!doctype html><html><head><title>Framed</title></head><
 <h1>Outside</h1><iframe style="width:600px;height:300px" srcdoc="<ul><li><span>Order 7</span> <button>Add to cart</button></li><li><span>Order 8</span> <button>Add to cart</button></li></ul>"></iframe>
 </body></html>"#;
 
-static SITE: OnceCell<(BrowserPool, String)> = OnceCell::const_new();
-
-async fn site() -> &'static (BrowserPool, String) {
-    SITE.get_or_init(|| async {
+/// The fixture site and a pool, for one test: each test has its own runtime, and the tasks
+/// behind a pool or a server live on the runtime that started them.
+async fn site() -> (BrowserPool, String) {
+    {
         let app = axum::Router::new()
             .route("/orders", get(|| async { Html(table(false)) }))
             .route("/dup", get(|| async { Html(table(true)) }))
@@ -66,12 +65,10 @@ async fn site() -> &'static (BrowserPool, String) {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let pool = BrowserPool::new(PoolConfig::default()).unwrap();
         (pool, format!("http://{addr}"))
-    })
-    .await
+    }
 }
 
-async fn browser(workspace: &TaskWorkspace) -> SessionBrowser {
-    let (pool, _) = site().await;
+async fn browser(pool: &BrowserPool, workspace: &TaskWorkspace) -> SessionBrowser {
     let session = pool
         .lease_with(ContextOptions {
             egress: Some(EgressSettings {
@@ -105,7 +102,11 @@ async fn recorded_run(b: &SessionBrowser, base: &str) -> AgentHistoryList {
     let mut chosen = None;
     for index in buttons(b).await {
         let element = b.describe_element(index).await.expect("described");
-        if element.region.as_deref().is_some_and(|r| r.contains("Order 1042 ")) {
+        if element
+            .region
+            .as_deref()
+            .is_some_and(|r| r.contains("Order 1042 "))
+        {
             chosen = Some(element);
             break;
         }
@@ -138,7 +139,12 @@ async fn recorded_run(b: &SessionBrowser, base: &str) -> AgentHistoryList {
     };
     AgentHistoryList {
         history: vec![
-            step(0, url.clone(), ActionCall::new("navigate", json!({"url": url})), None),
+            step(
+                0,
+                url.clone(),
+                ActionCall::new("navigate", json!({"url": url})),
+                None,
+            ),
             step(1, url.clone(), click, Some(chosen)),
         ],
         ..AgentHistoryList::default()
@@ -159,22 +165,27 @@ fn options() -> ReplayOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
-    let (_, base) = site().await;
+    let (pool, base) = site().await;
+    let base = &base;
     let workspace = TaskWorkspace::open(None).unwrap();
-    let recorder = browser(&workspace).await;
+    let recorder = browser(&pool, &workspace).await;
     let history = recorded_run(&recorder, base).await;
     let values = BTreeMap::from([("order".to_owned(), "1042".to_owned())]);
     let script = make_script(&history, &[], &values);
-    let recorded = script.steps.history[1].state.interacted_element[0].clone().unwrap();
+    let recorded = script.steps.history[1].state.interacted_element[0]
+        .clone()
+        .unwrap();
     assert_eq!(recorded.near.as_deref(), Some("{{order}}"));
     recorder.into_session().release().await;
 
     // Proposed-free script: `order` is made a parameter by hand for this test.
     let mut script = script;
-    script.parameters = browserd_agent::skill::parse_prompt("{{order=1042}}").unwrap().parameters;
+    script.parameters = browserd_agent::skill::parse_prompt("{{order=1042}}")
+        .unwrap()
+        .parameters;
     let (_, steps) = bind(&script, json!({"order": 1017}).as_object().unwrap()).unwrap();
 
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     let report = replay(&b, &steps, &no_secrets(), &options(), |_| {}).await;
     assert!(report.success, "{report:?}");
     let click = report.actions.iter().find(|a| a.action == "click").unwrap();
@@ -187,20 +198,29 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
     let mut on_dup = steps.clone();
     let dup_url = format!("{base}/dup");
     on_dup.history[0].model_output.as_mut().unwrap().action[0].params["url"] = json!(dup_url);
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     let report = replay(&b, &on_dup, &no_secrets(), &options(), |_| {}).await;
     assert!(!report.success);
     let error = report.error.unwrap_or_default();
-    assert!(error.contains("2 candidates show \"1017\" (ambiguous)"), "{error}");
-    assert_eq!(b.focused_tab().await.unwrap().url, dup_url, "nothing clicked");
+    assert!(
+        error.contains("2 candidates show \"1017\" (ambiguous)"),
+        "{error}"
+    );
+    assert_eq!(
+        b.focused_tab().await.unwrap().url,
+        dup_url,
+        "nothing clicked"
+    );
     b.into_session().release().await;
+    pool.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
-    let (_, base) = site().await;
+    let (pool, base) = site().await;
+    let base = &base;
     let workspace = TaskWorkspace::open(None).unwrap();
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     b.execute("navigate", &json!({"url": format!("{base}/framed")}))
         .await
         .unwrap();
@@ -209,7 +229,10 @@ async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
     let regions = b.element_regions(&framed).await;
     assert_eq!(
         regions,
-        [Some("Order 7 Add to cart".to_owned()), Some("Order 8 Add to cart".to_owned())]
+        [
+            Some("Order 7 Add to cart".to_owned()),
+            Some("Order 8 Add to cart".to_owned())
+        ]
     );
     assert_eq!(b.element_regions(&[999_999_999]).await, [None]);
 
@@ -241,4 +264,5 @@ async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
     );
     assert!(median(&with_region) < 250.0, "a region costs little");
     b.into_session().release().await;
+    pool.shutdown().await;
 }

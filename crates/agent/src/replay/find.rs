@@ -138,4 +138,3 @@ pub(super) fn describe(element: &InteractedElement) -> String {
     }
     text
 }
-

@@ -94,7 +94,10 @@ fn as_text(parameter: &SkillParameter, value: &Value) -> Result<String, SkillErr
 
 /// `steps` with every slot filled, everywhere (parameters, goals, results, URLs, element
 /// names, `near`).
-pub fn fill_history(steps: &AgentHistoryList, values: &BTreeMap<String, String>) -> AgentHistoryList {
+pub fn fill_history(
+    steps: &AgentHistoryList,
+    values: &BTreeMap<String, String>,
+) -> AgentHistoryList {
     let Ok(mut value) = serde_json::to_value(steps) else {
         return steps.clone();
     };
@@ -105,11 +108,7 @@ pub fn fill_history(steps: &AgentHistoryList, values: &BTreeMap<String, String>)
 /// Fills the slots of every string in `value`.
 pub fn fill_value(value: &mut Value, values: &BTreeMap<String, String>) {
     match value {
-        Value::String(text) => {
-            if text.contains("{{") {
-                *text = fill_slots(text, values);
-            }
-        }
+        Value::String(text) if text.contains("{{") => *text = fill_slots(text, values),
         Value::Array(items) => items.iter_mut().for_each(|v| fill_value(v, values)),
         Value::Object(map) => map.values_mut().for_each(|v| fill_value(v, values)),
         _ => {}

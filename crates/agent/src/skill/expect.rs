@@ -37,18 +37,39 @@ mod tests {
 
     #[test]
     fn ids_query_and_fragment_do_not_make_another_place() {
-        assert!(same_place("https://shop.test/orders/1042/edit?x=1", "https://shop.test/orders/77/edit#top"));
-        assert!(same_place("https://shop.test/cart/", "https://shop.test/cart"));
+        assert!(same_place(
+            "https://shop.test/orders/1042/edit?x=1",
+            "https://shop.test/orders/77/edit#top"
+        ));
+        assert!(same_place(
+            "https://shop.test/cart/",
+            "https://shop.test/cart"
+        ));
         assert!(same_place(
             "https://shop.test/o/550e8400-e29b-41d4-a716-446655440000",
             "https://shop.test/o/6ba7b810-9dad-11d1-80b4-00c04fd430c8"
         ));
-        assert!(same_place("https://shop.test/s/deadbeefcafe", "https://shop.test/s/0123456789ab"));
-        assert!(!same_place("https://shop.test/orders", "https://shop.test/cart"));
-        assert!(!same_place("https://shop.test/cart", "http://shop.test/cart"));
-        assert!(!same_place("https://shop.test/cart", "https://shop.test:8443/cart"));
+        assert!(same_place(
+            "https://shop.test/s/deadbeefcafe",
+            "https://shop.test/s/0123456789ab"
+        ));
+        assert!(!same_place(
+            "https://shop.test/orders",
+            "https://shop.test/cart"
+        ));
+        assert!(!same_place(
+            "https://shop.test/cart",
+            "http://shop.test/cart"
+        ));
+        assert!(!same_place(
+            "https://shop.test/cart",
+            "https://shop.test:8443/cart"
+        ));
         assert!(!same_place("https://a.test/x", "https://b.test/x"));
-        assert!(!same_place("https://shop.test/beef", "https://shop.test/cafe"));
+        assert!(!same_place(
+            "https://shop.test/beef",
+            "https://shop.test/cafe"
+        ));
         assert!(same_place("about:blank", "about:blank"));
         assert!(!same_place("about:blank", "https://shop.test/"));
     }

@@ -124,7 +124,11 @@ success=false and say why.\n\n",
         }
     }
     let number = recorded.metadata.step_number;
-    let _ = writeln!(text, "\nRecorded step {number} (on {}):", recorded.state.url);
+    let _ = writeln!(
+        text,
+        "\nRecorded step {number} (on {}):",
+        recorded.state.url
+    );
     if let Some(output) = &recorded.model_output {
         if let Some(goal) = output.next_goal.as_deref().filter(|g| !g.is_empty()) {
             let _ = writeln!(text, "Its goal: {goal}");

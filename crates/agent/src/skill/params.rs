@@ -37,8 +37,7 @@ fn is_name_start(c: char) -> bool {
 /// Whether `name` is a valid parameter name.
 pub fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(is_name_start)
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(is_name_start) && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Every declaration of `prompt`, in order.
@@ -48,7 +47,10 @@ fn declarations(prompt: &str) -> Result<Vec<Declaration<'_>>, SkillError> {
     while let Some(offset) = prompt[at..].find("{{") {
         let start = at + offset;
         let inner_start = start + 2;
-        let next = prompt[inner_start..].trim_start_matches([' ', '\t']).chars().next();
+        let next = prompt[inner_start..]
+            .trim_start_matches([' ', '\t'])
+            .chars()
+            .next();
         let opens = next.is_some_and(|c| is_name_start(c) || c == '=' || c == '}');
         if !opens {
             at = start + 1;
@@ -311,12 +313,7 @@ pub fn occurrences(text: &str, needle: &str) -> Vec<(usize, usize)> {
     find_all(text, needle, &slots, true)
 }
 
-fn find_all(
-    text: &str,
-    needle: &str,
-    slots: &[(usize, usize)],
-    fold: bool,
-) -> Vec<(usize, usize)> {
+fn find_all(text: &str, needle: &str, slots: &[(usize, usize)], fold: bool) -> Vec<(usize, usize)> {
     let mut found = Vec::new();
     let starts_word = word_char(needle.chars().next());
     let ends_word = word_char(needle.chars().next_back());
@@ -330,7 +327,8 @@ fn find_all(
         if let Some(end) = end {
             let before = text[..start].chars().next_back();
             let after = text[end..].chars().next();
-            let whole = !(starts_word && word_char(before)) && !(ends_word && word_char(after));
+            let joined = (starts_word && word_char(before)) || (ends_word && word_char(after));
+            let whole = !joined;
             let in_slot = slots.iter().any(|(s, e)| start < *e && end > *s);
             if whole && !in_slot {
                 found.push((start, end));
@@ -346,7 +344,9 @@ fn find_all(
 /// End of `needle` if it occurs at byte `start` of `text`.
 fn match_at(text: &str, start: usize, needle: &str, fold: bool) -> Option<usize> {
     if !fold {
-        return text[start..].starts_with(needle).then(|| start + needle.len());
+        return text[start..]
+            .starts_with(needle)
+            .then(|| start + needle.len());
     }
     let mut rest = text[start..].char_indices();
     for wanted in needle.chars() {
@@ -373,8 +373,10 @@ pub fn shows_exactly(text: &str, value: &str) -> bool {
 /// (name, value), and longer values go first. In text that looks like a URL, the value's
 /// percent- and form-encoded forms are made `|url` / `|form` slots too.
 pub fn make_slots(text: &str, values: &[(String, String)]) -> String {
-    let mut ordered: Vec<&(String, String)> =
-        values.iter().filter(|(_, v)| !v.trim().is_empty()).collect();
+    let mut ordered: Vec<&(String, String)> = values
+        .iter()
+        .filter(|(_, v)| !v.trim().is_empty())
+        .collect();
     ordered.sort_by_key(|(_, v)| std::cmp::Reverse(v.chars().count()));
     let url_like = text.contains("://") || text.starts_with('/') || text.starts_with('?');
     let mut out = text.to_owned();

@@ -56,7 +56,9 @@ async fn run_script(
         .await
         .map_err(|e| SkillError::Result(format!("the result script could not run: {e}")))?;
     if let Some(error) = result.error {
-        return Err(SkillError::Result(format!("the result script failed: {error}")));
+        return Err(SkillError::Result(format!(
+            "the result script failed: {error}"
+        )));
     }
     let text = result.extracted_content.unwrap_or_default();
     serde_json::from_str(&text)
@@ -158,7 +160,14 @@ pub(super) async fn learn_result(
     let page_text: String = page.llm_text.chars().take(PAGE_TEXT_CHARS).collect();
     let mut messages = vec![
         Message::system(SYSTEM),
-        Message::user(extraction_prompt(goal, &page.url, &page_text, final_result, output_schema, values)),
+        Message::user(extraction_prompt(
+            goal,
+            &page.url,
+            &page_text,
+            final_result,
+            output_schema,
+            values,
+        )),
     ];
     let mut model_calls = 0;
     let mut last_error = String::new();
@@ -166,7 +175,11 @@ pub(super) async fn learn_result(
         let request = ChatRequest::new(messages.clone(), reply_schema());
         model_calls += 1;
         let function = match tokio::time::timeout(MODEL_LIMIT, model.complete(&request)).await {
-            Ok(Ok(response)) => response.value.get("function").and_then(Value::as_str).map(str::to_owned),
+            Ok(Ok(response)) => response
+                .value
+                .get("function")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             Ok(Err(e)) => {
                 last_error = format!("the model failed: {e}");
                 break;
@@ -178,7 +191,9 @@ pub(super) async fn learn_result(
         };
         let Some(function) = function.filter(|f| !f.trim().is_empty()) else {
             last_error = "the model wrote no function".into();
-            messages.push(Message::user(format!("{last_error}. Answer {{\"function\": \"…\"}}.")));
+            messages.push(Message::user(format!(
+                "{last_error}. Answer {{\"function\": \"…\"}}."
+            )));
             continue;
         };
         let reader = ResultReader::Script {
@@ -186,7 +201,11 @@ pub(super) async fn learn_result(
         };
         match read_result(browser, &reader, values, output_schema).await {
             Ok(got) if reproduces(&got, final_result, output_schema) => {
-                return LearnedResult { reader, model_calls, note: None };
+                return LearnedResult {
+                    reader,
+                    model_calls,
+                    note: None,
+                };
             }
             Ok(got) => {
                 last_error = format!(
@@ -197,7 +216,9 @@ pub(super) async fn learn_result(
             }
             Err(e) => last_error = e.to_string(),
         }
-        messages.push(Message::assistant(json!({ "function": function }).to_string()));
+        messages.push(Message::assistant(
+            json!({ "function": function }).to_string(),
+        ));
         messages.push(Message::user(format!(
             "That function does not reproduce the result: {last_error}. Write a corrected one."
         )));
@@ -235,7 +256,9 @@ fn extraction_prompt(
         }
         prompt.push('\n');
     }
-    prompt.push_str(&format!("Final page: {url}\n<page>\n{page_text}\n</page>\n\n"));
+    prompt.push_str(&format!(
+        "Final page: {url}\n<page>\n{page_text}\n</page>\n\n"
+    ));
     prompt.push_str(&format!("The task's result was:\n{final_result}\n\n"));
     match output_schema {
         Some(schema) => prompt.push_str(&format!(
@@ -267,8 +290,12 @@ mod tests {
         assert_eq!(check(json!("ok"), None), Ok(json!("ok")));
         assert!(check(json!("  "), None).is_err());
         assert!(check(Value::Null, None).is_err());
-        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
-        assert_eq!(check(json!("{\"n\": 3}"), Some(&schema)), Ok(json!({"n": 3})));
+        let schema =
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        assert_eq!(
+            check(json!("{\"n\": 3}"), Some(&schema)),
+            Ok(json!({"n": 3}))
+        );
         assert_eq!(check(json!({"n": 3}), Some(&schema)), Ok(json!({"n": 3})));
         let wrong = check(json!({"n": "x"}), Some(&schema)).unwrap_err();
         assert!(wrong.to_string().contains("does not match"), "{wrong}");
@@ -277,7 +304,11 @@ mod tests {
 
     #[test]
     fn reproduction_ignores_whitespace_and_compares_json() {
-        assert!(reproduces(&json!("Order  1042\nshipped"), "Order 1042 shipped", None));
+        assert!(reproduces(
+            &json!("Order  1042\nshipped"),
+            "Order 1042 shipped",
+            None
+        ));
         assert!(!reproduces(&json!("Order 1043"), "Order 1042", None));
         let schema = json!({});
         assert!(reproduces(&json!({"a": 1}), "{\"a\":1}", Some(&schema)));
@@ -286,6 +317,9 @@ mod tests {
 
     #[test]
     fn slot_values_are_escaped_for_javascript_strings() {
-        assert_eq!(js_string_content("a'b\"c`${x}</script>"), "a\\'b\\\"c\\`\\${x}\\u003c/script>");
+        assert_eq!(
+            js_string_content("a'b\"c`${x}</script>"),
+            "a\\'b\\\"c\\`\\${x}\\u003c/script>"
+        );
     }
 }

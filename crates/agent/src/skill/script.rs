@@ -14,7 +14,11 @@ use crate::replay::ReplayReport;
 use crate::views::{AgentHistory, AgentHistoryList, InteractedElement};
 
 /// Actions whose typed value is proposed as a parameter, with the parameter holding it.
-const TYPED: [(&str, &str); 3] = [("input", "text"), ("select_dropdown", "text"), ("search", "query")];
+const TYPED: [(&str, &str); 3] = [
+    ("input", "text"),
+    ("select_dropdown", "text"),
+    ("search", "query"),
+];
 
 pub(super) fn make_script(
     history: &AgentHistoryList,
@@ -87,7 +91,11 @@ fn propose(
         {
             continue;
         }
-        let element = item.state.interacted_element.get(position).and_then(Option::as_ref);
+        let element = item
+            .state
+            .interacted_element
+            .get(position)
+            .and_then(Option::as_ref);
         let base = detect_name(value, element).unwrap_or("text");
         let name = unique_name(base, parameters);
         parameters.push(SkillParameter {
@@ -187,8 +195,9 @@ fn name_from_pattern(value: &str) -> Option<&'static str> {
     static EMAIL: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(r"^[\w.-]+@[\w.-]+\.\w+$").expect("valid regex")
     });
-    static DATE: std::sync::LazyLock<regex::Regex> =
-        std::sync::LazyLock::new(|| regex::Regex::new(r"^\d{4}-\d{2}-\d{2}$").expect("valid regex"));
+    static DATE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^\d{4}-\d{2}-\d{2}$").expect("valid regex")
+    });
     if EMAIL.is_match(value) {
         return Some("email");
     }
@@ -260,7 +269,10 @@ pub(super) fn slot_step(item: &AgentHistory, slots: &[(String, String)]) -> Agen
         tab.title = make_slots(&tab.title, slots);
     }
     for element in state.interacted_element.iter_mut().flatten() {
-        for text in [&mut element.ax_name, &mut element.region].into_iter().flatten() {
+        for text in [&mut element.ax_name, &mut element.region]
+            .into_iter()
+            .flatten()
+        {
             *text = make_slots(text, slots);
         }
         for value in element.attributes.values_mut() {
@@ -327,7 +339,11 @@ pub(super) fn healed_script(
         if let Some(recorded) = replayed_step(&item) {
             if healed.contains(&recorded) {
                 keep_successful_prefix(&mut item);
-                if item.model_output.as_ref().is_none_or(|o| o.action.is_empty()) {
+                if item
+                    .model_output
+                    .as_ref()
+                    .is_none_or(|o| o.action.is_empty())
+                {
                     continue;
                 }
             }
@@ -356,11 +372,7 @@ fn replayed_step(item: &AgentHistory) -> Option<u32> {
 
 /// Keeps the actions that worked, before the first that failed.
 fn keep_successful_prefix(item: &mut AgentHistory) {
-    let ok = item
-        .result
-        .iter()
-        .take_while(|r| r.error.is_none())
-        .count();
+    let ok = item.result.iter().take_while(|r| r.error.is_none()).count();
     if let Some(output) = &mut item.model_output {
         output.action.truncate(ok);
     }

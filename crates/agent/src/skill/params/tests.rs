@@ -58,9 +58,16 @@ fn duplicates_agree_or_are_rejected() {
 fn malformed_declarations_are_rejected_and_json_braces_are_text() {
     let unclosed = parse_prompt("Find {{order=1042 and stop").unwrap_err();
     assert!(matches!(&unclosed, SkillError::Prompt(m) if m.contains("character 5")));
-    assert!(matches!(parse_prompt("a {{}} b"), Err(SkillError::Prompt(m)) if m.contains("no name")));
-    assert!(matches!(parse_prompt("a {{ =x}} b"), Err(SkillError::Prompt(_))));
-    assert!(matches!(parse_prompt("{{first-name}}"), Err(SkillError::Prompt(m)) if m.contains("first-name")));
+    assert!(
+        matches!(parse_prompt("a {{}} b"), Err(SkillError::Prompt(m)) if m.contains("no name"))
+    );
+    assert!(matches!(
+        parse_prompt("a {{ =x}} b"),
+        Err(SkillError::Prompt(_))
+    ));
+    assert!(
+        matches!(parse_prompt("{{first-name}}"), Err(SkillError::Prompt(m)) if m.contains("first-name"))
+    );
     // JSON in the prompt is not a declaration.
     let json = parse_prompt(r#"Answer as {{"status": "x"}} or {"a": {"b": 1}} or {{{item=pen}}}"#)
         .unwrap();
@@ -111,7 +118,10 @@ fn longer_values_go_first_and_slots_are_not_matched_again() {
 fn urls_get_encoded_slots() {
     let values = [("q".to_owned(), "blue shirt".to_owned())];
     assert_eq!(
-        make_slots("https://shop.test/search?q=blue+shirt&x=blue%20shirt", &values),
+        make_slots(
+            "https://shop.test/search?q=blue+shirt&x=blue%20shirt",
+            &values
+        ),
         "https://shop.test/search?q={{q|form}}&x={{q|url}}"
     );
     let filled = fill_slots(

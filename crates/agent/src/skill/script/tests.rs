@@ -69,7 +69,11 @@ fn call(name: &str, params: serde_json::Value) -> ActionCall {
 /// to the cart, type an email and a password placeholder, open order "Order 1042", done.
 fn shop_run() -> AgentHistoryList {
     let history = vec![
-        step(0, "https://shop.test/", vec![(call("navigate", json!({"url": "https://shop.test/"})), None)]),
+        step(
+            0,
+            "https://shop.test/",
+            vec![(call("navigate", json!({"url": "https://shop.test/"})), None)],
+        ),
         step(
             1,
             "https://shop.test/",
@@ -79,7 +83,10 @@ fn shop_run() -> AgentHistoryList {
             2,
             "https://shop.test/search?q=Blue+Shirt",
             vec![(
-                call("navigate", json!({"url": "https://shop.test/items?name=Blue%20Shirt&order=1042"})),
+                call(
+                    "navigate",
+                    json!({"url": "https://shop.test/items?name=Blue%20Shirt&order=1042"}),
+                ),
                 None,
             )],
         ),
@@ -94,7 +101,12 @@ fn shop_run() -> AgentHistoryList {
             vec![
                 (
                     call("click", json!({"index": 31})),
-                    Some(element(31, "button", "Add to cart", "Order 1042 Blue Shirt 12 € Add to cart")),
+                    Some(element(
+                        31,
+                        "button",
+                        "Add to cart",
+                        "Order 1042 Blue Shirt 12 € Add to cart",
+                    )),
                 ),
                 (
                     call("input", json!({"index": 40, "text": "ada@example.com"})),
@@ -125,7 +137,10 @@ fn shop_run() -> AgentHistoryList {
             5,
             "https://shop.test/orders/1042",
             vec![(
-                call("done", json!({"text": "Order 1042 (Blue Shirt) shipped", "success": true})),
+                call(
+                    "done",
+                    json!({"text": "Order 1042 (Blue Shirt) shipped", "success": true}),
+                ),
                 None,
             )],
         ),
@@ -137,12 +152,17 @@ fn shop_run() -> AgentHistoryList {
 }
 
 fn declared() -> (Vec<SkillParameter>, BTreeMap<String, String>) {
-    let prompt = parse_prompt("Add {{item=Blue Shirt}} of order {{order=1042}} to the cart").unwrap();
+    let prompt =
+        parse_prompt("Add {{item=Blue Shirt}} of order {{order=1042}} to the cart").unwrap();
     (prompt.parameters, prompt.examples)
 }
 
 fn params_of(script: &SkillScript, step: usize, action: usize) -> serde_json::Value {
-    script.steps.history[step].model_output.as_ref().unwrap().action[action]
+    script.steps.history[step]
+        .model_output
+        .as_ref()
+        .unwrap()
+        .action[action]
         .params
         .clone()
 }
@@ -164,12 +184,33 @@ fn every_use_of_a_value_becomes_a_slot() {
         params_of(&script, 2, 0)["url"],
         "https://shop.test/items?name={{item|url}}&order={{order}}"
     );
-    assert_eq!(script.steps.history[2].state.url, "https://shop.test/search?q={{item|form}}");
-    assert_eq!(script.steps.history[2].model_output.as_ref().unwrap().next_goal.as_deref(), Some("step 2"));
-    assert!(script.steps.history.iter().all(|s| s.state_message.is_none()));
+    assert_eq!(
+        script.steps.history[2].state.url,
+        "https://shop.test/search?q={{item|form}}"
+    );
+    assert_eq!(
+        script.steps.history[2]
+            .model_output
+            .as_ref()
+            .unwrap()
+            .next_goal
+            .as_deref(),
+        Some("step 2")
+    );
+    assert!(
+        script
+            .steps
+            .history
+            .iter()
+            .all(|s| s.state_message.is_none())
+    );
     // The row's button: chosen by the value its region shows.
     let button = element_of(&script, 3, 0);
-    assert_eq!(button.near.as_deref(), Some("{{item}}"), "the longest value first");
+    assert_eq!(
+        button.near.as_deref(),
+        Some("{{item}}"),
+        "the longest value first"
+    );
     assert_eq!(button.element_hash, None);
     assert_eq!(button.ax_name.as_deref(), Some("Add to cart"));
     // A link named by the value: its name is slotted, no near.
@@ -216,7 +257,8 @@ fn undeclared_typed_values_are_proposed_but_never_secrets() {
 #[test]
 fn a_value_named_like_a_secret_never_touches_the_placeholder() {
     let mut run = shop_run();
-    run.history[4].model_output.as_mut().unwrap().action[2].params["text"] = json!("<secret>pw</secret>");
+    run.history[4].model_output.as_mut().unwrap().action[2].params["text"] =
+        json!("<secret>pw</secret>");
     let values = BTreeMap::from([("who".to_owned(), "pw".to_owned())]);
     let declared = parse_prompt("{{who=pw}}").unwrap().parameters;
     let script = make_script(&run, &declared, &values);
@@ -227,31 +269,65 @@ fn a_value_named_like_a_secret_never_touches_the_placeholder() {
 fn bind_fills_every_slot_and_checks_the_values() {
     let (declared, values) = declared();
     let script = make_script(&shop_run(), &declared, &values);
-    let given = json!({"item": "Red Hat & Co", "order": 77}).as_object().unwrap().clone();
+    let given = json!({"item": "Red Hat & Co", "order": 77})
+        .as_object()
+        .unwrap()
+        .clone();
     let (texts, steps) = bind(&script, &given).unwrap();
     assert_eq!(texts["order"], "77");
     assert_eq!(texts["email"], "ada@example.com", "a default");
-    let bound = SkillScript { steps, ..script.clone() };
+    let bound = SkillScript {
+        steps,
+        ..script.clone()
+    };
     assert_eq!(params_of(&bound, 1, 0)["query"], "Red Hat & Co");
     assert_eq!(
         params_of(&bound, 2, 0)["url"],
         "https://shop.test/items?name=Red%20Hat%20%26%20Co&order=77"
     );
-    assert_eq!(bound.steps.history[2].state.url, "https://shop.test/search?q=Red+Hat+%26+Co");
-    assert_eq!(element_of(&bound, 3, 0).near.as_deref(), Some("Red Hat & Co"));
-    assert_eq!(element_of(&bound, 4, 0).ax_name.as_deref(), Some("Order 77"));
-    assert_eq!(params_of(&bound, 5, 0)["text"], "Order 77 (Red Hat & Co) shipped");
+    assert_eq!(
+        bound.steps.history[2].state.url,
+        "https://shop.test/search?q=Red+Hat+%26+Co"
+    );
+    assert_eq!(
+        element_of(&bound, 3, 0).near.as_deref(),
+        Some("Red Hat & Co")
+    );
+    assert_eq!(
+        element_of(&bound, 4, 0).ax_name.as_deref(),
+        Some("Order 77")
+    );
+    assert_eq!(
+        params_of(&bound, 5, 0)["text"],
+        "Order 77 (Red Hat & Co) shipped"
+    );
 
     let error = |values: serde_json::Value| {
-        bind(&script, values.as_object().unwrap()).unwrap_err().to_string()
+        bind(&script, values.as_object().unwrap())
+            .unwrap_err()
+            .to_string()
     };
     let unknown = error(json!({"item": "x", "order": 1, "colour": "red"}));
-    assert!(unknown.contains("`colour`") && unknown.contains("item, order, email, text_1"), "{unknown}");
+    assert!(
+        unknown.contains("`colour`") && unknown.contains("item, order, email, text_1"),
+        "{unknown}"
+    );
     assert!(error(json!({"item": "x"})).contains("`order` is required"));
     assert!(error(json!({"item": "x", "order": "seven"})).contains("`order` must be a number"));
     assert!(error(json!({"item": 5, "order": 1})).contains("`item` must be a string"));
-    assert!(bind(&script, json!({"item": "x", "order": "12"}).as_object().unwrap()).is_ok());
-    let null_is_absent = bind(&script, json!({"item": "x", "order": 1, "email": null}).as_object().unwrap());
+    assert!(
+        bind(
+            &script,
+            json!({"item": "x", "order": "12"}).as_object().unwrap()
+        )
+        .is_ok()
+    );
+    let null_is_absent = bind(
+        &script,
+        json!({"item": "x", "order": 1, "email": null})
+            .as_object()
+            .unwrap(),
+    );
     assert_eq!(null_is_absent.unwrap().0["email"], "ada@example.com");
 }
 
@@ -273,7 +349,10 @@ fn replay_meta(step: u32, outcome: ReplayOutcome) -> serde_json::Map<String, ser
 fn a_healed_execution_becomes_the_next_version() {
     let (declared, values) = declared();
     let script = make_script(&shop_run(), &declared, &values);
-    let given = json!({"item": "Red Hat", "order": 77}).as_object().unwrap().clone();
+    let given = json!({"item": "Red Hat", "order": 77})
+        .as_object()
+        .unwrap()
+        .clone();
     let (texts, bound) = bind(&script, &given).unwrap();
     // The execution: steps 0–2 replayed, step 3's click missed (the healer clicked
     // "Add to basket" in the row of Red Hat), steps 4–5 replayed.
@@ -282,7 +361,10 @@ fn a_healed_execution_becomes_the_next_version() {
         let mut record = recorded.clone();
         record.metadata.step_number = 10 + u32::try_from(i).unwrap();
         for result in &mut record.result {
-            result.metadata = Some(replay_meta(recorded.metadata.step_number, ReplayOutcome::Ok));
+            result.metadata = Some(replay_meta(
+                recorded.metadata.step_number,
+                ReplayOutcome::Ok,
+            ));
         }
         if recorded.metadata.step_number == 3 {
             record.result[0] = ActionResult::error("element not found");
@@ -294,11 +376,23 @@ fn a_healed_execution_becomes_the_next_version() {
                 "https://shop.test/items",
                 vec![(
                     call("click", json!({"index": 99})),
-                    Some(element(99, "button", "Add to basket", "Red Hat 9 € Add to basket")),
+                    Some(element(
+                        99,
+                        "button",
+                        "Add to basket",
+                        "Red Hat 9 € Add to basket",
+                    )),
                 )],
             );
             execution.history.push(healer);
-            execution.history.push(step(15, "https://shop.test/items", vec![(call("done", json!({"text": "clicked", "success": true})), None)]));
+            execution.history.push(step(
+                15,
+                "https://shop.test/items",
+                vec![(
+                    call("done", json!({"text": "clicked", "success": true})),
+                    None,
+                )],
+            ));
             continue;
         }
         execution.history.push(record);
@@ -308,23 +402,49 @@ fn a_healed_execution_becomes_the_next_version() {
         final_result: None,
         success: true,
         error: None,
-        healed: vec![HealedStep { step: 3, reason: "element not found: <button> \"Add to cart\"".into(), model_calls: 2 }],
+        healed: vec![HealedStep {
+            step: 3,
+            reason: "element not found: <button> \"Add to cart\"".into(),
+            model_calls: 2,
+        }],
     };
     let next = healed_script(&script, &execution, &report, &texts);
     let goals: Vec<&str> = next
         .steps
         .history
         .iter()
-        .map(|s| s.model_output.as_ref().unwrap().next_goal.as_deref().unwrap())
+        .map(|s| {
+            s.model_output
+                .as_ref()
+                .unwrap()
+                .next_goal
+                .as_deref()
+                .unwrap()
+        })
         .collect();
     // The failed replay of step 3 (nothing worked) and the healer's own done are gone.
-    assert_eq!(goals, ["step 0", "step 1", "step 2", "step 14", "step 4", "step 5"]);
+    assert_eq!(
+        goals,
+        ["step 0", "step 1", "step 2", "step 14", "step 4", "step 5"]
+    );
     let healed = element_of(&next, 3, 0);
     assert_eq!(healed.ax_name.as_deref(), Some("Add to basket"));
-    assert_eq!(healed.near.as_deref(), Some("{{item}}"), "the healed row is found by the value again");
-    assert_eq!(element_of(&next, 4, 0).ax_name.as_deref(), Some("Order {{order}}"));
+    assert_eq!(
+        healed.near.as_deref(),
+        Some("{{item}}"),
+        "the healed row is found by the value again"
+    );
+    assert_eq!(
+        element_of(&next, 4, 0).ax_name.as_deref(),
+        Some("Order {{order}}")
+    );
     assert_eq!(params_of(&next, 1, 0)["query"], "{{item}}");
     assert_eq!(next.parameters, script.parameters);
     assert_eq!(next.result, script.result);
-    assert!(next.steps.history[1].result[0].metadata.as_ref().is_none_or(|m| !m.contains_key("replay")));
+    assert!(
+        next.steps.history[1].result[0]
+            .metadata
+            .as_ref()
+            .is_none_or(|m| !m.contains_key("replay"))
+    );
 }
