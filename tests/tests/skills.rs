@@ -76,13 +76,13 @@ fn orders_brain() -> RequestBrain {
                 json!([{"click": {"index": index}}]),
             );
         }
-        if page.contains("Recent orders") {
-            if let Some(index) = row_action(&page, &order) {
-                return reply(
-                    &format!("open order {order}"),
-                    json!([{"click": {"index": index}}]),
-                );
-            }
+        if page.contains("Recent orders")
+            && let Some(index) = row_action(&page, &order)
+        {
+            return reply(
+                &format!("open order {order}"),
+                json!([{"click": {"index": index}}]),
+            );
         }
         if page.contains(&format!("Order {order}")) && page.contains("Customer:") {
             return done_reply(&format!("Order {order}: {}", status_of(&order)), true);

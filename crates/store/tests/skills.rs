@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 const WORKER: &str = "w1";
 
-fn task(text: &str) -> NewTask {
+fn new_task(text: &str) -> NewTask {
     NewTask {
         task: text.to_owned(),
         options: TaskOptions::default(),
@@ -47,7 +47,7 @@ async fn generating(store: &Store, owner: ApiKeyId, title: &str) -> (Uuid, TaskI
         parameters: json!({"order": "1042"}),
     };
     let task = store
-        .create_skill_task(owner, task("generate"), &attach)
+        .create_skill_task(owner, new_task("generate"), &attach)
         .await
         .unwrap();
     (id, task.id)
@@ -124,13 +124,20 @@ async fn a_generation_saves_its_version_with_its_end_and_the_trigger_marks_the_r
         Err(StoreError::SkillNotFound(_))
     ));
     assert!(store.skill_versions(other, skill).await.is_err());
-    assert!(store.list_skills(other, None, 10, None).await.unwrap().items.is_empty());
+    assert!(
+        store
+            .list_skills(other, None, 10, None)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
 
     // A refinement stopped: the skill keeps its version and is finished again, with the error.
     let refine = store
         .create_skill_task(
             owner,
-            task("refine"),
+            new_task("refine"),
             &SkillAttach::Regenerate {
                 skill_id: skill,
                 parameters: json!({}),
@@ -142,7 +149,7 @@ async fn a_generation_saves_its_version_with_its_end_and_the_trigger_marks_the_r
         store
             .create_skill_task(
                 owner,
-                task("again"),
+                new_task("again"),
                 &SkillAttach::Regenerate {
                     skill_id: skill,
                     parameters: json!({})
@@ -165,7 +172,12 @@ async fn a_generation_saves_its_version_with_its_end_and_the_trigger_marks_the_r
     // New skills whose generation is stopped, times out, fails, or finishes without success.
     let (stopped, stopped_task) = generating(&store, owner, "stopped").await;
     store
-        .transition_task(Some(owner), stopped_task, Transition::Stop, Default::default())
+        .transition_task(
+            Some(owner),
+            stopped_task,
+            Transition::Stop,
+            Default::default(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -173,7 +185,11 @@ async fn a_generation_saves_its_version_with_its_end_and_the_trigger_marks_the_r
         "cancelled"
     );
     for (error, success, expected) in [
-        (Some("timeout_s: the task ran out of its wall-clock budget (5 s)"), None, "timed_out"),
+        (
+            Some("timeout_s: the task ran out of its wall-clock budget (5 s)"),
+            None,
+            "timed_out",
+        ),
         (Some("max_steps reached"), None, "failed"),
         (None, Some(false), "failed"),
     ] {
@@ -204,7 +220,10 @@ async fn a_generation_saves_its_version_with_its_end_and_the_trigger_marks_the_r
         assert_eq!(record.status, expected, "{error:?}");
         assert!(record.error.is_some() && record.current_version.is_none());
     }
-    let listed = store.list_skills(owner, Some("orders"), 10, None).await.unwrap();
+    let listed = store
+        .list_skills(owner, Some("orders"), 10, None)
+        .await
+        .unwrap();
     assert_eq!(listed.items.len(), 1);
     let page = store.list_skills(owner, None, 2, None).await.unwrap();
     assert_eq!(page.items.len(), 2);
@@ -236,7 +255,7 @@ async fn executions_heal_into_versions_roll_back_and_outlive_their_skill(pool: P
     let run = store
         .create_skill_task(
             owner,
-            task("run"),
+            new_task("run"),
             &SkillAttach::Execute {
                 skill_id: skill,
                 version: 1,
