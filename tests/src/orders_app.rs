@@ -3,8 +3,9 @@
 //! button, and a details page with the order's status. Switches change it under a recorded
 //! skill: [`OrdersApp::renamed`] makes each row's button an "Open" link, [`OrdersApp::confirm`]
 //! inserts a confirmation page before the details, [`OrdersApp::moved`] moves the status field
-//! into a table at the bottom of the details page, [`OrdersApp::broken`] takes the results
-//! away (a change no one can heal). It records what it served: searches and opened orders.
+//! into a table at the bottom of the details page, [`OrdersApp::unlabelled`] drops the status
+//! field's id (a result reader looking for it finds nothing), [`OrdersApp::broken`] takes the
+//! results away (a change no one can heal). It records what it served: searches and opened orders.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +33,7 @@ pub struct OrdersApp {
     pub renamed: AtomicBool,
     pub confirm: AtomicBool,
     pub moved: AtomicBool,
+    pub unlabelled: AtomicBool,
     pub broken: AtomicBool,
     pub searches: Mutex<Vec<String>>,
     /// Order numbers whose details page was served, in order.
@@ -150,7 +152,9 @@ async fn details(State(app): State<Arc<OrdersApp>>, Path(number): Path<String>) 
         return page("Not found", "<h1>No such order</h1>");
     };
     app.opened.lock().unwrap().push((*number).to_owned());
-    let body = if app.moved.load(Ordering::SeqCst) {
+    let body = if app.unlabelled.load(Ordering::SeqCst) {
+        format!("<h1>Order {number}</h1><p>Customer: {customer}</p><p>State: {status}</p>")
+    } else if app.moved.load(Ordering::SeqCst) {
         format!(
             r#"<h1>Order {number}</h1><p>Customer: {customer}</p><p>Thank you for your order.</p>
             <table><tr><th>Status</th><td id="status">{status}</td></tr></table>"#

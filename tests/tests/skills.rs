@@ -15,7 +15,7 @@ use std::time::Duration;
 use browserd_tests::orders_app::{ACCESS_CODE, OrdersApp, status_of};
 use browserd_tests::{
     Client, MockModel, Process, RequestBrain, TestDb, create_key, done_reply, index_of,
-    message_texts, page_text, reply,
+    message_texts, page_text, reply, stored_history,
 };
 use regex::Regex;
 use serde_json::{Value, json};
@@ -314,6 +314,20 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
     let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
     assert_eq!(skill["current_version"], 3, "{skill}");
 
+    //    The status field loses its id: the result cannot be read, and the run fails saying so
+    //    (never a silent wrong answer).
+    OrdersApp::set(&app.unlabelled, true);
+    let (task, _) = run(&client, &model, &id, "4411").await;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert!(
+        task["error"]
+            .as_str()
+            .unwrap()
+            .contains("reading the skill's result"),
+        "{task}"
+    );
+    OrdersApp::set(&app.unlabelled, false);
+
     //    A change nobody can heal: the run fails naming the step; no new version.
     OrdersApp::set(&app.broken, true);
     let (task, calls) = run(&client, &model, &id, "3150").await;
@@ -346,8 +360,8 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
     // The runs are listed with their results; a disabled skill does not run.
     let (status, runs) = client.get(&format!("/v1/skills/{id}/runs")).await;
     assert_eq!(status, 200);
-    assert_eq!(runs["items"].as_array().unwrap().len(), 6, "{runs}");
-    let first = runs["items"][5]["id"].as_str().unwrap();
+    assert_eq!(runs["items"].as_array().unwrap().len(), 7, "{runs}");
+    let first = runs["items"][6]["id"].as_str().unwrap();
     let (status, one) = client.get(&format!("/v1/skills/{id}/runs/{first}")).await;
     assert_eq!(
         (status, &one["output"]),
@@ -392,6 +406,85 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
         (json!("Order 4411: Cancelled"), 0),
         "{task}"
     );
+
+    // Refine: a new generation with the feedback in its prompt becomes the current version.
+    let (status, refining) = client
+        .post(
+            &format!("/v1/skills/{id}/refine"),
+            json!({"feedback": "Report the status word exactly as shown.",
+                   "secrets": {"code": ACCESS_CODE}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &refining["status"]),
+        (202, &json!("generating")),
+        "{refining}"
+    );
+    let refine_task = refining["generation_task_id"].as_str().unwrap().to_owned();
+    assert_ne!(refine_task, generation);
+    let (status, error) = client
+        .post(
+            &format!("/v1/skills/{id}/refine"),
+            json!({"feedback": "again"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("skill_busy"))
+    );
+    let refined = generated(&client, &id, &refine_task).await;
+    assert_eq!(
+        refined["status"],
+        "finished",
+        "{refined}\n{}",
+        server.logs()
+    );
+    assert_eq!(refined["current_version"], 4, "{refined}");
+    assert_eq!(refined["versions"][3]["origin"], "refined");
+    let refine_text = client.task(&refine_task).await["task"].clone();
+    assert!(
+        refine_text
+            .as_str()
+            .unwrap()
+            .contains("Report the status word"),
+        "{refine_text}"
+    );
+
+    // Cancel stops a generation.
+    let (status, cancelled) = client
+        .post(
+            "/v1/skills",
+            json!({"prompt": "Find order {{order=3150}}", "start_url": format!("http://{addr}/")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{cancelled}");
+    let cancelled_id = cancelled["id"].as_str().unwrap();
+    let (status, view) = client
+        .post(&format!("/v1/skills/{cancelled_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &view["status"]),
+        (200, &json!("cancelled")),
+        "{view}"
+    );
+    let (status, error) = client
+        .post(&format!("/v1/skills/{cancelled_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("skill_not_generating"))
+    );
+
+    // No secret value anywhere: not in a version (the healer's steps saw it in a URL), not in
+    // the stored steps of a healed run.
+    let (_, versions) = client.get(&format!("/v1/skills/{id}/versions")).await;
+    assert!(!versions.to_string().contains(ACCESS_CODE), "{versions}");
+    assert!(versions.to_string().contains("<secret>code</secret>"));
+    let (_, runs) = client.get(&format!("/v1/skills/{id}/runs")).await;
+    for run in runs["items"].as_array().unwrap() {
+        let history = stored_history(&client, run["id"].as_str().unwrap()).await;
+        assert!(!history.to_string().contains(ACCESS_CODE), "{history}");
+    }
 
     // Deleting a skill keeps its runs as tasks.
     let (status, _) = client.delete(&format!("/v1/skills/{from_id}")).await;

@@ -512,6 +512,8 @@ impl TaskCore {
         let mut task_request = CreateTaskRequest {
             task: Some(text),
             output_schema: skill.output_schema.clone(),
+            secrets: request.secrets.clone(),
+            allow_secrets_on_any_domain: request.allow_secrets_on_any_domain,
             ..CreateTaskRequest::default()
         };
         if let Some(previous) = self.previous_options(caller, &skill).await? {
