@@ -83,14 +83,7 @@ impl TaskRunner {
             }))
         });
         // A replay's failure details and a healer's steps quote pages as shown.
-        let sink: Arc<dyn EventSink> = if secrets.is_empty() {
-            sink
-        } else {
-            Arc::new(super::skill::RedactingSink {
-                inner: sink,
-                secrets: Secrets::new(&spec.secrets),
-            })
-        };
+        let sink = super::skill::redacting(sink, &spec.secrets);
         let healer = skill.as_ref().and_then(|s| s.healer(&browser, &sink));
         let run = browserd_agent::replay::ReplayRun {
             sink: sink.as_ref(),

@@ -198,10 +198,26 @@ fn redacted(script: SkillScript, secrets: &Secrets) -> SkillScript {
     serde_json::from_value(value).unwrap_or(script)
 }
 
+/// `sink`, passing events on with the values of `secrets` replaced by their placeholders
+/// (itself when there are none).
+pub(super) fn redacting(
+    sink: Arc<dyn EventSink>,
+    secrets: &browserd_agent::SensitiveData,
+) -> Arc<dyn EventSink> {
+    let secrets = Secrets::new(secrets);
+    if secrets.is_empty() {
+        return sink;
+    }
+    Arc::new(RedactingSink {
+        inner: sink,
+        secrets,
+    })
+}
+
 /// Passes events on with the task's secret values replaced by their placeholders.
-pub(super) struct RedactingSink {
-    pub(super) inner: Arc<dyn EventSink>,
-    pub(super) secrets: Secrets,
+struct RedactingSink {
+    inner: Arc<dyn EventSink>,
+    secrets: Secrets,
 }
 
 #[async_trait]
