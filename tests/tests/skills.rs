@@ -50,6 +50,9 @@ fn orders_brain() -> RequestBrain {
     Arc::new(|request: &Value| {
         let texts = message_texts(request).join("\n");
         if texts.contains("You write a small JavaScript function") {
+            if texts.contains("Output schema") {
+                return json!({"function": "return {order: params.order, status: document.querySelector('#status').innerText.trim()};"});
+            }
             return json!({"function": "const s = document.querySelector('#status').innerText.trim();\nreturn 'Order ' + params.order + ': ' + s;"});
         }
         let page = page_text(request);
@@ -57,7 +60,7 @@ fn orders_brain() -> RequestBrain {
         let pattern = if healing {
             r"- order = (\d+)"
         } else {
-            r"Find order (\d+)"
+            r"(?:Find|Look up) order (\d+)"
         };
         let order = Regex::new(pattern)
             .unwrap()
@@ -85,6 +88,10 @@ fn orders_brain() -> RequestBrain {
             );
         }
         if page.contains(&format!("Order {order}")) && page.contains("Customer:") {
+            if texts.contains("Look up order") {
+                let data = json!({"order": order, "status": status_of(&order)});
+                return reply("report", json!([{"done": {"data": data, "success": true}}]));
+            }
             return done_reply(&format!("Order {order}: {}", status_of(&order)), true);
         }
         match (
@@ -495,4 +502,48 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
         client.task(task["id"].as_str().unwrap()).await["status"],
         "finished"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_with_an_output_schema_answers_json_read_from_the_page() {
+    let (addr, app) = OrdersApp::start().await;
+    let model = MockModel::start_on_requests(orders_brain(), Duration::ZERO).await;
+    let db = TestDb::create().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let client = Client::new(server.address(), &create_key(&db).await);
+    let schema = json!({"type": "object", "required": ["order", "status"],
+        "properties": {"order": {"type": "string"}, "status": {"type": "string"}}});
+    let (status, skill) = client
+        .post(
+            "/v1/skills",
+            json!({
+                "prompt": "Look up order {{order=1042}}; the access code is <secret>code</secret>.",
+                "output_schema": schema,
+                "start_url": format!("http://{addr}/"),
+                "allowed_domains": ["127.0.0.1"],
+                "secrets": {"code": ACCESS_CODE},
+                "use_vision": false,
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{skill}");
+    let id = skill["id"].as_str().unwrap().to_owned();
+    let generation = skill["generation_task_id"].as_str().unwrap().to_owned();
+    let skill = generated(&client, &id, &generation).await;
+    assert_eq!(skill["status"], "finished", "{skill}\n{}", server.logs());
+    assert_eq!(skill["output_schema"], schema);
+    assert_eq!(skill["versions"][0]["script"]["result"]["kind"], "script");
+
+    let (task, calls) = run(&client, &model, &id, "2077").await;
+    assert_eq!(task["status"], "finished", "{task}\n{}", server.logs());
+    assert_eq!(calls, 0);
+    let output: Value = serde_json::from_str(task["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output, json!({"order": "2077", "status": "Delivered"}));
+    assert_eq!(app.opened().last().unwrap(), "2077");
+
+    // A page whose status field lost its id gives no value the schema accepts: the run fails.
+    OrdersApp::set(&app.unlabelled, true);
+    let (task, _) = run(&client, &model, &id, "3150").await;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert!(task["error"].as_str().unwrap().contains("result"), "{task}");
 }
