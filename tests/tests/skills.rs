@@ -340,7 +340,10 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
     let (task, calls) = run(&client, &model, &id, "3150").await;
     assert_eq!(task["status"], "failed", "{task}");
     let error = task["error"].as_str().unwrap();
-    assert!(error.contains("step"), "{error}");
+    assert!(
+        error.contains("step 2") && error.contains("search results are gone"),
+        "the step and why it could not be healed: {error}"
+    );
     assert!(calls <= 2, "{calls}");
     let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
     assert_eq!(skill["current_version"], 3);
