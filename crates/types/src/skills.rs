@@ -138,8 +138,8 @@ pub struct SkillParameterView {
     #[serde(rename = "type")]
     pub kind: String,
     pub required: bool,
+    /// The value used when none is given (a string, number or boolean).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub default: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
