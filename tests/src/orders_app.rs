@@ -3,8 +3,9 @@
 //! button, and a details page with the order's status. Switches change it under a recorded
 //! skill: [`OrdersApp::renamed`] makes each row's button an "Open" link, [`OrdersApp::confirm`]
 //! inserts a confirmation page before the details, [`OrdersApp::moved`] moves the status field
-//! into a table at the bottom of the details page, [`OrdersApp::broken`] takes the results
-//! away (a change no one can heal). It records what it served: searches and opened orders.
+//! into a table at the bottom of the details page, [`OrdersApp::unlabelled`] drops the status
+//! field's id (a result reader looking for it finds nothing), [`OrdersApp::broken`] takes the
+//! results away (a change no one can heal). It records what it served: searches and opened orders.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,10 @@ use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::response::Html;
 use axum::routing::get;
+use regex::Regex;
+use serde_json::{Value, json};
+
+use crate::{RequestBrain, done_reply, index_of, message_texts, page_text, reply};
 
 /// The access code the search form wants (tests pass it as a task secret).
 pub const ACCESS_CODE: &str = "open-sesame-7731";
@@ -32,6 +37,7 @@ pub struct OrdersApp {
     pub renamed: AtomicBool,
     pub confirm: AtomicBool,
     pub moved: AtomicBool,
+    pub unlabelled: AtomicBool,
     pub broken: AtomicBool,
     pub searches: Mutex<Vec<String>>,
     /// Order numbers whose details page was served, in order.
@@ -44,6 +50,7 @@ impl OrdersApp {
         let app: Arc<OrdersApp> = Arc::default();
         let router = Router::new()
             .route("/", get(home))
+            .route("/public", get(public_home))
             .route("/search", get(search))
             .route("/orders/{n}", get(details))
             .route("/orders/{n}/confirm", get(confirm))
@@ -79,6 +86,21 @@ async fn home() -> Html<String> {
           <input type="password" name="code" placeholder="Access code">
           <button type="submit" id="search">Search</button>
         </form>"#,
+    )
+}
+
+/// The desk without the access code field (the code travels hidden: the search is the same).
+async fn public_home() -> Html<String> {
+    page(
+        "Orders",
+        &format!(
+            r#"<h1>Order desk</h1>
+        <form action="/search" method="get">
+          <input type="text" name="q" placeholder="Order number">
+          <input type="hidden" name="code" value="{ACCESS_CODE}">
+          <button type="submit" id="search">Search</button>
+        </form>"#
+        ),
     )
 }
 
@@ -150,7 +172,9 @@ async fn details(State(app): State<Arc<OrdersApp>>, Path(number): Path<String>) 
         return page("Not found", "<h1>No such order</h1>");
     };
     app.opened.lock().unwrap().push((*number).to_owned());
-    let body = if app.moved.load(Ordering::SeqCst) {
+    let body = if app.unlabelled.load(Ordering::SeqCst) {
+        format!("<h1>Order {number}</h1><p>Customer: {customer}</p><p>State: {status}</p>")
+    } else if app.moved.load(Ordering::SeqCst) {
         format!(
             r#"<h1>Order {number}</h1><p>Customer: {customer}</p><p>Thank you for your order.</p>
             <table><tr><th>Status</th><td id="status">{status}</td></tr></table>"#
@@ -178,4 +202,102 @@ pub fn status_of(number: &str) -> &'static str {
         .find(|(n, _, _)| *n == number)
         .map(|(_, _, s)| *s)
         .unwrap_or("?")
+}
+
+/// The index of the first `<button>` or `<a>` after the line showing `Order {order}`.
+pub fn row_action(page: &str, order: &str) -> Option<u64> {
+    let lines: Vec<&str> = page.lines().collect();
+    let label = format!("Order {order}");
+    let at = lines
+        .iter()
+        .position(|l| l.contains(&label) && !l.contains('<'))?;
+    lines[at + 1..].iter().find_map(|line| {
+        let line = line.trim().trim_start_matches('*');
+        let (index, tag) = line.strip_prefix('[')?.split_once(']')?;
+        (tag.starts_with("<button") || tag.starts_with("<a"))
+            .then(|| index.parse().ok())
+            .flatten()
+    })
+}
+
+/// The index of the `<button>` labelled `label` (its text on the next line, or inline).
+pub fn button(page: &str, label: &str) -> Option<u64> {
+    let re = Regex::new(&format!(r"\[(\d+)\]<button[^\n]*(?:\n\s*)?{label}")).unwrap();
+    re.captures(page).and_then(|c| c[1].parse().ok())
+}
+
+/// The scripted model: the agent's steps on the orders app (generation), the result reader it
+/// writes once, and the healer's single steps (its task starts "You repair ONE step").
+pub fn orders_brain() -> RequestBrain {
+    Arc::new(|request: &Value| {
+        let texts = message_texts(request).join("\n");
+        if texts.contains("You write a small JavaScript function") {
+            if texts.contains("Output schema") {
+                return json!({"function": "return {order: params.order, status: document.querySelector('#status').innerText.trim()};"});
+            }
+            return json!({"function": "const s = document.querySelector('#status').innerText.trim();\nreturn 'Order ' + params.order + ': ' + s;"});
+        }
+        let page = page_text(request);
+        let healing = texts.contains("You repair ONE step");
+        let pattern = if healing {
+            r"- order = (\d+)"
+        } else {
+            r"(?:Find|Look up) order (\d+)"
+        };
+        let order = Regex::new(pattern)
+            .unwrap()
+            .captures(&texts)
+            .map(|c| c[1].to_owned())
+            .unwrap_or_default();
+        if page.contains("Search is unavailable") {
+            return done_reply("the order search results are gone", false);
+        }
+        if page.contains("Access denied") {
+            return done_reply("access denied", false);
+        }
+        if let Some(index) = button(&page, "Continue") {
+            return reply(
+                "confirm opening the order",
+                json!([{"click": {"index": index}}]),
+            );
+        }
+        if page.contains("Recent orders")
+            && let Some(index) = row_action(&page, &order)
+        {
+            return reply(
+                &format!("open order {order}"),
+                json!([{"click": {"index": index}}]),
+            );
+        }
+        if page.contains(&format!("Order {order}")) && page.contains("Customer:") {
+            if texts.contains("Look up order") {
+                let data = json!({"order": order, "status": status_of(&order)});
+                return reply("report", json!([{"done": {"data": data, "success": true}}]));
+            }
+            return done_reply(&format!("Order {order}: {}", status_of(&order)), true);
+        }
+        match (
+            index_of(&page, "input", "Order number"),
+            index_of(&page, "input", "Access code"),
+            index_of(&page, "button", "id=search"),
+        ) {
+            (Some(number), Some(code), Some(search)) => reply(
+                "search for the order",
+                json!([
+                    {"input": {"index": number, "text": order, "clear": true}},
+                    {"input": {"index": code, "text": "<secret>code</secret>", "clear": true}},
+                    {"click": {"index": search}}
+                ]),
+            ),
+            // The public desk (`/public`) asks for no access code.
+            (Some(number), None, Some(search)) => reply(
+                "search for the order",
+                json!([
+                    {"input": {"index": number, "text": order, "clear": true}},
+                    {"click": {"index": search}}
+                ]),
+            ),
+            _ => done_reply(&format!("lost on:\n{page}"), false),
+        }
+    })
 }

@@ -8,116 +8,22 @@
 //! `<secret>` placeholder and is no parameter; and the refusals (422 naming the parameter, 409,
 //! another key's skill 404).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use browserd_tests::orders_app::{ACCESS_CODE, OrdersApp, status_of};
-use browserd_tests::{
-    Client, MockModel, Process, RequestBrain, TestDb, create_key, done_reply, index_of,
-    message_texts, page_text, reply,
-};
-use regex::Regex;
+use browserd_tests::orders_app::{ACCESS_CODE, OrdersApp, orders_brain};
+use browserd_tests::{Client, MockModel, Process, TestDb, create_key, stored_history};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(180);
 
-/// The index of the first `<button>` or `<a>` after the line showing `Order {order}`.
-fn row_action(page: &str, order: &str) -> Option<u64> {
-    let lines: Vec<&str> = page.lines().collect();
-    let label = format!("Order {order}");
-    let at = lines
-        .iter()
-        .position(|l| l.contains(&label) && !l.contains('<'))?;
-    lines[at + 1..].iter().find_map(|line| {
-        let line = line.trim().trim_start_matches('*');
-        let (index, tag) = line.strip_prefix('[')?.split_once(']')?;
-        (tag.starts_with("<button") || tag.starts_with("<a"))
-            .then(|| index.parse().ok())
-            .flatten()
-    })
-}
-
-/// The index of the `<button>` labelled `label` (its text on the next line, or inline).
-fn button(page: &str, label: &str) -> Option<u64> {
-    let re = Regex::new(&format!(r"\[(\d+)\]<button[^\n]*(?:\n\s*)?{label}")).unwrap();
-    re.captures(page).and_then(|c| c[1].parse().ok())
-}
-
-/// The scripted model: the agent's steps on the orders app (generation), the result reader it
-/// writes once, and the healer's single steps (its task starts "You repair ONE step").
-fn orders_brain() -> RequestBrain {
-    Arc::new(|request: &Value| {
-        let texts = message_texts(request).join("\n");
-        if texts.contains("You write a small JavaScript function") {
-            return json!({"function": "const s = document.querySelector('#status').innerText.trim();\nreturn 'Order ' + params.order + ': ' + s;"});
-        }
-        let page = page_text(request);
-        let healing = texts.contains("You repair ONE step");
-        let pattern = if healing {
-            r"- order = (\d+)"
-        } else {
-            r"Find order (\d+)"
-        };
-        let order = Regex::new(pattern)
-            .unwrap()
-            .captures(&texts)
-            .map(|c| c[1].to_owned())
-            .unwrap_or_default();
-        if page.contains("Search is unavailable") {
-            return done_reply("the order search results are gone", false);
-        }
-        if page.contains("Access denied") {
-            return done_reply("access denied", false);
-        }
-        if let Some(index) = button(&page, "Continue") {
-            return reply(
-                "confirm opening the order",
-                json!([{"click": {"index": index}}]),
-            );
-        }
-        if page.contains("Recent orders") {
-            if let Some(index) = row_action(&page, &order) {
-                return reply(
-                    &format!("open order {order}"),
-                    json!([{"click": {"index": index}}]),
-                );
-            }
-        }
-        if page.contains(&format!("Order {order}")) && page.contains("Customer:") {
-            return done_reply(&format!("Order {order}: {}", status_of(&order)), true);
-        }
-        match (
-            index_of(&page, "input", "Order number"),
-            index_of(&page, "input", "Access code"),
-            index_of(&page, "button", "id=search"),
-        ) {
-            (Some(number), Some(code), Some(search)) => reply(
-                "search for the order",
-                json!([
-                    {"input": {"index": number, "text": order, "clear": true}},
-                    {"input": {"index": code, "text": "<secret>code</secret>", "clear": true}},
-                    {"click": {"index": search}}
-                ]),
-            ),
-            _ => done_reply(&format!("lost on:\n{page}"), false),
-        }
-    })
-}
-
-/// Waits until the skill leaves `generating`; answers its view.
+/// Waits for the generation task's end (its event stream closes); the skill's row was written
+/// in the transaction of that end. Answers the skill's view.
 async fn generated(client: &Client, skill: &str, task: &str) -> Value {
     client.events(task, 0).await.until_closed(LONG).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let (status, view) = client.get(&format!("/v1/skills/{skill}")).await;
-        assert_eq!(status, 200, "{view}");
-        if view["status"] != "generating" || tokio::time::Instant::now() > deadline {
-            return view;
-        }
-        // The generation task has ended: the skill's row was written in its transaction.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (status, view) = client.get(&format!("/v1/skills/{skill}")).await;
+    assert_eq!(status, 200, "{view}");
+    view
 }
 
 /// Runs the skill with `order`; answers the ended task and the model calls it made.
@@ -320,12 +226,29 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
     let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
     assert_eq!(skill["current_version"], 3, "{skill}");
 
+    //    The status field loses its id: the result cannot be read, and the run fails saying so
+    //    (never a silent wrong answer).
+    OrdersApp::set(&app.unlabelled, true);
+    let (task, _) = run(&client, &model, &id, "4411").await;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert!(
+        task["error"]
+            .as_str()
+            .unwrap()
+            .contains("reading the skill's result"),
+        "{task}"
+    );
+    OrdersApp::set(&app.unlabelled, false);
+
     //    A change nobody can heal: the run fails naming the step; no new version.
     OrdersApp::set(&app.broken, true);
     let (task, calls) = run(&client, &model, &id, "3150").await;
     assert_eq!(task["status"], "failed", "{task}");
     let error = task["error"].as_str().unwrap();
-    assert!(error.contains("step"), "{error}");
+    assert!(
+        error.contains("step 2") && error.contains("search results are gone"),
+        "the step and why it could not be healed: {error}"
+    );
     assert!(calls <= 2, "{calls}");
     let (_, skill) = client.get(&format!("/v1/skills/{id}")).await;
     assert_eq!(skill["current_version"], 3);
@@ -352,8 +275,8 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
     // The runs are listed with their results; a disabled skill does not run.
     let (status, runs) = client.get(&format!("/v1/skills/{id}/runs")).await;
     assert_eq!(status, 200);
-    assert_eq!(runs["items"].as_array().unwrap().len(), 6, "{runs}");
-    let first = runs["items"][5]["id"].as_str().unwrap();
+    assert_eq!(runs["items"].as_array().unwrap().len(), 7, "{runs}");
+    let first = runs["items"][6]["id"].as_str().unwrap();
     let (status, one) = client.get(&format!("/v1/skills/{id}/runs/{first}")).await;
     assert_eq!(
         (status, &one["output"]),
@@ -399,6 +322,85 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
         "{task}"
     );
 
+    // Refine: a new generation with the feedback in its prompt becomes the current version.
+    let (status, refining) = client
+        .post(
+            &format!("/v1/skills/{id}/refine"),
+            json!({"feedback": "Report the status word exactly as shown.",
+                   "secrets": {"code": ACCESS_CODE}}),
+        )
+        .await;
+    assert_eq!(
+        (status, &refining["status"]),
+        (202, &json!("generating")),
+        "{refining}"
+    );
+    let refine_task = refining["generation_task_id"].as_str().unwrap().to_owned();
+    assert_ne!(refine_task, generation);
+    let (status, error) = client
+        .post(
+            &format!("/v1/skills/{id}/refine"),
+            json!({"feedback": "again"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("skill_busy"))
+    );
+    let refined = generated(&client, &id, &refine_task).await;
+    assert_eq!(
+        refined["status"],
+        "finished",
+        "{refined}\n{}",
+        server.logs()
+    );
+    assert_eq!(refined["current_version"], 4, "{refined}");
+    assert_eq!(refined["versions"][3]["origin"], "refined");
+    let refine_text = client.task(&refine_task).await["task"].clone();
+    assert!(
+        refine_text
+            .as_str()
+            .unwrap()
+            .contains("Report the status word"),
+        "{refine_text}"
+    );
+
+    // Cancel stops a generation.
+    let (status, cancelled) = client
+        .post(
+            "/v1/skills",
+            json!({"prompt": "Find order {{order=3150}}", "start_url": format!("http://{addr}/")}),
+        )
+        .await;
+    assert_eq!(status, 201, "{cancelled}");
+    let cancelled_id = cancelled["id"].as_str().unwrap();
+    let (status, view) = client
+        .post(&format!("/v1/skills/{cancelled_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &view["status"]),
+        (200, &json!("cancelled")),
+        "{view}"
+    );
+    let (status, error) = client
+        .post(&format!("/v1/skills/{cancelled_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, &error["error"]["code"]),
+        (409, &json!("skill_not_generating"))
+    );
+
+    // No secret value anywhere: not in a version (the healer's steps saw it in a URL), not in
+    // the stored steps of a healed run.
+    let (_, versions) = client.get(&format!("/v1/skills/{id}/versions")).await;
+    assert!(!versions.to_string().contains(ACCESS_CODE), "{versions}");
+    assert!(versions.to_string().contains("<secret>code</secret>"));
+    let (_, runs) = client.get(&format!("/v1/skills/{id}/runs")).await;
+    for run in runs["items"].as_array().unwrap() {
+        let history = stored_history(&client, run["id"].as_str().unwrap()).await;
+        assert!(!history.to_string().contains(ACCESS_CODE), "{history}");
+    }
+
     // Deleting a skill keeps its runs as tasks.
     let (status, _) = client.delete(&format!("/v1/skills/{from_id}")).await;
     assert_eq!(status, 204);
@@ -408,4 +410,48 @@ async fn a_skill_learned_once_runs_without_a_model_heals_and_rolls_back() {
         client.task(task["id"].as_str().unwrap()).await["status"],
         "finished"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_with_an_output_schema_answers_json_read_from_the_page() {
+    let (addr, app) = OrdersApp::start().await;
+    let model = MockModel::start_on_requests(orders_brain(), Duration::ZERO).await;
+    let db = TestDb::create().await;
+    let server = Process::start(&db, model.addr, "serve", &["--allow-loopback"]).await;
+    let client = Client::new(server.address(), &create_key(&db).await);
+    let schema = json!({"type": "object", "required": ["order", "status"],
+        "properties": {"order": {"type": "string"}, "status": {"type": "string"}}});
+    let (status, skill) = client
+        .post(
+            "/v1/skills",
+            json!({
+                "prompt": "Look up order {{order=1042}}; the access code is <secret>code</secret>.",
+                "output_schema": schema,
+                "start_url": format!("http://{addr}/"),
+                "allowed_domains": ["127.0.0.1"],
+                "secrets": {"code": ACCESS_CODE},
+                "use_vision": false,
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{skill}");
+    let id = skill["id"].as_str().unwrap().to_owned();
+    let generation = skill["generation_task_id"].as_str().unwrap().to_owned();
+    let skill = generated(&client, &id, &generation).await;
+    assert_eq!(skill["status"], "finished", "{skill}\n{}", server.logs());
+    assert_eq!(skill["output_schema"], schema);
+    assert_eq!(skill["versions"][0]["script"]["result"]["kind"], "script");
+
+    let (task, calls) = run(&client, &model, &id, "2077").await;
+    assert_eq!(task["status"], "finished", "{task}\n{}", server.logs());
+    assert_eq!(calls, 0);
+    let output: Value = serde_json::from_str(task["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output, json!({"order": "2077", "status": "Delivered"}));
+    assert_eq!(app.opened().last().unwrap(), "2077");
+
+    // A page whose status field lost its id gives no value the schema accepts: the run fails.
+    OrdersApp::set(&app.unlabelled, true);
+    let (task, _) = run(&client, &model, &id, "3150").await;
+    assert_eq!(task["status"], "failed", "{task}");
+    assert!(task["error"].as_str().unwrap().contains("result"), "{task}");
 }

@@ -8,7 +8,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use browserd_tests::orders_app::{OrdersApp, orders_brain};
-use browserd_tests::{MockModel, Process, TestDb, browserd_bin, create_key, python_venv, repo_root};
+use browserd_tests::{
+    Client, MockModel, Process, TestDb, browserd_bin, create_key, python_venv, repo_root,
+};
 use serde_json::{Value, json};
 
 /// Bound of one client (the SDK script, one CLI command, one MCP call).
@@ -107,7 +109,10 @@ async fn skills_work_from_the_official_sdk_the_cli_and_mcp() {
     // The official SDK, unchanged.
     let run = tokio::process::Command::new(&python)
         .arg(repo_root().join("tests/python/v2/test_skills_sdk.py"))
-        .env("BROWSERD_V2_URL", format!("http://{}/api/v2", server.address()))
+        .env(
+            "BROWSERD_V2_URL",
+            format!("http://{}/api/v2", server.address()),
+        )
         .env("BROWSERD_KEY", &key)
         .env("SITE", format!("http://{site}"))
         .stdout(Stdio::piped())
@@ -144,17 +149,36 @@ async fn skills_work_from_the_official_sdk_the_cli_and_mcp() {
     );
 
     // The command line: create (following the generation), list, run with a parameter.
-    let prompt = format!("Go to http://{site}/public and Find order {{{{order=1042}}}}, then report its status");
-    let (ok, out) = cli(&server, &key, &["create", "--prompt", &prompt, "--title", "Desk", "--follow"]).await;
+    let prompt = format!(
+        "Go to http://{site}/public and Find order {{{{order=1042}}}}, then report its status"
+    );
+    let (ok, out) = cli(
+        &server,
+        &key,
+        &["create", "--prompt", &prompt, "--title", "Desk", "--follow"],
+    )
+    .await;
     assert!(ok, "skills create: {out}\n{}", server.logs());
     let skill = out.lines().next().unwrap().trim().to_owned();
     assert!(out.contains("finished") && out.contains("v1"), "{out}");
     let (ok, listed) = cli(&server, &key, &["list"]).await;
-    assert!(ok && listed.contains(&skill) && listed.contains("order:number"), "{listed}");
+    assert!(
+        ok && listed.contains(&skill) && listed.contains("order:number"),
+        "{listed}"
+    );
     let requests = model.requests().len();
-    let (ok, out) = cli(&server, &key, &["run", &skill, "--param", "order=3150", "--follow"]).await;
+    let (ok, out) = cli(
+        &server,
+        &key,
+        &["run", &skill, "--param", "order=3150", "--follow"],
+    )
+    .await;
     assert!(ok, "skills run: {out}\n{}", server.logs());
-    assert_eq!(model.requests().len(), requests, "a run of an unchanged site asks no model");
+    assert_eq!(
+        model.requests().len(),
+        requests,
+        "a run of an unchanged site asks no model"
+    );
     assert_eq!(app.opened().last().map(String::as_str), Some("3150"));
     let (ok, out) = cli(&server, &key, &["run", &skill, "--param", "nope=1"]).await;
     assert!(!ok, "an unknown parameter is refused: {out}");
@@ -166,17 +190,96 @@ async fn skills_work_from_the_official_sdk_the_cli_and_mcp() {
         "clientInfo": {"name": "skills-test", "version": "1"}}});
     let (_, session) = mcp(&http, &server, &key, None, init).await;
     let session = session.expect("an MCP session id");
-    mcp(&http, &server, &key, Some(&session),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    mcp(
+        &http,
+        &server,
+        &key,
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await;
     let listed = call_tool(&http, &server, &key, &session, 2, "list_skills", json!({})).await;
     let items = listed["items"].as_array().expect("items");
-    let entry = items.iter().find(|s| s["id"] == skill.as_str()).expect("the CLI's skill");
+    let entry = items
+        .iter()
+        .find(|s| s["id"] == skill.as_str())
+        .expect("the CLI's skill");
     assert_eq!(entry["parameters"][0]["name"], "order");
     let requests = model.requests().len();
-    let ran = call_tool(&http, &server, &key, &session, 3, "run_skill",
-        json!({"id": skill, "parameters": {"order": "4411"}, "wait_s": 300})).await;
+    let ran = call_tool(
+        &http,
+        &server,
+        &key,
+        &session,
+        3,
+        "run_skill",
+        json!({"id": skill, "parameters": {"order": "4411"}, "wait_s": 300}),
+    )
+    .await;
     assert_eq!(ran["status"], "finished", "{ran}");
     assert_eq!(ran["output"], "Order 4411: Cancelled", "{ran}");
-    assert_eq!(model.requests().len(), requests, "no model for an unchanged site");
+    assert_eq!(
+        model.requests().len(),
+        requests,
+        "no model for an unchanged site"
+    );
+
+    // A schedule of the skill: each tick one execution of it, with no model.
+    let client = Client::new(server.address(), &key);
+    let requests = model.requests().len();
+    let (status, schedule) = client
+        .post(
+            "/v1/schedules",
+            json!({"cron": "* * * * * *",
+                   "target": {"skill": {"skill_id": skill, "parameters": {"order": "1042"}}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let schedule = schedule["id"].as_str().unwrap().to_owned();
+    // Polled until its first tick has made a task (ticks are every second; at most 30 s).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        let (status, runs) = client.get(&format!("/v1/schedules/{schedule}/runs")).await;
+        assert_eq!(status, 200, "{runs}");
+        if let Some(run) = runs["items"].as_array().and_then(|items| items.last()) {
+            break run["id"].as_str().unwrap().to_owned();
+        }
+        let (_, view) = client.get(&format!("/v1/schedules/{schedule}")).await;
+        assert!(view["last_error"].is_null(), "the tick failed: {view}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tick in 30 s: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (status, _) = client
+        .patch(
+            &format!("/v1/schedules/{schedule}"),
+            json!({"enabled": false}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    client
+        .events(&first, 0)
+        .await
+        .until_closed(CLIENT_LIMIT)
+        .await;
+    let task = client.task(&first).await;
+    assert_eq!(task["status"], "finished", "{task}");
+    assert_eq!(task["output"], "Order 1042: Shipped", "{task}");
+    let (_, runs) = client.get(&format!("/v1/skills/{skill}/runs")).await;
+    assert!(
+        runs["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == first.as_str()),
+        "the scheduled task is an execution of the skill: {runs}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        requests,
+        "scheduled executions ask no model"
+    );
     assert!(!server.logs().contains(&key), "the API key is not logged");
 }

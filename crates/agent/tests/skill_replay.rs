@@ -364,3 +364,35 @@ async fn a_step_the_model_cannot_heal_ends_the_replay_naming_it() {
     );
     assert!(report.healed.is_empty());
 }
+
+#[tokio::test]
+async fn the_healer_stops_after_its_model_calls() {
+    let script = cart_script().await;
+    let elsewhere = FakeBrowser::new(vec![
+        (
+            ITEMS,
+            Page::new("Items", "A shirt")
+                .el(6, "button", Element::Link("http://shop.test/help".into()))
+                .named(6, "Help", "Help"),
+        ),
+        ("http://shop.test/help", Page::new("Help", "No cart here")),
+    ]);
+    let model = ScriptedModel::json(vec![
+        reply("try help", json!([{"click": {"index": 6}}])),
+        reply("wait", json!([{"wait": {"seconds": 1}}])),
+        reply("never asked", json!([{"wait": {"seconds": 1}}])),
+    ]);
+    let sink = RecordingSink::new();
+    let healer = model_healer(elsewhere.clone(), model.clone(), sink.clone());
+    let (report, history) = execute(&elsewhere, &script, json!({}), Some(&healer), &sink).await;
+    assert!(!report.success);
+    assert_eq!(model.requests().len(), 2, "at most max_model_calls");
+    let error = report.error.unwrap_or_default();
+    assert!(
+        error.starts_with("step 1 could not be healed: not healed after 2 model call(s): expected to reach http://shop.test/cart"),
+        "{error}"
+    );
+    // The healer's steps are recorded (and emitted) like agent steps.
+    assert_eq!(history.history.len(), 4);
+    assert_eq!(step_numbers(&sink), [1, 2, 3, 4]);
+}

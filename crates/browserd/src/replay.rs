@@ -173,7 +173,7 @@ fn matched_by_name(by: browserd_agent::replay::MatchedBy) -> &'static str {
         MatchedBy::Hash => "identity hash",
         MatchedBy::XPath => "xpath",
         MatchedBy::AxName => "accessible name",
-        MatchedBy::Near => "the region showing the parameter",
+        MatchedBy::Near => "the value its row shows",
     }
 }
 

@@ -36,7 +36,11 @@ pub enum SkillsCommand {
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// The agent prompt; `{{name}}` or `{{name=example}}` declares a parameter.
-    #[arg(long, conflicts_with = "from_task", required_unless_present = "from_task")]
+    #[arg(
+        long,
+        conflicts_with = "from_task",
+        required_unless_present = "from_task"
+    )]
     prompt: Option<String>,
     /// An ended, successful task of the key to make the skill from.
     #[arg(long)]

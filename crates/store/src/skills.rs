@@ -262,7 +262,7 @@ pub(crate) async fn attach_in(
             parameters,
         } => {
             let current = sqlx::query_scalar!(
-                "select status from skills where id = $1 and api_key_id = $2 for update",
+                "select status from skills where id = $1 and api_key_id = $2 for no key update",
                 skill_id,
                 owner.0
             )
@@ -316,7 +316,7 @@ pub(crate) async fn save_version_in(
     new: &NewSkillVersion,
 ) -> Result<Option<i32>, StoreError> {
     let locked = sqlx::query!(
-        "select generation_task_id from skills where id = $1 for update",
+        "select generation_task_id from skills where id = $1 for no key update",
         new.skill_id
     )
     .fetch_optional(&mut **tx)
@@ -450,16 +450,28 @@ impl Store {
     }
 
     /// Deletes `owner`'s skill `id` and its versions (its tasks stay, unlinked); answers the
-    /// deleted row.
+    /// deleted row. Locks go task rows first, then the skill, as a task's end takes them (its
+    /// transition, then the skill it saves a version into): the other order deadlocks.
     pub async fn delete_skill(&self, owner: ApiKeyId, id: Uuid) -> Result<SkillRecord, StoreError> {
         let skill = self.get_skill(owner, id).await?;
+        let mut tx = self.pool.begin().await?;
         sqlx::query!(
+            "select id from tasks where skill_id = $1 order by id for update",
+            id
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let deleted = sqlx::query!(
             "delete from skills where id = $1 and api_key_id = $2",
             id,
             owner.0
         )
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
+        if deleted.rows_affected() == 0 {
+            return Err(StoreError::SkillNotFound(id));
+        }
         Ok(skill)
     }
 
@@ -532,7 +544,8 @@ impl Store {
     ) -> Result<Option<SkillRecord>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let current = sqlx::query!(
-            "select current_version from skills where id = $1 and api_key_id = $2 for update",
+            "select current_version from skills where id = $1 and api_key_id = $2
+             for no key update",
             id,
             owner.0
         )

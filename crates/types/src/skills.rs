@@ -91,12 +91,18 @@ pub struct UpdateSkillRequest {
 }
 
 /// `POST /v1/skills/{id}/refine`.
-#[derive(Clone, Debug, Deserialize, Serialize, ToSchema)]
+#[derive(Clone, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefineSkillRequest {
     /// What to do differently; added to the prompt of a new generation.
     #[schema(min_length = 1, max_length = 5000)]
     pub feedback: String,
+    /// Secrets the new run may type (those of the first run were not kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, crate::secrets::TaskSecretSchema>>)]
+    pub secrets: Option<TaskSecrets>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_secrets_on_any_domain: Option<bool>,
 }
 
 /// `POST /v1/skills/{id}/runs`.
@@ -132,8 +138,8 @@ pub struct SkillParameterView {
     #[serde(rename = "type")]
     pub kind: String,
     pub required: bool,
+    /// The value used when none is given (a string, number or boolean).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub default: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

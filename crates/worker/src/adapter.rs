@@ -36,6 +36,8 @@ const LOOKUP_LIMIT: Duration = Duration::from_secs(15);
 
 /// Upper bound of each CDP call computing one element's region.
 const REGION_LIMIT: Duration = Duration::from_secs(5);
+/// Regions computed at once by `element_regions` (their CDP calls overlap).
+const REGIONS_IN_FLIGHT: usize = 16;
 /// Longest region text, in characters.
 pub const REGION_CHARS: usize = 500;
 /// The page function computing an element's region (`this` is the element).
@@ -344,11 +346,14 @@ impl AgentBrowser for SessionBrowser {
 
     async fn element_regions(&self, indices: &[u64]) -> Vec<Option<String>> {
         let mut regions = Vec::with_capacity(indices.len());
-        for index in indices {
-            regions.push(match self.element(*index) {
-                Some(element) => self.region(&element).await,
-                None => None,
+        for chunk in indices.chunks(REGIONS_IN_FLIGHT) {
+            let calls = chunk.iter().map(|index| async move {
+                match self.element(*index) {
+                    Some(element) => self.region(&element).await,
+                    None => None,
+                }
             });
+            regions.extend(join_all(calls.collect()).await);
         }
         regions
     }
@@ -360,6 +365,30 @@ impl AgentBrowser for SessionBrowser {
         described.sort_by_key(|e| e.index);
         described
     }
+}
+
+/// Runs `futures` concurrently on this task; their outputs in order.
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => *output = Some(value),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 /// An element of a capture as the history records it (never a `value`: typed text may be a

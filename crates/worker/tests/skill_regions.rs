@@ -21,7 +21,6 @@ use browserd_browser::egress::EgressSettings;
 use browserd_browser::{BrowserPool, ContextOptions, PoolConfig};
 use browserd_worker::{SessionBrowser, SessionBrowserOptions, TaskWorkspace};
 use serde_json::json;
-use tokio::sync::OnceCell;
 
 /// 200 rows, orders 1001…1200; `dup` shows order 1017 twice.
 fn table(dup: bool) -> String {
@@ -44,10 +43,10 @@ const FRAMED: &str = r#"<!doctype html><html><head><title>Framed</title></head><
 <h1>Outside</h1><iframe style="width:600px;height:300px" srcdoc="<ul><li><span>Order 7</span> <button>Add to cart</button></li><li><span>Order 8</span> <button>Add to cart</button></li></ul>"></iframe>
 </body></html>"#;
 
-static SITE: OnceCell<(BrowserPool, String)> = OnceCell::const_new();
-
-async fn site() -> &'static (BrowserPool, String) {
-    SITE.get_or_init(|| async {
+/// The fixture site and a pool, for one test: each test has its own runtime, and the tasks
+/// behind a pool or a server live on the runtime that started them.
+async fn site() -> (BrowserPool, String) {
+    {
         let app = axum::Router::new()
             .route("/orders", get(|| async { Html(table(false)) }))
             .route("/dup", get(|| async { Html(table(true)) }))
@@ -66,12 +65,10 @@ async fn site() -> &'static (BrowserPool, String) {
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let pool = BrowserPool::new(PoolConfig::default()).unwrap();
         (pool, format!("http://{addr}"))
-    })
-    .await
+    }
 }
 
-async fn browser(workspace: &TaskWorkspace) -> SessionBrowser {
-    let (pool, _) = site().await;
+async fn browser(pool: &BrowserPool, workspace: &TaskWorkspace) -> SessionBrowser {
     let session = pool
         .lease_with(ContextOptions {
             egress: Some(EgressSettings {
@@ -168,9 +165,10 @@ fn options() -> ReplayOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
-    let (_, base) = site().await;
+    let (pool, base) = site().await;
+    let base = &base;
     let workspace = TaskWorkspace::open(None).unwrap();
-    let recorder = browser(&workspace).await;
+    let recorder = browser(&pool, &workspace).await;
     let history = recorded_run(&recorder, base).await;
     let values = BTreeMap::from([("order".to_owned(), "1042".to_owned())]);
     let script = make_script(&history, &[], &values);
@@ -187,7 +185,7 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
         .parameters;
     let (_, steps) = bind(&script, json!({"order": 1017}).as_object().unwrap()).unwrap();
 
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     let report = replay(&b, &steps, &no_secrets(), &options(), |_| {}).await;
     assert!(report.success, "{report:?}");
     let click = report.actions.iter().find(|a| a.action == "click").unwrap();
@@ -200,7 +198,7 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
     let mut on_dup = steps.clone();
     let dup_url = format!("{base}/dup");
     on_dup.history[0].model_output.as_mut().unwrap().action[0].params["url"] = json!(dup_url);
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     let report = replay(&b, &on_dup, &no_secrets(), &options(), |_| {}).await;
     assert!(!report.success);
     let error = report.error.unwrap_or_default();
@@ -214,13 +212,15 @@ async fn near_matching_picks_the_row_of_the_new_value_and_refuses_two() {
         "nothing clicked"
     );
     b.into_session().release().await;
+    pool.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
-    let (_, base) = site().await;
+    let (pool, base) = site().await;
+    let base = &base;
     let workspace = TaskWorkspace::open(None).unwrap();
-    let b = browser(&workspace).await;
+    let b = browser(&pool, &workspace).await;
     b.execute("navigate", &json!({"url": format!("{base}/framed")}))
         .await
         .unwrap();
@@ -264,4 +264,131 @@ async fn regions_are_computed_in_the_elements_own_frame_and_cost_little() {
     );
     assert!(median(&with_region) < 250.0, "a region costs little");
     b.into_session().release().await;
+    pool.shutdown().await;
+}
+
+/// A model answering result functions from a list, counting its calls.
+struct Functions(std::sync::Mutex<std::collections::VecDeque<&'static str>>);
+
+#[async_trait::async_trait]
+impl browserd_llm::ChatModel for Functions {
+    fn name(&self) -> &str {
+        "functions"
+    }
+
+    async fn complete(
+        &self,
+        request: &browserd_llm::ChatRequest,
+    ) -> Result<browserd_llm::ChatResponse, browserd_llm::LlmError> {
+        assert_eq!(request.output_schema.name, "result_reader");
+        let function = self.0.lock().unwrap().pop_front().unwrap_or("return 1;");
+        Ok(browserd_llm::ChatResponse {
+            value: json!({ "function": function }),
+            usage: browserd_llm::TokenUsage::default(),
+            cost_usd: None,
+            latency: Duration::ZERO,
+            model: "functions".into(),
+            provider_model: "functions".into(),
+            stop_reason: None,
+        })
+    }
+}
+
+fn functions(list: &[&'static str]) -> Functions {
+    Functions(std::sync::Mutex::new(list.iter().copied().collect()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_script_is_learned_once_and_reads_other_values() {
+    use browserd_agent::skill::{ResultReader, learn_result, read_result};
+    let (pool, base) = site().await;
+    let workspace = TaskWorkspace::open(None).unwrap();
+    let b = browser(&pool, &workspace).await;
+    b.execute(
+        "navigate",
+        &json!({"url": format!("{base}/cart?order=1042")}),
+    )
+    .await
+    .unwrap();
+    let values = BTreeMap::from([("order".to_owned(), "1042".to_owned())]);
+    let final_result = "Order 1042 is in the cart";
+    // A first function that reads the wrong thing, then one that reproduces the result.
+    let model = functions(&[
+        "return document.title;",
+        "return document.querySelector('p').innerText;",
+    ]);
+    let learned = learn_result(&model, &b, "Add the order", final_result, None, &values).await;
+    assert_eq!(learned.model_calls, 2, "{learned:?}");
+    assert_eq!(learned.note, None);
+    assert!(matches!(learned.reader, ResultReader::Script { .. }));
+
+    b.execute(
+        "navigate",
+        &json!({"url": format!("{base}/cart?order=1017")}),
+    )
+    .await
+    .unwrap();
+    let other = BTreeMap::from([("order".to_owned(), "1017".to_owned())]);
+    let read = read_result(&b, &learned.reader, &other, None)
+        .await
+        .unwrap();
+    assert_eq!(read, json!("Order 1017 is in the cart"));
+
+    // A structured result is validated: the schema's shape, or an error.
+    let schema = json!({"type": "object", "properties": {"order": {"type": "integer"}}, "required": ["order"]});
+    let reader = ResultReader::Script {
+        function: "const m = document.querySelector('p').innerText.match(/Order (\\d+)/); \
+                   return {order: Number(m[1]), asked: params.order, slot: '{{order}}'};"
+            .into(),
+    };
+    let read = read_result(&b, &reader, &other, Some(&schema))
+        .await
+        .unwrap();
+    assert_eq!(
+        read,
+        json!({"order": 1017, "asked": "1017", "slot": "1017"})
+    );
+    let wrong = ResultReader::Script {
+        function: "return {order: 'none'};".into(),
+    };
+    let error = read_result(&b, &wrong, &other, Some(&schema))
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("does not match the output schema"),
+        "{error}"
+    );
+    let empty = ResultReader::Script {
+        function: "return '';".into(),
+    };
+    assert!(read_result(&b, &empty, &other, None).await.is_err());
+    let throws = ResultReader::Script {
+        function: "throw new Error('no table');".into(),
+    };
+    let error = read_result(&b, &throws, &other, None).await.unwrap_err();
+    assert!(error.to_string().contains("no table"), "{error}");
+
+    // Nothing reproduces the result: the recorded text, its value a slot.
+    let model = functions(&["return 'x';", "return 'y';"]);
+    let learned = learn_result(
+        &model,
+        &b,
+        "Add the order",
+        "Order 1017 is in the cart",
+        None,
+        &other,
+    )
+    .await;
+    assert_eq!(learned.model_calls, 2);
+    assert!(learned.note.is_some());
+    assert_eq!(
+        learned.reader,
+        ResultReader::Text {
+            template: "Order {{order}} is in the cart".into()
+        }
+    );
+    b.into_session().release().await;
+    pool.shutdown().await;
 }

@@ -76,6 +76,7 @@ impl Replayer<'_, '_> {
                 reason: reason.clone(),
                 expected_url,
                 next_step_number: *number,
+                control: self.run.control.clone(),
             })
             .await;
         *number += u32::try_from(outcome.records.len()).unwrap_or(u32::MAX);
@@ -86,6 +87,9 @@ impl Replayer<'_, '_> {
                 model_calls: outcome.model_calls,
             });
             Healing::Done(outcome.records)
+        } else if self.run.control.is_stopped() {
+            progress.stopped = true;
+            Healing::Failed(outcome.records)
         } else {
             let why = outcome
                 .error

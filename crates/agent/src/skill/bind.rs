@@ -108,11 +108,7 @@ pub fn fill_history(
 /// Fills the slots of every string in `value`.
 pub fn fill_value(value: &mut Value, values: &BTreeMap<String, String>) {
     match value {
-        Value::String(text) => {
-            if text.contains("{{") {
-                *text = fill_slots(text, values);
-            }
-        }
+        Value::String(text) if text.contains("{{") => *text = fill_slots(text, values),
         Value::Array(items) => items.iter_mut().for_each(|v| fill_value(v, values)),
         Value::Object(map) => map.values_mut().for_each(|v| fill_value(v, values)),
         _ => {}

@@ -29,7 +29,9 @@ pub(super) async fn heal(healer: &ModelHealer, request: HealRequest<'_>) -> Heal
         healer.sink.clone(),
     );
     let mut agent = match agent {
-        Ok(agent) => agent.with_next_step(request.next_step_number),
+        Ok(agent) => agent
+            .with_next_step(request.next_step_number)
+            .with_control(request.control.clone()),
         Err(e) => {
             outcome.error = Some(format!("the healer could not start: {e}"));
             return outcome;

@@ -198,6 +198,8 @@ pub struct HealRequest<'a> {
     pub expected_url: Option<String>,
     /// Number the first step the healer records should carry.
     pub next_step_number: u32,
+    /// The execution's control: a stop ends the healer's model call too.
+    pub control: crate::control::AgentControl,
 }
 
 /// What healing one step did.

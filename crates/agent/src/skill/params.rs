@@ -327,7 +327,8 @@ fn find_all(text: &str, needle: &str, slots: &[(usize, usize)], fold: bool) -> V
         if let Some(end) = end {
             let before = text[..start].chars().next_back();
             let after = text[end..].chars().next();
-            let whole = !(starts_word && word_char(before)) && !(ends_word && word_char(after));
+            let joined = (starts_word && word_char(before)) || (ends_word && word_char(after));
+            let whole = !joined;
             let in_slot = slots.iter().any(|(s, e)| start < *e && end > *s);
             if whole && !in_slot {
                 found.push((start, end));

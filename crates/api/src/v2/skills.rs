@@ -476,7 +476,15 @@ pub(crate) async fn refine_skill(
     }
     let skill = state
         .core
-        .refine_skill(&caller, id, RefineSkillRequest { feedback }, None)
+        .refine_skill(
+            &caller,
+            id,
+            RefineSkillRequest {
+                feedback,
+                ..RefineSkillRequest::default()
+            },
+            None,
+        )
         .await?;
     Ok(Json(V2SkillId { id: skill.id }))
 }

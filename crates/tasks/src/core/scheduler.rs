@@ -85,10 +85,9 @@ impl TaskCore {
     ) -> Result<(NewTask, Option<SkillAttach>), TaskError> {
         let caller = Caller::key(firing.schedule.api_key_id);
         match stored_target(&firing.schedule.target)? {
-            ScheduleTarget::Task(request) => Ok((
-                self.tasks.admitted(&caller, *request, None).await?,
-                None,
-            )),
+            ScheduleTarget::Task(request) => {
+                Ok((self.tasks.admitted(&caller, *request, None).await?, None))
+            }
             ScheduleTarget::Skill(skill) => self.fire_skill_target(&caller, &skill).await,
         }
     }

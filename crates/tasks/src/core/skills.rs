@@ -512,6 +512,8 @@ impl TaskCore {
         let mut task_request = CreateTaskRequest {
             task: Some(text),
             output_schema: skill.output_schema.clone(),
+            secrets: request.secrets.clone(),
+            allow_secrets_on_any_domain: request.allow_secrets_on_any_domain,
             ..CreateTaskRequest::default()
         };
         if let Some(previous) = self.previous_options(caller, &skill).await? {
@@ -568,7 +570,7 @@ impl TaskCore {
 
     /// Queues an execution of the skill's current version with `request.parameters`
     /// (checked against the version's parameters: 422 naming the parameter). 409 when the
-    /// skill is disabled or has no finished version.
+    /// skill is disabled or has no finished version (one being refined runs its current one).
     pub async fn run_skill(
         &self,
         caller: &Caller,
@@ -611,8 +613,9 @@ impl TaskCore {
                 current_status: None,
             });
         }
+        // A skill being refined keeps running its current version meanwhile.
         let version = match (skill.status.as_str(), skill.current_version) {
-            ("finished", Some(version)) => version,
+            ("finished" | "generating", Some(version)) => version,
             (status, _) => {
                 return Err(TaskError::Conflict {
                     code: "skill_not_ready",

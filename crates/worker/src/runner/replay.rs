@@ -82,6 +82,8 @@ impl TaskRunner {
                 control.stop();
             }))
         });
+        // A replay's failure details and a healer's steps quote pages as shown.
+        let sink = super::skill::redacting(sink, &spec.secrets);
         let healer = skill.as_ref().and_then(|s| s.healer(&browser, &sink));
         let run = browserd_agent::replay::ReplayRun {
             sink: sink.as_ref(),
@@ -116,7 +118,7 @@ impl TaskRunner {
         let skill = match &skill {
             Some(skill) if !browser_lost => {
                 skill
-                    .after_replay(&browser, &source, &history, &report)
+                    .after_replay(&browser, &source, &history, &report, &secrets)
                     .await
             }
             _ => None,

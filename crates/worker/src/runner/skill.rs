@@ -2,16 +2,25 @@
 //! browser is released: a generating run learns how its result is read from the final page
 //! and becomes a script ([`SkillRun::Generate`]); an execution heals the steps the site broke
 //! (its [`ModelHealer`]) and reads its result ([`SkillRun::Execute`]).
+//!
+//! The healer's agent is given no secrets (a step that must type one cannot be healed), so it
+//! cannot redact them either, and a replay's failure details quote URLs as the browser shows
+//! them: a service replay's events pass through a [`RedactingSink`] and a healed script is
+//! redacted with the task's secrets before it is kept, so a secret value a page shows (in a URL
+//! after a GET form, in its text) never reaches the stored steps or the next version.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use browserd_agent::replay::ReplayReport;
+use browserd_agent::secrets::Secrets;
 use browserd_agent::skill::{
     self, HealedStep, ModelHealer, SkillParameter, SkillScript, learn_result,
 };
-use browserd_agent::{AgentBrowser, AgentHistoryList, EventSink};
+use browserd_agent::{AgentBrowser, AgentEvent, AgentHistoryList, EventSink};
 use browserd_llm::ChatModel;
+use browserd_views::Screenshot;
 use serde_json::Value;
 
 use crate::SessionBrowser;
@@ -106,6 +115,7 @@ impl SkillRun {
         source: &AgentHistoryList,
         history: &AgentHistoryList,
         report: &ReplayReport,
+        secrets: &Secrets,
     ) -> Option<SkillEnd> {
         if !report.success {
             return None;
@@ -134,10 +144,8 @@ impl SkillRun {
                     Err(err) => Err(format!("reading the skill's result: {err}")),
                 };
                 let healed = (!report.healed.is_empty()).then(|| {
-                    (
-                        skill::healed_script(script, history, report, values),
-                        report.healed.clone(),
-                    )
+                    let next = skill::healed_script(script, history, report, values);
+                    (redacted(next, secrets), report.healed.clone())
                 });
                 Some(SkillEnd::Executed { result, healed })
             }
@@ -178,5 +186,54 @@ impl SkillRun {
             script,
             note: learned.note,
         })
+    }
+}
+
+/// `script` with every secret value replaced by its placeholder.
+fn redacted(script: SkillScript, secrets: &Secrets) -> SkillScript {
+    let Ok(mut value) = serde_json::to_value(&script) else {
+        return script;
+    };
+    secrets.redact_value(&mut value);
+    serde_json::from_value(value).unwrap_or(script)
+}
+
+/// `sink`, passing events on with the values of `secrets` replaced by their placeholders
+/// (itself when there are none).
+pub(super) fn redacting(
+    sink: Arc<dyn EventSink>,
+    secrets: &browserd_agent::SensitiveData,
+) -> Arc<dyn EventSink> {
+    let secrets = Secrets::new(secrets);
+    if secrets.is_empty() {
+        return sink;
+    }
+    Arc::new(RedactingSink {
+        inner: sink,
+        secrets,
+    })
+}
+
+/// Passes events on with the task's secret values replaced by their placeholders.
+struct RedactingSink {
+    inner: Arc<dyn EventSink>,
+    secrets: Secrets,
+}
+
+#[async_trait]
+impl EventSink for RedactingSink {
+    async fn emit(&self, event: AgentEvent) {
+        let event = match serde_json::to_value(&event) {
+            Ok(mut value) => {
+                self.secrets.redact_value(&mut value);
+                serde_json::from_value(value).unwrap_or(event)
+            }
+            Err(_) => event,
+        };
+        self.inner.emit(event).await;
+    }
+
+    async fn store_screenshot(&self, step: u32, screenshot: &Screenshot) -> Option<String> {
+        self.inner.store_screenshot(step, screenshot).await
     }
 }
