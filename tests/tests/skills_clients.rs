@@ -184,6 +184,7 @@ async fn skills_work_from_the_official_sdk_the_cli_and_mcp() {
     assert!(!ok, "an unknown parameter is refused: {out}");
 
     // MCP over streamable HTTP: list_skills, then run_skill waiting for the result.
+    browserd_llm::install_tls_provider();
     let http = reqwest::Client::new();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-03-26", "capabilities": {},
@@ -242,7 +243,7 @@ async fn skills_work_from_the_official_sdk_the_cli_and_mcp() {
         let (status, runs) = client.get(&format!("/v1/schedules/{schedule}/runs")).await;
         assert_eq!(status, 200, "{runs}");
         if let Some(run) = runs["items"].as_array().and_then(|items| items.last()) {
-            break run["id"].as_str().unwrap().to_owned();
+            break run["task_id"].as_str().unwrap().to_owned();
         }
         let (_, view) = client.get(&format!("/v1/schedules/{schedule}")).await;
         assert!(view["last_error"].is_null(), "the tick failed: {view}");
