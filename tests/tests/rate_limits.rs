@@ -57,10 +57,16 @@ async fn the_default_limits_answer_a_burst_with_429_and_retry_after_and_the_flag
     // (burst 30). 300 requests would have to take 13 s to pass the first.
     let api = Process::start_with_env(&db, model.addr, "api", &[], DEFAULT_LIMITS).await;
     let url = format!("http://{}/v1/tasks", api.address());
+    // One request first: a key not yet in the api's key cache costs a database lookup, which
+    // the client address pays for (burst 30); once the key is known only its own bucket counts.
+    // Without it, how many of the burst arrive before the first lookup ends depends on the
+    // machine's speed.
+    let (first, _) = burst(&url, Some(&key), 1).await;
+    assert_eq!(first, [200]);
     let (statuses, retry_after) = burst(&url, Some(&key), 300).await;
     assert!(
-        count(&statuses, 200) >= 40,
-        "the burst allowance passes: {statuses:?}"
+        count(&statuses, 200) >= 39,
+        "the burst allowance (40, one spent above) passes: {statuses:?}"
     );
     assert!(
         count(&statuses, 429) >= 100,
